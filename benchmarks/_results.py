@@ -1,0 +1,36 @@
+"""Write one benchmark's section of benchmarks/RESULTS.md, leaving the other sections alone."""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+_HEADER = "# Benchmark results\n\nEach section is rewritten by the script named in it. Figures are ratios measured side by side in one run.\n"
+
+
+def machine() -> str:
+    import torch
+
+    cores = len(__import__("os").sched_getaffinity(0))
+    return f"{platform.machine()}, {cores} cores, Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def write_section(name: str, body: str, command: str | None = None) -> None:
+    """Replace (or append) the section `name` of RESULTS.md with `body`.
+
+    The section records the command that produced it, the date and the machine.
+    """
+    command = command or "python " + " ".join(sys.argv)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    section = (
+        f"<!-- BEGIN {name} -->\n## {name}\n\n"
+        f"Command: `{command}`  \nRun: {stamp} on {machine()}\n\n{body.strip()}\n<!-- END {name} -->\n"
+    )
+    text = RESULTS.read_text() if RESULTS.exists() else _HEADER
+    pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->\n", re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    RESULTS.write_text(text)

@@ -1,0 +1,211 @@
+"""The generation loop: prefill each prefix once, fork it into arms, decode the arms as one batch.
+
+    engine = Engine(model, tokenizer)
+    arms = engine.fork(prefix_ids, [suffix_a, suffix_b, ...], SamplingParams(max_new_tokens=48))
+    outs = engine.generate([prompt_1, prompt_2, ...], SamplingParams(max_new_tokens=256))
+
+Each batch runs three phases: the prefixes of all its groups (one padded forward), the suffixes of
+all its arms (one padded forward), then one `step()` per new token over the arms still running.
+`generate` is the same machinery with one arm per group: the prompt minus its last token is the
+prefix, the last token the suffix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from nudgeability.engine.batch import Batch
+from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.fork_cache import ForkCache
+from nudgeability.engine.model_runner import ModelRunner
+from nudgeability.engine.sampler import sample
+from nudgeability.engine.sampling_params import SamplingParams
+from nudgeability.engine.scheduler import GroupShape, plan_batches
+from nudgeability.engine.sequence import Completion, ForkRequest
+
+
+@dataclass
+class EngineStats:
+    """Token-forwards actually computed since the engine was made (padding included)."""
+
+    prefix_tokens: int = 0  # prefix-phase positions, padded
+    suffix_tokens: int = 0  # suffix-prefill positions, padded
+    decode_tokens: int = 0  # single-token decode forwards, summed over rows
+    forward_calls: int = 0
+    peak_cache_bytes: int = 0  # largest KV cache of one batch
+
+    @property
+    def token_forwards(self) -> int:
+        return self.prefix_tokens + self.suffix_tokens + self.decode_tokens
+
+
+class Engine:
+    """Batched generation and forked splice arms over any loaded HF causal LM.
+
+    `max_batch_tokens` caps the KV token slots of one batch (see `scheduler.batch_cost`); None runs
+    each call as a single batch. `progress` shows a bar with prefill and decode tokens/s.
+    """
+
+    def __init__(self, model, tokenizer=None, *, max_batch_tokens: int | None = None, progress: bool = False):
+        self.runner = ModelRunner(model)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_tokens = max_batch_tokens
+        self.progress = progress
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.pad_id = _pad_id(model, tokenizer, self.eos_ids)
+        self.vocab_size = self.runner.lm_head.weight.shape[0]
+        self.stats = EngineStats()
+
+    # --- public API ---------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], *, return_logits=False) -> list[Completion]:
+        """Generate from each prompt independently; returns one `Completion` per prompt, in order."""
+        if not isinstance(prompts, (list, tuple)) or not prompts:
+            raise EngineInputError("generate() needs a non-empty list of prompts (lists of token ids)")
+        per = self._per_item(params, len(prompts), "prompt")
+        for i, prompt in enumerate(prompts):
+            self._check_ids(prompt, f"prompt {i}", allow_empty=False)
+        groups = [(list(p[:-1]), [(list(p[-1:]), sp)]) for p, sp in zip(prompts, per)]
+        outs = [arms[0] for arms in self._run(groups, return_logits)]
+        for out in outs:  # a prompt is one sequence: report all of it as its own prefill
+            out.prefill_tokens += out.shared_prefill_tokens
+            out.shared_prefill_tokens = 0
+        return outs
+
+    def fork(self, prefix_ids: list[int], suffixes: list[list[int]], params: SamplingParams | list[SamplingParams], *, return_logits=False) -> list[Completion]:
+        """Prefill `prefix_ids` once, then continue it with each suffix; one `Completion` per suffix."""
+        return self.fork_many([ForkRequest(prefix_ids, suffixes, params)], return_logits=return_logits)[0]
+
+    def fork_many(self, requests: list[ForkRequest], *, return_logits=False) -> list[list[Completion]]:
+        """Several prefix groups (problems) batched together; results per request, in order."""
+        if not requests:
+            raise EngineInputError("fork_many() needs at least one ForkRequest")
+        groups = []
+        for i, req in enumerate(requests):
+            where = f"request {i}: " if len(requests) > 1 else ""
+            self._check_ids(req.prefix_ids, f"{where}prefix", allow_empty=False)
+            if not isinstance(req.suffixes, (list, tuple)) or not req.suffixes:
+                raise EngineInputError(f"{where}the suffix list is empty: give at least one arm")
+            per = self._per_item(req.params, len(req.suffixes), "suffix")
+            for j, suffix in enumerate(req.suffixes):
+                self._check_ids(suffix, f"{where}suffix {j}", allow_empty=True)
+            groups.append((list(req.prefix_ids), [(list(s), p) for s, p in zip(req.suffixes, per)]))
+        return self._run(groups, return_logits)
+
+    # --- the loop -----------------------------------------------------------------------------
+    def _run(self, groups, return_logits: bool) -> list[list[Completion]]:
+        for g, (prefix, arms) in enumerate(groups):
+            for j, (suffix, params) in enumerate(arms):
+                self._check_context(len(prefix) + len(suffix) + params.max_new_tokens, g, j)
+        shapes = [
+            GroupShape(len(prefix), tuple(max(len(s), 1) for s, _ in arms), tuple(p.max_new_tokens for _, p in arms))
+            for prefix, arms in groups
+        ]
+        results: list[list[Completion] | None] = [None] * len(groups)
+        total = sum(len(arms) for _, arms in groups)
+        bar = tqdm(total=total, desc="generate", unit="seq", disable=not self.progress, leave=False)
+        with torch.inference_mode(), self.runner.fork_attention():
+            for batch_groups in plan_batches(shapes, self.max_batch_tokens):
+                batch = Batch([groups[i] for i in batch_groups], self.runner.device, self.eos_ids, self.tokenizer, return_logits)
+                self._run_batch(batch, bar)
+                for seqs_of, i in zip(_by_group(batch), batch_groups):
+                    results[i] = [s.completion() for s in seqs_of]
+        bar.close()
+        return results
+
+    def _run_batch(self, batch: Batch, bar) -> None:
+        cache = ForkCache(self.runner.layer_windows, batch.num_rows, batch.suffix_capacity)
+        t0 = time.perf_counter()
+        if batch.p_max > 0:
+            ids, positions, cache.ctx = batch.prefix_inputs(self.pad_id)
+            self.runner.forward(cache, ids, positions)
+            self.stats.prefix_tokens += ids.numel()
+            self.stats.forward_calls += 1
+        ids, positions, cache.ctx = batch.suffix_inputs(self.pad_id)
+        hidden = self.runner.forward(cache, ids, positions)
+        last = hidden[torch.arange(batch.num_rows, device=hidden.device), batch.last_hidden_index()]
+        self._sample_and_record(batch, batch.active, last)
+        self.stats.suffix_tokens += ids.numel()
+        self.stats.forward_calls += 1
+        prefill_s = time.perf_counter() - t0
+        bar.set_postfix(prefill_tok_s=f"{(batch.shared_prefix_tokens() + ids.numel()) / max(prefill_s, 1e-9):.0f}")
+        bar.update(batch.num_rows - len(batch.active))
+        t0, decoded = time.perf_counter(), 0
+        while not batch.done:
+            running = len(batch.active)
+            decoded += running
+            self.step(batch, cache)
+            bar.update(running - len(batch.active))
+            bar.set_postfix(decode_tok_s=f"{decoded / max(time.perf_counter() - t0, 1e-9):.0f}", running=len(batch.active))
+        self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, sum(cache.nbytes().values()))
+
+    def step(self, batch: Batch, cache: ForkCache) -> None:
+        """One decode step: schedule the running arms, run the model on one token each, postprocess."""
+        rows = batch.active
+        ids, positions, cache.ctx = batch.decode_inputs()
+        hidden = self.runner.forward(cache, ids, positions)
+        self._sample_and_record(batch, rows, hidden[:, -1])
+        self.stats.decode_tokens += len(rows)
+        self.stats.forward_calls += 1
+
+    def _sample_and_record(self, batch: Batch, rows: list[int], hidden: torch.Tensor) -> None:
+        logits = self.runner.logits(hidden)
+        temperature, top_p, uniforms = batch.sampling_inputs(rows)
+        tokens = sample(logits, temperature, top_p, uniforms)
+        batch.postprocess(rows, tokens.tolist(), logits)
+
+    # --- validation ---------------------------------------------------------------------------
+    def _per_item(self, params, count: int, what: str) -> list[SamplingParams]:
+        if isinstance(params, SamplingParams):
+            return [params] * count
+        params = list(params)
+        if len(params) != count or not all(isinstance(p, SamplingParams) for p in params):
+            raise EngineInputError(f"give one SamplingParams, or a list of {count} (one per {what}); got {len(params)}")
+        return params
+
+    def _check_ids(self, ids, what: str, allow_empty: bool) -> None:
+        if not isinstance(ids, (list, tuple)):
+            raise EngineInputError(f"{what} must be a list of token ids, got {type(ids).__name__}")
+        if not ids and not allow_empty:
+            raise EngineInputError(f"{what} is empty: it needs at least one token id")
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise EngineInputError(f"{what} holds {bad[0]!r}, not a token id in [0, {self.vocab_size})")
+
+    def _check_context(self, needed: int, group: int, arm: int) -> None:
+        limit = self.runner.max_positions
+        if limit is not None and needed > limit:
+            raise EngineInputError(
+                f"group {group}, arm {arm}: prefix + suffix + max_new_tokens = {needed} tokens exceeds the "
+                f"model's context of {limit} (max_position_embeddings); shorten the input or max_new_tokens"
+            )
+
+
+def _by_group(batch: Batch):
+    out = [[] for _ in batch.prefixes]
+    for seq in batch.seqs:
+        out[seq.group].append(seq)
+    return out
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    """EOS ids as HF generate() uses them: the generation config's, else the model config's."""
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None) if source is not None else None
+        if eos is not None:
+            return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        return {int(tokenizer.eos_token_id)}
+    return set()
+
+
+def _pad_id(model, tokenizer, eos_ids: set[int]) -> int:
+    # Pad slots are never attended to; any valid id will do.
+    for candidate in (getattr(model.config, "pad_token_id", None), getattr(tokenizer, "pad_token_id", None)):
+        if candidate is not None:
+            return int(candidate)
+    return min(eos_ids) if eos_ids else 0

@@ -1,0 +1,154 @@
+"""The forked KV cache: each prefix stored once per group, each arm in its own static suffix slots.
+
+Layout, per attention layer:
+
+- **prefix** `[G, kv, T, D]`: one entry per prefix group (problem), written once in the prefix
+  phase. Full-attention layers keep the whole padded prefix (T = longest prefix). Sliding-window
+  layers keep only the last W-1 positions, all that a later query can see.
+- **suffix** `[N, kv, S_cap, D]`: one row per arm, preallocated for the arm's suffix plus its new
+  tokens and written by index (gpt-fast style). A finished arm keeps its row; it simply stops being
+  scheduled.
+
+`update` returns a `KVHandle` instead of tensors. HF passes it untouched to the attention function
+(`shared_prefix_attention`), which reads the prefix once for all arms of a group and each arm's own
+suffix, and merges the two by log-sum-exp. Gemma 4's KV-shared layers receive the producing layer's
+handle, so the handle carries its storage rather than a layer index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import Cache
+
+
+@dataclass
+class StepContext:
+    """Positions of the current forward call, shared by every layer (masks are built once per window).
+
+    Prefix phase: `lengths[G]` real prefix lengths of the padded `[G, P_max]` batch.
+    Arm phase: the scheduled `rows[n]` (static suffix rows), their query slots `q_slots[n, L]`, the
+    group of each row and the padded (group, arm) layout used to fold arms into query rows.
+    """
+
+    phase: str  # "prefix" | "arms"
+    lengths: torch.Tensor  # [G] prefix lengths (both phases)
+    rows: torch.Tensor | None = None  # [n] suffix rows scheduled in this call
+    rows_are_all: bool = False  # rows == arange(N): read suffix storage as a view, no gather
+    q_slots: torch.Tensor | None = None  # [n, L] suffix slot of each query token
+    hw: int = 0  # suffix high-water mark: slots [0, hw) may be read
+    group_lo: int = 0  # groups [group_lo, group_hi) hold the scheduled rows
+    group_hi: int = 0
+    arms_per_group: int = 0  # A: padded arms per group in the folded layout
+    fold_index: torch.Tensor | None = None  # [n] row -> (group - group_lo) * A + arm
+    row_group: torch.Tensor | None = None  # [n] group of each scheduled row
+    masks: dict = field(default_factory=dict)  # cache of masks keyed by (kind, window, T)
+
+
+@dataclass
+class LayerKV:
+    """The storage of one attention layer."""
+
+    prefix_k: torch.Tensor | None = None  # [G, kv, T, D]
+    prefix_v: torch.Tensor | None = None
+    prefix_start: torch.Tensor | None = None  # [G] position of prefix slot 0 (negative: leading slots invalid)
+    suffix_k: torch.Tensor | None = None  # [N, kv, S_cap, D]
+    suffix_v: torch.Tensor | None = None
+
+
+@dataclass
+class KVHandle:
+    """What `ForkCache.update` returns in place of key/value tensors."""
+
+    ctx: StepContext
+    layer: LayerKV
+    window: int | None
+    # prefix phase only: this call's own keys/values, [G, kv, L, D]
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+
+class _LayerFlags:
+    """What HF's mask code reads from `cache.layers` before it exits early for custom attention."""
+
+    def __init__(self, is_sliding: bool):
+        self.is_sliding = is_sliding
+
+
+class ForkCache(Cache):
+    """KV cache for one batch of prefix groups and their arms. See the module docstring."""
+
+    def __init__(self, layer_windows: list[int | None], num_rows: int, suffix_capacity: int):
+        super().__init__(layers=[_LayerFlags(w is not None) for w in layer_windows])
+        self.windows = layer_windows
+        self.storage = [LayerKV() for _ in layer_windows]
+        self.num_rows = num_rows
+        self.suffix_capacity = suffix_capacity
+        self.ctx: StepContext | None = None
+
+    # HF would derive positions from the cache length when none are given; with ragged arms that
+    # silently gives wrong positions, so the engine always passes position_ids and this refuses.
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        raise RuntimeError("ForkCache has no single sequence length: pass position_ids explicitly")
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        ctx = self.ctx
+        layer = self.storage[layer_idx]
+        window = self.windows[layer_idx]
+        if ctx.phase == "prefix":
+            self._store_prefix(layer, key_states, value_states, ctx.lengths, window)
+            handle = KVHandle(ctx, layer, window, keys=key_states, values=value_states)
+        else:
+            self._write_suffix(layer, key_states, value_states, ctx)
+            handle = KVHandle(ctx, layer, window)
+        return handle, handle
+
+    @staticmethod
+    def _store_prefix(layer: LayerKV, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, window):
+        p_max = k.shape[2]
+        if window is None or window - 1 >= p_max:
+            layer.prefix_k, layer.prefix_v = k.contiguous(), v.contiguous()
+            layer.prefix_start = torch.zeros_like(lengths)
+            return
+        # Sliding layer: keep positions [P_g - (W-1), P_g) of each group; later queries see no further back.
+        tail = window - 1
+        start = lengths - tail
+        idx = (start[:, None] + torch.arange(tail, device=k.device)).clamp_min(0)
+        idx = idx[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        layer.prefix_k, layer.prefix_v = k.gather(2, idx), v.gather(2, idx)
+        layer.prefix_start = start
+
+    def _write_suffix(self, layer: LayerKV, k: torch.Tensor, v: torch.Tensor, ctx: StepContext):
+        if layer.suffix_k is None:
+            # Sized lazily: Gemma 4 layers differ in head count and head size.
+            shape = (self.num_rows, k.shape[1], self.suffix_capacity, k.shape[3])
+            layer.suffix_k = k.new_zeros(shape)
+            layer.suffix_v = v.new_zeros(shape)
+        rows = ctx.rows[:, None].expand_as(ctx.q_slots)
+        # advanced indices around a slice: the indexed result is [n, L, kv, D]
+        layer.suffix_k[rows, :, ctx.q_slots] = k.transpose(1, 2)
+        layer.suffix_v[rows, :, ctx.q_slots] = v.transpose(1, 2)
+
+    # --- accounting, used by the tests and the benchmarks ---------------------------------------
+    def prefix_tensors(self) -> list[torch.Tensor]:
+        """Every prefix key/value tensor held, one pair per attention layer that stores KV."""
+        out = []
+        for layer in self.storage:
+            if layer.prefix_k is not None:
+                out += [layer.prefix_k, layer.prefix_v]
+        return out
+
+    def suffix_tensors(self) -> list[torch.Tensor]:
+        out = []
+        for layer in self.storage:
+            if layer.suffix_k is not None:
+                out += [layer.suffix_k, layer.suffix_v]
+        return out
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes held by prefix and suffix storage (each tensor counted once)."""
+        return {
+            "prefix": sum(t.untyped_storage().nbytes() for t in self.prefix_tensors()),
+            "suffix": sum(t.untyped_storage().nbytes() for t in self.suffix_tensors()),
+        }

@@ -1,0 +1,161 @@
+"""Shared-prefix ("cascade") attention over a `ForkCache`.
+
+Registered with transformers' `AttentionInterface` as `nudge_fork`. In the arm phase each query
+attends to two key sets, computed separately and merged exactly through their log-sum-exp:
+
+1. **the group's prefix**, read once for all arms of the group: the arms are folded into the query
+   rows, `[G, kv, A*g*L, D] @ prefix_k[G, kv, D, T]`, so the prefix is never broadcast or copied
+   per arm;
+2. **the arm's own suffix slots**, a batched matmul with a causal-by-slot mask.
+
+Matmuls run in the storage dtype; softmax statistics in fp32. The prefix phase is plain causal
+self-attention over the padded prefix batch, computed in query chunks to bound memory.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AttentionInterface
+
+from nudgeability.engine.fork_cache import KVHandle, StepContext
+
+NAME = "nudge_fork"
+PREFILL_QUERY_CHUNK = 512
+
+
+def shared_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """HF attention-interface entry point; `key` is the `KVHandle` returned by `ForkCache.update`."""
+    handle: KVHandle = key
+    if not isinstance(handle, KVHandle):
+        raise RuntimeError("nudge_fork attention needs a ForkCache; use nudgeability.engine.Engine")
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    window = kwargs.get("sliding_window", handle.window)
+    if window is None:
+        window = handle.window
+    if handle.ctx.phase == "prefix":
+        out = _causal_self_attention(query, handle.keys, handle.values, scaling, window)
+    else:
+        out = _arm_attention(query, handle, scaling, window)
+    return out, None
+
+
+def _causal_self_attention(q, k, v, scaling: float, window: int | None) -> torch.Tensor:
+    """Causal (optionally windowed) attention of a right-padded batch: [B,H,L,D] -> [B,L,H,D].
+
+    Right padding needs no mask: a real token only sees earlier slots, which are all real.
+    """
+    b, h, length, d = q.shape
+    kv = k.shape[1]
+    g = h // kv
+    q = q.reshape(b, kv, g, length, d)
+    out = q.new_empty(b, kv, g, length, d)
+    for c0 in range(0, length, PREFILL_QUERY_CHUNK):
+        c1 = min(c0 + PREFILL_QUERY_CHUNK, length)
+        k0 = 0 if window is None else max(0, c0 - window + 1)
+        qc = q[:, :, :, c0:c1].reshape(b, kv, g * (c1 - c0), d)
+        s = torch.matmul(qc, k[:, :, k0:c1].transpose(-1, -2)).float() * scaling
+        qpos = torch.arange(c0, c1, device=q.device)[:, None]
+        kpos = torch.arange(k0, c1, device=q.device)[None, :]
+        visible = kpos <= qpos
+        if window is not None:
+            visible &= (qpos - kpos) < window
+        s = s.view(b, kv, g, c1 - c0, c1 - k0).masked_fill(~visible, float("-inf"))
+        p = torch.softmax(s, dim=-1).to(v.dtype).view(b, kv, g * (c1 - c0), c1 - k0)
+        out[:, :, :, c0:c1] = torch.matmul(p, v[:, :, k0:c1]).view(b, kv, g, c1 - c0, d)
+    return out.view(b, h, length, d).transpose(1, 2)
+
+
+def _arm_attention(q, handle: KVHandle, scaling: float, window: int | None) -> torch.Tensor:
+    ctx, layer = handle.ctx, handle.layer
+    n, h, length, d = q.shape
+    kv = layer.suffix_k.shape[1]
+    g = h // kv
+    gl = g * length
+    q = q.reshape(n, kv, gl, d)
+
+    # Suffix part: each arm against its own slots [0, hw).
+    if ctx.rows_are_all:
+        ks, vs = layer.suffix_k[:, :, : ctx.hw], layer.suffix_v[:, :, : ctx.hw]
+    else:
+        ks = layer.suffix_k[:, :, : ctx.hw].index_select(0, ctx.rows)
+        vs = layer.suffix_v[:, :, : ctx.hw].index_select(0, ctx.rows)
+    s = torch.matmul(q, ks.transpose(-1, -2)).float() * scaling  # [n, kv, gl, hw]
+    s = s.view(n, kv, g, length, ctx.hw).masked_fill(~_suffix_mask(ctx, window), float("-inf"))
+    m_s = s.amax(dim=-1, keepdim=True)  # finite: every query sees its own slot
+    e = torch.exp(s - m_s)
+    l_s = e.sum(dim=-1, keepdim=True).view(n, kv, gl, 1)
+    o_s = torch.matmul(e.to(vs.dtype).view(n, kv, gl, ctx.hw), vs).float()
+    m_s = m_s.view(n, kv, gl, 1)
+
+    if layer.prefix_k is not None and layer.prefix_k.shape[2] > 0:
+        o_p, m_p, l_p = _prefix_part(q, layer, ctx, scaling, window, g, length)
+        m = torch.maximum(m_s, m_p)
+        a_s, a_p = torch.exp(m_s - m), torch.exp(m_p - m)
+        out = (o_s * a_s + o_p * a_p) / (l_s * a_s + l_p * a_p)
+    else:
+        out = o_s / l_s
+    return out.to(q.dtype).view(n, kv, g, length, d).reshape(n, h, length, d).transpose(1, 2)
+
+
+def _prefix_part(q, layer, ctx: StepContext, scaling, window, g: int, length: int):
+    """Unnormalised prefix attention of the scheduled rows, as ([n,kv,gl,D], max [n,kv,gl,1], sum)."""
+    n, kv, gl, d = q.shape
+    groups, arms = ctx.group_hi - ctx.group_lo, ctx.arms_per_group
+    pk = layer.prefix_k[ctx.group_lo : ctx.group_hi]  # a view: the prefix is never copied
+    pv = layer.prefix_v[ctx.group_lo : ctx.group_hi]
+    t = pk.shape[2]
+    # Fold: [n, kv, gl, D] -> [groups, kv, arms*gl, D] (zero rows for absent arms).
+    folded = q.new_zeros(groups * arms, kv, gl, d)
+    folded[ctx.fold_index] = q
+    folded = folded.view(groups, arms, kv, gl, d).transpose(1, 2).reshape(groups, kv, arms * gl, d)
+    s = torch.matmul(folded, pk.transpose(-1, -2)).float() * scaling  # [groups, kv, arms*gl, T]
+    s = s.masked_fill(~_prefix_mask(ctx, layer, window, g, length, t), float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    e = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    l = e.sum(dim=-1, keepdim=True)
+    o = torch.matmul(e.to(pv.dtype), pv).float()  # [groups, kv, arms*gl, D]
+
+    def unfold(x):
+        x = x.view(groups, kv, arms, gl, x.shape[-1]).transpose(1, 2).reshape(groups * arms, kv, gl, x.shape[-1])
+        return x[ctx.fold_index]
+
+    return unfold(o), unfold(m), unfold(l)
+
+
+def _suffix_mask(ctx: StepContext, window) -> torch.Tensor:
+    """[n, 1, 1, L, hw]: key slot j is visible to query slot i when j <= i (and i - j < W)."""
+    key = ("suffix", window)
+    if key not in ctx.masks:
+        j = torch.arange(ctx.hw, device=ctx.q_slots.device)
+        i = ctx.q_slots[:, :, None]
+        visible = j <= i
+        if window is not None:
+            visible &= (i - j) < window
+        ctx.masks[key] = visible[:, None, None]
+    return ctx.masks[key]
+
+
+def _prefix_mask(ctx: StepContext, layer, window, g: int, length: int, t: int) -> torch.Tensor:
+    """[groups, 1, arms*g*L, T] (or [groups, 1, 1, T] for full layers): visible prefix slots."""
+    key = ("prefix", window, t)
+    if key in ctx.masks:
+        return ctx.masks[key]
+    lo, hi = ctx.group_lo, ctx.group_hi
+    start = layer.prefix_start[lo:hi]
+    kpos = start[:, None] + torch.arange(t, device=start.device)  # [groups, T]
+    valid = (kpos >= 0) & (kpos < ctx.lengths[lo:hi, None])
+    if window is None:
+        mask = valid[:, None, None, :]
+    else:
+        groups, arms = hi - lo, ctx.arms_per_group
+        qpos = ctx.q_slots + ctx.lengths[ctx.row_group][:, None]  # [n, L] absolute positions
+        folded = qpos.new_zeros(groups * arms, length)
+        folded[ctx.fold_index] = qpos
+        folded = folded.view(groups, arms, 1, length).expand(groups, arms, g, length).reshape(groups, -1)
+        mask = (valid[:, None, :] & ((folded[:, :, None] - kpos[:, None, :]) < window))[:, None]
+    ctx.masks[key] = mask
+    return mask
+
+
+AttentionInterface.register(NAME, shared_prefix_attention)

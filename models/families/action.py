@@ -1,0 +1,72 @@
+"""The committed action read after the final think-close marker.
+
+Kinds follow protocol.md "Actions": SELF (a final answer), TOOL (a well-formed call of a declared
+tool), OTHER (a completed commitment that is malformed, with a reason) and TRUNC (no completed
+commitment within the token budget, with a reason saying where the budget ran out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SELF = "SELF"
+TOOL = "TOOL"
+OTHER = "OTHER"
+TRUNC = "TRUNC"
+ACTION_KINDS = (SELF, TOOL, OTHER, TRUNC)
+
+# OTHER reasons: a commitment was completed but is malformed.
+UNDECLARED_TOOL = "undeclared_tool"  # a call of a name the prompt did not declare
+UNPARSABLE_ARGUMENTS = "unparsable_arguments"  # a call whose name or arguments cannot be read
+CALL_AND_ANSWER = "call_and_answer"  # a tool call and answer text both
+EMPTY_COMMITMENT = "empty_commitment"  # the turn ended with nothing after the think-close
+THINK_NEVER_CLOSED = "think_never_closed"  # the turn ended inside the thinking block
+THINK_REOPENED = "think_reopened"  # a think block reopened after the final close and the turn ended in it
+OTHER_REASONS = (
+    UNDECLARED_TOOL,
+    UNPARSABLE_ARGUMENTS,
+    CALL_AND_ANSWER,
+    EMPTY_COMMITMENT,
+    THINK_NEVER_CLOSED,
+    THINK_REOPENED,
+)
+
+# TRUNC reasons: where the budget ran out.
+BUDGET_IN_THINKING = "budget_in_thinking"
+BUDGET_AFTER_THINK = "budget_after_think"  # closed, but nothing written yet
+BUDGET_IN_ANSWER = "budget_in_answer"  # answer text not finished (no end of turn)
+BUDGET_IN_TOOL_CALL = "budget_in_tool_call"  # a call was opened and not closed
+TRUNC_REASONS = (BUDGET_IN_THINKING, BUDGET_AFTER_THINK, BUDGET_IN_ANSWER, BUDGET_IN_TOOL_CALL)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One committed action.
+
+    SELF carries `answer`; TOOL carries `tool_name` and `arguments`; OTHER carries `reason` (one of
+    OTHER_REASONS) and, when a call was seen, `tool_name`; TRUNC carries `reason` (one of
+    TRUNC_REASONS). The fields mirror `nudgeability.splice.records.ActionRecord`.
+    """
+
+    kind: str
+    answer: str | None = None
+    tool_name: str | None = None
+    arguments: dict | None = None
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ACTION_KINDS:
+            raise ValueError(f"Action.kind={self.kind!r}: expected one of {', '.join(ACTION_KINDS)}")
+        allowed = {OTHER: OTHER_REASONS, TRUNC: TRUNC_REASONS}.get(self.kind, (None,))
+        if self.reason not in allowed:
+            raise ValueError(f"Action.reason={self.reason!r} does not fit kind {self.kind}; expected one of {allowed}")
+
+    def to_record(self) -> dict:
+        """The fields as a dict that `ActionRecord(**action.to_record())` accepts."""
+        return {
+            "kind": self.kind,
+            "answer": self.answer,
+            "tool_name": self.tool_name,
+            "arguments": self.arguments,
+            "reason": self.reason,
+        }

@@ -1,0 +1,270 @@
+"""What every chat/think/tool format provides, and the machinery the formats share.
+
+A `Family` wraps one tokenizer and knows one format (formats.md section 1): how to render a prompt
+that declares tools, which marker closes the thinking block, where to cut the reasoning, what to
+append at the cut, and how to read the committed action after the final think-close.
+
+Boundaries and splices work on token ids. Markers are searched in the per-token decoded text, so a
+marker is found whether the vocabulary holds it as one token (Qwen3 `</think>`) or spells it with
+several (SmolLM2 `<`, `/think`, `>`, or ` </` + `think` + `>` when a space merged into the first
+piece). The boundary is the index of the token in which the marker's first character lies.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from nudgeability.models.families.action import (
+    BUDGET_AFTER_THINK,
+    BUDGET_IN_ANSWER,
+    BUDGET_IN_THINKING,
+    BUDGET_IN_TOOL_CALL,
+    CALL_AND_ANSWER,
+    EMPTY_COMMITMENT,
+    OTHER,
+    SELF,
+    THINK_NEVER_CLOSED,
+    THINK_REOPENED,
+    TOOL,
+    TRUNC,
+    UNDECLARED_TOOL,
+    UNPARSABLE_ARGUMENTS,
+    Action,
+)
+
+FINISH_REASONS = ("eos", "stop_token", "stop_string", "length")
+ROLES = ("system", "user", "assistant", "tool", "observation")
+
+# A throwaway tool used only to ask a checkpoint's template whether it renders tools at all.
+_PROBE_TOOL_NAME = "nudgeability_probe_tool"
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": _PROBE_TOOL_NAME,
+        "description": "probe",
+        "parameters": {"type": "object", "properties": {}, "required": []},
+    },
+}
+
+
+class FamilyError(ValueError):
+    """A family name, message list or argument that cannot be used; the message says what to fix."""
+
+
+@dataclass
+class ParsedCall:
+    """One tool call found after the think-close. `name`/`arguments` are None when unreadable."""
+
+    name: str | None
+    arguments: dict | None
+
+
+@dataclass
+class CallScan:
+    """The tool calls in a commitment text and what is left around them."""
+
+    calls: list[ParsedCall] = field(default_factory=list)
+    residual: str = ""  # the text outside every call
+    open_call: bool = False  # a call was opened and never closed; its body ran to the end of the text
+
+
+class Family:
+    """One chat/think/tool format bound to a tokenizer.
+
+    Subclasses set the class attributes and implement `own_text` (the family's renderer, used when
+    the checkpoint's template does not render tools) and `scan_calls` (finding tool calls).
+    """
+
+    name: ClassVar[str] = ""
+    think_open_text: ClassVar[str] = "<think>"
+    think_close_text: ClassVar[str] = "</think>"
+    # Texts that stop generation: end of turn, EOS, end of a tool call. Each becomes a stop token id
+    # when this vocabulary holds it as one token, else a stop string.
+    stop_texts: ClassVar[tuple[str, ...]] = ()
+    # Texts that end the assistant's turn when the commitment is read back.
+    end_of_turn_texts: ClassVar[tuple[str, ...]] = ()
+    # The inserted sentence becomes its own paragraph: separator + sentence + suffix. A newline on
+    # each side joins cleanly to any reasoning prefix (which ends on a token boundary) and leaves the
+    # think-close at the start of a line, as the families write it natively.
+    separator: ClassVar[str] = "\n"
+    sentence_suffix: ClassVar[str] = "\n"
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.think_open_ids: list[int] = self.encode(self.think_open_text)
+        self.think_close_ids: list[int] = self.encode(self.think_close_text)
+        stop_ids: list[int] = []
+        stop_strings: list[str] = []
+        for text in self.stop_texts:
+            token_id = self.single_token_id(text)
+            if token_id is None:
+                stop_strings.append(text)
+            elif token_id not in stop_ids:
+                stop_ids.append(token_id)
+        eos = tokenizer.eos_token_id
+        for token_id in eos if isinstance(eos, list) else [eos]:
+            if token_id is not None and token_id not in stop_ids:
+                stop_ids.append(token_id)
+        self.stop_token_ids: list[int] = stop_ids
+        self.stop_strings: list[str] = stop_strings
+        self.uses_checkpoint_template: bool = self._template_renders_tools()
+
+    # ----- tokens ---------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` alone, with no BOS or other added special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of `ids`, special tokens kept, no clean-up of spaces."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def single_token_id(self, text: str) -> int | None:
+        """The id of `text` if this vocabulary holds it as exactly one token, else None."""
+        ids = self.encode(text)
+        return ids[0] if len(ids) == 1 and self.decode(ids) == text else None
+
+    def find_marker(self, ids: list[int], marker: str, last: bool = False) -> int | None:
+        """Index of the token in which the first (or last) occurrence of `marker` starts, or None."""
+        ids = list(ids)
+        if not ids:
+            return None
+        pieces = self.tokenizer.decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        starts, offset = [], 0
+        for piece in pieces:
+            starts.append(offset)
+            offset += len(piece)
+        text = "".join(pieces)
+        pos = text.rfind(marker) if last else text.find(marker)
+        if pos < 0:
+            return None
+        return bisect.bisect_right(starts, pos) - 1
+
+    # ----- prompts --------------------------------------------------------------------------
+    def render(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> list[int]:
+        """Prompt ids for `messages` (+ `tools`), ending with the generation prompt.
+
+        Uses the tokenizer's own chat template when it renders tools, else `own_text`. The text is
+        tokenised with no added special tokens (the format writes its own BOS), so the same input
+        always gives the same ids.
+        """
+        return self.encode(self.render_text(messages, tools, thinking))
+
+    def render_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+        """The prompt text that `render` tokenises."""
+        check_messages(messages, tools)
+        if self.uses_checkpoint_template:
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools or None, add_generation_prompt=True, tokenize=False, enable_thinking=thinking
+            )
+        return self.own_text(messages, tools, thinking)
+
+    def own_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+        """The family's own renderer, following the documented format (formats.md section 1)."""
+        raise NotImplementedError
+
+    def _template_renders_tools(self) -> bool:
+        """Whether the tokenizer ships a chat template that renders a declared tool."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            return False
+        try:
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": "hi"}], tools=[_PROBE_TOOL], add_generation_prompt=True, tokenize=False
+            )
+        except Exception:  # noqa: BLE001 - any template failure means "cannot use it for tools"
+            return False
+        return isinstance(text, str) and _PROBE_TOOL_NAME in text
+
+    # ----- the splice -----------------------------------------------------------------------
+    def find_boundary(self, generated_ids: list[int]) -> int | None:
+        """Index in `generated_ids` where the first think-close starts; None if it never closed."""
+        return self.find_marker(generated_ids, self.think_close_text)
+
+    def splice_ids(self, sentence: str, sealed: bool) -> list[int]:
+        """Ids to append to prompt + generated[:boundary]: separator + sentence + suffix, then the
+        think-close ids when `sealed`. An empty sentence inserts nothing (only the close if sealed).
+        The sentence is tokenised on its own, never together with the reasoning before it."""
+        if not isinstance(sentence, str):
+            raise FamilyError(f"splice_ids: sentence must be a str, got {type(sentence).__name__}")
+        ids = self.encode(self.separator + sentence + self.sentence_suffix) if sentence else []
+        return ids + (list(self.think_close_ids) if sealed else [])
+
+    # ----- the action -----------------------------------------------------------------------
+    def scan_calls(self, text: str) -> CallScan:
+        """Tool calls in the commitment `text` (what follows the final think-close)."""
+        raise NotImplementedError
+
+    def parse_action(self, ids: list[int], finish_reason: str, tools: list | None = None) -> Action:
+        """The action committed after the final think-close in `ids`.
+
+        `ids` is what follows the cut: for B, generated[boundary:]; for an arm, splice ids + the
+        arm's generation. `tools` are the declared tool names (or tool dicts); None declares none.
+        The turn counts as ended when `finish_reason` is not "length" or an end-of-turn marker
+        follows the close. Reading order: no close -> TRUNC/OTHER; a think block reopened and not
+        closed -> TRUNC/OTHER; calls -> OTHER when answer text sits beside them, when a name is not
+        declared or when a call cannot be read, else TOOL (the first call); text -> SELF; nothing ->
+        OTHER (ended) or TRUNC.
+        """
+        if finish_reason not in FINISH_REASONS:
+            raise FamilyError(f"finish_reason={finish_reason!r}: expected one of {', '.join(FINISH_REASONS)}")
+        declared = tool_names(tools)
+        text = self.decode(ids)
+        close = text.rfind(self.think_close_text)
+        truncated = finish_reason == "length"
+        if close < 0:
+            return Action(TRUNC, reason=BUDGET_IN_THINKING) if truncated else Action(OTHER, reason=THINK_NEVER_CLOSED)
+        tail = text[close + len(self.think_close_text) :]
+        ends = [p for p in (tail.find(m) for m in self.end_of_turn_texts) if p >= 0]
+        if ends:
+            tail = tail[: min(ends)]
+        ended = bool(ends) or not truncated
+        if self.think_open_text in tail:
+            return Action(OTHER, reason=THINK_REOPENED) if ended else Action(TRUNC, reason=BUDGET_IN_THINKING)
+        scan = self.scan_calls(tail)
+        if scan.open_call and not ended:
+            return Action(TRUNC, reason=BUDGET_IN_TOOL_CALL)
+        residual = scan.residual.strip()
+        if scan.calls:
+            first = scan.calls[0]
+            if residual:
+                return Action(OTHER, tool_name=first.name, reason=CALL_AND_ANSWER)
+            for call in scan.calls:
+                if call.name is None:
+                    return Action(OTHER, reason=UNPARSABLE_ARGUMENTS)
+                if call.name not in declared:
+                    return Action(OTHER, tool_name=call.name, reason=UNDECLARED_TOOL)
+                if call.arguments is None:
+                    return Action(OTHER, tool_name=call.name, reason=UNPARSABLE_ARGUMENTS)
+            return Action(TOOL, tool_name=first.name, arguments=first.arguments)
+        if residual:
+            return Action(SELF, answer=residual) if ended else Action(TRUNC, reason=BUDGET_IN_ANSWER)
+        return Action(OTHER, reason=EMPTY_COMMITMENT) if ended else Action(TRUNC, reason=BUDGET_AFTER_THINK)
+
+
+def tool_names(tools: list | None) -> set[str]:
+    """Declared tool names from names or OpenAI-style tool dicts."""
+    names = set()
+    for tool in tools or ():
+        if isinstance(tool, str):
+            names.add(tool)
+        elif isinstance(tool, dict):
+            names.add(tool.get("function", tool).get("name"))
+        else:
+            raise FamilyError(f"tools: expected names or tool dicts, got {type(tool).__name__}")
+    return names
+
+
+def check_messages(messages: list[dict], tools: list[dict] | None) -> None:
+    """Raise FamilyError unless `messages` is a non-empty list of {role, content} dicts and `tools`
+    a list of OpenAI-style {"type": "function", "function": {"name", ...}} dicts."""
+    if not isinstance(messages, list) or not messages:
+        raise FamilyError("messages: expected a non-empty list of {'role': ..., 'content': ...} dicts")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise FamilyError(f"messages[{i}]: expected a dict with 'role' in {ROLES}")
+        if not isinstance(message.get("content"), str):
+            raise FamilyError(f"messages[{i}]['content']: expected a str (use '' for none)")
+    for i, tool in enumerate(tools or ()):
+        if not isinstance(tool, dict) or not isinstance(tool.get("function"), dict) or "name" not in tool["function"]:
+            raise FamilyError(f"tools[{i}]: expected {{'type': 'function', 'function': {{'name': ..., ...}}}}")

@@ -1,0 +1,67 @@
+"""Generic ChatML (SmolLM2 and other models with no think or tool format of their own).
+
+Turns are `<|im_start|>{role}\\n…<|im_end|>\\n`. Thinking and tool calls are written as plain text,
+Qwen3-style: `<think>…</think>`, then a final answer or
+`<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`. The markers usually span several
+tokens (SmolLM2 spells `</think>` as `</`, `think`, `>`).
+
+Because the model was never trained on this format, the system turn always states it in plain
+text (the tools block, then a `# Format` section), and the generation prompt opens the thinking
+block, `<|im_start|>assistant\\n<think>\\n`, so that even a non-reasoning model starts inside it.
+For the same reason this family always uses its own renderer, never the checkpoint's template:
+a ChatML checkpoint's template knows nothing of this think/tool format.
+
+Splice: "\\n" + sentence + "\\n", then the (multi-token) `</think>` ids when sealed.
+"""
+
+from __future__ import annotations
+
+from nudgeability.models.families.base import CallScan, Family
+from nudgeability.models.families.qwen3 import render_tool_call, scan_tagged_json_calls, tojson
+
+TOOLS_HEADER = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+FORMAT_WITH_TOOLS = (
+    "\n</tools>\n\n# Format\n\nFirst think step by step between <think> and </think>. After </think>, do one of "
+    "two things: write your final answer, or call a function by returning a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+FORMAT_WITHOUT_TOOLS = "# Format\n\nFirst think step by step between <think> and </think>. After </think>, write your final answer."
+
+
+class ChatMLFamily(Family):
+    name = "chatml"
+    think_open_text = "<think>"
+    think_close_text = "</think>"
+    stop_texts = ("<|im_end|>", "<|endoftext|>", "</tool_call>")
+    end_of_turn_texts = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
+
+    def _template_renders_tools(self) -> bool:
+        return False  # see the module docstring: the format must be stated by our own renderer
+
+    def own_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+        """The generic ChatML format with the think/tool instructions in the system turn."""
+        system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+        out = ["<|im_start|>system\n" + (system + "\n\n" if system else "")]
+        if tools:
+            out.append(TOOLS_HEADER + "".join("\n" + tojson(t) for t in tools) + FORMAT_WITH_TOOLS)
+        else:
+            out.append(FORMAT_WITHOUT_TOOLS)
+        out.append("<|im_end|>\n")
+        for i, message in enumerate(messages):
+            role, content = message["role"], message["content"]
+            if role == "user" or (role == "system" and i > 0):
+                out.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
+            elif role == "assistant":
+                calls = [render_tool_call(c) for c in message.get("tool_calls") or ()]
+                out.append("<|im_start|>assistant\n" + "\n".join([content] * bool(content) + calls) + "<|im_end|>\n")
+            elif role in ("tool", "observation"):
+                out.append(f"<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n")
+        out.append("<|im_start|>assistant\n<think>\n" + ("" if thinking else "\n</think>\n\n"))
+        return "".join(out)
+
+    def scan_calls(self, text: str) -> CallScan:
+        return scan_tagged_json_calls(text)

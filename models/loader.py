@@ -1,0 +1,109 @@
+"""Load a causal LM and its tokenizer from a local directory, an HF-cache repo id or a GGUF file.
+
+Quantised checkpoints (FP8 blocks, compressed-tensors pack-quantized, bitsandbytes 4-bit) are
+recognised from `config.json` `quantization_config` and loaded by `nudgeability.models.quant`
+without materialising full-precision weights.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from nudgeability.models import smollm2
+
+QUANT_METHODS = ("fp8", "compressed-tensors", "bitsandbytes")
+
+
+class ModelLoadError(ValueError):
+    """A model spec that cannot be resolved or loaded; the message says what to fix."""
+
+
+@dataclass
+class ModelSource:
+    """Where a loaded model came from: what the run manifest records and hashes."""
+
+    spec: str
+    directory: Path
+    files: list[Path] = field(default_factory=list)
+    gguf: Path | None = None
+    quant_method: str | None = None
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    source: ModelSource
+
+
+def resolve(spec: str | Path) -> ModelSource:
+    """Turn a model spec into a local checkpoint directory.
+
+    Accepted: 'smollm2' (the embedded model), a checkpoint directory, a `.gguf` file (converted
+    once and cached), or a hub repo id that is already in the local HF cache (never downloaded).
+    """
+    text = str(spec)
+    if text == smollm2.ALIAS:
+        gguf = smollm2.find_gguf()
+        return _source(text, smollm2.converted_dir(gguf), gguf=gguf)
+    path = Path(text).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _source(text, smollm2.converted_dir(path), gguf=path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path}: not a checkpoint directory (no config.json)")
+        return _source(text, path)
+    if path.exists():
+        raise ModelLoadError(f"{path}: expected a checkpoint directory or a .gguf file")
+    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+        return _source(text, _from_hf_cache(text))
+    raise ModelLoadError(f"{text}: no such file or directory, and not a hub repo id of the form 'org/name'")
+
+
+def _from_hf_cache(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError) as exc:
+        raise ModelLoadError(
+            f"{repo_id}: not in the local Hugging Face cache, and nudgeability never downloads. "
+            f"Download it where you have network access (huggingface-cli download {repo_id}) or pass a directory."
+        ) from exc
+
+
+def _source(spec: str, directory: Path, gguf: Path | None = None) -> ModelSource:
+    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    quant = None
+    config = json.loads((directory / "config.json").read_text())
+    qcfg = config.get("quantization_config")
+    if qcfg:
+        quant = qcfg.get("quant_method")
+    return ModelSource(spec=spec, directory=directory, files=files, gguf=gguf, quant_method=quant)
+
+
+def load_model(spec: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """Load `spec` (see `resolve`) onto `device` in `dtype`, in eval mode, with its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve(spec)
+    tokenizer = AutoTokenizer.from_pretrained(source.directory)
+    if source.quant_method is not None:
+        if source.quant_method not in QUANT_METHODS:
+            raise ModelLoadError(
+                f"{source.directory / 'config.json'}: quantization_config.quant_method={source.quant_method!r} "
+                f"is not supported; known: {', '.join(QUANT_METHODS)}"
+            )
+        from nudgeability.models.quant import load_quantized
+
+        model = load_quantized(source.directory, device=device, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(source.directory, dtype=dtype)
+        model.to(device)
+    model.eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, source=source)

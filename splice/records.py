@@ -1,0 +1,62 @@
+"""The record schema: one JSONL line per (problem, condition, seed).
+
+This is the contract between the runner (which writes records) and `nudgeability.stats` (which
+reads them). Records carry no clock: timings go to a separate file, so that two runs of the same
+config give byte-identical record files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+ACTION_KINDS = ("SELF", "TOOL", "OTHER", "TRUNC")
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    """The committed action read after the final think-close marker."""
+
+    kind: str  # one of ACTION_KINDS
+    answer: str | None = None  # SELF: the answer text
+    tool_name: str | None = None  # TOOL (and OTHER with a call): the called name
+    arguments: dict | None = None  # TOOL: the parsed arguments
+    reason: str | None = None  # OTHER / TRUNC: why
+
+
+@dataclass(frozen=True)
+class GradeRecord:
+    """A graded answer. `correct` is None when the answer cannot be graded."""
+
+    em: float | None
+    f1: float | None
+    correct: bool | None
+
+
+@dataclass(frozen=True)
+class Record:
+    problem_id: str
+    task: str  # "musique" | "strategyqa"
+    condition: str  # a code from nudgeability.splice.conditions
+    sentence_id: str | None  # the inserted sentence's id in the sentences file; None for NT, B, empty
+    seed: int  # decoding seed (0 for greedy runs)
+    prompt_tokens: int  # token count of the rendered prompt (unaided or with-tool)
+    prompt_sha256: str  # sha256 of the prompt ids as little-endian int32 bytes
+    prefix_tokens: int | None  # arms: tokens of the B reasoning prefix r_i (after the prompt); else None
+    boundary: int | None  # B / oracle_B: index in generated_ids of the first think-close; None if never closed
+    generated_ids: list[int]
+    text: str  # decoded generated_ids, special tokens kept
+    finish_reason: str  # "eos" | "stop_token" | "stop_string" | "length"
+    action: ActionRecord
+    grade: GradeRecord | None  # NT always; B / oracle_B when the action is SELF; else None
+
+    def to_json(self) -> str:
+        """One line of JSON with sorted keys: the byte-exact form written to records.jsonl."""
+        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+    @staticmethod
+    def from_dict(data: dict) -> "Record":
+        fields = dict(data)
+        fields["action"] = ActionRecord(**fields["action"])
+        fields["grade"] = GradeRecord(**fields["grade"]) if fields.get("grade") is not None else None
+        return Record(**fields)

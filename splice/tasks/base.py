@@ -1,0 +1,124 @@
+"""What every task provides: problems, the three prompts (unaided, with tool, oracle) and grading.
+
+A task turns one official data file into `Problem`s and each problem into chat messages plus tool
+declarations. Messages are plain `{"role", "content"}` dicts and tools use the OpenAI function
+format `{"type": "function", "function": {"name", "description", "parameters"}}`; the model
+family (`nudgeability.models.families`) renders both in its native chat template, so no task
+knows any family's markers. Tool calls are never executed during measurement, so a tool is only a
+declaration.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from nudgeability.splice.records import GradeRecord
+
+Messages = list[dict]
+Tools = list[dict]
+
+# The shipped samples (see splice/data/README.md for provenance and licences).
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+class DataFileError(ValueError):
+    """A data file the user can fix: the message names the file, and the line and field if known."""
+
+    def __init__(self, path: str | os.PathLike, message: str, *, line: int | None = None,
+                 field: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {message}")
+
+
+class EmptyDatasetError(DataFileError):
+    """The file holds no usable problem (none at all, or none left after filtering)."""
+
+
+class UnknownTaskError(ValueError):
+    """A task name that is not registered."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One question with a verifiable answer.
+
+    `gold` is a tuple of gold strings for MuSiQue (`(answer, *answer_aliases)`) and a bool for
+    StrategyQA. `context` is task-specific and made of tuples so the problem stays hashable and
+    JSON-serialisable (MuSiQue: its paragraphs as `(title, text)` pairs; StrategyQA: empty).
+    `source_line` is the 1-based line of the file where the record starts, for error messages.
+    """
+
+    id: str
+    task: str
+    question: str
+    gold: tuple[str, ...] | bool
+    context: tuple = ()
+    source_line: int = 0
+
+
+def function_tool(name: str, description: str, parameters: dict[str, str]) -> dict:
+    """An OpenAI-format function declaration whose parameters are all required strings.
+
+    `parameters` maps each argument name to its description.
+    """
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {arg: {"type": "string", "description": text}
+                               for arg, text in parameters.items()},
+                "required": list(parameters),
+            },
+        },
+    }
+
+
+class Task(ABC):
+    """A task: loads its official file, builds the prompts and grades answers.
+
+    Subclasses set `name`, `tool_names`, `data_filename` and implement `load`, the three prompt
+    methods and `grade`. The oracle tool is always `ask_expert`.
+    """
+
+    name: ClassVar[str]
+    tool_names: ClassVar[tuple[str, ...]]
+    oracle_tool_names: ClassVar[tuple[str, ...]] = ("ask_expert",)
+    data_filename: ClassVar[str]
+
+    def default_data_path(self) -> Path:
+        """The shipped sample of this task (the embedded default of `nudge run`)."""
+        return DATA_DIR / self.data_filename
+
+    @abstractmethod
+    def load(self, path: str | os.PathLike | None = None) -> list[Problem]:
+        """Read the official data file (default: the shipped sample) into problems, in file order.
+
+        Raises `DataFileError` (naming the file, line and field) for a malformed record and
+        `EmptyDatasetError` when no problem is left; a missing file raises `FileNotFoundError`.
+        """
+
+    @abstractmethod
+    def unaided_messages(self, problem: Problem) -> Messages:
+        """System and user messages of the unaided prompt: no tool is mentioned or declared."""
+
+    @abstractmethod
+    def with_tool(self, problem: Problem) -> tuple[Messages, Tools]:
+        """Messages and tool declarations of the with-tool prompt (the task's scoped tool)."""
+
+    @abstractmethod
+    def oracle(self, problem: Problem) -> tuple[Messages, Tools]:
+        """The with-tool prompt with the tool swapped for `ask_expert`, a free correct worked answer."""
+
+    @abstractmethod
+    def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
+        """Grade a committed answer; `correct` is None when the answer cannot be graded."""

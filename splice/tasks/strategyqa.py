@@ -1,0 +1,107 @@
+"""StrategyQA: implicit multi-step yes/no questions (Geva et al., TACL 2021).
+
+Reads the official `strategyqa_train.json` format: one JSON array of records with `qid`,
+`question` and `answer` (bool) (plus `term`, `description`, `facts`, `decomposition` and sometimes
+`evidence`, which the prompts do not use: facts and decomposition would give the answer away).
+The tool is a scoped `search(query)` that returns evidence passages; calls are never executed
+during measurement, so the evidence corpus is not needed. The answer is parsed to yes/no
+(`scoring.parse_yes_no`) and compared with the boolean; anything else is ungradeable.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nudgeability.splice.records import GradeRecord
+from nudgeability.splice.tasks.base import (
+    DataFileError,
+    EmptyDatasetError,
+    Messages,
+    Problem,
+    Task,
+    Tools,
+    function_tool,
+)
+from nudgeability.splice.tasks.reading import read_json_array, require
+from nudgeability.splice.tasks.scoring import parse_yes_no
+
+# ---- All of this task's prompt wording -----------------------------------------------------------
+_INTRO = "You answer yes/no questions that need several implicit reasoning steps."
+_ANSWER_FORMAT = "give your final answer on its own line as `Answer: yes` or `Answer: no`"
+SYSTEM_UNAIDED = f"{_INTRO}\nThink the question through first. Then {_ANSWER_FORMAT}."
+SYSTEM_WITH_TOOL = (
+    f"{_INTRO}\nYou can call the `{{tool}}` tool: {{tool_use}}\n"
+    f"Think the question through first. Then do exactly one of these: {_ANSWER_FORMAT}; or call "
+    f"`{{tool}}`.")
+SEARCH_USE = "it searches a scoped web index and returns evidence passages for a query."
+ASK_EXPERT_USE = "it returns a correct worked answer to a question, at no cost."
+SEARCH_TOOL = ("search", "Search a scoped web index and return evidence passages relevant to "
+               "the query.", {"query": "The search query."})
+ASK_EXPERT_TOOL = ("ask_expert", "Ask an expert, who returns a correct worked answer to the "
+                   "question at no cost.", {"question": "The question to ask the expert."})
+USER = "Question: {question}"
+# ---------------------------------------------------------------------------------------------------
+
+
+class StrategyQATask(Task):
+    """StrategyQA (train split): yes/no questions, gold is a bool."""
+
+    name = "strategyqa"
+    tool_names = ("search",)
+    data_filename = "strategyqa_train.json"
+
+    def load(self, path: str | os.PathLike | None = None) -> list[Problem]:
+        """Read an official StrategyQA JSON array into problems, in file order.
+
+        Each record needs `qid` (string, unique), `question` (string) and `answer` (true/false).
+        Raises `DataFileError` naming the file, the line the record starts on and the field, and
+        `EmptyDatasetError` for an empty array.
+        """
+        path = self.default_data_path() if path is None else path
+        problems: list[Problem] = []
+        first_line: dict[str, int] = {}
+        for line, record in read_json_array(path):
+            qid = require(record, "qid", str, "a string id", path, line)
+            question = require(record, "question", str, "the question text", path, line)
+            answer = require(record, "answer", bool, "true or false", path, line)
+            if qid in first_line:
+                raise DataFileError(path, f"qid '{qid}' repeats the record on line "
+                                          f"{first_line[qid]}; ids must be unique",
+                                    line=line, field="qid")
+            first_line[qid] = line
+            problems.append(Problem(id=qid, task=self.name, question=question, gold=answer,
+                                    context=(), source_line=line))
+        if not problems:
+            raise EmptyDatasetError(path, "the array holds no records; pass the official "
+                                          "strategyqa_train.json")
+        return problems
+
+    def unaided_messages(self, problem: Problem) -> Messages:
+        """The question with the yes/no answer format; no tool."""
+        return [{"role": "system", "content": SYSTEM_UNAIDED},
+                {"role": "user", "content": USER.format(question=problem.question)}]
+
+    def with_tool(self, problem: Problem) -> tuple[Messages, Tools]:
+        """The same user turn; the system turn offers `search`, declared as a function tool."""
+        system = SYSTEM_WITH_TOOL.format(tool="search", tool_use=SEARCH_USE)
+        return ([{"role": "system", "content": system},
+                 {"role": "user", "content": USER.format(question=problem.question)}],
+                [function_tool(*SEARCH_TOOL)])
+
+    def oracle(self, problem: Problem) -> tuple[Messages, Tools]:
+        """The with-tool prompt with `ask_expert` in place of `search`."""
+        system = SYSTEM_WITH_TOOL.format(tool="ask_expert", tool_use=ASK_EXPERT_USE)
+        return ([{"role": "system", "content": system},
+                 {"role": "user", "content": USER.format(question=problem.question)}],
+                [function_tool(*ASK_EXPERT_TOOL)])
+
+    def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
+        """Parsed yes/no against the gold bool: em = 1.0/0.0, f1 = None (undefined for yes/no).
+
+        All fields are None when the answer is not a readable yes/no.
+        """
+        parsed = parse_yes_no(answer_text)
+        if parsed is None:
+            return GradeRecord(em=None, f1=None, correct=None)
+        correct = parsed == problem.gold
+        return GradeRecord(em=float(correct), f1=None, correct=correct)

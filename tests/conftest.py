@@ -1,0 +1,21 @@
+"""Suite-wide settings: never touch a hub, deterministic threads, and the shared real model."""
+
+from __future__ import annotations
+
+import os
+
+# The tests must never reach a model or dataset hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The embedded SmolLM2-135M-Instruct, fp32 on CPU (converted from GGUF once, then cached)."""
+    from nudgeability.models.loader import load_model
+
+    return load_model("smollm2")

@@ -1,0 +1,81 @@
+"""Each forked arm generates exactly what the arm's full prompt generates alone under HF `generate`."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.engine_reference import assert_matches_reference, random_ids
+
+from nudgeability.engine import Engine, ForkRequest, SamplingParams
+
+SUFFIX_LENGTHS = (1, 2, 3, 5, 8, 13, 17, 24)  # 8 arms of different lengths
+NEW_TOKENS = 20
+
+
+def test_every_arm_equals_its_solo_greedy_run(tiny):
+    arch, model = tiny
+    engine = Engine(model)
+    prefix = random_ids(210, seed=1)
+    suffixes = [random_ids(n, seed=100 + n) for n in SUFFIX_LENGTHS]
+    arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=NEW_TOKENS), return_logits=True)
+    assert len(arms) == len(suffixes)
+    for suffix, arm in zip(suffixes, arms):
+        assert_matches_reference(model, arm, prefix + suffix, NEW_TOKENS, engine.eos_ids)
+        assert arm.prefill_tokens == len(suffix)
+        assert arm.shared_prefill_tokens == len(prefix)
+
+
+def test_two_prefix_groups_in_one_batch_equal_their_solo_runs(tiny):
+    arch, model = tiny
+    engine = Engine(model)
+    requests = [
+        ForkRequest(random_ids(230, seed=2), [random_ids(n, seed=200 + n) for n in (4, 1, 9)], SamplingParams(max_new_tokens=12)),
+        ForkRequest(random_ids(201, seed=3), [random_ids(n, seed=300 + n) for n in (6, 2, 11, 3, 7)], SamplingParams(max_new_tokens=12)),
+    ]
+    results = engine.fork_many(requests, return_logits=True)
+    assert [len(r) for r in results] == [3, 5]
+    for req, arms in zip(requests, results):
+        for suffix, arm in zip(req.suffixes, arms):
+            assert_matches_reference(model, arm, req.prefix_ids + suffix, 12, engine.eos_ids)
+
+
+def test_an_empty_suffix_continues_the_prefix_itself(tiny):
+    arch, model = tiny
+    engine = Engine(model)
+    prefix = random_ids(205, seed=4)
+    arms = engine.fork(prefix, [[], random_ids(3, seed=5)], SamplingParams(max_new_tokens=10), return_logits=True)
+    assert_matches_reference(model, arms[0], prefix, 10, engine.eos_ids)
+    assert_matches_reference(model, arms[1], prefix + random_ids(3, seed=5), 10, engine.eos_ids)
+
+
+@pytest.mark.slow
+def test_smollm2_arms_equal_solo_greedy_runs(smollm2):
+    model, tok = smollm2.model, smollm2.tokenizer
+    engine = Engine(model, tok)
+    text = (
+        "Question: Could the members of The Police perform lawful arrests? Think it through step by step. "
+        "The Police were an English rock band formed in London in 1977. Sting, Andy Summers and Stewart "
+        "Copeland were musicians, not law enforcement officers. Only sworn officers can perform lawful arrests, "
+        "although in England any person may perform a citizen's arrest in some circumstances. "
+    ) * 3
+    prefix = tok(text)["input_ids"][:220]
+    sentences = ["I am confident.", "I doubt this.", "Hmm.", "", "Let me check each step again before I answer.",
+                 "So", "Wait, maybe the band members were never police officers at all.", "Answer:"]
+    suffixes = [tok(" " + s)["input_ids"] if s else [] for s in sentences]
+    arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=16), return_logits=True)
+    for suffix, arm in zip(suffixes, arms):
+        assert_matches_reference(model, arm, prefix + suffix, 16, engine.eos_ids)
+
+
+@pytest.mark.slow
+def test_smollm2_two_groups_in_one_batch_equal_solo_runs(smollm2):
+    model, tok = smollm2.model, smollm2.tokenizer
+    engine = Engine(model, tok)
+    a = tok("The capital of France is Paris. The capital of Italy is Rome. " * 12)["input_ids"][:200]
+    b = tok("Water boils at 100 degrees Celsius at sea level, and freezes at zero. " * 12)["input_ids"][:230]
+    requests = [
+        ForkRequest(a, [tok(" The capital of Spain is")["input_ids"], tok(" I")["input_ids"]], SamplingParams(max_new_tokens=8)),
+        ForkRequest(b, [tok(" At high altitude")["input_ids"], []], SamplingParams(max_new_tokens=8)),
+    ]
+    for req, arms in zip(requests, engine.fork_many(requests, return_logits=True)):
+        for suffix, arm in zip(req.suffixes, arms):
+            assert_matches_reference(model, arm, req.prefix_ids + suffix, 8, engine.eos_ids)

@@ -1,0 +1,60 @@
+"""Generic ChatML: hand-written completions after the cut, with plain-text (multi-token) `</think>`
+and `<tool_call>` tags, each with the Action it must parse to."""
+
+from __future__ import annotations
+
+import pytest
+
+from nudgeability.models.families import Action
+
+R = "retrieve"
+ARGS = {"query": "author of Emma"}
+CALL = '<tool_call>\n{"name": "retrieve", "arguments": {"query": "author of Emma"}}\n</tool_call>'
+DOUBT = "I am not sure that my answer is correct."
+
+# (case id, text after the cut, finish_reason, splice prefix or None, expected action)
+CASES = [
+    ("clean_self", "</think>\n\nJane Austen wrote Emma.<|im_end|>", "eos", None,
+     Action("SELF", answer="Jane Austen wrote Emma.")),
+    ("clean_tool", "</think>\n\n" + CALL, "stop_string", None, Action("TOOL", tool_name=R, arguments=ARGS)),
+    ("tool_no_whitespace", '</think><tool_call>{"name":"retrieve","arguments":{"query":"author of Emma"}}</tool_call>',
+     "stop_string", None, Action("TOOL", tool_name=R, arguments=ARGS)),
+    ("tool_spaces_inside_tags", '</think>\n <tool_call>   {"name": "retrieve",\n\t"arguments": {"query": "author of Emma"}}   </tool_call> ',
+     "stop_string", None, Action("TOOL", tool_name=R, arguments=ARGS)),
+    ("other_undeclared_tool", '</think>\n<tool_call>\n{"name": "wikipedia", "arguments": {"q": "Emma"}}\n</tool_call>',
+     "stop_string", None, Action("OTHER", tool_name="wikipedia", reason="undeclared_tool")),
+    ("other_unparsable_json", "</think>\n<tool_call>\n{name: retrieve, arguments: {query: Emma}}\n</tool_call>",
+     "stop_string", None, Action("OTHER", reason="unparsable_arguments")),
+    ("other_trailing_text_inside_call", '</think>\n<tool_call>\n{"name": "retrieve", "arguments": {"query": "x"}} please\n</tool_call>',
+     "stop_string", None, Action("OTHER", tool_name=R, reason="unparsable_arguments")),
+    ("other_call_and_answer", "</think>\nJane Austen.\n" + CALL, "stop_string", None,
+     Action("OTHER", tool_name=R, reason="call_and_answer")),
+    ("other_empty_commitment", "</think>\n\n<|im_end|>", "eos", None, Action("OTHER", reason="empty_commitment")),
+    ("other_think_never_closed", "I am a helpful assistant.<|im_end|>", "eos", None,
+     Action("OTHER", reason="think_never_closed")),
+    ("trunc_in_thinking", "The question asks who wrote the book and", "length", None,
+     Action("TRUNC", reason="budget_in_thinking")),
+    ("trunc_in_tool_call", '</think>\n<tool_call>\n{"name": "retr', "length", None, Action("TRUNC", reason="budget_in_tool_call")),
+    ("trunc_in_answer", "</think>\nThe author", "length", None, Action("TRUNC", reason="budget_in_answer")),
+    ("close_preceded_by_space", "the answer is clear. </think> Jane Austen.<|im_end|>", "eos", None,
+     Action("SELF", answer="Jane Austen.")),
+    ("open_arm_reasons_on_then_calls", "So I will check.\n</think>\n" + CALL, "stop_string", (DOUBT, False),
+     Action("TOOL", tool_name=R, arguments=ARGS)),
+    ("sealed_arm_think_reopened_then_closed", "\n<think>\nOn reflection I know it.\n</think>\nJane Austen.<|im_end|>",
+     "eos", (DOUBT, True), Action("SELF", answer="Jane Austen.")),
+    ("sealed_arm_think_reopened_budget_ends", "\n<think>\nOn reflection", "length", (DOUBT, True),
+     Action("TRUNC", reason="budget_in_thinking")),
+    ("two_closes_reads_after_the_last", "</think>\nRome?\n</think>\n" + CALL, "stop_string", None,
+     Action("TOOL", tool_name=R, arguments=ARGS)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text,finish,prefix,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_chatml_completion_parses_to_expected_action(parse_case, text, finish, prefix, expected):
+    assert parse_case("chatml", text, finish, prefix) == expected
+
+
+def test_chatml_markers_are_multi_token_in_the_tiny_vocabulary(make_family):
+    fam = make_family("chatml")
+    assert len(fam.think_close_ids) > 1 and len(fam.encode("<tool_call>")) > 1
+    assert fam.stop_strings == ["</tool_call>"]  # multi-token, so it must be a stop string

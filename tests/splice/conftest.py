@@ -1,0 +1,54 @@
+"""Shared helpers for the splice tests: small official-format data files written to tmp_path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _musique_record(problem_id: str = "2hop__1_2", answer: str = "Paris",
+                    aliases: tuple[str, ...] = (), question: str = "Where?",
+                    paragraphs: int = 20) -> dict:
+    """One record in the official MuSiQue-Ans key order."""
+    return {
+        "id": problem_id,
+        "paragraphs": [{"idx": k, "title": f"Title {k}", "paragraph_text": f"Text {k}.",
+                        "is_supporting": k < 2} for k in range(paragraphs)],
+        "question": question,
+        "question_decomposition": [],
+        "answer": answer,
+        "answer_aliases": list(aliases),
+        "answerable": True,
+    }
+
+
+@pytest.fixture
+def musique_record():
+    """Build an official-format MuSiQue record: musique_record(id, answer, aliases, question)."""
+    return _musique_record
+
+
+@pytest.fixture
+def write_jsonl(tmp_path):
+    """Write records (dicts, or raw strings taken as whole lines) to a .jsonl file; return its path."""
+
+    def write(records, name: str = "data.jsonl"):
+        path = tmp_path / name
+        lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def write_json(tmp_path):
+    """Write a value as pretty-printed JSON (StrategyQA's style) and return the path."""
+
+    def write(value, name: str = "data.json"):
+        path = tmp_path / name
+        path.write_text(json.dumps(value, indent=2), encoding="utf-8")
+        return path
+
+    return write
