@@ -149,7 +149,7 @@ class Batch:
 
     def _check_stop(self, seq: Sequence, token: int) -> None:
         params: SamplingParams = seq.params
-        if token in self.eos_ids:
+        if token in self.eos_ids and not params.ignore_eos:
             seq.finish_reason, seq.stop = "eos", token
         elif token in params.stop_token_ids:
             seq.finish_reason, seq.stop = "stop_token", token

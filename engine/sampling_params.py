@@ -16,7 +16,8 @@ class SamplingParams:
     `seed_key`, e.g. `(seed, problem_id, condition)`: the sequence gets its own random stream
     derived from it, so its tokens do not depend on what else is in the batch, or in what order.
     Generation stops at EOS, at any of `stop_token_ids`, when the decoded text gains one of
-    `stop_strings`, or after `max_new_tokens`.
+    `stop_strings`, or after `max_new_tokens`. `ignore_eos` keeps going past EOS (benchmarks use it
+    to generate a fixed number of tokens).
     """
 
     max_new_tokens: int = 256
@@ -25,6 +26,7 @@ class SamplingParams:
     seed_key: object = None
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
+    ignore_eos: bool = False
 
     def __post_init__(self):
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:

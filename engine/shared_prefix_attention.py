@@ -20,7 +20,7 @@ from transformers import AttentionInterface
 from nudgeability.engine.fork_cache import KVHandle, StepContext
 
 NAME = "nudge_fork"
-PREFILL_QUERY_CHUNK = 512
+PREFILL_SCORE_ELEMENTS = 1 << 24  # fp32 scores held at once in prefill (64 MiB)
 
 
 def shared_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -50,8 +50,10 @@ def _causal_self_attention(q, k, v, scaling: float, window: int | None) -> torch
     g = h // kv
     q = q.reshape(b, kv, g, length, d)
     out = q.new_empty(b, kv, g, length, d)
-    for c0 in range(0, length, PREFILL_QUERY_CHUNK):
-        c1 = min(c0 + PREFILL_QUERY_CHUNK, length)
+    # Query chunks sized so that one chunk's scores stay within PREFILL_SCORE_ELEMENTS.
+    chunk = max(16, PREFILL_SCORE_ELEMENTS // max(1, b * h * (length if window is None else min(length, window + 512))))
+    for c0 in range(0, length, chunk):
+        c1 = min(c0 + chunk, length)
         k0 = 0 if window is None else max(0, c0 - window + 1)
         qc = q[:, :, :, c0:c1].reshape(b, kv, g * (c1 - c0), d)
         s = torch.matmul(qc, k[:, :, k0:c1].transpose(-1, -2)).float() * scaling
