@@ -1,0 +1,35 @@
+"""nudgeability.stats: every estimator of the paper as pure functions over int8 arrays.
+
+Arrays: `s` (1 unaided correct, 0 wrong, -1 unknown) and action arrays coded SELF=0, TOOL=1,
+OTHER=2, TRUNC=3, -1 = no arm (see actions.py). An experiment is an ExperimentTable (table.py);
+records.py joins run directories into tables; summarize() gives every estimate with its 95%
+bootstrap interval; tables.py and figures.py render them; cli.py adds `nudge stats` and
+`nudge report`. Definitions follow ../shared/reference/protocol.md; each file states its own.
+"""
+
+from .across import AcrossExperiments, Medians, across_experiments, spearman
+from .actions import NONE, OTHER, SELF, TOOL, TRUNC, UNKNOWN, action_code, codes_from_kinds
+from .bootstrap import BootstrapResult, Interval, bootstrap, bootstrap_clustered, bootstrap_units, percentile_interval
+from .contributions import contributions
+from .diagnostics import (
+    ControlDeltas, FlipComposition, Gamma, OracleDiagnostics, Rate, SelfAnswerTransitions,
+    control_deltas, delegation_rate, dself_rself, flip_composition, gamma, oracle_diagnostics,
+)  # fmt: skip
+from .mcnemar import McNemar, mcnemar
+from .records import RecordsError, load_experiments, table_from_records
+from .sensitivity import Sensitivity, sensitivity
+from .summary import ExperimentSummary, PairSummary, profile_label, summarize
+from .table import CONDITIONS, PAIRS, ExperimentLabel, ExperimentTable, TableError
+from .targeting import Stratum, Targeting, targeting
+
+__all__ = [
+    "SELF", "TOOL", "OTHER", "TRUNC", "NONE", "UNKNOWN", "action_code", "codes_from_kinds",
+    "ExperimentTable", "ExperimentLabel", "TableError", "CONDITIONS", "PAIRS",
+    "sensitivity", "Sensitivity", "targeting", "Targeting", "Stratum", "mcnemar", "McNemar",
+    "gamma", "Gamma", "dself_rself", "SelfAnswerTransitions", "oracle_diagnostics", "OracleDiagnostics",
+    "flip_composition", "FlipComposition", "delegation_rate", "control_deltas", "ControlDeltas", "Rate",
+    "contributions", "bootstrap", "bootstrap_clustered", "bootstrap_units", "percentile_interval",
+    "BootstrapResult", "Interval", "summarize", "ExperimentSummary", "PairSummary", "profile_label",
+    "across_experiments", "AcrossExperiments", "Medians", "spearman",
+    "load_experiments", "table_from_records", "RecordsError",
+]  # fmt: skip

@@ -1,0 +1,85 @@
+"""Across experiments: medians of S, WT and L per task and pooled; Spearman rho between S and L.
+
+protocol.md, "Across experiments". Medians summarise experiment-level estimates (not pooled
+problem rows). Callers pass the experiments of one decoding config: the paper does not pool the
+sampled-decoding check with the greedy campaign.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks 1..n, ties sharing the mean of the ranks they span (scipy.stats.rankdata 'average')."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), dtype=np.float64)
+    start = 0
+    while start < len(values):
+        stop = start
+        while stop + 1 < len(values) and values[order[stop + 1]] == values[order[start]]:
+            stop += 1
+        ranks[order[start : stop + 1]] = (start + stop) / 2.0 + 1.0
+        start = stop + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rho: the Pearson correlation of the average ranks of x and y.
+
+    Pairs with a NaN are dropped; NaN when fewer than 2 pairs remain or a side is constant.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"spearman needs equal lengths, got {x.shape} and {y.shape}")
+    keep = ~(np.isnan(x) | np.isnan(y))
+    if keep.sum() < 2:
+        return float("nan")
+    rx, ry = average_ranks(x[keep]), average_ranks(y[keep])
+    dx, dy = rx - rx.mean(), ry - ry.mean()
+    denominator = math.sqrt(float((dx * dx).sum()) * float((dy * dy).sum()))
+    return float((dx * dy).sum() / denominator) if denominator > 0 else float("nan")
+
+
+def nanmedian(values: Sequence[float]) -> float:
+    """The median of the non-NaN values; NaN when there are none."""
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.median(finite)) if finite else float("nan")
+
+
+@dataclass(frozen=True)
+class Medians:
+    """Medians of S (pp), WT (fraction) and L (pp) over n experiments."""
+
+    S: float
+    WT: float
+    L: float
+    n: int
+
+
+@dataclass(frozen=True)
+class AcrossExperiments:
+    """Medians per task and pooled ('pooled'), and Spearman rho of S vs L over the experiments."""
+
+    medians: dict[str, Medians]
+    spearman_S_L: float
+    n_experiments: int
+
+
+def across_experiments(experiments: Sequence) -> AcrossExperiments:
+    """Summarise experiments (objects with .task, .S, .WT, .L, e.g. ExperimentSummary)."""
+
+    def medians(group) -> Medians:
+        return Medians(nanmedian([e.S for e in group]), nanmedian([e.WT for e in group]),
+                       nanmedian([e.L for e in group]), len(group))  # fmt: skip
+
+    tasks = list(dict.fromkeys(e.task for e in experiments))
+    table = {task: medians([e for e in experiments if e.task == task]) for task in tasks}
+    table["pooled"] = medians(list(experiments))
+    rho = spearman([e.S for e in experiments], [e.L for e in experiments])
+    return AcrossExperiments(table, rho, len(experiments))

@@ -1,0 +1,137 @@
+"""`nudge stats` and `nudge report`: from run directories to stats.json, tables and figures.
+
+    nudge stats RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
+        joins the records (records.py), summarises each experiment (summary.py) and writes
+        DIR/stats.json and DIR/table.md, table.csv, table.tex.
+    nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
+        draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
+        one, or the file itself) or straight from run directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from .across import AcrossExperiments, across_experiments
+from .figures import draw_all
+from .records import RecordsError, load_experiments
+from .serialize import from_jsonable, to_jsonable
+from .summary import ExperimentSummary, summarize
+from .tables import render_csv, render_latex, render_markdown
+
+STATS_FILE = "stats.json"
+TABLE_FILES = ("table.md", "table.csv", "table.tex")
+SCHEMA_VERSION = 1
+
+
+def summarize_run_dirs(run_dirs: Sequence[str | Path], n_boot: int = 20000, seed: int = 0) -> list[ExperimentSummary]:
+    """Summaries of every experiment found in the run directories."""
+    return [summarize(table, n_boot=n_boot, seed=seed) for table in load_experiments(run_dirs)]
+
+
+def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path]) -> dict:
+    """The content of stats.json: the experiments, and medians / Spearman rho per decoding config."""
+    decodings = list(dict.fromkeys(s.decoding for s in summaries))
+    across = {d: across_experiments([s for s in summaries if s.decoding == d]) for d in decodings}
+    return {
+        "schema": SCHEMA_VERSION,
+        "run_dirs": [str(p) for p in run_dirs],
+        "experiments": to_jsonable(list(summaries)),
+        "across": to_jsonable(across),
+    }
+
+
+def write_stats(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path], out: str | Path) -> list[Path]:
+    """Write stats.json and the three table files into `out`; return their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    contents = {
+        STATS_FILE: json.dumps(stats_document(summaries, run_dirs), indent=1, ensure_ascii=False) + "\n",
+        "table.md": render_markdown(summaries),
+        "table.csv": render_csv(summaries),
+        "table.tex": render_latex(summaries),
+    }
+    for name, text in contents.items():
+        (out / name).write_text(text, encoding="utf-8")
+    return [out / name for name in contents]
+
+
+def read_stats(path: str | Path) -> list[ExperimentSummary]:
+    """The experiment summaries of a stats.json (or of a directory holding one)."""
+    path = Path(path)
+    file = path / STATS_FILE if path.is_dir() else path
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordsError(f"{file}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA_VERSION:
+        raise RecordsError(f"{file}: not a stats.json of schema {SCHEMA_VERSION}; rerun `nudge stats`")
+    try:
+        return from_jsonable(list[ExperimentSummary], document["experiments"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_across(path: str | Path) -> dict[str, AcrossExperiments]:
+    """The per-decoding medians and Spearman rho stored in a stats.json."""
+    file = Path(path) / STATS_FILE if Path(path).is_dir() else Path(path)
+    return from_jsonable(dict[str, AcrossExperiments], json.loads(file.read_text(encoding="utf-8"))["across"])
+
+
+def _is_stats(path: Path) -> bool:
+    return (path.is_dir() and (path / STATS_FILE).is_file()) or (path.is_file() and path.name.endswith(".json"))
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    summaries = summarize_run_dirs(args.run_dirs, n_boot=args.n_boot, seed=args.seed)
+    for path in write_stats(summaries, args.run_dirs, args.out):
+        print(path)
+    return 0
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    summaries: list[ExperimentSummary] = []
+    run_dirs = []
+    for source in map(Path, args.sources):
+        if _is_stats(source):
+            summaries += read_stats(source)
+        else:
+            run_dirs.append(source)
+    if run_dirs:
+        summaries += summarize_run_dirs(run_dirs, n_boot=args.n_boot, seed=args.seed)
+    for path in draw_all(summaries, args.out):
+        print(path)
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def register(subparsers) -> None:
+    """Add the `stats` and `report` subcommands to the `nudge` parser."""
+    stats = subparsers.add_parser(
+        "stats", help="estimate S, WT, WTrand, L and diagnostics; write stats.json and tables"
+    )
+    stats.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (manifest.json + records.jsonl)"
+    )
+    stats.add_argument("--out", default="stats", help="output directory (default: ./stats)")
+    stats.add_argument("--n-boot", type=_positive, default=20000, help="bootstrap replicates (default 20000)")
+    stats.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    stats.set_defaults(func=_run_stats)
+
+    report = subparsers.add_parser("report", help="draw the figures (PNG and PDF)")
+    report.add_argument(
+        "sources", nargs="+", metavar="STATS_DIR_OR_RUN_DIR", help="stats.json directories or run directories"
+    )
+    report.add_argument("--out", default="report", help="output directory (default: ./report)")
+    report.add_argument("--n-boot", type=_positive, default=20000, help="replicates when reading run directories")
+    report.add_argument("--seed", type=int, default=0, help="bootstrap seed when reading run directories")
+    report.set_defaults(func=_run_report)

@@ -1,0 +1,188 @@
+"""The join from run directories to experiment tables: the one place records become arrays.
+
+A run directory holds manifest.json (its "experiment": model, task, decoding, seeds) and
+records.jsonl, one JSON object per (problem, condition, seed) in the schema of
+nudgeability.splice.records.Record. This module reads the JSON directly (data flows one way:
+stats never imports the runner). Rules of the join:
+
+- one table row per (problem, seed) seen in the records; problems in order of first appearance,
+  seeds ascending; the rows of one problem share a cluster;
+- s from the NT record: grade.correct True -> 1, False -> 0; None, no grade, a TRUNC action or
+  no NT record -> -1 (unknown);
+- base from the B record's action; -1 without a B record;
+- correct['B'] / correct['oracle_B']: the grade of a SELF answer (1 / 0), else -1;
+- every other condition becomes an arm; where B (or oracle_B for the oracle arms) never closed
+  its thinking (boundary null) the arms are -1, as are arms without a record;
+- run directories whose manifests name the same (model, task, decoding) are joined into one
+  experiment; a repeated (problem, condition, seed) is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .actions import NONE, SELF, TRUNC, action_code, competence_code
+from .table import ExperimentLabel, ExperimentTable
+
+_REQUIRED = ("problem_id", "task", "condition", "seed", "action")
+
+
+class RecordsError(ValueError):
+    """A run directory or record that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory's location and the experiment its manifest declares."""
+
+    path: Path
+    label: ExperimentLabel
+    seeds: tuple[int, ...]
+
+
+def read_run_dir(path: str | Path) -> RunDir:
+    """Read and check a run directory's manifest.json (RecordsError naming the file if bad)."""
+    path = Path(path)
+    manifest = path / "manifest.json"
+    if not path.is_dir():
+        raise RecordsError(f"{path}: not a directory (expected a run directory with manifest.json)")
+    if not manifest.is_file():
+        raise RecordsError(f"{manifest}: missing; is {path} a run directory written by `nudge run`?")
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordsError(f"{manifest}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    experiment = data.get("experiment") if isinstance(data, dict) else None
+    if not isinstance(experiment, dict):
+        raise RecordsError(f"{manifest}: missing the object 'experiment' (model, task, decoding, seeds)")
+    for key in ("model", "task", "decoding"):
+        if not isinstance(experiment.get(key), str):
+            raise RecordsError(f"{manifest}: field experiment.{key} is missing or not a string")
+    seeds = experiment.get("seeds", [0])
+    if not (isinstance(seeds, list) and all(isinstance(x, int) for x in seeds)):
+        raise RecordsError(f"{manifest}: field experiment.seeds must be a list of integers")
+    label = ExperimentLabel(experiment["model"], experiment["task"], experiment["decoding"])
+    return RunDir(path, label, tuple(sorted(seeds)))
+
+
+def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, record dict) for each non-blank line of a records.jsonl, checked for the
+    fields the join needs; RecordsError names the file and line otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordsError(f"{path}: missing (a run directory needs records.jsonl)")
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RecordsError(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise RecordsError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            missing = [key for key in _REQUIRED if key not in record]
+            if missing:
+                raise RecordsError(f"{path}:{number}: missing field(s) {', '.join(missing)}")
+            for key, kind in (("problem_id", str), ("condition", str), ("seed", int)):
+                if not isinstance(record[key], kind) or isinstance(record[key], bool):
+                    raise RecordsError(f"{path}:{number}: field {key} must be a {kind.__name__}")
+            if not isinstance(record["action"], dict) or "kind" not in record["action"]:
+                raise RecordsError(f"{path}:{number}: field action must be an object with a 'kind'")
+            try:
+                action_code(record["action"]["kind"])
+            except ValueError as exc:
+                raise RecordsError(f"{path}:{number}: field action.kind: {exc}") from None
+            grade = record.get("grade")
+            if grade is not None and not (isinstance(grade, dict) and "correct" in grade):
+                raise RecordsError(f"{path}:{number}: field grade must be null or an object with 'correct'")
+            yield number, record
+
+
+def _slim(record: dict) -> dict:
+    """Only the fields the join reads: a campaign's generated ids would not fit in memory."""
+    grade = record.get("grade")
+    return {
+        "problem_id": record["problem_id"], "condition": record["condition"], "seed": record["seed"],
+        "action": {"kind": record["action"]["kind"]}, "boundary": record.get("boundary", 0),
+        "grade": None if grade is None else {"correct": grade["correct"]},
+    }  # fmt: skip
+
+
+def _graded(record: dict | None) -> int:
+    """1 / 0 for a record whose grade says right / wrong, -1 when absent or ungradeable."""
+    if record is None or record.get("grade") is None:
+        return -1
+    return competence_code(record["grade"]["correct"])
+
+
+def _closed(base_record: dict | None) -> bool:
+    """False when the base record says its thinking never closed (boundary null): no splice."""
+    return base_record is None or base_record.get("boundary", 0) is not None
+
+
+def table_from_records(records: Sequence[dict], label: ExperimentLabel) -> ExperimentTable:
+    """Join the records of one experiment into its ExperimentTable (rules in the module docstring).
+
+    Records must be unique per (problem_id, condition, seed).
+    """
+    problems: dict[str, int] = {}
+    by_key: dict[tuple[str, int], dict[str, dict]] = {}
+    for record in records:
+        problems.setdefault(record["problem_id"], len(problems))
+        by_key.setdefault((record["problem_id"], int(record["seed"])), {})[record["condition"]] = record
+    rows = sorted(by_key, key=lambda key: (problems[key[0]], key[1]))
+    conditions = sorted({c for arms in by_key.values() for c in arms} - {"NT", "B"})
+    s, base = np.full(len(rows), -1, np.int8), np.full(len(rows), NONE, np.int8)
+    arms = {c: np.full(len(rows), NONE, np.int8) for c in conditions}
+    graded = ["B"] + (["oracle_B"] if "oracle_B" in conditions else [])
+    correct = {name: np.full(len(rows), -1, np.int8) for name in graded}
+    for i, key in enumerate(rows):
+        found = by_key[key]
+        nt = found.get("NT")
+        if nt is not None and action_code(nt["action"]["kind"]) != TRUNC:
+            s[i] = _graded(nt)
+        if "B" in found:
+            base[i] = action_code(found["B"]["action"]["kind"])
+        for name in graded:
+            record = found.get(name)
+            if record is not None and action_code(record["action"]["kind"]) == SELF:
+                correct[name][i] = _graded(record)
+        for c in conditions:
+            spliced_from = "oracle_B" if c.startswith("oracle_") and c != "oracle_B" else "B"
+            if c in found and (c == "oracle_B" or _closed(found.get(spliced_from))):
+                arms[c][i] = action_code(found[c]["action"]["kind"])
+    return ExperimentTable(
+        s=s, base=base, arms=arms, correct=correct,
+        cluster=np.array([problems[p] for p, _ in rows], dtype=np.int64),
+        seed=np.array([seed for _, seed in rows], dtype=np.int64),
+        problem_ids=tuple(p for p, _ in rows), label=label,
+    )  # fmt: skip
+
+
+def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
+    """One ExperimentTable per distinct (model, task, decoding) among the run directories, in
+    order of first appearance. Raises RecordsError naming the file and line of any bad record."""
+    if not run_dirs:
+        raise RecordsError("no run directory given")
+    groups: dict[tuple[str, str, str], tuple[ExperimentLabel, dict]] = {}
+    for run_dir in map(read_run_dir, run_dirs):
+        label, seen = groups.setdefault(run_dir.label.key, (run_dir.label, {}))
+        path = run_dir.path / "records.jsonl"
+        for number, record in iter_records(path):
+            if record["task"] != label.task:
+                raise RecordsError(f"{path}:{number}: task {record['task']!r} but the manifest says {label.task!r}")
+            if record["seed"] not in run_dir.seeds:
+                seeds = list(run_dir.seeds)
+                raise RecordsError(f"{path}:{number}: seed {record['seed']} is not among the manifest's seeds {seeds}")
+            key = (record["problem_id"], record["condition"], record["seed"])
+            if key in seen:
+                first = seen[key][0]
+                raise RecordsError(f"{path}:{number}: duplicate record {key} (first at {first})")
+            seen[key] = (f"{path}:{number}", _slim(record))
+    return [table_from_records([r for _, r in seen.values()], label) for label, seen in groups.values()]

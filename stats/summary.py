@@ -1,0 +1,174 @@
+"""summarize(table): every estimate of one experiment, with intervals and retained counts.
+
+Names follow the paper: S and n_S; WT, WTrand, L with n_WT, the flip events F and the
+well-targeted flips H; Gamma; Dself and Rself; rho, omega and Phi of the oracle control.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .bootstrap import BootstrapResult, Interval, bootstrap, bootstrap_clustered, pair_arrays
+from .diagnostics import (
+    ControlDeltas, FlipComposition, Gamma, OracleDiagnostics, Rate, SelfAnswerTransitions,
+    control_deltas, delegation_rate, dself_rself, flip_composition, gamma, oracle_diagnostics,
+)  # fmt: skip
+from .mcnemar import McNemar, mcnemar
+from .sensitivity import sensitivity
+from .table import CONDITIONS, PAIRS, PRIMARY_PAIR, ExperimentTable, TableError
+from .targeting import Stratum, targeting
+
+PROFILES = ("inert", "contrarian", "compliant", "selective", "misdirected")
+
+
+@dataclass(frozen=True)
+class PairSummary:
+    """S, WT, WTrand and L of one (+, -) pair, with intervals, counts and McNemar's test."""
+
+    pair: str
+    S: float
+    S_ci: Interval
+    n_S: int
+    tool_plus: int
+    tool_minus: int
+    WT: float
+    WT_ci: Interval
+    WTrand: float
+    WTrand_ci: Interval
+    L: float
+    L_ci: Interval
+    n_WT: int
+    F: int
+    H: int
+    n_events: int
+    strata: tuple[Stratum, ...]
+    mcnemar: McNemar
+    flips: FlipComposition
+    bootstrap_undefined: dict[str, int]
+
+    @property
+    def L_significant(self) -> bool:
+        """The dagger of Table 1: L's interval excludes 0."""
+        return self.L_ci.excludes_zero
+
+
+@dataclass(frozen=True)
+class ExperimentSummary:
+    """Everything `nudge stats` reports for one experiment (model x task x decoding)."""
+
+    model: str
+    task: str
+    decoding: str
+    seeds: tuple[int, ...]
+    n_problems: int
+    n_rows: int
+    n_boot: int
+    boot_seed: int
+    clustered: bool
+    primary: PairSummary
+    profile: str
+    pairs: dict[str, PairSummary]
+    per_seed: dict[int, PairSummary]
+    unaided_accuracy: Rate
+    delegation: dict[str, Rate]
+    gamma: Gamma
+    controls: ControlDeltas
+    self_answers: SelfAnswerTransitions | None
+    oracle: OracleDiagnostics | None
+
+    # The paper's headline names, read from the primary (first-person) pair.
+    S = property(lambda self: self.primary.S)
+    S_ci = property(lambda self: self.primary.S_ci)
+    n_S = property(lambda self: self.primary.n_S)
+    WT = property(lambda self: self.primary.WT)
+    WT_ci = property(lambda self: self.primary.WT_ci)
+    WTrand = property(lambda self: self.primary.WTrand)
+    WTrand_ci = property(lambda self: self.primary.WTrand_ci)
+    L = property(lambda self: self.primary.L)
+    L_ci = property(lambda self: self.primary.L_ci)
+    n_WT = property(lambda self: self.primary.n_WT)
+    F = property(lambda self: self.primary.F)
+    H = property(lambda self: self.primary.H)
+
+
+def profile_label(S_ci: Interval, L_ci: Interval) -> str:
+    """The response profile of an experiment, read operationally from the 95% intervals.
+
+    protocol.md names five profiles (inert S ~ 0, contrarian S < 0, compliant large S with
+    L ~ 0, selective L > 0, misdirected L < 0). "~ 0" is read as "the interval contains 0":
+
+        contrarian    S's interval lies entirely below 0
+        inert         S's interval contains 0
+        then, with S's interval entirely above 0:
+        selective     L's interval lies entirely above 0
+        misdirected   L's interval lies entirely below 0
+        compliant     L's interval contains 0, or L is undefined (no flip)
+
+    S is read first because targeting is only meaningful once the sentence moves behaviour.
+    "undetermined" is returned when S's interval is undefined (no retained problem).
+    """
+    if math.isnan(S_ci.low) or math.isnan(S_ci.high):
+        return "undetermined"
+    if S_ci.high < 0:
+        return "contrarian"
+    if S_ci.low <= 0:
+        return "inert"
+    if L_ci.low > 0:
+        return "selective"
+    if L_ci.high < 0:
+        return "misdirected"
+    return "compliant"
+
+
+def summarize_pair(table: ExperimentTable, pair: str, boot: BootstrapResult) -> PairSummary:
+    """Point estimates of one pair on `table`, joined with its bootstrap intervals."""
+    base, conf, doubt = pair_arrays(table, pair)
+    sens, targ = sensitivity(conf, doubt), targeting(table.s, base, conf, doubt)
+    return PairSummary(
+        pair=pair, S=sens.S, S_ci=boot.S, n_S=sens.n_S, tool_plus=sens.tool_plus, tool_minus=sens.tool_minus,
+        WT=targ.WT, WT_ci=boot.WT, WTrand=targ.WTrand, WTrand_ci=boot.WTrand, L=targ.L, L_ci=boot.L,
+        n_WT=targ.n_WT, F=targ.F, H=targ.H, n_events=targ.n_events, strata=targ.strata,
+        mcnemar=mcnemar(conf, doubt), flips=flip_composition(table.s, base, conf, doubt),
+        bootstrap_undefined=boot.undefined,
+    )  # fmt: skip
+
+
+def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> ExperimentSummary:
+    """Every point estimate, 95% percentile interval and retained count of one experiment.
+
+    Every pair present in the table is summarised (first person, voices, sealed, oracle); the
+    primary pair (conf, doubt) is required. Tables with several seeds per problem are pooled and
+    bootstrapped by cluster (bootstrap_clustered); each seed is also summarised on its own.
+    """
+    if not table.has_pair(PRIMARY_PAIR):
+        label = table.label
+        raise TableError(f"experiment {label.model}/{label.task}/{label.decoding}: no conf and doubt arms "
+                         "(the primary pair); run those conditions before `nudge stats`")  # fmt: skip
+    resample = bootstrap_clustered if table.is_clustered else bootstrap
+    pairs = {
+        name: summarize_pair(table, name, resample(table, n_boot, seed, pair=name))
+        for name in PAIRS
+        if table.has_pair(name)
+    }
+    per_seed = {}
+    if len(table.seeds) > 1:
+        for value in table.seeds:
+            rows = table.for_seed(value)
+            per_seed[value] = summarize_pair(rows, PRIMARY_PAIR, bootstrap(rows, n_boot, seed))
+    primary = pairs[PRIMARY_PAIR]
+    known = table.s >= 0
+    oracle_base = table.actions("oracle_B")
+    base_correct = table.correct.get("B")
+    return ExperimentSummary(
+        model=table.label.model, task=table.label.task, decoding=table.label.decoding,
+        seeds=table.seeds, n_problems=table.n_problems, n_rows=len(table),
+        n_boot=int(n_boot), boot_seed=int(seed), clustered=table.is_clustered,
+        primary=primary, profile=profile_label(primary.S_ci, primary.L_ci), pairs=pairs, per_seed=per_seed,
+        unaided_accuracy=Rate(int((table.s == 1).sum()), int(known.sum())),
+        delegation={c: delegation_rate(table.actions(c)) for c in CONDITIONS if table.actions(c) is not None},
+        gamma=gamma(table.s, table.base),
+        controls=control_deltas(table.base, table.actions("empty"), table.actions("neutral")),
+        self_answers=None if base_correct is None else dself_rself(table.s, table.base, base_correct),
+        oracle=None if oracle_base is None else oracle_diagnostics(table.s, table.base, oracle_base),
+    )  # fmt: skip
