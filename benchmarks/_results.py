@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import platform
 import re
 import sys
@@ -30,7 +31,12 @@ def write_section(name: str, body: str, command: str | None = None) -> None:
         f"<!-- BEGIN {name} -->\n## {name}\n\n"
         f"Command: `{command}`  \nRun: {stamp} on {machine()}\n\n{body.strip()}\n<!-- END {name} -->\n"
     )
-    text = RESULTS.read_text() if RESULTS.exists() else _HEADER
     pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->\n", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
+    # Two scripts finishing together must not lose each other's section: read-modify-write under a lock.
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        text = RESULTS.read_text() if RESULTS.exists() else _HEADER
+        text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+        tmp = RESULTS.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(RESULTS)

@@ -37,6 +37,8 @@ class EngineStats:
     decode_tokens: int = 0  # single-token decode forwards, summed over rows
     forward_calls: int = 0
     peak_cache_bytes: int = 0  # largest KV cache of one batch
+    prefill_seconds: float = 0.0  # prefix + suffix prefill wall time
+    decode_seconds: float = 0.0  # decode-step wall time (each step ends in a host sync)
 
     @property
     def token_forwards(self) -> int:
@@ -132,6 +134,7 @@ class Engine:
         self.stats.suffix_tokens += ids.numel()
         self.stats.forward_calls += 1
         prefill_s = time.perf_counter() - t0
+        self.stats.prefill_seconds += prefill_s
         bar.set_postfix(prefill_tok_s=f"{(batch.shared_prefix_tokens() + ids.numel()) / max(prefill_s, 1e-9):.0f}")
         bar.update(batch.num_rows - len(batch.active))
         t0, decoded = time.perf_counter(), 0
@@ -141,6 +144,7 @@ class Engine:
             self.step(batch, cache)
             bar.update(running - len(batch.active))
             bar.set_postfix(decode_tok_s=f"{decoded / max(time.perf_counter() - t0, 1e-9):.0f}", running=len(batch.active))
+        self.stats.decode_seconds += time.perf_counter() - t0
         self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, sum(cache.nbytes().values()))
 
     def step(self, batch: Batch, cache: ForkCache) -> None:

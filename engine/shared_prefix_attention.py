@@ -9,18 +9,19 @@ attends to two key sets, computed separately and merged exactly through their lo
 2. **the arm's own suffix slots**, a batched matmul with a causal-by-slot mask.
 
 Matmuls run in the storage dtype; softmax statistics in fp32. The prefix phase is plain causal
-self-attention over the padded prefix batch, computed in query chunks to bound memory.
+self-attention over the padded prefix batch, through SDPA.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from nudgeability.engine.fork_cache import KVHandle, StepContext
 
 NAME = "nudge_fork"
-PREFILL_SCORE_ELEMENTS = 1 << 24  # fp32 scores held at once in prefill (64 MiB)
+PREFILL_WINDOW_BLOCK = 1024  # queries per SDPA call on sliding-window layers in prefill
 
 
 def shared_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -43,29 +44,26 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
 def _causal_self_attention(q, k, v, scaling: float, window: int | None) -> torch.Tensor:
     """Causal (optionally windowed) attention of a right-padded batch: [B,H,L,D] -> [B,L,H,D].
 
-    Right padding needs no mask: a real token only sees earlier slots, which are all real.
+    Right padding needs no mask: a real token only sees earlier slots, which are all real. SDPA's
+    fused kernels do the work (flash on CPU and CUDA). A window becomes a boolean mask, built per
+    block of queries so that it stays small for long prefixes.
     """
-    b, h, length, d = q.shape
-    kv = k.shape[1]
-    g = h // kv
-    q = q.reshape(b, kv, g, length, d)
-    out = q.new_empty(b, kv, g, length, d)
-    # Query chunks sized so that one chunk's scores stay within PREFILL_SCORE_ELEMENTS.
-    chunk = max(16, PREFILL_SCORE_ELEMENTS // max(1, b * h * (length if window is None else min(length, window + 512))))
-    for c0 in range(0, length, chunk):
-        c1 = min(c0 + chunk, length)
-        k0 = 0 if window is None else max(0, c0 - window + 1)
-        qc = q[:, :, :, c0:c1].reshape(b, kv, g * (c1 - c0), d)
-        s = torch.matmul(qc, k[:, :, k0:c1].transpose(-1, -2)).float() * scaling
+    length = q.shape[2]
+    if window is None or window >= length:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2)
+    out = torch.empty_like(q)
+    block = max(window, PREFILL_WINDOW_BLOCK)
+    for c0 in range(0, length, block):
+        c1 = min(c0 + block, length)
+        k0 = max(0, c0 - window + 1)
         qpos = torch.arange(c0, c1, device=q.device)[:, None]
         kpos = torch.arange(k0, c1, device=q.device)[None, :]
-        visible = kpos <= qpos
-        if window is not None:
-            visible &= (qpos - kpos) < window
-        s = s.view(b, kv, g, c1 - c0, c1 - k0).masked_fill(~visible, float("-inf"))
-        p = torch.softmax(s, dim=-1).to(v.dtype).view(b, kv, g * (c1 - c0), c1 - k0)
-        out[:, :, :, c0:c1] = torch.matmul(p, v[:, :, k0:c1]).view(b, kv, g, c1 - c0, d)
-    return out.view(b, h, length, d).transpose(1, 2)
+        visible = (kpos <= qpos) & ((qpos - kpos) < window)
+        out[:, :, c0:c1] = F.scaled_dot_product_attention(
+            q[:, :, c0:c1], k[:, :, k0:c1], v[:, :, k0:c1], attn_mask=visible, scale=scaling, enable_gqa=True
+        )
+    return out.transpose(1, 2)
 
 
 def _arm_attention(q, handle: KVHandle, scaling: float, window: int | None) -> torch.Tensor:

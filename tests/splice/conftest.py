@@ -52,3 +52,21 @@ def write_json(tmp_path):
         return path
 
     return write
+
+
+# ---- runner tests: tiny checkpoints on disk (see tests/helpers/tiny_runs.py) ----------------------
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """Save (once per session) a tiny model + tokenizer: tiny_checkpoint(arch, close_boost=None)."""
+    from helpers.tiny_runs import save_tiny_checkpoint
+
+    saved = {}
+
+    def make(arch: str, close_boost: float | None = None):
+        key = (arch, close_boost)
+        if key not in saved:
+            directory = tmp_path_factory.mktemp(f"tiny-{arch}")
+            saved[key] = save_tiny_checkpoint(directory / "model", arch, close_boost=close_boost)
+        return saved[key]
+
+    return make

@@ -1,0 +1,109 @@
+"""The run manifest: what a run was, so that anyone can audit or repeat it.
+
+`manifest.json` holds the experiment label that `nudgeability.stats` reads (`experiment`: model,
+task, decoding, seeds), the full resolved config, the family, the seeds, the drawn problem ids,
+a sha256 of every input file (each checkpoint file, the GGUF of the embedded model, the data file
+and the sentences file), the package versions and the git commit of the nudgeability checkout
+(null when it is not one). It carries no clock and no host name, so the same config on the same
+machine gives the same bytes, and shards of one run differ only in `config.shard`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nudgeability.splice.run_config import RunConfig, diff_configs
+
+if TYPE_CHECKING:
+    from nudgeability.models.loader import ModelSource
+
+MANIFEST_FORMAT = 1
+# what decides the records: a resumed run or a merged shard must match these exactly
+IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems", "inputs")
+# where the code came from: a difference is reported, not refused (a commit may change nothing)
+PROVENANCE_KEYS = ("versions", "git_commit")
+# distribution names whose versions can change the records
+VERSIONED = ("torch", "transformers", "numpy", "numba", "tokenizers", "bitsandbytes",
+             "compressed-tensors", "nudgeability")
+
+
+def sha256_file(path: str | Path, block: int = 1 << 23) -> str:
+    """Hex sha256 of a file's bytes, read in blocks (checkpoints can be many GB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str | None]:
+    """Python's and each package's installed version (None when not installed)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit() -> str | None:
+    """HEAD of the git checkout nudgeability runs from, or None (an installed wheel, no git)."""
+    package_root = Path(__file__).resolve().parent.parent  # the repository root in a checkout
+    try:
+        top = subprocess.run(["git", "-C", str(package_root), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    # only our own checkout counts, not some repository the package happens to be installed inside
+    if len(top) != 2 or Path(top[0]).resolve() != package_root:
+        return None
+    return top[1]
+
+
+def compare_manifests(old: dict, new: dict, labels: tuple[str, str] = ("stored", "now")) -> tuple[list[str], list[str]]:
+    """(identity differences, provenance differences) between two manifests, one line per key.
+
+    Identity keys (config, inputs, problems, ...) decide the records; provenance keys (versions,
+    git commit) say which code ran. Keys outside both lists count as identity.
+    """
+    def part(manifest: dict, provenance: bool) -> dict:
+        return {k: v for k, v in manifest.items() if (k in PROVENANCE_KEYS) == provenance}
+
+    return (diff_configs(part(old, False), part(new, False), labels),
+            diff_configs(part(old, True), part(new, True), labels))
+
+
+def checkpoint_inputs(source: "ModelSource") -> dict:
+    """The checkpoint's directory, the sha256 of each of its files and, if any, of its GGUF."""
+    return {
+        "directory": str(source.directory),
+        "files": {Path(path).name: sha256_file(path) for path in source.files},
+        "gguf": None if source.gguf is None else {"path": str(source.gguf), "sha256": sha256_file(source.gguf)},
+        "quant_method": source.quant_method,
+    }
+
+
+def build_manifest(config: RunConfig, problem_ids: list[str], source: "ModelSource",
+                   sentences_sha256: str) -> dict:
+    """The manifest of a run (see the module docstring)."""
+    return {
+        "format": MANIFEST_FORMAT,
+        "experiment": config.experiment,
+        "config": config.to_dict(),
+        "family": config.family,
+        "seeds": list(config.seeds),
+        "problems": list(problem_ids),
+        "inputs": {
+            "data": {"path": config.data, "sha256": sha256_file(config.data)},
+            "sentences": {"path": config.sentences, "sha256": sentences_sha256},
+            "checkpoint": checkpoint_inputs(source),
+        },
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+    }

@@ -1,0 +1,186 @@
+"""Joining the outputs of `nudge run --shard K/N` into the output of the unsharded run.
+
+    nudge merge runs/all runs/shard1 runs/shard2 runs/shard3
+
+The shards must be complete (each holds its records.jsonl), be exactly shards 1..N of one N, and
+have manifests equal in everything but `config.shard`. Chunk i of the drawn problems was computed
+by shard i % N + 1, batched as the unsharded run batches it, so concatenating the shards' records
+chunk by chunk gives the unsharded records byte for byte. The merged directory gets the manifest
+with `config.shard` null (the unsharded run's), the records, the shards' timings and their part
+files (hard-linked where possible), so it is also a finished, resumable unsharded run directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nudgeability.splice.manifest import compare_manifests
+from nudgeability.splice.plan import chunk_bounds
+from nudgeability.splice.work_store import (
+    MANIFEST,
+    PARTS,
+    RECORDS,
+    TIMINGS,
+    OutputDirError,
+    atomic_write_lines,
+    manifest_text,
+    read_manifest,
+    split_lines,
+)
+
+
+class MergeError(ValueError):
+    """Shard directories that cannot be merged; the message names the directory and the problem."""
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    out: Path
+    shards: int
+    records: int
+    provenance_changes: tuple[str, ...]  # versions / git commits that differ between the shards
+
+
+def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> MergeResult:
+    """Merge complete shard directories into `out` (which must not exist yet, or be empty)."""
+    dirs = [Path(d) for d in shard_dirs]
+    if not dirs:
+        raise MergeError("give at least one shard directory")
+    manifests = [read_manifest(d) for d in dirs]
+    total, provenance = _check_shards(dirs, manifests)
+    merged_manifest = _without_shard(manifests[0])
+    out = Path(out).absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise OutputDirError(f"{out}: already exists and is not empty; pass a new directory to merge into")
+    by_shard = {manifest["config"]["shard"][0]: d for manifest, d in zip(manifests, dirs)}
+    problems = merged_manifest["problems"]
+    chunks = chunk_bounds(len(problems), merged_manifest["config"]["chunk_size"])
+    bases = [c for c in merged_manifest["config"]["conditions"] if c in ("NT", "B", "oracle_B")]
+    seeds = merged_manifest["config"]["seeds"]
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        streams = {k: _Lines(d / RECORDS) for k, d in by_shard.items()}
+        tally = [0]
+
+        def merged_lines() -> Iterator[str]:
+            for i, chunk in enumerate(chunks):
+                stream = streams[i % total + 1]
+                ids = [problems[j] for j in chunk]
+                seen = set()
+                for line, record in stream.take_while(set(ids)):
+                    seen.add((record["problem_id"], record["condition"], record["seed"]))
+                    tally[0] += 1
+                    yield line
+                missing = [(p, c, s) for p in ids for c in bases for s in seeds if (p, c, s) not in seen]
+                if missing:
+                    raise MergeError(f"{stream.path}: no record for {missing[0]} (chunk {i}); "
+                                     "the shard is incomplete: run it again to finish it")
+            for stream in streams.values():
+                stream.expect_end()
+
+        atomic_write_lines(tmp / RECORDS, merged_lines())
+        atomic_write_lines(tmp / MANIFEST, [manifest_text(merged_manifest)])
+        timings = []
+        for k in sorted(by_shard):
+            path = by_shard[k] / TIMINGS
+            if path.is_file():
+                timings.extend(split_lines(path.read_text(encoding="utf-8")))
+        atomic_write_lines(tmp / TIMINGS, timings)
+        _link_parts([by_shard[k] / PARTS for k in sorted(by_shard)], tmp / PARTS)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return MergeResult(out, total, tally[0], tuple(provenance))
+
+
+def _without_shard(manifest: dict) -> dict:
+    merged = copy.deepcopy(manifest)
+    merged["config"]["shard"] = None
+    return merged
+
+
+def _check_shards(dirs: list[Path], manifests: list[dict]) -> tuple[int, list[str]]:
+    """The shard count N, after checking that the directories are shards 1..N of one run, and the
+    differences in versions or git commit between them (reported, not refused)."""
+    shards = []
+    for d, manifest in zip(dirs, manifests):
+        shard = manifest.get("config", {}).get("shard")
+        if not (isinstance(shard, list) and len(shard) == 2):
+            raise MergeError(f"{d / MANIFEST}: config.shard is {json.dumps(shard)}; not a shard of a run")
+        if not (d / RECORDS).is_file():
+            raise MergeError(f"{d}: no {RECORDS}; the shard is not finished: run it again to complete it")
+        shards.append(tuple(shard))
+    total = shards[0][1]
+    reference = _without_shard(manifests[0])
+    provenance: list[str] = []
+    for d, shard, manifest in zip(dirs, shards, manifests):
+        if shard[1] != total:
+            raise MergeError(f"{d / MANIFEST}: shard {shard[0]}/{shard[1]}, but {dirs[0]} is a shard of {total}")
+        labels = (f"shard {shards[0][0]}/{total} has", f"shard {shard[0]}/{shard[1]} has")
+        differences, changed = compare_manifests(reference, _without_shard(manifest), labels)
+        provenance.extend(changed)
+        if differences:
+            raise MergeError(f"{d / MANIFEST}: differs from {dirs[0] / MANIFEST} in {len(differences)} "
+                             f"key(s): {'; '.join(differences)}")
+    numbers = sorted(k for k, _ in shards)
+    if len(set(numbers)) != len(numbers):
+        raise MergeError(f"shard {next(k for k in numbers if numbers.count(k) > 1)}/{total} is given twice")
+    missing = sorted(set(range(1, total + 1)) - set(numbers))
+    if missing:
+        raise MergeError(f"shard(s) {', '.join(f'{k}/{total}' for k in missing)} missing; give all {total} shards")
+    return total, provenance
+
+
+class _Lines:
+    """A shard's records.jsonl read line by line, with one line of look-ahead."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._handle = path.open(encoding="utf-8", newline="")  # split at "\n" only
+        self._number = 0
+        self._next = self._read()
+
+    def _read(self):
+        line = self._handle.readline()
+        if not line:
+            self._handle.close()
+            return None
+        self._number += 1
+        text = line[:-1] if line.endswith("\n") else line
+        try:
+            return text, json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MergeError(f"{self.path}:{self._number}: not valid JSON ({exc.msg})") from None
+
+    def take_while(self, problem_ids: set[str]) -> Iterator[tuple[str, dict]]:
+        """The consecutive lines whose problem is in `problem_ids`."""
+        while self._next is not None and self._next[1].get("problem_id") in problem_ids:
+            yield self._next
+            self._next = self._read()
+
+    def expect_end(self) -> None:
+        if self._next is not None:
+            raise MergeError(f"{self.path}:{self._number}: unexpected record for problem "
+                             f"{self._next[1].get('problem_id')!r} (not in this shard's chunks, or out of order)")
+
+
+def _link_parts(sources: list[Path], target: Path) -> None:
+    target.mkdir()
+    for source in sources:
+        if not source.is_dir():
+            continue
+        for part in sorted(source.glob("*.jsonl")):
+            try:
+                os.link(part, target / part.name)
+            except OSError:
+                shutil.copy2(part, target / part.name)

@@ -1,0 +1,215 @@
+"""Everything a run checks and resolves before it touches the output directory.
+
+`prepare(options)` validates the user's choices in order of cost (decoding, conditions, budgets,
+sentences, data and the problem draw, then the model, its family and the prompts) and returns a
+`Prepared` experiment: the resolved `RunConfig`, the problems, their rendered prompts, the splice
+ids of every arm and the manifest. A bad input raises a one-line ValueError (or OSError) naming
+the file, line, field or flag, before any output exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from nudgeability.engine.scheduler import GroupShape, batch_cost
+from nudgeability.models.families import KNOWN_FAMILIES, Family, detect_family
+from nudgeability.models.loader import LoadedModel, load_model
+from nudgeability.models.smollm2 import ALIAS as SMOLLM2, EmbeddedModelMissing
+from nudgeability.splice.conditions import Condition, UnknownConditionError, parse_conditions
+from nudgeability.splice.manifest import build_manifest
+from nudgeability.splice.prompts import ProblemPrompts, base_of, render_prompts
+from nudgeability.splice.run_config import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_N,
+    DTYPES,
+    ConfigError,
+    RunConfig,
+    resolve_decoding,
+)
+from nudgeability.splice.sentences import Sentences, load_sentences
+from nudgeability.splice.tasks import Problem, Task, get_task, sample_problems
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The user's choices, as `nudge run` takes them (None = the default)."""
+
+    model: str = SMOLLM2
+    task: str = "musique"
+    data: str | None = None  # default: the task's shipped sample
+    n: int | None = DEFAULT_N  # None: every problem of the file
+    seed: int = 0  # the problem draw
+    decoding: str = "greedy"
+    seeds: tuple[int, ...] | None = None  # decoding seeds (sampled only)
+    conditions: str = "all"
+    max_new_tokens: tuple[int, int] = DEFAULT_MAX_NEW_TOKENS  # (bases, arms)
+    family: str | None = None  # default: detected
+    sentences: str | None = None  # default: the shipped sentences.toml
+    dtype: str = "float32"
+    device: str | None = None  # default: cuda if available, else cpu
+    max_batch_tokens: int | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    shard: tuple[int, int] | None = None
+
+
+@dataclass
+class Prepared:
+    """A validated experiment, ready to run."""
+
+    config: RunConfig
+    task: Task
+    problems: list[Problem]
+    conditions: list[Condition]
+    sentences: Sentences
+    loaded: LoadedModel
+    family: Family
+    prompts: list[ProblemPrompts]
+    splices: dict[str, tuple[int, ...]]
+    manifest: dict = field(repr=False)
+
+
+def model_label(spec: str) -> str:
+    """The experiment's model name: 'smollm2', a repo id, or a directory's / GGUF file's name."""
+    path = Path(spec)
+    if spec == SMOLLM2 or not path.exists():
+        return spec
+    return path.stem if path.is_file() else path.resolve().name
+
+
+def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
+    """Validate and resolve `options` (see the module docstring); creates no file.
+
+    `loaded` reuses a model already in memory (it must be the one `options.model` names).
+    """
+    temperature, top_p, seeds = resolve_decoding(options.decoding, options.seeds)
+    try:
+        conditions = parse_conditions(options.conditions)
+    except UnknownConditionError as exc:
+        raise ConfigError(f"--conditions: {exc}") from None
+    base_budget, arm_budget = options.max_new_tokens
+    if min(base_budget, arm_budget) < 1:
+        raise ConfigError("--max-new-tokens: budgets must be >= 1")
+    if options.chunk_size < 1:
+        raise ConfigError(f"--chunk-size {options.chunk_size}: must be >= 1")
+    if options.max_batch_tokens is not None and options.max_batch_tokens < 1:
+        raise ConfigError(f"--max-batch-tokens {options.max_batch_tokens}: must be >= 1")
+    if options.dtype not in DTYPES:
+        raise ConfigError(f"--dtype {options.dtype!r}: expected one of {', '.join(DTYPES)}")
+    device = _device(options.device)
+    if options.family is not None and options.family not in KNOWN_FAMILIES:
+        raise ConfigError(f"--family {options.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}")
+    sentences = load_sentences(options.sentences)
+    task = get_task(options.task)
+    data = Path(options.data) if options.data is not None else task.default_data_path()
+    if not data.is_file():
+        raise FileNotFoundError(f"{data}: no such data file; pass an official {task.name} file with --data")
+    data = data.resolve()
+    problems = sample_problems(task.load(data), options.n, options.seed, source=data)
+
+    spec = _model_spec(options.model)
+    if loaded is None:
+        try:
+            loaded = load_model(spec, device=device, dtype=getattr(torch, options.dtype))
+        except EmbeddedModelMissing as exc:
+            raise ConfigError(f"--model {options.model}: {exc}") from None
+    family = detect_family(loaded.source.directory, loaded.tokenizer, override=options.family)
+    oracle = any(condition.code == "oracle_B" for condition in conditions)
+    prompts = [render_prompts(task, family, problem, oracle) for problem in problems]
+    splices = _splices(family, sentences, conditions)
+    _check_context(loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget)
+    if options.max_batch_tokens is not None:
+        _check_batch_budget(options.max_batch_tokens, data, problems, prompts, conditions, splices,
+                            base_budget, arm_budget)
+
+    config = RunConfig(
+        model=spec, model_label=model_label(spec), family=family.name, dtype=options.dtype,
+        device=device, task=task.name, data=str(data), n=len(problems), sample_seed=options.seed,
+        decoding=options.decoding, temperature=temperature, top_p=top_p, seeds=tuple(seeds),
+        conditions=tuple(c.code for c in conditions), max_new_tokens=base_budget,
+        max_new_tokens_arm=arm_budget, sentences=str(Path(sentences.source).resolve()),
+        chunk_size=options.chunk_size, max_batch_tokens=options.max_batch_tokens, shard=options.shard)
+    manifest = build_manifest(config, [p.id for p in problems], loaded.source, sentences.sha256)
+    return Prepared(config, task, problems, conditions, sentences, loaded, family, prompts, splices, manifest)
+
+
+def _device(device: str | None) -> str:
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: CUDA is not available on this machine; pass --device cpu")
+    if parsed.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N")
+    return str(parsed)
+
+
+def _model_spec(model: str) -> str:
+    """Existing paths become absolute (a resumed run may start elsewhere); other specs stay as given."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if model != SMOLLM2 and path.exists() else model
+
+
+def _splices(family: Family, sentences: Sentences, conditions: list[Condition]) -> dict[str, tuple[int, ...]]:
+    """The ids each arm appends at the cut: nothing for the empty splice, else the family's splice."""
+    splices = {}
+    for condition in conditions:
+        if condition.kind != "arm":
+            continue
+        chosen = sentences.sentence_for(condition)
+        text = "" if chosen is None else chosen[1]
+        splices[condition.code] = tuple(family.splice_ids(text, sealed=condition.sealed))
+    return splices
+
+
+def _check_context(loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget) -> None:
+    """Refuse up front a problem whose longest sequence would not fit the model's context."""
+    config = loaded.model.config
+    limit = getattr(getattr(config, "text_config", None) or config, "max_position_embeddings", None)
+    if limit is None:
+        return
+    longest_splice = max((len(ids) for ids in splices.values()), default=0)
+    bases = {base_of(condition) for condition in conditions}
+    arms = any(condition.kind == "arm" for condition in conditions)
+    for problem, prompt in zip(problems, prompts):
+        for base in sorted(bases):
+            # an arm continues at most base_budget - 1 reasoning tokens, then its splice and budget
+            needed = len(prompt.for_base(base)) + base_budget
+            if base != "NT" and arms:
+                needed += longest_splice + arm_budget
+            if needed > limit:
+                raise ConfigError(
+                    f"{data}:{problem.source_line}: problem {problem.id}: the {base} prompt "
+                    f"({len(prompt.for_base(base))} tokens) plus the token budgets needs {needed} "
+                    f"positions, more than the model's context of {limit}; lower --max-new-tokens")
+
+
+def _check_batch_budget(budget, data, problems, prompts, conditions, splices, base_budget, arm_budget) -> None:
+    """Refuse up front a KV budget that one problem's largest engine group could exceed mid-run.
+
+    A base is a group of one sequence; an arms group's prefix is the prompt plus at most
+    `base_budget - 1` reasoning tokens, with one row per arm.
+    """
+    for problem, prompt in zip(problems, prompts):
+        shapes = {}
+        for base in sorted({base_of(condition) for condition in conditions}):
+            length = len(prompt.for_base(base))
+            shapes[base] = GroupShape(length - 1, (1,), (base_budget,))
+            arms = [c for c in conditions if c.kind == "arm" and c.parent == base]
+            if arms:
+                shapes[f"{base} arms"] = GroupShape(length + base_budget - 1,
+                                                    tuple(max(len(splices[c.code]), 1) for c in arms),
+                                                    (arm_budget,) * len(arms))
+        for name, shape in shapes.items():
+            need = batch_cost([shape])
+            if need > budget:
+                raise ConfigError(
+                    f"--max-batch-tokens {budget}: {data}:{problem.source_line}: problem {problem.id}'s "
+                    f"{name} can need {need} KV token slots; raise the budget to at least {need}, or lower "
+                    "--max-new-tokens")

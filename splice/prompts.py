@@ -1,0 +1,59 @@
+"""Problem × condition → prompt ids, rendered through the model family's chat template.
+
+Each problem has three prompts: unaided (NT: no tool declared), with the task's tool (B and the
+arms forked from it) and with `ask_expert` (oracle_B and its arms). Each is rendered once, with
+the thinking block open, and hashed as little-endian int32 ids for the records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+from nudgeability.models.families import Family
+from nudgeability.splice.conditions import Condition
+from nudgeability.splice.tasks import Problem, Task
+
+
+@dataclass(frozen=True)
+class ProblemPrompts:
+    """The rendered prompts of one problem (token ids); `oracle` is None when no oracle run is asked."""
+
+    unaided: tuple[int, ...]
+    with_tool: tuple[int, ...]
+    oracle: tuple[int, ...] | None
+
+    def for_base(self, base: str) -> tuple[int, ...]:
+        """The prompt of a base run: 'NT', 'B' or 'oracle_B'."""
+        prompt = {"NT": self.unaided, "B": self.with_tool, "oracle_B": self.oracle}[base]
+        if prompt is None:
+            raise ValueError(f"no {base} prompt was rendered: the oracle conditions are not in this run")
+        return prompt
+
+
+def base_of(condition: Condition) -> str:
+    """The base whose prompt a condition uses: itself for a base, its parent for an arm."""
+    return condition.code if condition.kind == "base" else condition.parent
+
+
+def declared_tools(task: Task, base: str) -> tuple[str, ...] | None:
+    """The tool names the prompt of `base` declares (None for the unaided prompt)."""
+    return {"NT": None, "B": task.tool_names, "oracle_B": task.oracle_tool_names}[base]
+
+
+def render_prompts(task: Task, family: Family, problem: Problem, oracle: bool) -> ProblemPrompts:
+    """Render the unaided, with-tool and (if `oracle`) oracle prompts of one problem."""
+    unaided = family.render(task.unaided_messages(problem), tools=None, thinking=True)
+    messages, tools = task.with_tool(problem)
+    with_tool = family.render(messages, tools=tools, thinking=True)
+    oracle_ids = None
+    if oracle:
+        messages, tools = task.oracle(problem)
+        oracle_ids = tuple(family.render(messages, tools=tools, thinking=True))
+    return ProblemPrompts(tuple(unaided), tuple(with_tool), oracle_ids)
+
+
+def prompt_sha256(ids) -> str:
+    """sha256 of token ids as little-endian int32 bytes (the records' `prompt_sha256`)."""
+    return hashlib.sha256(struct.pack(f"<{len(ids)}i", *ids)).hexdigest()

@@ -1,0 +1,169 @@
+"""Running a prepared experiment: the phases, unit by unit, then the records file.
+
+    prepared = prepare(RunOptions(model="smollm2", task="musique", n=4))
+    result = run(prepared, "runs/smollm2-musique-greedy")
+
+Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
+phase walks its units (seed, chunk) in order; a unit whose part file exists is skipped, so a run
+killed at any moment and started again finishes only the missing work. When every unit of this
+shard is stored, `records.jsonl` is assembled from the parts in canonical order (problems, then
+conditions, then seeds) and written atomically. The same config gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from nudgeability.engine import Engine
+from nudgeability.splice.plan import (
+    ARMS_PHASE,
+    Unit,
+    canonical_keys,
+    chunk_bounds,
+    phases_of,
+    shard_chunks,
+    units_of,
+)
+from nudgeability.splice.prepare import Prepared
+from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
+from nudgeability.splice.work_store import WorkStore
+
+
+class IncompleteRunError(RuntimeError):
+    """The parts of a run do not add up to its records (a bug or a tampered directory)."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where the run's files are and what was done."""
+
+    out: Path
+    records: int  # lines in records.jsonl
+    units_computed: int
+    units_resumed: int  # units found already stored
+
+
+def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) -> RunResult:
+    """Compute every missing unit of `prepared` into `out`, then write records.jsonl.
+
+    `out` is created (atomically) or, when it holds the manifest of the same config, resumed;
+    a different config raises `ConfigChangedError` naming the differing keys.
+    """
+    config = prepared.config
+    chunks = chunk_bounds(len(prepared.problems), config.chunk_size)
+    mine = shard_chunks(len(chunks), config.shard)
+    with WorkStore.open(out, prepared.manifest) as store:
+        if store.provenance_changes:
+            print(f"nudge run: warning: resuming {store.root} with other code than it was started with "
+                  f"({'; '.join(store.provenance_changes)}); records computed before may differ in the "
+                  "last bits from an uninterrupted run", file=sys.stderr)
+        engine = Engine(prepared.loaded.model, prepared.loaded.tokenizer, max_batch_tokens=config.max_batch_tokens,
+                        progress=progress)  # an inner bar per engine call: sequences done, prefill/decode tok/s
+        ctx = UnitContext(config, prepared.task, prepared.family, engine, prepared.problems,
+                          prepared.prompts, prepared.conditions, prepared.splices)
+        computed = resumed = 0
+        for phase in phases_of(prepared.conditions):
+            units = units_of([phase], config.seeds, mine)
+            with _PhaseBar(phase, units, chunks, progress) as bar:
+                for unit in units:
+                    if store.has(unit):
+                        resumed += 1
+                        bar.done(unit, None)
+                        continue
+                    counts = _compute(ctx, store, unit, list(chunks[unit.chunk]))
+                    computed += 1
+                    bar.done(unit, counts)
+        tally = [0]
+        path = store.write_records(_counted(_assemble(prepared, store, chunks, mine), tally))
+        return RunResult(path.parent, tally[0], computed, resumed)
+
+
+def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
+    start = time.perf_counter()
+    if unit.phase == ARMS_PHASE:
+        base_lines = {base: store.read_part(Unit(base, unit.seed, unit.chunk))
+                      for base in ("B", "oracle_B") if ctx.arms_of[base]}
+        records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)
+    else:
+        records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices)
+    seconds = time.perf_counter() - start
+    store.write_part(unit, [record.to_json() for record in records])
+    store.append_timing({
+        "unit": unit.name, "phase": unit.phase, "seed": unit.seed, "chunk": unit.chunk,
+        "problems": len(indices), "sequences": counts.sequences, "prefill_tokens": counts.prefill_tokens,
+        "shared_prefill_tokens": counts.shared_prefill_tokens, "generated_tokens": counts.generated_tokens,
+        "seconds": round(seconds, 4), "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
+    })
+    counts.seconds = seconds
+    return counts
+
+
+def _assemble(prepared: Prepared, store: WorkStore, chunks: list[range], mine: list[int]) -> Iterator[str]:
+    """The record lines of this shard in canonical order, chunk by chunk (never all in memory)."""
+    config = prepared.config
+    phases = phases_of(prepared.conditions)
+    bases = {condition.code for condition in prepared.conditions if condition.kind == "base"}
+    for chunk in mine:
+        found: dict[tuple[str, str, int], str] = {}
+        for unit in units_of(phases, config.seeds, [chunk]):
+            for line in store.read_part(unit):
+                record = json.loads(line)
+                key = (record["problem_id"], record["condition"], record["seed"])
+                if key in found:
+                    raise IncompleteRunError(f"{store.part_path(unit)}: record {key} appears twice")
+                found[key] = line
+        ids = [prepared.problems[i].id for i in chunks[chunk]]
+        for key in canonical_keys(ids, prepared.conditions, config.seeds):
+            line = found.pop(key, None)
+            if line is not None:
+                yield line
+            elif key[1] in bases:  # every base has a record; arms are absent when the base never closed
+                raise IncompleteRunError(f"{store.parts}: no record for {key}; remove the directory and run again")
+        if found:
+            raise IncompleteRunError(f"{store.parts}: unexpected records {sorted(found)[:3]}")
+
+
+def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
+    for line in lines:
+        tally[0] += 1
+        yield line
+
+
+class _PhaseBar:
+    """A tqdm bar per phase: problems done (over all seeds), arms decoded, prompt and generated
+    tokens per second of compute (resumed units count as done, with no tokens)."""
+
+    def __init__(self, phase: str, units: list[Unit], chunks: list[range], enabled: bool):
+        self.chunks = chunks
+        self.arms = phase == ARMS_PHASE
+        total = sum(len(chunks[unit.chunk]) for unit in units)
+        self.bar = tqdm(total=total, desc=f"{phase:>8}", unit="problem", disable=not enabled, dynamic_ncols=True)
+        self.sequences = self.tokens = self.prefill = 0
+        self.seconds = 0.0
+
+    def done(self, unit: Unit, counts: UnitCounts | None) -> None:
+        if counts is not None:
+            self.sequences += counts.sequences
+            self.tokens += counts.generated_tokens
+            self.prefill += counts.prefill_tokens + counts.shared_prefill_tokens
+            self.seconds += counts.seconds
+        seconds = max(self.seconds, 1e-9)
+        postfix = {"prefill tok/s": f"{self.prefill / seconds:.0f}", "decode tok/s": f"{self.tokens / seconds:.1f}"}
+        if self.arms:
+            postfix = {"arms": self.sequences, **postfix}
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(len(self.chunks[unit.chunk]))
+
+    def __enter__(self) -> "_PhaseBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()

@@ -1,0 +1,160 @@
+"""Computing one unit of work: a base phase for a chunk of problems, or the chunk's splice arms.
+
+A base unit (NT, B or oracle_B) is one batched `Engine.generate` over the chunk's prompts. The
+arms unit is one `Engine.fork_many` holding, for every problem of the chunk whose base closed its
+thinking, one request on B's prefix (prompt + B's ids before the first think-close) with every
+B-arm as a suffix (the empty splice is an empty suffix), and one on oracle_B's own prefix with the
+oracle arms. Each sequence decodes with `seed_key = (seed, problem_id, condition)`.
+
+Actions are read by the family after the cut: NT from its whole generation with no tool declared,
+a base from its ids from the boundary on, an arm from its splice ids plus its generation. NT is
+always graded; B and oracle_B when they answer (SELF).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
+from nudgeability.models.families import SELF, Family
+from nudgeability.splice.conditions import Condition
+from nudgeability.splice.prompts import ProblemPrompts, declared_tools, prompt_sha256
+from nudgeability.splice.records import ActionRecord, Record
+from nudgeability.splice.run_config import RunConfig
+from nudgeability.splice.tasks import Problem, Task
+
+
+@dataclass
+class UnitCounts:
+    """Token counts of one unit, for the timings file and the progress bar."""
+
+    sequences: int = 0
+    prefill_tokens: int = 0  # per-sequence prefill (whole prompts; arms' suffixes)
+    shared_prefill_tokens: int = 0  # prefixes computed once per fork group
+    generated_tokens: int = 0
+    seconds: float = 0.0  # wall time of the unit
+
+    def add(self, completion: Completion, shared: bool) -> None:
+        self.sequences += 1
+        self.prefill_tokens += completion.prefill_tokens
+        self.generated_tokens += len(completion.token_ids)
+        if shared:
+            self.shared_prefill_tokens += completion.shared_prefill_tokens
+
+
+@dataclass
+class UnitContext:
+    """What every unit of one run needs; built once per run."""
+
+    config: RunConfig
+    task: Task
+    family: Family
+    engine: Engine
+    problems: Sequence[Problem]
+    prompts: Sequence[ProblemPrompts]  # aligned with problems
+    conditions: Sequence[Condition]
+    splices: dict[str, tuple[int, ...]]  # arm code -> ids appended at the cut
+    arms_of: dict[str, list[Condition]] = field(init=False)  # base code -> its arms, canonical order
+
+    def __post_init__(self) -> None:
+        self.arms_of = {base: [c for c in self.conditions if c.kind == "arm" and c.parent == base]
+                        for base in ("B", "oracle_B")}
+
+    def params(self, seed: int, problem_id: str, code: str, budget: int) -> SamplingParams:
+        """Sampling settings of one sequence; its random stream is keyed by (seed, problem, condition)."""
+        return SamplingParams(
+            max_new_tokens=budget, temperature=self.config.temperature, top_p=self.config.top_p,
+            seed_key=(seed, problem_id, code), stop_token_ids=tuple(self.family.stop_token_ids),
+            stop_strings=tuple(self.family.stop_strings))
+
+
+def run_base_unit(ctx: UnitContext, base: str, seed: int, indices: Sequence[int]) -> tuple[list[Record], UnitCounts]:
+    """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each."""
+    prompts = [list(ctx.prompts[i].for_base(base)) for i in indices]
+    params = [ctx.params(seed, ctx.problems[i].id, base, ctx.config.max_new_tokens) for i in indices]
+    outs = ctx.engine.generate(prompts, params)
+    counts, records = UnitCounts(), []
+    for i, prompt, out in zip(indices, prompts, outs):
+        counts.add(out, shared=False)
+        records.append(base_record(ctx, ctx.problems[i], base, seed, prompt, out))
+    return records, counts
+
+
+def base_record(ctx: UnitContext, problem: Problem, base: str, seed: int, prompt: list[int],
+                out: Completion) -> Record:
+    """The record of a base run: its boundary (B, oracle_B), action and grade."""
+    generated = list(out.token_ids)
+    tools = declared_tools(ctx.task, base)
+    boundary = None if base == "NT" else ctx.family.find_boundary(generated)
+    action = ctx.family.parse_action(generated[boundary or 0:], out.finish_reason, tools=tools)
+    grade = None
+    if base == "NT" or action.kind == SELF:
+        grade = ctx.task.grade(problem, action.answer)
+    return Record(
+        problem_id=problem.id, task=ctx.task.name, condition=base, sentence_id=None, seed=seed,
+        prompt_tokens=len(prompt), prompt_sha256=prompt_sha256(prompt), prefix_tokens=None,
+        boundary=boundary, generated_ids=generated, text=ctx.family.decode(generated),
+        finish_reason=out.finish_reason, action=ActionRecord(**action.to_record()), grade=grade)
+
+
+@dataclass
+class _Group:
+    """One fork request's bookkeeping: which problem, base and arms its completions belong to."""
+
+    index: int
+    base: str
+    arms: list[Condition]
+    prefix_tokens: int
+
+
+def run_arms_unit(ctx: UnitContext, seed: int, indices: Sequence[int],
+                  base_lines: dict[str, list[str]]) -> tuple[list[Record], UnitCounts]:
+    """Fork every arm of the problems at `indices` from their bases' stored records.
+
+    `base_lines` maps 'B' / 'oracle_B' to the record lines of this chunk's base unit (same seed).
+    A problem whose base never closed its thinking (boundary null) gets no arms of that base.
+    """
+    bases: dict[str, dict[str, dict]] = {}
+    for base, lines in base_lines.items():
+        bases[base] = {record["problem_id"]: record for record in map(json.loads, lines)}
+    requests, groups = [], []
+    for i in indices:
+        problem = ctx.problems[i]
+        for base in ("B", "oracle_B"):
+            arms = ctx.arms_of[base]
+            if not arms:
+                continue
+            record = bases[base][problem.id]
+            if record["boundary"] is None:
+                continue
+            reasoning = record["generated_ids"][:record["boundary"]]
+            prefix = list(ctx.prompts[i].for_base(base)) + reasoning
+            suffixes = [list(ctx.splices[arm.code]) for arm in arms]
+            params = [ctx.params(seed, problem.id, arm.code, ctx.config.max_new_tokens_arm) for arm in arms]
+            requests.append(ForkRequest(prefix, suffixes, params))
+            groups.append(_Group(i, base, arms, len(reasoning)))
+    counts, records = UnitCounts(), []
+    if not requests:
+        return records, counts
+    for group, outs in zip(groups, ctx.engine.fork_many(requests)):
+        for j, (arm, out) in enumerate(zip(group.arms, outs)):
+            counts.add(out, shared=j == 0)
+            records.append(arm_record(ctx, ctx.problems[group.index], arm, seed,
+                                      ctx.prompts[group.index].for_base(group.base), group.prefix_tokens, out))
+    return records, counts
+
+
+def arm_record(ctx: UnitContext, problem: Problem, arm: Condition, seed: int, prompt: Sequence[int],
+               prefix_tokens: int, out: Completion) -> Record:
+    """The record of one arm: the action read from its splice ids plus its generation."""
+    generated = list(out.token_ids)
+    action = ctx.family.parse_action(list(ctx.splices[arm.code]) + generated, out.finish_reason,
+                                     tools=declared_tools(ctx.task, arm.parent))
+    return Record(
+        problem_id=problem.id, task=ctx.task.name, condition=arm.code, sentence_id=arm.sentence_id,
+        seed=seed, prompt_tokens=len(prompt), prompt_sha256=prompt_sha256(prompt),
+        prefix_tokens=prefix_tokens, boundary=None, generated_ids=generated,
+        text=ctx.family.decode(generated), finish_reason=out.finish_reason,
+        action=ActionRecord(**action.to_record()), grade=None)

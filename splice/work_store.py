@@ -1,0 +1,202 @@
+"""The output directory of a run: its manifest, finished units as part files, and the final files.
+
+    out/manifest.json    written once, when the directory is made (atomically, with the directory)
+    out/parts/*.jsonl    one file per finished unit of work, written atomically
+    out/timings.jsonl    one line per unit computed (clock figures never enter the records)
+    out/records.jsonl    assembled from the parts at the end, atomically
+
+Every file is written to a temporary name, fsynced and renamed into place, so a run killed at any
+moment leaves either a whole file or none: a resumed run skips the parts that exist and recomputes
+the rest. A lock file keeps two processes from working in one directory at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from nudgeability.splice.manifest import compare_manifests
+from nudgeability.splice.plan import Unit
+from nudgeability.splice.run_config import ConfigChangedError
+
+try:  # POSIX advisory locks; released by the kernel when the process dies, even by SIGKILL
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+MANIFEST = "manifest.json"
+RECORDS = "records.jsonl"
+TIMINGS = "timings.jsonl"
+PARTS = "parts"
+_TMP_PREFIX = ".tmp-"
+
+
+class OutputDirError(ValueError):
+    """An output directory that cannot be used; the message names it and says what to do."""
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_lines(path: Path, lines: Iterable[str]) -> None:
+    """Write `lines` (each gets a trailing newline) to `path` atomically: temp file, fsync, rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX + path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            for line in lines:
+                handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines of a JSONL text split at "\n" only: JSON written with ensure_ascii=False keeps
+    U+2028, U+0085 and kin unescaped, which `str.splitlines` would wrongly split at."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def manifest_text(manifest: dict) -> str:
+    """The byte-exact form of a manifest: indented JSON with sorted keys."""
+    return json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def read_manifest(directory: Path) -> dict:
+    """The manifest of a run directory; OutputDirError naming the file if it is missing or broken."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise OutputDirError(f"{path}: missing; {directory} is not a run directory written by `nudge run`")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise OutputDirError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+
+
+class WorkStore:
+    """An output directory opened for work. Use `WorkStore.open`; call `close` (or use `with`)."""
+
+    def __init__(self, root: Path, lock_fd: int | None, provenance_changes: list[str]):
+        self.root = Path(root)
+        self.parts = self.root / PARTS
+        self._lock_fd = lock_fd
+        self.provenance_changes = provenance_changes  # versions / git commit that differ on resume
+
+    @classmethod
+    def open(cls, out: str | os.PathLike, manifest: dict) -> "WorkStore":
+        """Create `out` with `manifest`, or reopen it for resuming when its manifest is equal.
+
+        A new directory appears whole (made under a temporary name and renamed), so a failure
+        leaves nothing behind. An existing directory whose manifest differs in what decides the
+        records raises `ConfigChangedError` listing every differing key; differing versions or git
+        commit are kept in `provenance_changes` for the caller to report. A directory that is not
+        empty and holds no manifest raises `OutputDirError`.
+        """
+        out = Path(out).absolute()
+        if out.exists() and not out.is_dir():
+            raise OutputDirError(f"{out}: exists and is not a directory; pass another --out")
+        provenance: list[str] = []
+        if not out.exists() or not any(out.iterdir()):
+            _create(out, manifest)
+        else:
+            differences, provenance = compare_manifests(read_manifest(out), manifest)
+            if differences:
+                raise ConfigChangedError(
+                    f"{out / MANIFEST}: this directory holds a run with another config "
+                    f"({len(differences)} difference(s): {'; '.join(differences)}); pass the same "
+                    "arguments to resume it, or another --out")
+        store = cls(out, _lock(out), provenance)
+        store.parts.mkdir(exist_ok=True)
+        for stale in store.parts.glob(_TMP_PREFIX + "*"):  # a temp file of a killed run
+            stale.unlink(missing_ok=True)
+        for stale in out.glob(_TMP_PREFIX + "*"):
+            stale.unlink(missing_ok=True)
+        return store
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "WorkStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ----- parts ----------------------------------------------------------------------------------
+    def part_path(self, unit: Unit) -> Path:
+        return self.parts / f"{unit.name}.jsonl"
+
+    def has(self, unit: Unit) -> bool:
+        """Whether the unit finished (its part file exists, whole)."""
+        return self.part_path(unit).is_file()
+
+    def write_part(self, unit: Unit, lines: list[str]) -> None:
+        """Store a finished unit's record lines (possibly none) atomically."""
+        atomic_write_lines(self.part_path(unit), lines)
+
+    def read_part(self, unit: Unit) -> list[str]:
+        """The record lines of a finished unit."""
+        return split_lines(self.part_path(unit).read_text(encoding="utf-8"))
+
+    # ----- final files ----------------------------------------------------------------------------
+    def append_timing(self, entry: dict) -> None:
+        """Append one line to timings.jsonl with a single write (no torn line if killed)."""
+        data = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
+        fd = os.open(self.root / TIMINGS, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def write_records(self, lines: Iterable[str]) -> Path:
+        """Write records.jsonl atomically from `lines`; returns its path."""
+        path = self.root / RECORDS
+        atomic_write_lines(path, lines)
+        return path
+
+
+def _create(out: Path, manifest: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}{_TMP_PREFIX}", dir=out.parent))
+    try:
+        atomic_write_lines(tmp / MANIFEST, [manifest_text(manifest)])
+        (tmp / PARTS).mkdir()
+        os.replace(tmp, out)  # replaces an empty directory too; fails if another run made it meanwhile
+    except OSError as exc:
+        raise OutputDirError(f"{out}: cannot create the output directory ({exc.strerror or exc})") from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    _fsync_dir(out.parent)
+
+
+def _lock(out: Path) -> int | None:
+    if fcntl is None:  # pragma: no cover
+        return None
+    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise OutputDirError(f"{out}: another `nudge run` is working in this directory; wait for it "
+                             "to finish or pass another --out") from None
+    return fd
