@@ -49,6 +49,6 @@ def splice_workload(tokenizer, prefix_tokens: int = 1024, arms: int = 12, min_su
     for i in range(arms):
         text = " " + " ".join(SENTENCES[(i + k) % len(SENTENCES)] for k in range(4))
         sid = tokenizer(text)["input_ids"]
-        want = min_suffix + (i * 7) % (max_suffix - min_suffix + 1)
+        want = min_suffix + (i * 13) % (max_suffix - min_suffix + 1)  # spread over the whole range
         suffixes.append(sid[:want])
     return Workload(prefix=ids[:prefix_tokens], suffixes=suffixes)

@@ -99,7 +99,7 @@ class Batch:
         key = tuple(rows)
         if key != self._layout_key:
             self._layout_key, self._layout = key, self._fold_layout(rows)
-        lo, hi, arms, fold_index, row_t = self._layout
+        lo, hi, arms, fold_index, row_t, identity = self._layout
         return StepContext(
             phase="arms",
             lengths=self.prefix_lengths,
@@ -111,6 +111,7 @@ class Batch:
             group_hi=hi,
             arms_per_group=arms,
             fold_index=fold_index,
+            fold_is_identity=identity,
             row_group=self.row_group[row_t],
         )
 
@@ -124,8 +125,9 @@ class Batch:
             counts[g] = rank[-1] + 1
         arms = max(counts.values())
         fold = [(g - lo) * arms + a for g, a in zip(groups, rank)]
+        identity = fold == list(range((hi - lo) * arms))
         device = self.device
-        return lo, hi, arms, torch.tensor(fold, device=device), torch.tensor(rows, device=device)
+        return lo, hi, arms, torch.tensor(fold, device=device), torch.tensor(rows, device=device), identity
 
     # --- bookkeeping --------------------------------------------------------------------------
     def last_hidden_index(self) -> torch.Tensor:

@@ -42,6 +42,7 @@ class StepContext:
     group_hi: int = 0
     arms_per_group: int = 0  # A: padded arms per group in the folded layout
     fold_index: torch.Tensor | None = None  # [n] row -> (group - group_lo) * A + arm
+    fold_is_identity: bool = False  # fold_index == arange(n): fold and unfold are plain views
     row_group: torch.Tensor | None = None  # [n] group of each scheduled row
     masks: dict = field(default_factory=dict)  # cache of masks keyed by (kind, window, T)
 

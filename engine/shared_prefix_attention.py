@@ -80,10 +80,11 @@ def _arm_attention(q, handle: KVHandle, scaling: float, window: int | None) -> t
     else:
         ks = layer.suffix_k[:, :, : ctx.hw].index_select(0, ctx.rows)
         vs = layer.suffix_v[:, :, : ctx.hw].index_select(0, ctx.rows)
-    s = torch.matmul(q, ks.transpose(-1, -2)).float() * scaling  # [n, kv, gl, hw]
-    s = s.view(n, kv, g, length, ctx.hw).masked_fill(~_suffix_mask(ctx, window), float("-inf"))
+    # Scores are updated in place: they are the largest transient of a step.
+    s = torch.matmul(q, ks.transpose(-1, -2)).float().mul_(scaling)  # [n, kv, gl, hw]
+    s = s.view(n, kv, g, length, ctx.hw).masked_fill_(_suffix_hidden(ctx, window), float("-inf"))
     m_s = s.amax(dim=-1, keepdim=True)  # finite: every query sees its own slot
-    e = torch.exp(s - m_s)
+    e = s.sub_(m_s).exp_()
     l_s = e.sum(dim=-1, keepdim=True).view(n, kv, gl, 1)
     o_s = torch.matmul(e.to(vs.dtype).view(n, kv, gl, ctx.hw), vs).float()
     m_s = m_s.view(n, kv, gl, 1)
@@ -106,25 +107,29 @@ def _prefix_part(q, layer, ctx: StepContext, scaling, window, g: int, length: in
     pv = layer.prefix_v[ctx.group_lo : ctx.group_hi]
     t = pk.shape[2]
     # Fold: [n, kv, gl, D] -> [groups, kv, arms*gl, D] (zero rows for absent arms).
-    folded = q.new_zeros(groups * arms, kv, gl, d)
-    folded[ctx.fold_index] = q
-    folded = folded.view(groups, arms, kv, gl, d).transpose(1, 2).reshape(groups, kv, arms * gl, d)
-    s = torch.matmul(folded, pk.transpose(-1, -2)).float() * scaling  # [groups, kv, arms*gl, T]
-    s = s.masked_fill(~_prefix_mask(ctx, layer, window, g, length, t), float("-inf"))
+    if ctx.fold_is_identity:
+        folded = q.view(groups, arms, kv, gl, d)
+    else:
+        folded = q.new_zeros(groups * arms, kv, gl, d)
+        folded[ctx.fold_index] = q
+        folded = folded.view(groups, arms, kv, gl, d)
+    folded = folded.transpose(1, 2).reshape(groups, kv, arms * gl, d)
+    s = torch.matmul(folded, pk.transpose(-1, -2)).float().mul_(scaling)  # [groups, kv, arms*gl, T]
+    s.masked_fill_(_prefix_hidden(ctx, layer, window, g, length, t), float("-inf"))
     m = s.amax(dim=-1, keepdim=True)
-    e = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    e = s.sub_(torch.where(torch.isfinite(m), m, torch.zeros_like(m))).exp_()
     l = e.sum(dim=-1, keepdim=True)
     o = torch.matmul(e.to(pv.dtype), pv).float()  # [groups, kv, arms*gl, D]
 
     def unfold(x):
         x = x.view(groups, kv, arms, gl, x.shape[-1]).transpose(1, 2).reshape(groups * arms, kv, gl, x.shape[-1])
-        return x[ctx.fold_index]
+        return x if ctx.fold_is_identity else x[ctx.fold_index]
 
     return unfold(o), unfold(m), unfold(l)
 
 
-def _suffix_mask(ctx: StepContext, window) -> torch.Tensor:
-    """[n, 1, 1, L, hw]: key slot j is visible to query slot i when j <= i (and i - j < W)."""
+def _suffix_hidden(ctx: StepContext, window) -> torch.Tensor:
+    """[n, 1, 1, L, hw], True where hidden: key slot j is visible to query slot i when j <= i (and i - j < W)."""
     key = ("suffix", window)
     if key not in ctx.masks:
         j = torch.arange(ctx.hw, device=ctx.q_slots.device)
@@ -132,12 +137,12 @@ def _suffix_mask(ctx: StepContext, window) -> torch.Tensor:
         visible = j <= i
         if window is not None:
             visible &= (i - j) < window
-        ctx.masks[key] = visible[:, None, None]
+        ctx.masks[key] = ~visible[:, None, None]
     return ctx.masks[key]
 
 
-def _prefix_mask(ctx: StepContext, layer, window, g: int, length: int, t: int) -> torch.Tensor:
-    """[groups, 1, arms*g*L, T] (or [groups, 1, 1, T] for full layers): visible prefix slots."""
+def _prefix_hidden(ctx: StepContext, layer, window, g: int, length: int, t: int) -> torch.Tensor:
+    """[groups, 1, arms*g*L, T] (or [groups, 1, 1, T] for full layers), True where a prefix slot is hidden."""
     key = ("prefix", window, t)
     if key in ctx.masks:
         return ctx.masks[key]
@@ -154,8 +159,8 @@ def _prefix_mask(ctx: StepContext, layer, window, g: int, length: int, t: int) -
         folded[ctx.fold_index] = qpos
         folded = folded.view(groups, arms, 1, length).expand(groups, arms, g, length).reshape(groups, -1)
         mask = (valid[:, None, :] & ((folded[:, :, None] - kpos[:, None, :]) < window))[:, None]
-    ctx.masks[key] = mask
-    return mask
+    ctx.masks[key] = ~mask
+    return ctx.masks[key]
 
 
 AttentionInterface.register(NAME, shared_prefix_attention)

@@ -12,32 +12,33 @@ import argparse
 import importlib
 import sys
 
-# module path -> the subcommands it registers
-_SUBCOMMANDS = (
-    "nudgeability.splice.run_cli",
-    "nudgeability.stats.cli",
-)
+# subcommand -> the module that registers it. Only the chosen command's module is imported, so
+# `nudge run` does not pay for matplotlib and numba, nor `nudge stats` for torch.
+_SUBCOMMANDS = {
+    "run": "nudgeability.splice.run_cli",
+    "merge": "nudgeability.splice.run_cli",
+    "stats": "nudgeability.stats.cli",
+    "report": "nudgeability.stats.cli",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The `nudge` parser, with the subcommand named in `argv` (or, for help, every subcommand)."""
     parser = argparse.ArgumentParser(
         prog="nudge",
         description="Measure how reasoning models respond to confidence and doubt (Nudgeability).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in _SUBCOMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        module.register(subparsers)
+    first = next((a for a in (argv or []) if not a.startswith("-")), None)
+    modules = [_SUBCOMMANDS[first]] if first in _SUBCOMMANDS else list(dict.fromkeys(_SUBCOMMANDS.values()))
+    for module_name in modules:
+        importlib.import_module(module_name).register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()

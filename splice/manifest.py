@@ -11,6 +11,8 @@ machine gives the same bytes, and shards of one run differ only in `config.shard
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import importlib.metadata
 import platform
 import subprocess
@@ -32,13 +34,53 @@ VERSIONED = ("torch", "transformers", "numpy", "numba", "tokenizers", "bitsandby
              "compressed-tensors", "nudgeability")
 
 
+CACHED_HASH_MIN_BYTES = 64 << 20  # files this large have their hash remembered
+
+
 def sha256_file(path: str | Path, block: int = 1 << 23) -> str:
-    """Hex sha256 of a file's bytes, read in blocks (checkpoints can be many GB)."""
+    """Hex sha256 of a file's bytes, read in blocks (checkpoints can be many GB).
+
+    The hash of a large file is remembered in the nudgeability cache, keyed by its real path,
+    size and modification time, so that resuming or sharding a campaign over a multi-GB
+    checkpoint does not re-read it each time. A changed file has a new key and is hashed again.
+    """
+    path = Path(path)
+    stat = path.stat()
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    cache = _hash_cache_file() if stat.st_size >= CACHED_HASH_MIN_BYTES else None
+    known = _read_hash_cache(cache)
+    if key in known:
+        return known[key]
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while chunk := handle.read(block):
             digest.update(chunk)
-    return digest.hexdigest()
+    value = digest.hexdigest()
+    if cache is not None:
+        known[key] = value
+        try:  # best effort: another process may write at the same time; a lost entry is recomputed
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(known, sort_keys=True))
+            os.replace(tmp, cache)
+        except OSError:
+            pass
+    return value
+
+
+def _hash_cache_file() -> Path:
+    from nudgeability.models.smollm2 import cache_root
+
+    return cache_root() / "sha256.json"
+
+
+def _read_hash_cache(cache: Path | None) -> dict:
+    if cache is None or not cache.is_file():
+        return {}
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def package_versions() -> dict[str, str | None]:
