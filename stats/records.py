@@ -11,8 +11,10 @@ stats never imports the runner). Rules of the join:
   no NT record -> -1 (unknown);
 - base from the B record's action; -1 without a B record;
 - correct['B'] / correct['oracle_B']: the grade of a SELF answer (1 / 0), else -1;
-- every other condition becomes an arm; where B (or oracle_B for the oracle arms) never closed
-  its thinking (boundary null) the arms are -1, as are arms without a record;
+- every other condition becomes an arm, as does every condition the manifest's config asked for
+  (so a run whose B never closed its thinking still has its conf/doubt arrays, all -1); where B
+  (or oracle_B for the oracle arms) never closed its thinking (boundary null) the arms are -1, as
+  are arms without a record;
 - run directories whose manifests name the same (model, task, decoding) are joined into one
   experiment; a repeated (problem, condition, seed) is an error.
 """
@@ -43,6 +45,7 @@ class RunDir:
     path: Path
     label: ExperimentLabel
     seeds: tuple[int, ...]
+    conditions: tuple[str, ...] = ()  # the conditions the run asked for (manifest config), if stated
 
 
 def read_run_dir(path: str | Path) -> RunDir:
@@ -67,7 +70,10 @@ def read_run_dir(path: str | Path) -> RunDir:
     if not (isinstance(seeds, list) and all(isinstance(x, int) for x in seeds)):
         raise RecordsError(f"{manifest}: field experiment.seeds must be a list of integers")
     label = ExperimentLabel(experiment["model"], experiment["task"], experiment["decoding"])
-    return RunDir(path, label, tuple(sorted(seeds)))
+    asked = (data.get("config") or {}).get("conditions") or ()
+    if not (isinstance(asked, (list, tuple)) and all(isinstance(c, str) for c in asked)):
+        raise RecordsError(f"{manifest}: field config.conditions must be a list of condition codes")
+    return RunDir(path, label, tuple(sorted(seeds)), tuple(asked))
 
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -126,10 +132,11 @@ def _closed(base_record: dict | None) -> bool:
     return base_record is None or base_record.get("boundary", 0) is not None
 
 
-def table_from_records(records: Sequence[dict], label: ExperimentLabel) -> ExperimentTable:
+def table_from_records(records: Sequence[dict], label: ExperimentLabel, conditions: Sequence[str] = ()) -> ExperimentTable:
     """Join the records of one experiment into its ExperimentTable (rules in the module docstring).
 
-    Records must be unique per (problem_id, condition, seed).
+    Records must be unique per (problem_id, condition, seed). `conditions` adds arms that were
+    asked for even where no record holds them.
     """
     problems: dict[str, int] = {}
     by_key: dict[tuple[str, int], dict[str, dict]] = {}
@@ -137,7 +144,7 @@ def table_from_records(records: Sequence[dict], label: ExperimentLabel) -> Exper
         problems.setdefault(record["problem_id"], len(problems))
         by_key.setdefault((record["problem_id"], int(record["seed"])), {})[record["condition"]] = record
     rows = sorted(by_key, key=lambda key: (problems[key[0]], key[1]))
-    conditions = sorted({c for arms in by_key.values() for c in arms} - {"NT", "B"})
+    conditions = sorted(({c for arms in by_key.values() for c in arms} | set(conditions)) - {"NT", "B"})
     s, base = np.full(len(rows), -1, np.int8), np.full(len(rows), NONE, np.int8)
     arms = {c: np.full(len(rows), NONE, np.int8) for c in conditions}
     graded = ["B"] + (["oracle_B"] if "oracle_B" in conditions else [])
@@ -171,8 +178,10 @@ def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
     if not run_dirs:
         raise RecordsError("no run directory given")
     groups: dict[tuple[str, str, str], tuple[ExperimentLabel, dict]] = {}
+    asked: dict[tuple[str, str, str], set[str]] = {}
     for run_dir in map(read_run_dir, run_dirs):
         label, seen = groups.setdefault(run_dir.label.key, (run_dir.label, {}))
+        asked.setdefault(run_dir.label.key, set()).update(run_dir.conditions)
         path = run_dir.path / "records.jsonl"
         for number, record in iter_records(path):
             if record["task"] != label.task:
@@ -185,4 +194,7 @@ def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
                 first = seen[key][0]
                 raise RecordsError(f"{path}:{number}: duplicate record {key} (first at {first})")
             seen[key] = (f"{path}:{number}", _slim(record))
-    return [table_from_records([r for _, r in seen.values()], label) for label, seen in groups.values()]
+    return [
+        table_from_records([r for _, r in seen.values()], label, sorted(asked[key]))
+        for key, (label, seen) in groups.items()
+    ]

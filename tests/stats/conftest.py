@@ -160,10 +160,13 @@ def records_from_arrays(arrays: dict, *, seed: int = 0, task: str = "musique", p
 
 
 def write_run_dir(path: Path, lines: list[str], *, model: str = "tiny", task: str = "musique",
-                  decoding: str = "greedy", seeds: tuple[int, ...] = (0,)) -> Path:
-    """A run directory: manifest.json with the experiment, records.jsonl, an empty timings.jsonl."""
+                  decoding: str = "greedy", seeds: tuple[int, ...] = (0,), conditions: list[str] | None = None) -> Path:
+    """A run directory: manifest.json with the experiment (and, if given, the config's conditions),
+    records.jsonl, an empty timings.jsonl."""
     path.mkdir(parents=True, exist_ok=True)
     manifest = {"experiment": {"model": model, "task": task, "decoding": decoding, "seeds": list(seeds)}}
+    if conditions is not None:
+        manifest["config"] = {"conditions": conditions}
     (path / "manifest.json").write_text(json.dumps(manifest))
     (path / "records.jsonl").write_text("".join(line + "\n" for line in lines))
     (path / "timings.jsonl").write_text("")

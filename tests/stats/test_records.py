@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 
-from nudgeability.stats import NONE, SELF, TOOL, TRUNC, RecordsError, load_experiments
+from nudgeability.stats import NONE, SELF, TOOL, TRUNC, RecordsError, load_experiments, summarize
 
 from_arrays_conditions = ("conf", "doubt", "empty", "neutral", "sealed_conf", "sealed_doubt")
 
@@ -131,3 +132,21 @@ def test_run_dir_without_manifest_or_records_is_an_error_naming_the_path(tmp_pat
         load_experiments([run])
     with pytest.raises(RecordsError, match="not a directory"):
         load_experiments([tmp_path / "nowhere"])
+
+
+def test_a_run_whose_bases_never_closed_summarises_with_nothing_retained(tmp_path, runs):
+    # Every B truncated inside its thinking: the runner writes no arm records at all. The manifest
+    # says conf and doubt were asked for, so the table still has them (all -1) and the summary
+    # reports n_S = 0 with undefined estimates instead of refusing the run.
+    line = runs.record_line
+    lines = [
+        line("p0", "NT", "SELF", graded=True, correct=True), line("p0", "B", "TRUNC", boundary=None),
+        line("p1", "NT", "SELF", graded=True, correct=False), line("p1", "B", "TRUNC", boundary=None),
+    ]  # fmt: skip
+    run = runs.write_run_dir(tmp_path / "run", lines, conditions=["NT", "B", "conf", "doubt", "neutral"])
+    (table,) = load_experiments([run])
+    assert table.arms["conf"].tolist() == table.arms["doubt"].tolist() == [NONE, NONE]
+    summary = summarize(table, n_boot=200)
+    assert summary.primary.n_S == 0 and summary.primary.F == 0
+    assert math.isnan(summary.primary.S) and summary.profile == "undetermined"
+    assert summary.unaided_accuracy.numerator == 1 and summary.unaided_accuracy.denominator == 2
