@@ -44,14 +44,20 @@ def declared_tools(task: Task, base: str) -> tuple[str, ...] | None:
 
 def render_prompts(task: Task, family: Family, problem: Problem, oracle: bool) -> ProblemPrompts:
     """Render the unaided, with-tool and (if `oracle`) oracle prompts of one problem."""
-    unaided = family.render(task.unaided_messages(problem), tools=None, thinking=True)
-    messages, tools = task.with_tool(problem)
-    with_tool = family.render(messages, tools=tools, thinking=True)
-    oracle_ids = None
-    if oracle:
-        messages, tools = task.oracle(problem)
-        oracle_ids = tuple(family.render(messages, tools=tools, thinking=True))
+    unaided = render(family, task.unaided_messages(problem), None)
+    with_tool = render(family, *task.with_tool(problem))
+    oracle_ids = tuple(render(family, *task.oracle(problem))) if oracle else None
     return ProblemPrompts(tuple(unaided), tuple(with_tool), oracle_ids)
+
+
+def render(family: Family, messages: list[dict], tools: list[dict] | None) -> list[int]:
+    """Prompt ids of a conversation, with the family's format demonstrations (if it has any) placed
+    after the system turn, before the real question."""
+    shown = family.demonstrations(tools)
+    if shown:
+        lead = 1 if messages and messages[0]["role"] == "system" else 0
+        messages = messages[:lead] + shown + messages[lead:]
+    return family.render(messages, tools=tools, thinking=True)
 
 
 def prompt_sha256(ids) -> str:

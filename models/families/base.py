@@ -164,6 +164,13 @@ class Family:
         """The family's own renderer, following the documented format (formats.md section 1)."""
         raise NotImplementedError
 
+    def demonstrations(self, tools: list[dict] | None = None) -> list[dict]:
+        """Worked exchanges to place before the real question, in this family's format.
+
+        None for a family the model was trained on: its native format needs no demonstration.
+        """
+        return []
+
     def _template_renders_tools(self) -> bool:
         """Whether the tokenizer ships a chat template that renders a declared tool."""
         if not getattr(self.tokenizer, "chat_template", None):

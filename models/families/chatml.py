@@ -9,7 +9,12 @@ Because the model was never trained on this format, the system turn always state
 text (the tools block, then a `# Format` section), and the generation prompt opens the thinking
 block, `<|im_start|>assistant\\n<think>\\n`, so that even a non-reasoning model starts inside it.
 For the same reason this family always uses its own renderer, never the checkpoint's template:
-a ChatML checkpoint's template knows nothing of this think/tool format.
+a ChatML checkpoint's template knows nothing of this think/tool format. And because a small model
+follows a shown pattern far more readily than a described one, `demonstrations` gives two worked
+exchanges (a direct answer, and a call of the first declared tool) that the runner places before
+the real question. Measured on SmolLM2-135M-Instruct, greedy, 6 StrategyQA prompts: without them
+no completion closed its thinking; with them all 6 did. They are the same in every condition, so
+the paired comparisons are unaffected.
 
 Splice: "\\n" + sentence + "\\n", then the (multi-token) `</think>` ids when sealed.
 """
@@ -62,6 +67,23 @@ class ChatMLFamily(Family):
                 out.append(f"<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n")
         out.append("<|im_start|>assistant\n<think>\n" + ("" if thinking else "\n</think>\n\n"))
         return "".join(out)
+
+    def demonstrations(self, tools: list[dict] | None = None) -> list[dict]:
+        """A direct answer, then (when a tool is declared) a call of the first tool, in this format."""
+        shown = [
+            {"role": "user", "content": "Question: Is the Eiffel Tower in Paris?"},
+            {"role": "assistant", "content": "<think>\nThe Eiffel Tower is a landmark in Paris. I am sure of this.\n</think>\nAnswer: yes"},
+        ]
+        if tools:
+            function = tools[0].get("function", tools[0])
+            params = list((function.get("parameters") or {}).get("properties") or {"query": None})
+            question = "Who was the mayor of Springfield, Illinois in 1931?"
+            call = {"name": function["name"], "arguments": {params[0]: question}}
+            shown += [
+                {"role": "user", "content": f"Question: {question}"},
+                {"role": "assistant", "content": "<think>\nI do not know this, so I will use the tool.\n</think>", "tool_calls": [call]},
+            ]
+        return shown
 
     def scan_calls(self, text: str) -> CallScan:
         return scan_tagged_json_calls(text)

@@ -84,3 +84,22 @@ def test_unaided_prompt_declares_no_tool(family, first_problems, task_name):
     for tool in (task.with_tool(problem)[1][0], task.oracle(problem)[1][0]):
         assert not _declared(name, tool, text)
         assert tool["function"]["name"] not in text
+
+
+def test_chatml_prompts_carry_the_format_demonstrations_and_native_ones_do_not():
+    from nudgeability.models.families import get_family
+    from nudgeability.models.tiny_tokenizers import tiny_tokenizer
+    from nudgeability.splice.prompts import render_prompts
+    from nudgeability.splice.tasks import get_task
+    from nudgeability.splice.tasks.sampling import sample_problems
+
+    task = get_task("strategyqa")
+    problem = sample_problems(task.load(), 1, 0)[0]
+    for name, shown in (("chatml", True), ("qwen3", False)):
+        family = get_family(name, tiny_tokenizer(name))
+        prompts = render_prompts(task, family, problem, oracle=True)
+        for ids, tool in ((prompts.unaided, None), (prompts.with_tool, "search"), (prompts.oracle, "ask_expert")):
+            text = family.decode(ids)
+            assert ("Is the Eiffel Tower in Paris?" in text) is shown
+            assert (f'{{"name": "{tool}", "arguments"' in text) is (shown and tool is not None)
+            assert text.rstrip().endswith(("<think>", "<|im_start|>assistant")) and problem.question in text
