@@ -23,6 +23,11 @@ from nudgeability.models import smollm2
 from nudgeability.models.loader import load_model
 
 
+def last_logits(llm) -> np.ndarray:
+    # Without logits_all, llama-cpp-python keeps no scores; read the context's last-token logits.
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+
+
 def llama_cpp_arms(llm, prefix, suffixes, new):
     llm.reset()
     llm.eval(prefix)
@@ -33,7 +38,7 @@ def llama_cpp_arms(llm, prefix, suffixes, new):
         llm.eval(suffix)
         tokens = []
         for _ in range(new):
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            token = int(np.argmax(last_logits(llm)))
             tokens.append(token)
             llm.eval([token])
         out.append(tokens)

@@ -22,6 +22,7 @@ from nudgeability.engine.fork_cache import KVHandle, StepContext
 
 NAME = "nudge_fork"
 PREFILL_WINDOW_BLOCK = 1024  # queries per SDPA call on sliding-window layers in prefill
+PREFIX_SCORE_ELEMENTS = 1 << 22  # fp32 prefix scores held at once by the arms (16 MiB)
 
 
 def shared_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -114,12 +115,21 @@ def _prefix_part(q, layer, ctx: StepContext, scaling, window, g: int, length: in
         folded[ctx.fold_index] = q
         folded = folded.view(groups, arms, kv, gl, d)
     folded = folded.transpose(1, 2).reshape(groups, kv, arms * gl, d)
-    s = torch.matmul(folded, pk.transpose(-1, -2)).float().mul_(scaling)  # [groups, kv, arms*gl, T]
-    s.masked_fill_(_prefix_hidden(ctx, layer, window, g, length, t), float("-inf"))
-    m = s.amax(dim=-1, keepdim=True)
-    e = s.sub_(torch.where(torch.isfinite(m), m, torch.zeros_like(m))).exp_()
-    l = e.sum(dim=-1, keepdim=True)
-    o = torch.matmul(e.to(pv.dtype), pv).float()  # [groups, kv, arms*gl, D]
+    hidden = _prefix_hidden(ctx, layer, window, g, length, t)
+    rows = arms * gl
+    o = torch.empty(groups, kv, rows, d, dtype=torch.float32, device=q.device)
+    m = torch.empty(groups, kv, rows, 1, dtype=torch.float32, device=q.device)
+    l = torch.empty_like(m)
+    # Rows in chunks, so that a long prefix's fp32 scores stay within PREFIX_SCORE_ELEMENTS.
+    step = max(1, PREFIX_SCORE_ELEMENTS // max(1, groups * kv * t))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        s = torch.matmul(folded[:, :, r0:r1], pk.transpose(-1, -2)).float().mul_(scaling)  # [groups, kv, r, T]
+        s.masked_fill_(hidden if hidden.shape[2] == 1 else hidden[:, :, r0:r1], float("-inf"))
+        mc = s.amax(dim=-1, keepdim=True)
+        e = s.sub_(torch.where(torch.isfinite(mc), mc, torch.zeros_like(mc))).exp_()
+        m[:, :, r0:r1], l[:, :, r0:r1] = mc, e.sum(dim=-1, keepdim=True)
+        o[:, :, r0:r1] = torch.matmul(e.to(pv.dtype), pv)
 
     def unfold(x):
         x = x.view(groups, kv, arms, gl, x.shape[-1]).transpose(1, 2).reshape(groups * arms, kv, gl, x.shape[-1])

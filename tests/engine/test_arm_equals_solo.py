@@ -79,3 +79,18 @@ def test_smollm2_two_groups_in_one_batch_equal_solo_runs(smollm2):
     for req, arms in zip(requests, engine.fork_many(requests, return_logits=True)):
         for suffix, arm in zip(req.suffixes, arms):
             assert_matches_reference(model, arm, req.prefix_ids + suffix, 8, engine.eos_ids)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma4"])
+def test_arms_match_solo_when_prefix_scores_are_computed_in_row_chunks(arch, monkeypatch):
+    import nudgeability.engine.shared_prefix_attention as attention
+    from nudgeability.models.tiny import tiny_model
+
+    # A tiny score budget forces many row chunks per layer (a long prefix's path, on a short one).
+    monkeypatch.setattr(attention, "PREFIX_SCORE_ELEMENTS", 64)
+    model = tiny_model(arch, seed=9)
+    engine = Engine(model)
+    prefix = random_ids(203, seed=11)
+    suffixes = [random_ids(n, seed=500 + n) for n in (2, 9, 15)]
+    for suffix, arm in zip(suffixes, engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=10), return_logits=True)):
+        assert_matches_reference(model, arm, prefix + suffix, 10, engine.eos_ids)
