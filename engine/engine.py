@@ -50,10 +50,15 @@ class Engine:
 
     `max_batch_tokens` caps the KV token slots of one batch (see `scheduler.batch_cost`); None runs
     each call as a single batch. `progress` shows a bar with prefill and decode tokens/s.
+    `compile_decode` runs the decode step through `torch.compile(dynamic=True)`, which fuses the
+    many small kernels of a decode step on a GPU; it is off by default because on CPU it does not
+    pay (minutes of compilation, no faster steps; see the engine issue's notes).
     """
 
-    def __init__(self, model, tokenizer=None, *, max_batch_tokens: int | None = None, progress: bool = False):
+    def __init__(self, model, tokenizer=None, *, max_batch_tokens: int | None = None, progress: bool = False,
+                 compile_decode: bool = False):
         self.runner = ModelRunner(model)
+        self._decode_forward = torch.compile(self.runner.forward, dynamic=True) if compile_decode else self.runner.forward
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens
@@ -151,7 +156,7 @@ class Engine:
         """One decode step: schedule the running arms, run the model on one token each, postprocess."""
         rows = batch.active
         ids, positions, cache.ctx = batch.decode_inputs()
-        hidden = self.runner.forward(cache, ids, positions)
+        hidden = self._decode_forward(cache, ids, positions)
         self._sample_and_record(batch, rows, hidden[:, -1])
         self.stats.decode_tokens += len(rows)
         self.stats.forward_calls += 1
