@@ -64,14 +64,18 @@ class Batch:
         return sum(len(p) for p in self.prefixes)
 
     # --- inputs -------------------------------------------------------------------------------
-    def prefix_inputs(self, pad_id: int):
-        """Right-padded prefix batch `[G, P_max]`, its positions, and the prefix-phase context."""
+    def prefix_chunks(self, pad_id: int, chunk: int):
+        """The right-padded prefix batch `[G, P_max]` in chunks of `chunk` positions: yields each
+        chunk's ids, positions and prefix-phase context."""
         ids = torch.full((len(self.prefixes), self.p_max), pad_id, dtype=torch.long)
         for g, prefix in enumerate(self.prefixes):
             ids[g, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
-        positions = torch.arange(self.p_max).expand(len(self.prefixes), -1)
-        ctx = StepContext(phase="prefix", lengths=self.prefix_lengths)
-        return ids.to(self.device), positions.to(self.device), ctx
+        ids = ids.to(self.device)
+        positions = torch.arange(self.p_max, device=self.device).expand(len(self.prefixes), -1)
+        for c0 in range(0, self.p_max, chunk):
+            c1 = min(c0 + chunk, self.p_max)
+            ctx = StepContext(phase="prefix", lengths=self.prefix_lengths, prefix_max=self.p_max, chunk_start=c0)
+            yield ids[:, c0:c1], positions[:, c0:c1], ctx
 
     def suffix_inputs(self, pad_id: int):
         """Right-padded suffixes `[N, S_max]` of every arm at positions P_g + slot, and the context."""

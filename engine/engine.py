@@ -50,13 +50,18 @@ class Engine:
 
     `max_batch_tokens` caps the KV token slots of one batch (see `scheduler.batch_cost`); None runs
     each call as a single batch. `progress` shows a bar with prefill and decode tokens/s.
+    `prefill_tokens` bounds the tokens of one prefix-prefill forward (the prefixes are prefilled in
+    chunks of positions, so that activation memory does not grow with the prefix length).
     `compile_decode` runs the decode step through `torch.compile(dynamic=True)`, which fuses the
     many small kernels of a decode step on a GPU; it is off by default because on CPU it does not
     pay (minutes of compilation, no faster steps; see the engine issue's notes).
     """
 
     def __init__(self, model, tokenizer=None, *, max_batch_tokens: int | None = None, progress: bool = False,
-                 compile_decode: bool = False):
+                 prefill_tokens: int = 8192, compile_decode: bool = False):
+        if prefill_tokens < 1:
+            raise EngineInputError(f"prefill_tokens must be positive, got {prefill_tokens}")
+        self.prefill_tokens = prefill_tokens
         self.runner = ModelRunner(model)
         self._decode_forward = torch.compile(self.runner.forward, dynamic=True) if compile_decode else self.runner.forward
         self.model = model
@@ -128,10 +133,12 @@ class Engine:
         cache = ForkCache(self.runner.layer_windows, batch.num_rows, batch.suffix_capacity)
         t0 = time.perf_counter()
         if batch.p_max > 0:
-            ids, positions, cache.ctx = batch.prefix_inputs(self.pad_id)
-            self.runner.forward(cache, ids, positions)
-            self.stats.prefix_tokens += ids.numel()
-            self.stats.forward_calls += 1
+            chunk = max(1, self.prefill_tokens // len(batch.prefixes))
+            for ids, positions, cache.ctx in batch.prefix_chunks(self.pad_id, chunk):
+                self.runner.forward(cache, ids, positions)
+                self.stats.prefix_tokens += ids.numel()
+                self.stats.forward_calls += 1
+            cache.finish_prefix(batch.prefix_lengths)
         ids, positions, cache.ctx = batch.suffix_inputs(self.pad_id)
         hidden = self.runner.forward(cache, ids, positions)
         last = hidden[torch.arange(batch.num_rows, device=hidden.device), batch.last_hidden_index()]

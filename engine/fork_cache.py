@@ -2,9 +2,10 @@
 
 Layout, per attention layer:
 
-- **prefix** `[G, kv, T, D]`: one entry per prefix group (problem), written once in the prefix
-  phase. Full-attention layers keep the whole padded prefix (T = longest prefix). Sliding-window
-  layers keep only the last W-1 positions, all that a later query can see.
+- **prefix** `[G, kv, T, D]`: one entry per prefix group (problem), preallocated for the longest
+  prefix and written chunk by chunk in the prefix phase. Full-attention layers keep the whole
+  padded prefix (T = longest prefix). Sliding-window layers are cut down to the last W-1
+  positions of each group once the prefix is complete: all that a later query can see.
 - **suffix** `[N, kv, S_cap, D]`: one row per arm, preallocated for the arm's suffix plus its new
   tokens and written by index (gpt-fast style). A finished arm keeps its row; it simply stops being
   scheduled.
@@ -27,13 +28,16 @@ from transformers.cache_utils import Cache
 class StepContext:
     """Positions of the current forward call, shared by every layer (masks are built once per window).
 
-    Prefix phase: `lengths[G]` real prefix lengths of the padded `[G, P_max]` batch.
+    Prefix phase: `lengths[G]` real prefix lengths of the padded `[G, P_max]` batch, computed in
+    chunks of positions [chunk_start, chunk_end).
     Arm phase: the scheduled `rows[n]` (static suffix rows), their query slots `q_slots[n, L]`, the
     group of each row and the padded (group, arm) layout used to fold arms into query rows.
     """
 
     phase: str  # "prefix" | "arms"
     lengths: torch.Tensor  # [G] prefix lengths (both phases)
+    prefix_max: int = 0  # prefix phase: P_max, the padded prefix length
+    chunk_start: int = 0  # prefix phase: first position of this call's chunk
     rows: torch.Tensor | None = None  # [n] suffix rows scheduled in this call
     rows_are_all: bool = False  # rows == arange(N): read suffix storage as a view, no gather
     q_slots: torch.Tensor | None = None  # [n, L] suffix slot of each query token
@@ -65,9 +69,10 @@ class KVHandle:
     ctx: StepContext
     layer: LayerKV
     window: int | None
-    # prefix phase only: this call's own keys/values, [G, kv, L, D]
+    # prefix phase only: the keys/values this chunk attends to, positions [key_start, chunk end)
     keys: torch.Tensor | None = None
     values: torch.Tensor | None = None
+    key_start: int = 0
 
 
 class _LayerFlags:
@@ -98,27 +103,33 @@ class ForkCache(Cache):
         layer = self.storage[layer_idx]
         window = self.windows[layer_idx]
         if ctx.phase == "prefix":
-            self._store_prefix(layer, key_states, value_states, ctx.lengths, window)
-            handle = KVHandle(ctx, layer, window, keys=key_states, values=value_states)
+            c0, c1 = ctx.chunk_start, ctx.chunk_start + key_states.shape[2]
+            if layer.prefix_k is None:
+                shape = (*key_states.shape[:2], ctx.prefix_max, key_states.shape[3])
+                layer.prefix_k, layer.prefix_v = key_states.new_empty(shape), value_states.new_empty(shape)
+                layer.prefix_start = torch.zeros_like(ctx.lengths)
+            layer.prefix_k[:, :, c0:c1] = key_states
+            layer.prefix_v[:, :, c0:c1] = value_states
+            k0 = 0 if window is None else max(0, c0 - window + 1)
+            handle = KVHandle(ctx, layer, window, keys=layer.prefix_k[:, :, k0:c1], values=layer.prefix_v[:, :, k0:c1],
+                              key_start=k0)
         else:
             self._write_suffix(layer, key_states, value_states, ctx)
             handle = KVHandle(ctx, layer, window)
         return handle, handle
 
-    @staticmethod
-    def _store_prefix(layer: LayerKV, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, window):
-        p_max = k.shape[2]
-        if window is None or window - 1 >= p_max:
-            layer.prefix_k, layer.prefix_v = k.contiguous(), v.contiguous()
-            layer.prefix_start = torch.zeros_like(lengths)
-            return
-        # Sliding layer: keep positions [P_g - (W-1), P_g) of each group; later queries see no further back.
-        tail = window - 1
-        start = lengths - tail
-        idx = (start[:, None] + torch.arange(tail, device=k.device)).clamp_min(0)
-        idx = idx[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
-        layer.prefix_k, layer.prefix_v = k.gather(2, idx), v.gather(2, idx)
-        layer.prefix_start = start
+    def finish_prefix(self, lengths: torch.Tensor) -> None:
+        """Cut each sliding-window layer's prefix down to what later queries can see: the last
+        W-1 positions of each group, [P_g - (W-1), P_g) (leading slots invalid when P_g < W-1)."""
+        for layer, window in zip(self.storage, self.windows):
+            if layer.prefix_k is None or window is None or window - 1 >= layer.prefix_k.shape[2]:
+                continue
+            k, v, tail = layer.prefix_k, layer.prefix_v, window - 1
+            start = lengths - tail
+            idx = (start[:, None] + torch.arange(tail, device=k.device)).clamp_min(0)
+            idx = idx[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+            layer.prefix_k, layer.prefix_v = k.gather(2, idx), v.gather(2, idx)
+            layer.prefix_start = start
 
     def _write_suffix(self, layer: LayerKV, k: torch.Tensor, v: torch.Tensor, ctx: StepContext):
         if layer.suffix_k is None:

@@ -36,33 +36,38 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     if window is None:
         window = handle.window
     if handle.ctx.phase == "prefix":
-        out = _causal_self_attention(query, handle.keys, handle.values, scaling, window)
+        out = _causal_self_attention(query, handle.keys, handle.values, scaling, window,
+                                     handle.ctx.chunk_start, handle.key_start)
     else:
         out = _arm_attention(query, handle, scaling, window)
     return out, None
 
 
-def _causal_self_attention(q, k, v, scaling: float, window: int | None) -> torch.Tensor:
-    """Causal (optionally windowed) attention of a right-padded batch: [B,H,L,D] -> [B,L,H,D].
+def _causal_self_attention(q, k, v, scaling: float, window: int | None, q0: int = 0, k0: int = 0) -> torch.Tensor:
+    """Causal (optionally windowed) attention of a right-padded chunk: [B,H,L,D] -> [B,L,H,D].
 
-    Right padding needs no mask: a real token only sees earlier slots, which are all real. SDPA's
-    fused kernels do the work (flash on CPU and CUDA). A window becomes a boolean mask, built per
-    block of queries so that it stays small for long prefixes.
+    The queries sit at positions [q0, q0+L), the keys at [k0, q0+L). Right padding needs no mask:
+    a real token only sees earlier slots, which are all real. SDPA's fused kernels do the work
+    (flash on CPU and CUDA); when the chunk does not start the prefix or a window applies, a
+    boolean mask is built per block of queries, so that it stays small for long prefixes.
     """
     length = q.shape[2]
-    if window is None or window >= length:
+    if q0 == 0 and k0 == 0 and (window is None or window >= length):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=True)
         return out.transpose(1, 2)
     out = torch.empty_like(q)
-    block = max(window, PREFILL_WINDOW_BLOCK)
-    for c0 in range(0, length, block):
-        c1 = min(c0 + block, length)
-        k0 = max(0, c0 - window + 1)
-        qpos = torch.arange(c0, c1, device=q.device)[:, None]
-        kpos = torch.arange(k0, c1, device=q.device)[None, :]
-        visible = (kpos <= qpos) & ((qpos - kpos) < window)
-        out[:, :, c0:c1] = F.scaled_dot_product_attention(
-            q[:, :, c0:c1], k[:, :, k0:c1], v[:, :, k0:c1], attn_mask=visible, scale=scaling, enable_gqa=True
+    block = max(window or 0, PREFILL_WINDOW_BLOCK)
+    for b0 in range(0, length, block):
+        b1 = min(b0 + block, length)
+        first = k0 if window is None else max(k0, q0 + b0 - window + 1)  # the first key position needed
+        qpos = torch.arange(q0 + b0, q0 + b1, device=q.device)[:, None]
+        kpos = torch.arange(first, q0 + b1, device=q.device)[None, :]
+        visible = kpos <= qpos
+        if window is not None:
+            visible &= (qpos - kpos) < window
+        out[:, :, b0:b1] = F.scaled_dot_product_attention(
+            q[:, :, b0:b1], k[:, :, first - k0 : q0 + b1 - k0], v[:, :, first - k0 : q0 + b1 - k0],
+            attn_mask=visible, scale=scaling, enable_gqa=True,
         )
     return out.transpose(1, 2)
 

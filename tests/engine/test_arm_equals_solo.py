@@ -94,3 +94,18 @@ def test_arms_match_solo_when_prefix_scores_are_computed_in_row_chunks(arch, mon
     suffixes = [random_ids(n, seed=500 + n) for n in (2, 9, 15)]
     for suffix, arm in zip(suffixes, engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=10), return_logits=True)):
         assert_matches_reference(model, arm, prefix + suffix, 10, engine.eos_ids)
+
+
+@pytest.mark.parametrize("prefill_tokens", [64, 10])  # chunks longer, then shorter, than Gemma 4's window
+def test_chunked_prefix_prefill_keeps_every_arm_equal_to_its_solo_run(tiny, prefill_tokens):
+    arch, model = tiny
+    engine = Engine(model, prefill_tokens=prefill_tokens)
+    requests = [
+        ForkRequest(random_ids(205, seed=31), [random_ids(n, seed=700 + n) for n in (3, 8)], SamplingParams(max_new_tokens=8)),
+        ForkRequest(random_ids(117, seed=32), [random_ids(n, seed=800 + n) for n in (1, 5)], SamplingParams(max_new_tokens=8)),
+    ]
+    results = engine.fork_many(requests, return_logits=True)
+    assert engine.stats.forward_calls > 10  # the prefixes really were prefilled in many chunks
+    for req, arms in zip(requests, results):
+        for suffix, arm in zip(req.suffixes, arms):
+            assert_matches_reference(model, arm, req.prefix_ids + suffix, 8, engine.eos_ids)
