@@ -58,7 +58,7 @@ class Engine:
     """
 
     def __init__(self, model, tokenizer=None, *, max_batch_tokens: int | None = None, progress: bool = False,
-                 prefill_tokens: int = 8192, compile_decode: bool = False):
+                 prefill_tokens: int = 2048, compile_decode: bool = False):
         if prefill_tokens < 1:
             raise EngineInputError(f"prefill_tokens must be positive, got {prefill_tokens}")
         self.prefill_tokens = prefill_tokens
