@@ -72,12 +72,17 @@ def plot(by_n, by_p, path: Path) -> None:
     axes[0].plot([r["arms"] for r in by_n], [r["wall_s"] / r["arms"] for r in by_n], "o-")
     axes[0].set(xscale="log", xlabel="arms N (prefix 1024)", ylabel="seconds per arm", title="Per-arm cost flattens with N")
     axes[1].plot([r["prefix"] for r in by_p], [r["wall_s"] for r in by_p], "o-")
-    axes[1].set(xscale="log", xlabel="prefix P (12 arms)", ylabel="seconds", title="Fork time vs prefix length")
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_xticks([r["prefix"] for r in by_p], [str(r["prefix"]) for r in by_p])
+    axes[1].set(xlabel="prefix P (12 arms)", ylabel="seconds", title="Fork time vs prefix length")
     for rows, key, label in ((by_n, "arms", "vs N (P=1024)"), (by_p, "prefix", "vs P (N=12)")):
         axes[2].plot([r["floor_mib"] for r in rows], [r["model_mib"] for r in rows], "o-", label=label)
-    lim = max(r["model_mib"] for r in by_n + by_p) * 1.05
-    axes[2].plot([0, lim], [0, lim], "k:", label="floor")
-    axes[2].plot([0, lim], [0, lim * 1.15], "k--", lw=0.8, label="floor + 15%")
+    lo = min(r["floor_mib"] for r in by_n + by_p) * 0.97
+    hi = max(r["model_mib"] for r in by_n + by_p) * 1.03
+    axes[2].plot([lo, hi], [lo, hi], "k:", label="floor")
+    axes[2].plot([lo, hi], [lo * 1.15, hi * 1.15], "k--", lw=0.8, label="floor + 15%")
+    axes[2].set_xlim(lo, hi)
+    axes[2].set_ylim(lo, hi * 1.15)
     axes[2].set(xlabel="floor MiB (weights + prefix KV + suffix KV)", ylabel="weights + fork peak MiB", title="Peak memory vs floor")
     axes[2].legend()
     fig.tight_layout()
@@ -116,9 +121,10 @@ def main():
         f"- **P4 memory** (12 arms, 1,024-token prefix): weights + fork peak {p4['model_mib']:.0f} MiB vs floor {p4['floor_mib']:.0f} MiB "
         f"= {ratio:.3f}× (target ≤ 1.15×: **{'met' if ratio <= 1.15 else 'NOT met'}**).",
         "- Per-arm cost from N=1 to N=64: " + ", ".join(f"{r['wall_s'] / r['arms']:.2f}" for r in by_n) + " s.",
-        "", "![scaling](scaling.png)",
+        "", "![scaling](scaling.png) (raw figures: `scaling.json`)",
     ])
     plot(by_n, by_p, HERE / "scaling.png")
+    (HERE / "scaling.json").write_text(json.dumps({"by_arms": by_n, "by_prefix": by_p}, indent=1) + "\n")
     print(body)
     if not args.no_write:
         write_section("Scaling and P4 memory (benchmarks/scaling.py)", body)
