@@ -26,7 +26,6 @@ PREFIXES = (256, 512, 1024, 2048, 4096)
 
 
 def child(arms: int, prefix: int, new: int) -> None:
-    baseline = rss_kib()
     import torch
     from workload import splice_workload
 
