@@ -26,7 +26,9 @@ def reset_peak() -> None:
 
 def run_child(script: str, *args: str) -> dict:
     """Run `python script --child args...`; it prints one JSON object as its last stdout line."""
-    out = subprocess.run([sys.executable, script, "--child", *args], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, script, "--child", *args], capture_output=True, text=True, check=False
+    )
     if out.returncode != 0:
         raise RuntimeError(f"child {script} {args} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

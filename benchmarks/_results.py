@@ -31,12 +31,18 @@ def write_section(name: str, body: str, command: str | None = None) -> None:
         f"<!-- BEGIN {name} -->\n## {name}\n\n"
         f"Command: `{command}`  \nRun: {stamp} on {machine()}\n\n{body.strip()}\n<!-- END {name} -->\n"
     )
-    pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->\n", re.S)
+    pattern = re.compile(
+        rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->\n", re.S
+    )
     # Two scripts finishing together must not lose each other's section: read-modify-write under a lock.
     with open(RESULTS.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         text = RESULTS.read_text() if RESULTS.exists() else _HEADER
-        text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+        text = (
+            pattern.sub(lambda _: section, text)
+            if pattern.search(text)
+            else text.rstrip("\n") + "\n\n" + section
+        )
         tmp = RESULTS.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(RESULTS)

@@ -57,13 +57,21 @@ def child(mode: str, directory: str | None) -> None:
     after_load = rss_kib("VmHWM") * 1024
     with torch.no_grad():
         model(torch.arange(3, 35).view(1, -1))
-    print(json.dumps({"load_s": load_s, "hwm_load": after_load, "hwm_forward": rss_kib("VmHWM") * 1024}))
+    print(
+        json.dumps(
+            {"load_s": load_s, "hwm_load": after_load, "hwm_forward": rss_kib("VmHWM") * 1024}
+        )
+    )
 
 
 def run_child_env(script: str, env: dict, *args: str) -> dict:
     """`run_child` with extra environment variables."""
     out = subprocess.run(
-        [sys.executable, script, "--child", *args], capture_output=True, text=True, check=True, env={**os.environ, **env}
+        [sys.executable, script, "--child", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **env},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -89,25 +97,33 @@ def checkpoint_bytes(directory: Path, quantised_layers: set[str]) -> tuple[int, 
 
 
 def _itemsize(dtype: str) -> int:
-    return {"F8_E4M3": 1, "U8": 1, "I8": 1, "BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8}[dtype]
+    return {"F8_E4M3": 1, "U8": 1, "I8": 1, "BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8}[
+        dtype
+    ]
 
 
 def decode_rates(models: dict, tokenizer, new: int, prompt_len: int, rounds: int) -> dict:
     """{name: {batch: decode tokens/s}} through Engine.generate, best of `rounds` interleaved rounds."""
     from nudgeability.engine import Engine, SamplingParams
 
-    text = "The history of the printing press begins in the fifteenth century, when movable type " * 20
+    text = (
+        "The history of the printing press begins in the fifteenth century, when movable type " * 20
+    )
     base = tokenizer(text)["input_ids"][:prompt_len]
     best: dict = {name: {} for name in models}
     for _ in range(rounds):
         for name, model in models.items():
             engine = Engine(model, tokenizer)
             for batch in (1, 12):
-                prompts = [base[i:] + base[:i] for i in range(batch)]  # same length, different tokens
+                prompts = [
+                    base[i:] + base[:i] for i in range(batch)
+                ]  # same length, different tokens
                 times = {}
                 for n in (1, new + 1):
                     t0 = time.perf_counter()
-                    outs = engine.generate(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True))
+                    outs = engine.generate(
+                        prompts, SamplingParams(max_new_tokens=n, ignore_eos=True)
+                    )
                     times[n] = time.perf_counter() - t0
                     assert all(len(o.token_ids) == n for o in outs)
                 rate = batch * new / max(times[new + 1] - times[1], 1e-9)
@@ -120,7 +136,9 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32, help="decode tokens per sequence")
     parser.add_argument("--prompt", type=int, default=64, help="prompt tokens")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the decode runs")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved timing rounds (best kept)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="interleaved timing rounds (best kept)"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -156,7 +174,9 @@ def main() -> None:
         for name, write in writers.items():
             directory = Path(tmp) / name.split()[0]
             write(tiny, Path(tmp) / f"tiny-{name.split()[0]}")
-            baselines[name] = run_child(script, "quant", str(Path(tmp) / f"tiny-{name.split()[0]}"))["hwm_forward"]
+            baselines[name] = run_child(
+                script, "quant", str(Path(tmp) / f"tiny-{name.split()[0]}")
+            )["hwm_forward"]
             t0 = time.perf_counter()
             write(fp32.model, directory, fp32.tokenizer)
             write_s = time.perf_counter() - t0

@@ -92,9 +92,18 @@ def main() -> None:
         "numba": numba_threads(threads),
         "numba_1": numba_threads(1),
         "twin": lambda: bootstrap(table, n_boot=b, seed=0, engine="numpy"),
-        "scipy": lambda: sps.bootstrap(data, s_statistic, paired=True, vectorized=True, n_resamples=b,
-                                       method="percentile", rng=np.random.default_rng(0)).confidence_interval,
-    }  # fmt: skip
+        "scipy": lambda: (
+            sps.bootstrap(
+                data,
+                s_statistic,
+                paired=True,
+                vectorized=True,
+                n_resamples=b,
+                method="percentile",
+                rng=np.random.default_rng(0),
+            ).confidence_interval
+        ),
+    }
     # Rounds interleave the methods, so that a busy moment of the shared machine does not fall on
     # one method only; each method keeps its best time.
     best, results = dict.fromkeys(methods, float("inf")), {}
@@ -103,8 +112,15 @@ def main() -> None:
             seconds, results[name] = best_of(1, run)
             best[name] = min(best[name], seconds)
     ours, scipy_ci = results["numba"], results["scipy"]
-    assert results["twin"] == ours == results["numba_1"], "every engine must give the same intervals"
-    t_numba, t_numba_1, t_twin, t_scipy = best["numba"], best["numba_1"], best["twin"], best["scipy"]
+    assert results["twin"] == ours == results["numba_1"], (
+        "every engine must give the same intervals"
+    )
+    t_numba, t_numba_1, t_twin, t_scipy = (
+        best["numba"],
+        best["numba_1"],
+        best["twin"],
+        best["scipy"],
+    )
 
     rows = [
         (f"numba kernel, {threads} threads (S, WT, WTrand, L)", t_numba),

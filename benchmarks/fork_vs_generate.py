@@ -31,8 +31,14 @@ def run_hf_per_arm(model, w, new):
     out = []
     for s in w.suffixes:
         ids = torch.tensor([w.prefix + s])
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, do_sample=False)
-        out.append(gen[0, ids.shape[1]:].tolist())
+        gen = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+        )
+        out.append(gen[0, ids.shape[1] :].tolist())
     return out
 
 
@@ -45,9 +51,15 @@ def run_hf_cache_reuse(model, w, new):
     out = []
     for s in w.suffixes:
         ids = torch.tensor([w.prefix + s])
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=copy.deepcopy(cache),
-                             max_new_tokens=new, min_new_tokens=new, do_sample=False)
-        out.append(gen[0, ids.shape[1]:].tolist())
+        gen = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            past_key_values=copy.deepcopy(cache),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+        )
+        out.append(gen[0, ids.shape[1] :].tolist())
     return out
 
 
@@ -78,7 +90,9 @@ def main():
     t_a2, _ = timed(run_fork, engine, w, c)
     t_a = min(t_a1, t_a2)
 
-    work_a = p + s_total + n * (c - 1)  # one prefill, one batched suffix prefill, then decode forwards
+    work_a = (
+        p + s_total + n * (c - 1)
+    )  # one prefill, one batched suffix prefill, then decode forwards
     work_b = n * p + s_total + n * (c - 1)
     bound = work_b / work_a
     agree_b = sum(x == y for x, y in zip(tok_a, tok_b))
@@ -88,18 +102,20 @@ def main():
         f"| (b) HF generate() per arm | {t_b:.2f} s | {work_b} | {agree_b}/{n} arms |",
         f"| (c) HF deepcopy cache reuse | {t_c:.2f} s | {p + s_total + n * (c - 1)} | {agree_c}/{n} arms |",
     ]
-    body = "\n".join([
-        f"SmolLM2-135M-Instruct fp32, CPU. {n} arms, prefix {p} tokens, suffixes {min(map(len, w.suffixes))}–"
-        f"{max(map(len, w.suffixes))} tokens ({s_total} in all), {c} new tokens each (greedy, EOS ignored).",
-        "",
-        "| method | wall time | token-forwards | same tokens as (a) |",
-        "|---|---|---|---|",
-        *rows,
-        "",
-        f"- **b/a = {t_b / t_a:.2f}×**; work-ratio bound (token-forwards b / a) = {bound:.2f}; "
-        f"target b/a ≥ 0.8 × bound = {0.8 * bound:.2f}: **{'met' if t_b / t_a >= 0.8 * bound else 'NOT met'}**",
-        f"- **c/a = {t_c / t_a:.2f}×**; target ≥ 2: **{'met' if t_c / t_a >= 2 else 'NOT met'}**",
-    ])
+    body = "\n".join(
+        [
+            f"SmolLM2-135M-Instruct fp32, CPU. {n} arms, prefix {p} tokens, suffixes {min(map(len, w.suffixes))}–"
+            f"{max(map(len, w.suffixes))} tokens ({s_total} in all), {c} new tokens each (greedy, EOS ignored).",
+            "",
+            "| method | wall time | token-forwards | same tokens as (a) |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"- **b/a = {t_b / t_a:.2f}×**; work-ratio bound (token-forwards b / a) = {bound:.2f}; "
+            f"target b/a ≥ 0.8 × bound = {0.8 * bound:.2f}: **{'met' if t_b / t_a >= 0.8 * bound else 'NOT met'}**",
+            f"- **c/a = {t_c / t_a:.2f}×**; target ≥ 2: **{'met' if t_c / t_a >= 2 else 'NOT met'}**",
+        ]
+    )
     print(body)
     if not args.no_write:
         write_section("P1/P2 fork vs generate (benchmarks/fork_vs_generate.py)", body)

@@ -44,7 +44,9 @@ def measure(model, tok, w, new, bandwidth):
     wall = time.perf_counter() - t0
     st = engine.stats
     cfg = model.config
-    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2  # K+V, bf16
+    kv_per_token = (
+        2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
+    )  # K+V, bf16
     n, s_max = len(w.suffixes), max(len(s) for s in w.suffixes)
     suffix_read = n * (s_max + new / 2) * kv_per_token  # mean suffix length read per step
     step_bytes = weight_bytes(model) + len(w.prefix) * kv_per_token + suffix_read
@@ -82,17 +84,26 @@ def main():
         fp8 = load_quantized(tmp, device="cuda", dtype=torch.bfloat16)
         results["fp8"] = measure(fp8, bf16.tokenizer, w, args.new, args.bandwidth_gbs)
     agree = sum(a == b for a, b in zip(results["bf16"]["tokens"], results["fp8"]["tokens"]))
-    lines = ["| weights | wall s | prefill tok/s | decode tok/s | decode step ms | floor step ms | floor tok/s | decode / floor | peak GiB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| weights | wall s | prefill tok/s | decode tok/s | decode step ms | floor step ms | floor tok/s | decode / floor | peak GiB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['wall']:.2f} | {r['prefill_tok_s']:.0f} | {r['decode_tok_s']:.0f} | {r['step_ms']:.2f} | "
-                     f"{r['floor_step_ms']:.3f} | {r['floor_tok_s']:.0f} | {r['decode_tok_s'] / r['floor_tok_s']:.2f} | {r['peak_gib']:.2f} |")
-    body = "\n".join([
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}. SmolLM2-135M-Instruct, {args.arms} arms, prefix "
-        f"{args.prefix}, {args.new} new tokens (greedy, EOS ignored). Floor: weights + prefix KV + suffix KV read once per "
-        f"decode step at {args.bandwidth_gbs:.0f} GB/s.", "", *lines, "",
-        f"- Greedy tokens, bf16 vs FP8 weights: {agree}/{args.arms} arms identical (reported, not asserted).",
-    ])
+        lines.append(
+            f"| {name} | {r['wall']:.2f} | {r['prefill_tok_s']:.0f} | {r['decode_tok_s']:.0f} | {r['step_ms']:.2f} | "
+            f"{r['floor_step_ms']:.3f} | {r['floor_tok_s']:.0f} | {r['decode_tok_s'] / r['floor_tok_s']:.2f} | {r['peak_gib']:.2f} |"
+        )
+    body = "\n".join(
+        [
+            f"{torch.cuda.get_device_name()}, torch {torch.__version__}. SmolLM2-135M-Instruct, {args.arms} arms, prefix "
+            f"{args.prefix}, {args.new} new tokens (greedy, EOS ignored). Floor: weights + prefix KV + suffix KV read once per "
+            f"decode step at {args.bandwidth_gbs:.0f} GB/s.",
+            "",
+            *lines,
+            "",
+            f"- Greedy tokens, bf16 vs FP8 weights: {agree}/{args.arms} arms identical (reported, not asserted).",
+        ]
+    )
     print(body)
     if not args.no_write:
         write_section("GPU splice, bf16 and FP8 (benchmarks/gpu_splice.py)", body)

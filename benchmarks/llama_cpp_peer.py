@@ -53,17 +53,25 @@ def main():
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     try:
-        from llama_cpp import Llama, __version__ as llama_cpp_version
+        from llama_cpp import Llama
+        from llama_cpp import __version__ as llama_cpp_version
     except ImportError as exc:
-        raise SystemExit(f"llama-cpp-python is not installed ({exc}); install the bench extra: pip install -e '.[bench]'")
+        raise SystemExit(
+            f"llama-cpp-python is not installed ({exc}); install the bench extra: pip install -e '.[bench]'"
+        ) from exc
     import torch
 
     lm = load_model("smollm2")
     engine = Engine(lm.model, lm.tokenizer)
     w = splice_workload(lm.tokenizer, args.prefix, args.arms)
     threads = torch.get_num_threads()
-    llm = Llama(model_path=str(smollm2.find_gguf()), n_ctx=args.prefix + 64 + args.new, n_threads=threads,
-                n_batch=512, verbose=False)
+    llm = Llama(
+        model_path=str(smollm2.find_gguf()),
+        n_ctx=args.prefix + 64 + args.new,
+        n_threads=threads,
+        n_batch=512,
+        verbose=False,
+    )
     params = SamplingParams(max_new_tokens=args.new, ignore_eos=True)
     engine.fork(w.prefix[:64], w.suffixes[:2], SamplingParams(max_new_tokens=4))  # warm-up
     llama_cpp_arms(llm, w.prefix[:64], w.suffixes[:2], 4)
@@ -76,19 +84,26 @@ def main():
     t_llama = time.perf_counter() - t0
 
     same_arms = sum(a == b for a, b in zip(ours, theirs))
-    first_diff = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a)) for a, b in zip(ours, theirs)]
-    body = "\n".join([
-        f"SmolLM2-135M-Instruct, CPU, {threads} threads. {args.arms} arms, prefix {args.prefix} tokens, "
-        f"{args.new} new tokens each, greedy. llama-cpp-python {llama_cpp_version} (Q4_1 weights, state save/restore "
-        "for the prefix) against Engine.fork (fp32 weights dequantised from the same GGUF).",
-        "",
-        "| system | wall time |", "|---|---|",
-        f"| Engine.fork | {t_engine:.2f} s |", f"| llama.cpp | {t_llama:.2f} s |",
-        "",
-        f"- **engine ÷ llama.cpp wall time = {t_engine / t_llama:.2f}** (below 1: the engine is faster).",
-        f"- Greedy agreement (reported, not asserted: Q4_1 vs fp32): {same_arms}/{args.arms} arms identical; "
-        f"tokens agreeing before the first difference, per arm: {first_diff}.",
-    ])
+    first_diff = [
+        next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+        for a, b in zip(ours, theirs)
+    ]
+    body = "\n".join(
+        [
+            f"SmolLM2-135M-Instruct, CPU, {threads} threads. {args.arms} arms, prefix {args.prefix} tokens, "
+            f"{args.new} new tokens each, greedy. llama-cpp-python {llama_cpp_version} (Q4_1 weights, state save/restore "
+            "for the prefix) against Engine.fork (fp32 weights dequantised from the same GGUF).",
+            "",
+            "| system | wall time |",
+            "|---|---|",
+            f"| Engine.fork | {t_engine:.2f} s |",
+            f"| llama.cpp | {t_llama:.2f} s |",
+            "",
+            f"- **engine ÷ llama.cpp wall time = {t_engine / t_llama:.2f}** (below 1: the engine is faster).",
+            f"- Greedy agreement (reported, not asserted: Q4_1 vs fp32): {same_arms}/{args.arms} arms identical; "
+            f"tokens agreeing before the first difference, per arm: {first_diff}.",
+        ]
+    )
     print(body)
     if not args.no_write:
         write_section("P3 peer: llama.cpp (benchmarks/llama_cpp_peer.py)", body)

@@ -40,11 +40,13 @@ def musique_text() -> str:
     return "\n\n".join(parts)
 
 
-def splice_workload(tokenizer, prefix_tokens: int = 1024, arms: int = 12, min_suffix: int = 10, max_suffix: int = 30) -> Workload:
+def splice_workload(
+    tokenizer, prefix_tokens: int = 1024, arms: int = 12, min_suffix: int = 10, max_suffix: int = 30
+) -> Workload:
     """A `prefix_tokens`-token prefix of real text and `arms` suffixes of `min_suffix`..`max_suffix` tokens."""
     ids = tokenizer(musique_text())["input_ids"]
     if len(ids) < prefix_tokens:
-        ids = (ids * (prefix_tokens // len(ids) + 1))
+        ids = ids * (prefix_tokens // len(ids) + 1)
     suffixes = []
     for i in range(arms):
         text = " " + " ".join(SENTENCES[(i + k) % len(SENTENCES)] for k in range(4))

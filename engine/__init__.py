@@ -5,4 +5,11 @@ from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.sequence import Completion, ForkRequest
 
-__all__ = ["Engine", "EngineStats", "EngineInputError", "SamplingParams", "Completion", "ForkRequest"]
+__all__ = [
+    "Engine",
+    "EngineStats",
+    "EngineInputError",
+    "SamplingParams",
+    "Completion",
+    "ForkRequest",
+]

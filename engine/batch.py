@@ -17,7 +17,9 @@ from nudgeability.engine.sequence import Sequence
 class Batch:
     """Prefix groups `[(prefix_ids, [(suffix_ids, params), ...]), ...]` run together."""
 
-    def __init__(self, groups, device, eos_ids: set[int], tokenizer=None, return_logits: bool = False):
+    def __init__(
+        self, groups, device, eos_ids: set[int], tokenizer=None, return_logits: bool = False
+    ):
         self.device = device
         self.eos_ids = eos_ids
         self.tokenizer = tokenizer
@@ -33,7 +35,13 @@ class Batch:
                 prefix = prefix[:-1]
             self.prefixes.append(prefix)
             for suffix, (_, params) in zip(suffixes, arms):
-                seq = Sequence(row=len(self.seqs), group=g, suffix_ids=suffix, params=params, shared_prefill=len(prefix))
+                seq = Sequence(
+                    row=len(self.seqs),
+                    group=g,
+                    suffix_ids=suffix,
+                    params=params,
+                    shared_prefill=len(prefix),
+                )
                 if return_logits:
                     seq.logits = []
                 self.seqs.append(seq)
@@ -45,7 +53,9 @@ class Batch:
         self.suffix_capacity = self.s_max + self.new_max - 1
         self.temperature = torch.tensor([s.params.temperature for s in self.seqs], device=device)
         self.top_p = torch.tensor([s.params.top_p for s in self.seqs], device=device)
-        self.uniforms = torch.stack([uniform_stream(s.params, self.new_max) for s in self.seqs]).to(device)
+        self.uniforms = torch.stack([uniform_stream(s.params, self.new_max) for s in self.seqs]).to(
+            device
+        )
         self.row_group = torch.tensor([s.group for s in self.seqs], device=device)
         self.step_index = 0  # tokens generated so far by every scheduled row
         self.active: list[int] = list(range(len(self.seqs)))
@@ -74,7 +84,9 @@ class Batch:
         positions = torch.arange(self.p_max, device=self.device).expand(len(self.prefixes), -1)
         for c0 in range(0, self.p_max, chunk):
             c1 = min(c0 + chunk, self.p_max)
-            ctx = StepContext(phase="prefix", lengths=self.prefix_lengths, prefix_max=self.p_max, chunk_start=c0)
+            ctx = StepContext(
+                phase="prefix", lengths=self.prefix_lengths, prefix_max=self.p_max, chunk_start=c0
+            )
             yield ids[:, c0:c1], positions[:, c0:c1], ctx
 
     def suffix_inputs(self, pad_id: int):
@@ -90,7 +102,9 @@ class Batch:
     def decode_inputs(self):
         """The last token of each scheduled row `[n, 1]`, its position, and the context."""
         rows = self.active
-        ids = torch.tensor([[self.seqs[r].token_ids[-1]] for r in rows], dtype=torch.long, device=self.device)
+        ids = torch.tensor(
+            [[self.seqs[r].token_ids[-1]] for r in rows], dtype=torch.long, device=self.device
+        )
         row_t = torch.tensor(rows, device=self.device)
         # Every scheduled row has generated step_index tokens; the last one goes to slot S_r + step - 1.
         slots = (self.suffix_lengths[row_t] + self.step_index - 1)[:, None]
@@ -131,7 +145,14 @@ class Batch:
         fold = [(g - lo) * arms + a for g, a in zip(groups, rank)]
         identity = fold == list(range((hi - lo) * arms))
         device = self.device
-        return lo, hi, arms, torch.tensor(fold, device=device), torch.tensor(rows, device=device), identity
+        return (
+            lo,
+            hi,
+            arms,
+            torch.tensor(fold, device=device),
+            torch.tensor(rows, device=device),
+            identity,
+        )
 
     # --- bookkeeping --------------------------------------------------------------------------
     def last_hidden_index(self) -> torch.Tensor:

@@ -57,13 +57,25 @@ class Engine:
     alone takes minutes (about 100 s for a one-layer tiny model), which no short run pays back.
     """
 
-    def __init__(self, model, tokenizer=None, *, max_batch_tokens: int | None = None, progress: bool = False,
-                 prefill_tokens: int = 2048, compile_decode: bool = False):
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        *,
+        max_batch_tokens: int | None = None,
+        progress: bool = False,
+        prefill_tokens: int = 2048,
+        compile_decode: bool = False,
+    ):
         if prefill_tokens < 1:
             raise EngineInputError(f"prefill_tokens must be positive, got {prefill_tokens}")
         self.prefill_tokens = prefill_tokens
         self.runner = ModelRunner(model)
-        self._decode_forward = torch.compile(self.runner.forward, dynamic=True) if compile_decode else self.runner.forward
+        self._decode_forward = (
+            torch.compile(self.runner.forward, dynamic=True)
+            if compile_decode
+            else self.runner.forward
+        )
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens
@@ -74,10 +86,18 @@ class Engine:
         self.stats = EngineStats()
 
     # --- public API ---------------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], *, return_logits=False) -> list[Completion]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams | list[SamplingParams],
+        *,
+        return_logits=False,
+    ) -> list[Completion]:
         """Generate from each prompt independently; returns one `Completion` per prompt, in order."""
         if not isinstance(prompts, (list, tuple)) or not prompts:
-            raise EngineInputError("generate() needs a non-empty list of prompts (lists of token ids)")
+            raise EngineInputError(
+                "generate() needs a non-empty list of prompts (lists of token ids)"
+            )
         per = self._per_item(params, len(prompts), "prompt")
         for i, prompt in enumerate(prompts):
             self._check_ids(prompt, f"prompt {i}", allow_empty=False)
@@ -88,11 +108,22 @@ class Engine:
             out.shared_prefill_tokens = 0
         return outs
 
-    def fork(self, prefix_ids: list[int], suffixes: list[list[int]], params: SamplingParams | list[SamplingParams], *, return_logits=False) -> list[Completion]:
+    def fork(
+        self,
+        prefix_ids: list[int],
+        suffixes: list[list[int]],
+        params: SamplingParams | list[SamplingParams],
+        *,
+        return_logits=False,
+    ) -> list[Completion]:
         """Prefill `prefix_ids` once, then continue it with each suffix; one `Completion` per suffix."""
-        return self.fork_many([ForkRequest(prefix_ids, suffixes, params)], return_logits=return_logits)[0]
+        return self.fork_many(
+            [ForkRequest(prefix_ids, suffixes, params)], return_logits=return_logits
+        )[0]
 
-    def fork_many(self, requests: list[ForkRequest], *, return_logits=False) -> list[list[Completion]]:
+    def fork_many(
+        self, requests: list[ForkRequest], *, return_logits=False
+    ) -> list[list[Completion]]:
         """Several prefix groups (problems) batched together; results per request, in order."""
         if not requests:
             raise EngineInputError("fork_many() needs at least one ForkRequest")
@@ -114,7 +145,11 @@ class Engine:
             for j, (suffix, params) in enumerate(arms):
                 self._check_context(len(prefix) + len(suffix) + params.max_new_tokens, g, j)
         shapes = [
-            GroupShape(len(prefix), tuple(max(len(s), 1) for s, _ in arms), tuple(p.max_new_tokens for _, p in arms))
+            GroupShape(
+                len(prefix),
+                tuple(max(len(s), 1) for s, _ in arms),
+                tuple(p.max_new_tokens for _, p in arms),
+            )
             for prefix, arms in groups
         ]
         results: list[list[Completion] | None] = [None] * len(groups)
@@ -122,7 +157,13 @@ class Engine:
         bar = tqdm(total=total, desc="generate", unit="seq", disable=not self.progress, leave=False)
         with torch.inference_mode(), self.runner.fork_attention():
             for batch_groups in plan_batches(shapes, self.max_batch_tokens):
-                batch = Batch([groups[i] for i in batch_groups], self.runner.device, self.eos_ids, self.tokenizer, return_logits)
+                batch = Batch(
+                    [groups[i] for i in batch_groups],
+                    self.runner.device,
+                    self.eos_ids,
+                    self.tokenizer,
+                    return_logits,
+                )
                 self._run_batch(batch, bar)
                 for seqs_of, i in zip(_by_group(batch), batch_groups):
                     results[i] = [s.completion() for s in seqs_of]
@@ -147,7 +188,9 @@ class Engine:
         self.stats.forward_calls += 1
         prefill_s = time.perf_counter() - t0
         self.stats.prefill_seconds += prefill_s
-        bar.set_postfix(prefill_tok_s=f"{(batch.shared_prefix_tokens() + ids.numel()) / max(prefill_s, 1e-9):.0f}")
+        bar.set_postfix(
+            prefill_tok_s=f"{(batch.shared_prefix_tokens() + ids.numel()) / max(prefill_s, 1e-9):.0f}"
+        )
         bar.update(batch.num_rows - len(batch.active))
         t0, decoded = time.perf_counter(), 0
         while not batch.done:
@@ -156,7 +199,10 @@ class Engine:
             self.step(batch, cache)
             if self.progress:  # the decode loop is the hot path: no formatting when nobody looks
                 bar.update(running - len(batch.active))
-                bar.set_postfix(decode_tok_s=f"{decoded / max(time.perf_counter() - t0, 1e-9):.0f}", running=len(batch.active))
+                bar.set_postfix(
+                    decode_tok_s=f"{decoded / max(time.perf_counter() - t0, 1e-9):.0f}",
+                    running=len(batch.active),
+                )
         self.stats.decode_seconds += time.perf_counter() - t0
         self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, sum(cache.nbytes().values()))
 
@@ -181,7 +227,9 @@ class Engine:
             return [params] * count
         params = list(params)
         if len(params) != count or not all(isinstance(p, SamplingParams) for p in params):
-            raise EngineInputError(f"give one SamplingParams, or a list of {count} (one per {what}); got {len(params)}")
+            raise EngineInputError(
+                f"give one SamplingParams, or a list of {count} (one per {what}); got {len(params)}"
+            )
         return params
 
     def _check_ids(self, ids, what: str, allow_empty: bool) -> None:
@@ -191,7 +239,9 @@ class Engine:
             raise EngineInputError(f"{what} is empty: it needs at least one token id")
         bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
         if bad:
-            raise EngineInputError(f"{what} holds {bad[0]!r}, not a token id in [0, {self.vocab_size})")
+            raise EngineInputError(
+                f"{what} holds {bad[0]!r}, not a token id in [0, {self.vocab_size})"
+            )
 
     def _check_context(self, needed: int, group: int, arm: int) -> None:
         limit = self.runner.max_positions
@@ -222,7 +272,10 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 def _pad_id(model, tokenizer, eos_ids: set[int]) -> int:
     # Pad slots are never attended to; any valid id will do.
-    for candidate in (getattr(model.config, "pad_token_id", None), getattr(tokenizer, "pad_token_id", None)):
+    for candidate in (
+        getattr(model.config, "pad_token_id", None),
+        getattr(tokenizer, "pad_token_id", None),
+    ):
         if candidate is not None:
             return int(candidate)
     return min(eos_ids) if eos_ids else 0

@@ -57,7 +57,9 @@ class LayerKV:
 
     prefix_k: torch.Tensor | None = None  # [G, kv, T, D]
     prefix_v: torch.Tensor | None = None
-    prefix_start: torch.Tensor | None = None  # [G] position of prefix slot 0 (negative: leading slots invalid)
+    prefix_start: torch.Tensor | None = (
+        None  # [G] position of prefix slot 0 (negative: leading slots invalid)
+    )
     suffix_k: torch.Tensor | None = None  # [N, kv, S_cap, D]
     suffix_v: torch.Tensor | None = None
 
@@ -106,13 +108,22 @@ class ForkCache(Cache):
             c0, c1 = ctx.chunk_start, ctx.chunk_start + key_states.shape[2]
             if layer.prefix_k is None:
                 shape = (*key_states.shape[:2], ctx.prefix_max, key_states.shape[3])
-                layer.prefix_k, layer.prefix_v = key_states.new_empty(shape), value_states.new_empty(shape)
+                layer.prefix_k, layer.prefix_v = (
+                    key_states.new_empty(shape),
+                    value_states.new_empty(shape),
+                )
                 layer.prefix_start = torch.zeros_like(ctx.lengths)
             layer.prefix_k[:, :, c0:c1] = key_states
             layer.prefix_v[:, :, c0:c1] = value_states
             k0 = 0 if window is None else max(0, c0 - window + 1)
-            handle = KVHandle(ctx, layer, window, keys=layer.prefix_k[:, :, k0:c1], values=layer.prefix_v[:, :, k0:c1],
-                              key_start=k0)
+            handle = KVHandle(
+                ctx,
+                layer,
+                window,
+                keys=layer.prefix_k[:, :, k0:c1],
+                values=layer.prefix_v[:, :, k0:c1],
+                key_start=k0,
+            )
         else:
             self._write_suffix(layer, key_states, value_states, ctx)
             handle = KVHandle(ctx, layer, window)

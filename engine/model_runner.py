@@ -24,8 +24,12 @@ class ModelRunner:
         config = model.config
         self.softcap = getattr(config, "final_logit_softcapping", None)
         if getattr(config, "attn_logit_softcapping", None):
-            raise ValueError(f"{config.model_type}: attention logit soft-capping is not supported by the engine")
-        types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+            raise ValueError(
+                f"{config.model_type}: attention logit soft-capping is not supported by the engine"
+            )
+        types = (
+            getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+        )
         window = getattr(config, "sliding_window", None)
         self.layer_windows = [window if t == "sliding_attention" else None for t in types]
         self.max_positions = getattr(config, "max_position_embeddings", None)
@@ -42,9 +46,13 @@ class ModelRunner:
         finally:
             self.model.set_attn_implementation(previous)
 
-    def forward(self, cache: ForkCache, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, cache: ForkCache, input_ids: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
         """Hidden states [B, L, hidden] of `input_ids` at `position_ids`, reading and writing `cache`."""
-        out = self.decoder(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True)
+        out = self.decoder(
+            input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True
+        )
         return out.last_hidden_state
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,9 @@ def uniform_stream(params: SamplingParams, length: int) -> torch.Tensor:
     return torch.rand(length, generator=gen, dtype=torch.float64)
 
 
-def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor
+) -> torch.Tensor:
     """Choose one token per row of `logits` [n, V] (fp32).
 
     Rows with temperature 0 take the argmax (the first maximum, as HF does). Other rows sample by

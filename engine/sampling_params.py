@@ -30,13 +30,17 @@ class SamplingParams:
 
     def __post_init__(self):
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise EngineInputError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+            raise EngineInputError(
+                f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}"
+            )
         if self.temperature < 0:
             raise EngineInputError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise EngineInputError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.temperature > 0 and self.seed_key is None:
-            raise EngineInputError("sampled decoding (temperature > 0) needs a seed_key, e.g. (seed, problem_id, condition)")
+            raise EngineInputError(
+                "sampled decoding (temperature > 0) needs a seed_key, e.g. (seed, problem_id, condition)"
+            )
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         if any(not s for s in self.stop_strings):

@@ -25,7 +25,9 @@ PREFILL_WINDOW_BLOCK = 1024  # queries per SDPA call on sliding-window layers in
 PREFIX_SCORE_ELEMENTS = 1 << 22  # fp32 prefix scores held at once by the arms (16 MiB)
 
 
-def shared_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def shared_prefix_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
     """HF attention-interface entry point; `key` is the `KVHandle` returned by `ForkCache.update`."""
     handle: KVHandle = key
     if not isinstance(handle, KVHandle):
@@ -36,14 +38,23 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     if window is None:
         window = handle.window
     if handle.ctx.phase == "prefix":
-        out = _causal_self_attention(query, handle.keys, handle.values, scaling, window,
-                                     handle.ctx.chunk_start, handle.key_start)
+        out = _causal_self_attention(
+            query,
+            handle.keys,
+            handle.values,
+            scaling,
+            window,
+            handle.ctx.chunk_start,
+            handle.key_start,
+        )
     else:
         out = _arm_attention(query, handle, scaling, window)
     return out, None
 
 
-def _causal_self_attention(q, k, v, scaling: float, window: int | None, q0: int = 0, k0: int = 0) -> torch.Tensor:
+def _causal_self_attention(
+    q, k, v, scaling: float, window: int | None, q0: int = 0, k0: int = 0
+) -> torch.Tensor:
     """Causal (optionally windowed) attention of a right-padded chunk: [B,H,L,D] -> [B,L,H,D].
 
     The queries sit at positions [q0, q0+L), the keys at [k0, q0+L). Right padding needs no mask:
@@ -53,21 +64,29 @@ def _causal_self_attention(q, k, v, scaling: float, window: int | None, q0: int 
     """
     length = q.shape[2]
     if q0 == 0 and k0 == 0 and (window is None or window >= length):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=True)
+        out = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=scaling, enable_gqa=True
+        )
         return out.transpose(1, 2)
     out = torch.empty_like(q)
     block = max(window or 0, PREFILL_WINDOW_BLOCK)
     for b0 in range(0, length, block):
         b1 = min(b0 + block, length)
-        first = k0 if window is None else max(k0, q0 + b0 - window + 1)  # the first key position needed
+        first = (
+            k0 if window is None else max(k0, q0 + b0 - window + 1)
+        )  # the first key position needed
         qpos = torch.arange(q0 + b0, q0 + b1, device=q.device)[:, None]
         kpos = torch.arange(first, q0 + b1, device=q.device)[None, :]
         visible = kpos <= qpos
         if window is not None:
             visible &= (qpos - kpos) < window
         out[:, :, b0:b1] = F.scaled_dot_product_attention(
-            q[:, :, b0:b1], k[:, :, first - k0 : q0 + b1 - k0], v[:, :, first - k0 : q0 + b1 - k0],
-            attn_mask=visible, scale=scaling, enable_gqa=True,
+            q[:, :, b0:b1],
+            k[:, :, first - k0 : q0 + b1 - k0],
+            v[:, :, first - k0 : q0 + b1 - k0],
+            attn_mask=visible,
+            scale=scaling,
+            enable_gqa=True,
         )
     return out.transpose(1, 2)
 
@@ -124,23 +143,29 @@ def _prefix_part(q, layer, ctx: StepContext, scaling, window, g: int, length: in
     rows = arms * gl
     o = torch.empty(groups, kv, rows, d, dtype=torch.float32, device=q.device)
     m = torch.empty(groups, kv, rows, 1, dtype=torch.float32, device=q.device)
-    l = torch.empty_like(m)
+    lse = torch.empty_like(m)
     # Rows in chunks, so that a long prefix's fp32 scores stay within PREFIX_SCORE_ELEMENTS.
     step = max(1, PREFIX_SCORE_ELEMENTS // max(1, groups * kv * t))
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
-        s = torch.matmul(folded[:, :, r0:r1], pk.transpose(-1, -2)).float().mul_(scaling)  # [groups, kv, r, T]
+        s = (
+            torch.matmul(folded[:, :, r0:r1], pk.transpose(-1, -2)).float().mul_(scaling)
+        )  # [groups, kv, r, T]
         s.masked_fill_(hidden if hidden.shape[2] == 1 else hidden[:, :, r0:r1], float("-inf"))
         mc = s.amax(dim=-1, keepdim=True)
         e = s.sub_(torch.where(torch.isfinite(mc), mc, torch.zeros_like(mc))).exp_()
-        m[:, :, r0:r1], l[:, :, r0:r1] = mc, e.sum(dim=-1, keepdim=True)
+        m[:, :, r0:r1], lse[:, :, r0:r1] = mc, e.sum(dim=-1, keepdim=True)
         o[:, :, r0:r1] = torch.matmul(e.to(pv.dtype), pv)
 
     def unfold(x):
-        x = x.view(groups, kv, arms, gl, x.shape[-1]).transpose(1, 2).reshape(groups * arms, kv, gl, x.shape[-1])
+        x = (
+            x.view(groups, kv, arms, gl, x.shape[-1])
+            .transpose(1, 2)
+            .reshape(groups * arms, kv, gl, x.shape[-1])
+        )
         return x if ctx.fold_is_identity else x[ctx.fold_index]
 
-    return unfold(o), unfold(m), unfold(l)
+    return unfold(o), unfold(m), unfold(lse)
 
 
 def _suffix_hidden(ctx: StepContext, window) -> torch.Tensor:
@@ -172,7 +197,9 @@ def _prefix_hidden(ctx: StepContext, layer, window, g: int, length: int, t: int)
         qpos = ctx.q_slots + ctx.lengths[ctx.row_group][:, None]  # [n, L] absolute positions
         folded = qpos.new_zeros(groups * arms, length)
         folded[ctx.fold_index] = qpos
-        folded = folded.view(groups, arms, 1, length).expand(groups, arms, g, length).reshape(groups, -1)
+        folded = (
+            folded.view(groups, arms, 1, length).expand(groups, arms, g, length).reshape(groups, -1)
+        )
         mask = (valid[:, None, :] & ((folded[:, :, None] - kpos[:, None, :]) < window))[:, None]
     ctx.masks[key] = ~mask
     return ctx.masks[key]

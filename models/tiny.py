@@ -46,11 +46,17 @@ def tiny_config(arch: str, vocab_size: int = 320, num_layers: int = 4, **overrid
         cfg = Qwen3Config(vocab_size=vocab_size, num_hidden_layers=num_layers, **_COMMON)
     elif arch == "glm4":
         cfg = Glm4Config(
-            vocab_size=vocab_size, num_hidden_layers=num_layers, pad_token_id=0, eos_token_id=[1], **_COMMON
+            vocab_size=vocab_size,
+            num_hidden_layers=num_layers,
+            pad_token_id=0,
+            eos_token_id=[1],
+            **_COMMON,
         )
     elif arch == "gemma4":
         num_layers = max(num_layers, 6)
-        layer_types = ["sliding_attention", "sliding_attention", "full_attention"] * (num_layers // 3)
+        layer_types = ["sliding_attention", "sliding_attention", "full_attention"] * (
+            num_layers // 3
+        )
         layer_types += ["sliding_attention"] * (num_layers - len(layer_types))
         layer_types[-1] = "full_attention"
         cfg = Gemma4TextConfig(
@@ -84,7 +90,9 @@ _CLASSES = {
 }
 
 
-def tiny_model(arch: str, seed: int = 0, dtype: torch.dtype = torch.float32, **config_kwargs) -> PreTrainedModel:
+def tiny_model(
+    arch: str, seed: int = 0, dtype: torch.dtype = torch.float32, **config_kwargs
+) -> PreTrainedModel:
     """A tiny `arch` model with seeded random weights, in eval mode.
 
     Weights are drawn with a larger spread than HF's default init (std 0.02), so that logits are
@@ -97,7 +105,9 @@ def tiny_model(arch: str, seed: int = 0, dtype: torch.dtype = torch.float32, **c
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.ndim >= 2:
-                param.copy_(torch.randn(param.shape, generator=gen) * (1.0 / param.shape[-1] ** 0.5))
+                param.copy_(
+                    torch.randn(param.shape, generator=gen) * (1.0 / param.shape[-1] ** 0.5)
+                )
             elif "norm" in name:
                 param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=gen))
             else:

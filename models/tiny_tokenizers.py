@@ -57,16 +57,32 @@ class _Spec:
 _SPECS = {
     "qwen3": _Spec(
         special=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
-        added=("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"),
+        added=(
+            "<think>",
+            "</think>",
+            "<tool_call>",
+            "</tool_call>",
+            "<tool_response>",
+            "</tool_response>",
+        ),
         template="qwen3.jinja",
         eos="<|im_end|>",
         pad="<|endoftext|>",
     ),
     "glm_z1": _Spec(
         special=(
-            "<pad>", "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>",
-            "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
-        ),  # fmt: skip
+            "<pad>",
+            "<|endoftext|>",
+            "[MASK]",
+            "[gMASK]",
+            "[sMASK]",
+            "<sop>",
+            "<eop>",
+            "<|system|>",
+            "<|user|>",
+            "<|assistant|>",
+            "<|observation|>",
+        ),
         added=(),
         template="glm_z1.jinja",
         eos="<|endoftext|>",
@@ -74,9 +90,22 @@ _SPECS = {
     ),
     "gemma4": _Spec(
         special=(
-            "<pad>", "<eos>", "<bos>", "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>",
-            "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>',
-        ),  # fmt: skip
+            "<pad>",
+            "<eos>",
+            "<bos>",
+            "<|turn>",
+            "<turn|>",
+            "<|think|>",
+            "<|channel>",
+            "<channel|>",
+            "<|tool>",
+            "<tool|>",
+            "<|tool_call>",
+            "<tool_call|>",
+            "<|tool_response>",
+            "<tool_response|>",
+            '<|"|>',
+        ),
         added=(),
         template="gemma4.jinja",
         eos="<eos>",
@@ -98,14 +127,20 @@ TINY_FAMILIES = tuple(_SPECS)
 
 def chat_template(file_name: str) -> str:
     """Text of a bundled template under models/families/templates/."""
-    return resources.files("nudgeability.models.families").joinpath("templates", file_name).read_text(encoding="utf-8")
+    return (
+        resources.files("nudgeability.models.families")
+        .joinpath("templates", file_name)
+        .read_text(encoding="utf-8")
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiny_tokenizer(family: str) -> PreTrainedTokenizerFast:
     """A deterministic byte-level BPE tokenizer of at most 320 tokens for `family` (see module doc)."""
     if family not in _SPECS:
-        raise ValueError(f"unknown tiny tokenizer family {family!r}; known: {', '.join(TINY_FAMILIES)}")
+        raise ValueError(
+            f"unknown tiny tokenizer family {family!r}; known: {', '.join(TINY_FAMILIES)}"
+        )
     spec = _SPECS[family]
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

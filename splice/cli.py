@@ -30,7 +30,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     first = next((a for a in (argv or []) if not a.startswith("-")), None)
-    modules = [_SUBCOMMANDS[first]] if first in _SUBCOMMANDS else list(dict.fromkeys(_SUBCOMMANDS.values()))
+    modules = (
+        [_SUBCOMMANDS[first]]
+        if first in _SUBCOMMANDS
+        else list(dict.fromkeys(_SUBCOMMANDS.values()))
+    )
     for module_name in modules:
         importlib.import_module(module_name).register(subparsers)
     return parser
@@ -49,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nudge {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"nudge {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
+        print(
+            f"nudge {args.command}: interrupted; run the same command again to resume",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -56,45 +56,112 @@ class Condition:
 
 def _voice_arms(voice: str) -> tuple[Condition, ...]:
     return tuple(
-        Condition(f"{short}_{voice}", f"{name} sentence in the {voice}'s voice, open continuation",
-                  "arm", polarity, voice, parent="B")
-        for short, name, polarity in (("conf", "confidence", "+"), ("doubt", "doubt", "-")))
+        Condition(
+            f"{short}_{voice}",
+            f"{name} sentence in the {voice}'s voice, open continuation",
+            "arm",
+            polarity,
+            voice,
+            parent="B",
+        )
+        for short, name, polarity in (("conf", "confidence", "+"), ("doubt", "doubt", "-"))
+    )
 
 
 CONDITIONS: tuple[Condition, ...] = (
     Condition("NT", "unaided base: no tool; its graded answer is the competence label", "base"),
     Condition("B", "with-tool base: gives the reasoning prefix and the base action", "base"),
-    Condition("empty", "B's prefix cut before think-close, regenerated with nothing inserted",
-              "arm", parent="B"),
-    Condition("conf", "first-person confidence sentence, open continuation (primary)", "arm",
-              "+", "first", parent="B"),
-    Condition("doubt", "first-person doubt sentence, open continuation (primary)", "arm",
-              "-", "first", parent="B"),
+    Condition(
+        "empty",
+        "B's prefix cut before think-close, regenerated with nothing inserted",
+        "arm",
+        parent="B",
+    ),
+    Condition(
+        "conf",
+        "first-person confidence sentence, open continuation (primary)",
+        "arm",
+        "+",
+        "first",
+        parent="B",
+    ),
+    Condition(
+        "doubt",
+        "first-person doubt sentence, open continuation (primary)",
+        "arm",
+        "-",
+        "first",
+        parent="B",
+    ),
     Condition("neutral", "neutral sentence, open continuation", "arm", "0", parent="B"),
     *_voice_arms("second"),
     *_voice_arms("reviewer"),
     *_voice_arms("expert"),
-    Condition("sealed_conf", "first-person confidence sentence, then think-close at once", "arm",
-              "+", "first", sealed=True, parent="B"),
-    Condition("sealed_doubt", "first-person doubt sentence, then think-close at once", "arm",
-              "-", "first", sealed=True, parent="B"),
-    Condition("oracle_B", "oracle base: the with-tool prompt with ask_expert as the tool", "base",
-              oracle=True),
-    Condition("oracle_conf", "first-person confidence sentence on the oracle base's prefix", "arm",
-              "+", "first", oracle=True, parent="oracle_B"),
-    Condition("oracle_doubt", "first-person doubt sentence on the oracle base's prefix", "arm",
-              "-", "first", oracle=True, parent="oracle_B"),
+    Condition(
+        "sealed_conf",
+        "first-person confidence sentence, then think-close at once",
+        "arm",
+        "+",
+        "first",
+        sealed=True,
+        parent="B",
+    ),
+    Condition(
+        "sealed_doubt",
+        "first-person doubt sentence, then think-close at once",
+        "arm",
+        "-",
+        "first",
+        sealed=True,
+        parent="B",
+    ),
+    Condition(
+        "oracle_B",
+        "oracle base: the with-tool prompt with ask_expert as the tool",
+        "base",
+        oracle=True,
+    ),
+    Condition(
+        "oracle_conf",
+        "first-person confidence sentence on the oracle base's prefix",
+        "arm",
+        "+",
+        "first",
+        oracle=True,
+        parent="oracle_B",
+    ),
+    Condition(
+        "oracle_doubt",
+        "first-person doubt sentence on the oracle base's prefix",
+        "arm",
+        "-",
+        "first",
+        oracle=True,
+        parent="oracle_B",
+    ),
 )
 CONDITION_CODES: tuple[str, ...] = tuple(condition.code for condition in CONDITIONS)
 
-PRESETS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
-    "primary": ("NT", "B", "empty", "conf", "doubt", "neutral"),
-    "voices": ("NT", "B", "conf", "doubt", "conf_second", "doubt_second", "conf_reviewer",
-               "doubt_reviewer", "conf_expert", "doubt_expert"),
-    "sealed": ("NT", "B", "sealed_conf", "sealed_doubt"),
-    "oracle": ("NT", "B", "oracle_B", "oracle_conf", "oracle_doubt"),
-    "all": CONDITION_CODES,
-})
+PRESETS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "primary": ("NT", "B", "empty", "conf", "doubt", "neutral"),
+        "voices": (
+            "NT",
+            "B",
+            "conf",
+            "doubt",
+            "conf_second",
+            "doubt_second",
+            "conf_reviewer",
+            "doubt_reviewer",
+            "conf_expert",
+            "doubt_expert",
+        ),
+        "sealed": ("NT", "B", "sealed_conf", "sealed_doubt"),
+        "oracle": ("NT", "B", "oracle_B", "oracle_conf", "oracle_doubt"),
+        "all": CONDITION_CODES,
+    }
+)
 
 
 def get_condition(code: str) -> Condition:
@@ -133,4 +200,4 @@ def parse_conditions(spec: str | Iterable[str]) -> list[Condition]:
 
 
 def _known() -> str:
-    return (f"known conditions: {', '.join(CONDITION_CODES)}; presets: {', '.join(PRESETS)}")
+    return f"known conditions: {', '.join(CONDITION_CODES)}; presets: {', '.join(PRESETS)}"

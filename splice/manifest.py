@@ -11,9 +11,9 @@ machine gives the same bytes, and shards of one run differ only in `config.shard
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
-import importlib.metadata
 import platform
 import subprocess
 from pathlib import Path
@@ -30,8 +30,16 @@ IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems"
 # where the code came from: a difference is reported, not refused (a commit may change nothing)
 PROVENANCE_KEYS = ("versions", "git_commit")
 # distribution names whose versions can change the records
-VERSIONED = ("torch", "transformers", "numpy", "numba", "tokenizers", "bitsandbytes",
-             "compressed-tensors", "nudgeability")
+VERSIONED = (
+    "torch",
+    "transformers",
+    "numpy",
+    "numba",
+    "tokenizers",
+    "bitsandbytes",
+    "compressed-tensors",
+    "nudgeability",
+)
 
 
 CACHED_HASH_MIN_BYTES = 64 << 20  # files this large have their hash remembered
@@ -98,8 +106,13 @@ def git_commit() -> str | None:
     """HEAD of the git checkout nudgeability runs from, or None (an installed wheel, no git)."""
     package_root = Path(__file__).resolve().parent.parent  # the repository root in a checkout
     try:
-        top = subprocess.run(["git", "-C", str(package_root), "rev-parse", "--show-toplevel", "HEAD"],
-                             capture_output=True, text=True, timeout=10, check=True).stdout.split()
+        top = subprocess.run(
+            ["git", "-C", str(package_root), "rev-parse", "--show-toplevel", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return None
     # only our own checkout counts, not some repository the package happens to be installed inside
@@ -108,31 +121,39 @@ def git_commit() -> str | None:
     return top[1]
 
 
-def compare_manifests(old: dict, new: dict, labels: tuple[str, str] = ("stored", "now")) -> tuple[list[str], list[str]]:
+def compare_manifests(
+    old: dict, new: dict, labels: tuple[str, str] = ("stored", "now")
+) -> tuple[list[str], list[str]]:
     """(identity differences, provenance differences) between two manifests, one line per key.
 
     Identity keys (config, inputs, problems, ...) decide the records; provenance keys (versions,
     git commit) say which code ran. Keys outside both lists count as identity.
     """
+
     def part(manifest: dict, provenance: bool) -> dict:
         return {k: v for k, v in manifest.items() if (k in PROVENANCE_KEYS) == provenance}
 
-    return (diff_configs(part(old, False), part(new, False), labels),
-            diff_configs(part(old, True), part(new, True), labels))
+    return (
+        diff_configs(part(old, False), part(new, False), labels),
+        diff_configs(part(old, True), part(new, True), labels),
+    )
 
 
-def checkpoint_inputs(source: "ModelSource") -> dict:
+def checkpoint_inputs(source: ModelSource) -> dict:
     """The checkpoint's directory, the sha256 of each of its files and, if any, of its GGUF."""
     return {
         "directory": str(source.directory),
         "files": {Path(path).name: sha256_file(path) for path in source.files},
-        "gguf": None if source.gguf is None else {"path": str(source.gguf), "sha256": sha256_file(source.gguf)},
+        "gguf": None
+        if source.gguf is None
+        else {"path": str(source.gguf), "sha256": sha256_file(source.gguf)},
         "quant_method": source.quant_method,
     }
 
 
-def build_manifest(config: RunConfig, problem_ids: list[str], source: "ModelSource",
-                   sentences_sha256: str) -> dict:
+def build_manifest(
+    config: RunConfig, problem_ids: list[str], source: ModelSource, sentences_sha256: str
+) -> dict:
     """The manifest of a run (see the module docstring)."""
     return {
         "format": MANIFEST_FORMAT,

@@ -58,7 +58,9 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     merged_manifest = _without_shard(manifests[0])
     out = Path(out).absolute()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise OutputDirError(f"{out}: already exists and is not empty; pass a new directory to merge into")
+        raise OutputDirError(
+            f"{out}: already exists and is not empty; pass a new directory to merge into"
+        )
     by_shard = {manifest["config"]["shard"][0]: d for manifest, d in zip(manifests, dirs)}
     problems = merged_manifest["problems"]
     chunks = chunk_bounds(len(problems), merged_manifest["config"]["chunk_size"])
@@ -80,10 +82,14 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
                     seen.add((record["problem_id"], record["condition"], record["seed"]))
                     tally[0] += 1
                     yield line
-                missing = [(p, c, s) for p in ids for c in bases for s in seeds if (p, c, s) not in seen]
+                missing = [
+                    (p, c, s) for p in ids for c in bases for s in seeds if (p, c, s) not in seen
+                ]
                 if missing:
-                    raise MergeError(f"{stream.path}: no record for {missing[0]} (chunk {i}); "
-                                     "the shard is incomplete: run it again to finish it")
+                    raise MergeError(
+                        f"{stream.path}: no record for {missing[0]} (chunk {i}); "
+                        "the shard is incomplete: run it again to finish it"
+                    )
             for stream in streams.values():
                 stream.expect_end()
 
@@ -116,28 +122,40 @@ def _check_shards(dirs: list[Path], manifests: list[dict]) -> tuple[int, list[st
     for d, manifest in zip(dirs, manifests):
         shard = manifest.get("config", {}).get("shard")
         if not (isinstance(shard, list) and len(shard) == 2):
-            raise MergeError(f"{d / MANIFEST}: config.shard is {json.dumps(shard)}; not a shard of a run")
+            raise MergeError(
+                f"{d / MANIFEST}: config.shard is {json.dumps(shard)}; not a shard of a run"
+            )
         if not (d / RECORDS).is_file():
-            raise MergeError(f"{d}: no {RECORDS}; the shard is not finished: run it again to complete it")
+            raise MergeError(
+                f"{d}: no {RECORDS}; the shard is not finished: run it again to complete it"
+            )
         shards.append(tuple(shard))
     total = shards[0][1]
     reference = _without_shard(manifests[0])
     provenance: list[str] = []
     for d, shard, manifest in zip(dirs, shards, manifests):
         if shard[1] != total:
-            raise MergeError(f"{d / MANIFEST}: shard {shard[0]}/{shard[1]}, but {dirs[0]} is a shard of {total}")
+            raise MergeError(
+                f"{d / MANIFEST}: shard {shard[0]}/{shard[1]}, but {dirs[0]} is a shard of {total}"
+            )
         labels = (f"shard {shards[0][0]}/{total} has", f"shard {shard[0]}/{shard[1]} has")
         differences, changed = compare_manifests(reference, _without_shard(manifest), labels)
         provenance.extend(changed)
         if differences:
-            raise MergeError(f"{d / MANIFEST}: differs from {dirs[0] / MANIFEST} in {len(differences)} "
-                             f"key(s): {'; '.join(differences)}")
+            raise MergeError(
+                f"{d / MANIFEST}: differs from {dirs[0] / MANIFEST} in {len(differences)} "
+                f"key(s): {'; '.join(differences)}"
+            )
     numbers = sorted(k for k, _ in shards)
     if len(set(numbers)) != len(numbers):
-        raise MergeError(f"shard {next(k for k in numbers if numbers.count(k) > 1)}/{total} is given twice")
+        raise MergeError(
+            f"shard {next(k for k in numbers if numbers.count(k) > 1)}/{total} is given twice"
+        )
     missing = sorted(set(range(1, total + 1)) - set(numbers))
     if missing:
-        raise MergeError(f"shard(s) {', '.join(f'{k}/{total}' for k in missing)} missing; give all {total} shards")
+        raise MergeError(
+            f"shard(s) {', '.join(f'{k}/{total}' for k in missing)} missing; give all {total} shards"
+        )
     return total, provenance
 
 
@@ -170,8 +188,10 @@ class _Lines:
 
     def expect_end(self) -> None:
         if self._next is not None:
-            raise MergeError(f"{self.path}:{self._number}: unexpected record for problem "
-                             f"{self._next[1].get('problem_id')!r} (not in this shard's chunks, or out of order)")
+            raise MergeError(
+                f"{self.path}:{self._number}: unexpected record for problem "
+                f"{self._next[1].get('problem_id')!r} (not in this shard's chunks, or out of order)"
+            )
 
 
 def _link_parts(sources: list[Path], target: Path) -> None:

@@ -37,7 +37,10 @@ class Unit:
 
 def chunk_bounds(num_problems: int, chunk_size: int) -> list[range]:
     """The index range of each chunk over the drawn problems."""
-    return [range(start, min(start + chunk_size, num_problems)) for start in range(0, num_problems, chunk_size)]
+    return [
+        range(start, min(start + chunk_size, num_problems))
+        for start in range(0, num_problems, chunk_size)
+    ]
 
 
 def shard_chunks(num_chunks: int, shard: tuple[int, int] | None) -> list[int]:
@@ -62,8 +65,9 @@ def units_of(phases: Sequence[str], seeds: Sequence[int], chunks: Sequence[int])
     return [Unit(phase, seed, chunk) for phase in phases for seed in seeds for chunk in chunks]
 
 
-def canonical_keys(problem_ids: Sequence[str], conditions: Sequence[Condition],
-                   seeds: Sequence[int]) -> Iterator[tuple[str, str, int]]:
+def canonical_keys(
+    problem_ids: Sequence[str], conditions: Sequence[Condition], seeds: Sequence[int]
+) -> Iterator[tuple[str, str, int]]:
     """(problem_id, condition, seed) in record-file order: problems, then conditions, then seeds."""
     for problem_id in problem_ids:
         for condition in conditions:

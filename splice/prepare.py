@@ -17,7 +17,8 @@ import torch
 from nudgeability.engine.scheduler import GroupShape, batch_cost
 from nudgeability.models.families import KNOWN_FAMILIES, Family, detect_family
 from nudgeability.models.loader import LoadedModel, load_model
-from nudgeability.models.smollm2 import ALIAS as SMOLLM2, EmbeddedModelMissing
+from nudgeability.models.smollm2 import ALIAS as SMOLLM2
+from nudgeability.models.smollm2 import EmbeddedModelMissing
 from nudgeability.splice.conditions import Condition, UnknownConditionError, parse_conditions
 from nudgeability.splice.manifest import build_manifest
 from nudgeability.splice.prompts import ProblemPrompts, base_of, render_prompts
@@ -101,12 +102,16 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
         raise ConfigError(f"--dtype {options.dtype!r}: expected one of {', '.join(DTYPES)}")
     device = _device(options.device)
     if options.family is not None and options.family not in KNOWN_FAMILIES:
-        raise ConfigError(f"--family {options.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}")
+        raise ConfigError(
+            f"--family {options.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
+        )
     sentences = load_sentences(options.sentences)
     task = get_task(options.task)
     data = Path(options.data) if options.data is not None else task.default_data_path()
     if not data.is_file():
-        raise FileNotFoundError(f"{data}: no such data file; pass an official {task.name} file with --data")
+        raise FileNotFoundError(
+            f"{data}: no such data file; pass an official {task.name} file with --data"
+        )
     data = data.resolve()
     problems = sample_problems(task.load(data), options.n, options.seed, source=data)
 
@@ -122,18 +127,43 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
     splices = _splices(family, sentences, conditions)
     _check_context(loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget)
     if options.max_batch_tokens is not None:
-        _check_batch_budget(options.max_batch_tokens, data, problems, prompts, conditions, splices,
-                            base_budget, arm_budget)
+        _check_batch_budget(
+            options.max_batch_tokens,
+            data,
+            problems,
+            prompts,
+            conditions,
+            splices,
+            base_budget,
+            arm_budget,
+        )
 
     config = RunConfig(
-        model=spec, model_label=model_label(spec), family=family.name, dtype=options.dtype,
-        device=device, task=task.name, data=str(data), n=len(problems), sample_seed=options.seed,
-        decoding=options.decoding, temperature=temperature, top_p=top_p, seeds=tuple(seeds),
-        conditions=tuple(c.code for c in conditions), max_new_tokens=base_budget,
-        max_new_tokens_arm=arm_budget, sentences=str(Path(sentences.source).resolve()),
-        chunk_size=options.chunk_size, max_batch_tokens=options.max_batch_tokens, shard=options.shard)
+        model=spec,
+        model_label=model_label(spec),
+        family=family.name,
+        dtype=options.dtype,
+        device=device,
+        task=task.name,
+        data=str(data),
+        n=len(problems),
+        sample_seed=options.seed,
+        decoding=options.decoding,
+        temperature=temperature,
+        top_p=top_p,
+        seeds=tuple(seeds),
+        conditions=tuple(c.code for c in conditions),
+        max_new_tokens=base_budget,
+        max_new_tokens_arm=arm_budget,
+        sentences=str(Path(sentences.source).resolve()),
+        chunk_size=options.chunk_size,
+        max_batch_tokens=options.max_batch_tokens,
+        shard=options.shard,
+    )
     manifest = build_manifest(config, [p.id for p in problems], loaded.source, sentences.sha256)
-    return Prepared(config, task, problems, conditions, sentences, loaded, family, prompts, splices, manifest)
+    return Prepared(
+        config, task, problems, conditions, sentences, loaded, family, prompts, splices, manifest
+    )
 
 
 def _device(device: str | None) -> str:
@@ -144,7 +174,9 @@ def _device(device: str | None) -> str:
     except RuntimeError:
         raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N") from None
     if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: CUDA is not available on this machine; pass --device cpu")
+        raise ConfigError(
+            f"--device {device}: CUDA is not available on this machine; pass --device cpu"
+        )
     if parsed.type not in ("cpu", "cuda"):
         raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N")
     return str(parsed)
@@ -156,7 +188,9 @@ def _model_spec(model: str) -> str:
     return str(path.resolve()) if model != SMOLLM2 and path.exists() else model
 
 
-def _splices(family: Family, sentences: Sentences, conditions: list[Condition]) -> dict[str, tuple[int, ...]]:
+def _splices(
+    family: Family, sentences: Sentences, conditions: list[Condition]
+) -> dict[str, tuple[int, ...]]:
     """The ids each arm appends at the cut: nothing for the empty splice, else the family's splice."""
     splices = {}
     for condition in conditions:
@@ -168,7 +202,9 @@ def _splices(family: Family, sentences: Sentences, conditions: list[Condition]) 
     return splices
 
 
-def _check_context(loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget) -> None:
+def _check_context(
+    loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget
+) -> None:
     """Refuse up front a problem whose longest sequence would not fit the model's context."""
     config = loaded.model.config
     limit = getattr(getattr(config, "text_config", None) or config, "max_position_embeddings", None)
@@ -187,10 +223,13 @@ def _check_context(loaded, data, problems, prompts, conditions, splices, base_bu
                 raise ConfigError(
                     f"{data}:{problem.source_line}: problem {problem.id}: the {base} prompt "
                     f"({len(prompt.for_base(base))} tokens) plus the token budgets needs {needed} "
-                    f"positions, more than the model's context of {limit}; lower --max-new-tokens")
+                    f"positions, more than the model's context of {limit}; lower --max-new-tokens"
+                )
 
 
-def _check_batch_budget(budget, data, problems, prompts, conditions, splices, base_budget, arm_budget) -> None:
+def _check_batch_budget(
+    budget, data, problems, prompts, conditions, splices, base_budget, arm_budget
+) -> None:
     """Refuse up front a KV budget that one problem's largest engine group could exceed mid-run.
 
     A base is a group of one sequence; an arms group's prefix is the prompt plus at most
@@ -203,13 +242,16 @@ def _check_batch_budget(budget, data, problems, prompts, conditions, splices, ba
             shapes[base] = GroupShape(length - 1, (1,), (base_budget,))
             arms = [c for c in conditions if c.kind == "arm" and c.parent == base]
             if arms:
-                shapes[f"{base} arms"] = GroupShape(length + base_budget - 1,
-                                                    tuple(max(len(splices[c.code]), 1) for c in arms),
-                                                    (arm_budget,) * len(arms))
+                shapes[f"{base} arms"] = GroupShape(
+                    length + base_budget - 1,
+                    tuple(max(len(splices[c.code]), 1) for c in arms),
+                    (arm_budget,) * len(arms),
+                )
         for name, shape in shapes.items():
             need = batch_cost([shape])
             if need > budget:
                 raise ConfigError(
                     f"--max-batch-tokens {budget}: {data}:{problem.source_line}: problem {problem.id}'s "
                     f"{name} can need {need} KV token slots; raise the budget to at least {need}, or lower "
-                    "--max-new-tokens")
+                    "--max-new-tokens"
+                )

@@ -28,7 +28,9 @@ class ProblemPrompts:
         """The prompt of a base run: 'NT', 'B' or 'oracle_B'."""
         prompt = {"NT": self.unaided, "B": self.with_tool, "oracle_B": self.oracle}[base]
         if prompt is None:
-            raise ValueError(f"no {base} prompt was rendered: the oracle conditions are not in this run")
+            raise ValueError(
+                f"no {base} prompt was rendered: the oracle conditions are not in this run"
+            )
         return prompt
 
 

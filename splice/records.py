@@ -38,12 +38,18 @@ class Record:
     problem_id: str
     task: str  # "musique" | "strategyqa"
     condition: str  # a code from nudgeability.splice.conditions
-    sentence_id: str | None  # the inserted sentence's id in the sentences file; None for NT, B, empty
+    sentence_id: (
+        str | None
+    )  # the inserted sentence's id in the sentences file; None for NT, B, empty
     seed: int  # decoding seed (0 for greedy runs)
     prompt_tokens: int  # token count of the rendered prompt (unaided or with-tool)
     prompt_sha256: str  # sha256 of the prompt ids as little-endian int32 bytes
-    prefix_tokens: int | None  # arms: tokens of the B reasoning prefix r_i (after the prompt); else None
-    boundary: int | None  # B / oracle_B: index in generated_ids of the first think-close; None if never closed
+    prefix_tokens: (
+        int | None
+    )  # arms: tokens of the B reasoning prefix r_i (after the prompt); else None
+    boundary: (
+        int | None
+    )  # B / oracle_B: index in generated_ids of the first think-close; None if never closed
     generated_ids: list[int]
     text: str  # decoded generated_ids, special tokens kept
     finish_reason: str  # "eos" | "stop_token" | "stop_string" | "length"
@@ -55,8 +61,10 @@ class Record:
         return json.dumps(asdict(self), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
     @staticmethod
-    def from_dict(data: dict) -> "Record":
+    def from_dict(data: dict) -> Record:
         fields = dict(data)
         fields["action"] = ActionRecord(**fields["action"])
-        fields["grade"] = GradeRecord(**fields["grade"]) if fields.get("grade") is not None else None
+        fields["grade"] = (
+            GradeRecord(**fields["grade"]) if fields.get("grade") is not None else None
+        )
         return Record(**fields)

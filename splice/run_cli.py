@@ -1,9 +1,9 @@
 """`nudge run` and `nudge merge`: the command-line face of `prepare`, `run` and `merge`.
 
-    nudge run                                   # the embedded demo: SmolLM2 on the MuSiQue sample
-    nudge run --model DIR --task strategyqa --n 250 --max-new-tokens 4096,2048 --device cuda
-    nudge run ... --shard 2/8 --out runs/x-shard2  # one slice of a campaign
-    nudge merge runs/x runs/x-shard1 ... runs/x-shard8
+nudge run                                   # the embedded demo: SmolLM2 on the MuSiQue sample
+nudge run --model DIR --task strategyqa --n 250 --max-new-tokens 4096,2048 --device cuda
+nudge run ... --shard 2/8 --out runs/x-shard2  # one slice of a campaign
+nudge merge runs/x runs/x-shard1 ... runs/x-shard8
 """
 
 from __future__ import annotations
@@ -29,44 +29,87 @@ _DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
 def register(subparsers) -> None:
     """Add the `run` and `merge` subcommands to the `nudge` parser."""
     run = subparsers.add_parser(
-        "run", help="run the experiment: NT, B, the oracle base and every splice arm",
+        "run",
+        help="run the experiment: NT, B, the oracle base and every splice arm",
         description="Run NT, B (and oracle_B) for each drawn problem, then fork every splice arm from "
-                    "B's reasoning prefix. With no options: the embedded demo (SmolLM2 on the shipped "
-                    "MuSiQue sample). Killed runs resume when started again with the same options.")
-    run.add_argument("--model", default="smollm2", help="'smollm2' (embedded), a checkpoint directory, "
-                     "a .gguf file or a repo id already in the local HF cache (default: smollm2)")
+        "B's reasoning prefix. With no options: the embedded demo (SmolLM2 on the shipped "
+        "MuSiQue sample). Killed runs resume when started again with the same options.",
+    )
+    run.add_argument(
+        "--model",
+        default="smollm2",
+        help="'smollm2' (embedded), a checkpoint directory, "
+        "a .gguf file or a repo id already in the local HF cache (default: smollm2)",
+    )
     run.add_argument("--task", default="musique", help="musique or strategyqa (default: musique)")
     run.add_argument("--data", help="the official data file (default: the task's shipped sample)")
-    run.add_argument("--n", default=str(DEFAULT_N), help=f"problems to draw, or 'all' (default: {DEFAULT_N})")
+    run.add_argument(
+        "--n", default=str(DEFAULT_N), help=f"problems to draw, or 'all' (default: {DEFAULT_N})"
+    )
     run.add_argument("--seed", type=int, default=0, help="seed of the problem draw (default: 0)")
-    run.add_argument("--decoding", default="greedy", help="greedy, or sampled: temperature 1.0, top-p 0.95 "
-                     "(default: greedy)")
-    run.add_argument("--seeds", help="decoding seeds of a sampled run, e.g. 0,1,2 (the default); each is "
-                     "a full replicate")
-    run.add_argument("--conditions", default="all", help="condition codes and presets (primary, voices, "
-                     "sealed, oracle, all), comma-separated (default: all)")
-    run.add_argument("--max-new-tokens", default=_DEFAULT_TOKENS, metavar="BASE[,ARM]",
-                     help=f"token budget of the bases, and of each arm after the splice (default: {_DEFAULT_TOKENS})")
-    run.add_argument("--out", help="output directory (default: runs/<model>-<task>-<decoding>[-shardKofN])")
-    run.add_argument("--shard", metavar="K/N", help="compute only shard K of N (whole chunks of problems); "
-                     "join the shards with `nudge merge`")
-    run.add_argument("--family", help="model family, overriding detection: qwen3, glm_z1, gemma4, chatml")
+    run.add_argument(
+        "--decoding",
+        default="greedy",
+        help="greedy, or sampled: temperature 1.0, top-p 0.95 (default: greedy)",
+    )
+    run.add_argument(
+        "--seeds",
+        help="decoding seeds of a sampled run, e.g. 0,1,2 (the default); each is a full replicate",
+    )
+    run.add_argument(
+        "--conditions",
+        default="all",
+        help="condition codes and presets (primary, voices, "
+        "sealed, oracle, all), comma-separated (default: all)",
+    )
+    run.add_argument(
+        "--max-new-tokens",
+        default=_DEFAULT_TOKENS,
+        metavar="BASE[,ARM]",
+        help=f"token budget of the bases, and of each arm after the splice (default: {_DEFAULT_TOKENS})",
+    )
+    run.add_argument(
+        "--out", help="output directory (default: runs/<model>-<task>-<decoding>[-shardKofN])"
+    )
+    run.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="compute only shard K of N (whole chunks of problems); "
+        "join the shards with `nudge merge`",
+    )
+    run.add_argument(
+        "--family", help="model family, overriding detection: qwen3, glm_z1, gemma4, chatml"
+    )
     run.add_argument("--sentences", help="the sentences file (default: the shipped sentences.toml)")
-    run.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)")
+    run.add_argument(
+        "--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)"
+    )
     run.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
-    run.add_argument("--max-batch-tokens", type=int, help="KV token slots per engine batch (memory budget; "
-                     "default: one batch per chunk)")
-    run.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
-                     help="problems per unit of work: the resume and shard granularity "
-                          f"(default: {DEFAULT_CHUNK_SIZE})")
+    run.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        help="KV token slots per engine batch (memory budget; default: one batch per chunk)",
+    )
+    run.add_argument(
+        "--chunk-size",
+        type=int,
+        default=DEFAULT_CHUNK_SIZE,
+        help="problems per unit of work: the resume and shard granularity "
+        f"(default: {DEFAULT_CHUNK_SIZE})",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=_run)
 
-    merge = subparsers.add_parser("merge", help="join the outputs of `nudge run --shard K/N`",
-                                  description="Join complete shard directories (all N of them, with "
-                                              "matching manifests) into the unsharded run's output.")
+    merge = subparsers.add_parser(
+        "merge",
+        help="join the outputs of `nudge run --shard K/N`",
+        description="Join complete shard directories (all N of them, with "
+        "matching manifests) into the unsharded run's output.",
+    )
     merge.add_argument("out", help="the directory to write (must not exist)")
-    merge.add_argument("shard_dirs", nargs="+", metavar="SHARD_DIR", help="the shards' output directories")
+    merge.add_argument(
+        "shard_dirs", nargs="+", metavar="SHARD_DIR", help="the shards' output directories"
+    )
     merge.set_defaults(func=_merge)
 
 
@@ -75,12 +118,23 @@ def options_from_args(args: argparse.Namespace):
     from nudgeability.splice.prepare import RunOptions
 
     return RunOptions(
-        model=args.model, task=args.task, data=args.data, n=parse_n(args.n), seed=args.seed,
-        decoding=args.decoding, seeds=None if args.seeds is None else parse_seeds(args.seeds),
-        conditions=args.conditions, max_new_tokens=parse_max_new_tokens(args.max_new_tokens),
-        family=args.family, sentences=args.sentences, dtype=args.dtype, device=args.device,
-        max_batch_tokens=args.max_batch_tokens, chunk_size=args.chunk_size,
-        shard=None if args.shard is None else parse_shard(args.shard))
+        model=args.model,
+        task=args.task,
+        data=args.data,
+        n=parse_n(args.n),
+        seed=args.seed,
+        decoding=args.decoding,
+        seeds=None if args.seeds is None else parse_seeds(args.seeds),
+        conditions=args.conditions,
+        max_new_tokens=parse_max_new_tokens(args.max_new_tokens),
+        family=args.family,
+        sentences=args.sentences,
+        dtype=args.dtype,
+        device=args.device,
+        max_batch_tokens=args.max_batch_tokens,
+        chunk_size=args.chunk_size,
+        shard=None if args.shard is None else parse_shard(args.shard),
+    )
 
 
 def default_out(label: str, task: str, decoding: str, shard: tuple[int, int] | None) -> Path:
@@ -99,10 +153,17 @@ def _run(args: argparse.Namespace) -> int:
     with _quiet_transformers(args.quiet):
         prepared = prepare(options)
     config = prepared.config
-    out = Path(args.out) if args.out else default_out(config.model_label, config.task, config.decoding, config.shard)
+    out = (
+        Path(args.out)
+        if args.out
+        else default_out(config.model_label, config.task, config.decoding, config.shard)
+    )
     result = run(prepared, out, progress=not args.quiet)
-    print(f"nudge run: {result.records} records in {result.out / 'records.jsonl'} "
-          f"({result.units_computed} units computed, {result.units_resumed} resumed)", file=sys.stderr)
+    print(
+        f"nudge run: {result.records} records in {result.out / 'records.jsonl'} "
+        f"({result.units_computed} units computed, {result.units_resumed} resumed)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -126,7 +187,13 @@ def _merge(args: argparse.Namespace) -> int:
 
     result = merge(args.out, args.shard_dirs)
     if result.provenance_changes:
-        print(f"nudge merge: warning: the shards ran different code ({'; '.join(result.provenance_changes)}); "
-              "the merged manifest keeps the first shard's", file=sys.stderr)
-    print(f"nudge merge: {result.records} records from {result.shards} shards in {result.out}", file=sys.stderr)
+        print(
+            f"nudge merge: warning: the shards ran different code ({'; '.join(result.provenance_changes)}); "
+            "the merged manifest keeps the first shard's",
+            file=sys.stderr,
+        )
+    print(
+        f"nudge merge: {result.records} records from {result.shards} shards in {result.out}",
+        file=sys.stderr,
+    )
     return 0

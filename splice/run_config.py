@@ -75,12 +75,17 @@ class RunConfig:
     @property
     def experiment(self) -> dict:
         """The `experiment` object of the manifest, as `nudgeability.stats` reads it."""
-        return {"model": self.model_label, "task": self.task, "decoding": self.decoding,
-                "seeds": list(self.seeds)}
+        return {
+            "model": self.model_label,
+            "task": self.task,
+            "decoding": self.decoding,
+            "seeds": list(self.seeds),
+        }
 
 
-def diff_configs(old: object, new: object, labels: tuple[str, str] = ("stored", "now"),
-                 prefix: str = "") -> list[str]:
+def diff_configs(
+    old: object, new: object, labels: tuple[str, str] = ("stored", "now"), prefix: str = ""
+) -> list[str]:
     """One line per key whose value differs between two JSON values (nested dicts are walked).
 
     Lines read `key: stored X, now Y` (with `labels` naming the two sides), sorted by key.
@@ -112,7 +117,9 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     try:
         seeds = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise ConfigError(f"--seeds {text!r}: expected comma-separated whole numbers, e.g. 0,1,2") from None
+        raise ConfigError(
+            f"--seeds {text!r}: expected comma-separated whole numbers, e.g. 0,1,2"
+        ) from None
     if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds {text!r}: seeds must be distinct and >= 0")
     return seeds
@@ -136,7 +143,9 @@ def parse_max_new_tokens(text: str) -> tuple[int, int]:
     except ValueError:
         parts = []
     if len(parts) not in (1, 2) or any(part < 1 for part in parts):
-        raise ConfigError(f"--max-new-tokens {text!r}: expected BASE or BASE,ARM, positive whole numbers")
+        raise ConfigError(
+            f"--max-new-tokens {text!r}: expected BASE or BASE,ARM, positive whole numbers"
+        )
     return parts[0], parts[-1]
 
 
@@ -150,7 +159,9 @@ def parse_n(text: str) -> int | None:
         raise ConfigError(f"--n {text!r}: expected a positive whole number or 'all'") from None
 
 
-def resolve_decoding(decoding: str, seeds: tuple[int, ...] | None) -> tuple[float, float, tuple[int, ...]]:
+def resolve_decoding(
+    decoding: str, seeds: tuple[int, ...] | None
+) -> tuple[float, float, tuple[int, ...]]:
     """(temperature, top_p, seeds) of a decoding mode.
 
     Greedy is deterministic and runs once, as seed 0; giving other seeds is an error. Sampled
@@ -160,7 +171,9 @@ def resolve_decoding(decoding: str, seeds: tuple[int, ...] | None) -> tuple[floa
         raise ConfigError(f"--decoding {decoding!r}: expected one of {', '.join(DECODINGS)}")
     if decoding == "greedy":
         if seeds not in (None, (0,)):
-            raise ConfigError("--seeds: greedy decoding is deterministic and runs as seed 0; "
-                              "pass --decoding sampled to run several seeds")
+            raise ConfigError(
+                "--seeds: greedy decoding is deterministic and runs as seed 0; "
+                "pass --decoding sampled to run several seeds"
+            )
         return 0.0, 1.0, (0,)
     return SAMPLED_TEMPERATURE, SAMPLED_TOP_P, seeds if seeds is not None else DEFAULT_SAMPLED_SEEDS

@@ -62,13 +62,28 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
     mine = shard_chunks(len(chunks), config.shard)
     with WorkStore.open(out, prepared.manifest) as store:
         if store.provenance_changes:
-            print(f"nudge run: warning: resuming {store.root} with other code than it was started with "
-                  f"({'; '.join(store.provenance_changes)}); records computed before may differ in the "
-                  "last bits from an uninterrupted run", file=sys.stderr)
-        engine = Engine(prepared.loaded.model, prepared.loaded.tokenizer, max_batch_tokens=config.max_batch_tokens,
-                        progress=progress)  # an inner bar per engine call: sequences done, prefill/decode tok/s
-        ctx = UnitContext(config, prepared.task, prepared.family, engine, prepared.problems,
-                          prepared.prompts, prepared.conditions, prepared.splices)
+            print(
+                f"nudge run: warning: resuming {store.root} with other code than it was started with "
+                f"({'; '.join(store.provenance_changes)}); records computed before may differ in the "
+                "last bits from an uninterrupted run",
+                file=sys.stderr,
+            )
+        engine = Engine(
+            prepared.loaded.model,
+            prepared.loaded.tokenizer,
+            max_batch_tokens=config.max_batch_tokens,
+            progress=progress,
+        )  # an inner bar per engine call: sequences done, prefill/decode tok/s
+        ctx = UnitContext(
+            config,
+            prepared.task,
+            prepared.family,
+            engine,
+            prepared.problems,
+            prepared.prompts,
+            prepared.conditions,
+            prepared.splices,
+        )
         computed = resumed = 0
         for phase in phases_of(prepared.conditions):
             units = units_of([phase], config.seeds, mine)
@@ -89,24 +104,38 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
 def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
     start = time.perf_counter()
     if unit.phase == ARMS_PHASE:
-        base_lines = {base: store.read_part(Unit(base, unit.seed, unit.chunk))
-                      for base in ("B", "oracle_B") if ctx.arms_of[base]}
+        base_lines = {
+            base: store.read_part(Unit(base, unit.seed, unit.chunk))
+            for base in ("B", "oracle_B")
+            if ctx.arms_of[base]
+        }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)
     else:
         records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices)
     seconds = time.perf_counter() - start
     store.write_part(unit, [record.to_json() for record in records])
-    store.append_timing({
-        "unit": unit.name, "phase": unit.phase, "seed": unit.seed, "chunk": unit.chunk,
-        "problems": len(indices), "sequences": counts.sequences, "prefill_tokens": counts.prefill_tokens,
-        "shared_prefill_tokens": counts.shared_prefill_tokens, "generated_tokens": counts.generated_tokens,
-        "seconds": round(seconds, 4), "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
-    })
+    store.append_timing(
+        {
+            "unit": unit.name,
+            "phase": unit.phase,
+            "seed": unit.seed,
+            "chunk": unit.chunk,
+            "problems": len(indices),
+            "sequences": counts.sequences,
+            "prefill_tokens": counts.prefill_tokens,
+            "shared_prefill_tokens": counts.shared_prefill_tokens,
+            "generated_tokens": counts.generated_tokens,
+            "seconds": round(seconds, 4),
+            "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
+        }
+    )
     counts.seconds = seconds
     return counts
 
 
-def _assemble(prepared: Prepared, store: WorkStore, chunks: list[range], mine: list[int]) -> Iterator[str]:
+def _assemble(
+    prepared: Prepared, store: WorkStore, chunks: list[range], mine: list[int]
+) -> Iterator[str]:
     """The record lines of this shard in canonical order, chunk by chunk (never all in memory)."""
     config = prepared.config
     phases = phases_of(prepared.conditions)
@@ -125,8 +154,12 @@ def _assemble(prepared: Prepared, store: WorkStore, chunks: list[range], mine: l
             line = found.pop(key, None)
             if line is not None:
                 yield line
-            elif key[1] in bases:  # every base has a record; arms are absent when the base never closed
-                raise IncompleteRunError(f"{store.parts}: no record for {key}; remove the directory and run again")
+            elif (
+                key[1] in bases
+            ):  # every base has a record; arms are absent when the base never closed
+                raise IncompleteRunError(
+                    f"{store.parts}: no record for {key}; remove the directory and run again"
+                )
         if found:
             raise IncompleteRunError(f"{store.parts}: unexpected records {sorted(found)[:3]}")
 
@@ -145,7 +178,9 @@ class _PhaseBar:
         self.chunks = chunks
         self.arms = phase == ARMS_PHASE
         total = sum(len(chunks[unit.chunk]) for unit in units)
-        self.bar = tqdm(total=total, desc=f"{phase:>8}", unit="problem", disable=not enabled, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total, desc=f"{phase:>8}", unit="problem", disable=not enabled, dynamic_ncols=True
+        )
         self.sequences = self.tokens = self.prefill = 0
         self.seconds = 0.0
 
@@ -156,13 +191,16 @@ class _PhaseBar:
             self.prefill += counts.prefill_tokens + counts.shared_prefill_tokens
             self.seconds += counts.seconds
         seconds = max(self.seconds, 1e-9)
-        postfix = {"prefill tok/s": f"{self.prefill / seconds:.0f}", "decode tok/s": f"{self.tokens / seconds:.1f}"}
+        postfix = {
+            "prefill tok/s": f"{self.prefill / seconds:.0f}",
+            "decode tok/s": f"{self.tokens / seconds:.1f}",
+        }
         if self.arms:
             postfix = {"arms": self.sequences, **postfix}
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(len(self.chunks[unit.chunk]))
 
-    def __enter__(self) -> "_PhaseBar":
+    def __enter__(self) -> _PhaseBar:
         return self
 
     def __exit__(self, *exc) -> None:

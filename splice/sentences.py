@@ -73,26 +73,37 @@ def load_sentences(path: str | os.PathLike | None = None) -> Sentences:
         raise SentencesFileError(path, f"not a valid TOML file ({exc})") from None
     texts: dict[str, str] = {}
     if "neutral" not in data:
-        raise SentencesFileError(path, 'no \'neutral\' sentence; add neutral = "..." at the top')
+        raise SentencesFileError(path, "no 'neutral' sentence; add neutral = \"...\" at the top")
     texts["neutral"] = _sentence(data["neutral"], path, "neutral")
     for voice in VOICES:
         table = data.get(voice)
         if not isinstance(table, dict):
-            raise SentencesFileError(path, f"no [{voice}] table; add one with confidence = "
-                                           '"..." and doubt = "..."')
+            raise SentencesFileError(
+                path, f'no [{voice}] table; add one with confidence = "..." and doubt = "..."'
+            )
         for polarity in _POLARITIES:
             key = f"{voice}.{polarity}"
             if polarity not in table:
-                raise SentencesFileError(path, f"[{voice}] has no '{polarity}' sentence "
-                                               f"('{key}'); add {polarity} = \"...\" under [{voice}]")
+                raise SentencesFileError(
+                    path,
+                    f"[{voice}] has no '{polarity}' sentence "
+                    f"('{key}'); add {polarity} = \"...\" under [{voice}]",
+                )
             texts[key] = _sentence(table[polarity], path, key)
         unknown = sorted(set(table) - set(_POLARITIES))
         if unknown:
-            raise SentencesFileError(path, f"unknown key '{voice}.{unknown[0]}'; a voice table "
-                                           f"holds only {' and '.join(_POLARITIES)}")
+            raise SentencesFileError(
+                path,
+                f"unknown key '{voice}.{unknown[0]}'; a voice table "
+                f"holds only {' and '.join(_POLARITIES)}",
+            )
     unknown = sorted(set(data) - {"neutral", *VOICES})
     if unknown:
-        raise SentencesFileError(path, f"unknown key '{unknown[0]}'; the file holds neutral and "
-                                       f"the tables {', '.join(VOICES)}")
-    return Sentences(source=str(path), sha256=hashlib.sha256(raw).hexdigest(),
-                     texts=MappingProxyType(texts))
+        raise SentencesFileError(
+            path,
+            f"unknown key '{unknown[0]}'; the file holds neutral and "
+            f"the tables {', '.join(VOICES)}",
+        )
+    return Sentences(
+        source=str(path), sha256=hashlib.sha256(raw).hexdigest(), texts=MappingProxyType(texts)
+    )

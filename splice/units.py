@@ -56,24 +56,36 @@ class UnitContext:
     prompts: Sequence[ProblemPrompts]  # aligned with problems
     conditions: Sequence[Condition]
     splices: dict[str, tuple[int, ...]]  # arm code -> ids appended at the cut
-    arms_of: dict[str, list[Condition]] = field(init=False)  # base code -> its arms, canonical order
+    arms_of: dict[str, list[Condition]] = field(
+        init=False
+    )  # base code -> its arms, canonical order
 
     def __post_init__(self) -> None:
-        self.arms_of = {base: [c for c in self.conditions if c.kind == "arm" and c.parent == base]
-                        for base in ("B", "oracle_B")}
+        self.arms_of = {
+            base: [c for c in self.conditions if c.kind == "arm" and c.parent == base]
+            for base in ("B", "oracle_B")
+        }
 
     def params(self, seed: int, problem_id: str, code: str, budget: int) -> SamplingParams:
         """Sampling settings of one sequence; its random stream is keyed by (seed, problem, condition)."""
         return SamplingParams(
-            max_new_tokens=budget, temperature=self.config.temperature, top_p=self.config.top_p,
-            seed_key=(seed, problem_id, code), stop_token_ids=tuple(self.family.stop_token_ids),
-            stop_strings=tuple(self.family.stop_strings))
+            max_new_tokens=budget,
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            seed_key=(seed, problem_id, code),
+            stop_token_ids=tuple(self.family.stop_token_ids),
+            stop_strings=tuple(self.family.stop_strings),
+        )
 
 
-def run_base_unit(ctx: UnitContext, base: str, seed: int, indices: Sequence[int]) -> tuple[list[Record], UnitCounts]:
+def run_base_unit(
+    ctx: UnitContext, base: str, seed: int, indices: Sequence[int]
+) -> tuple[list[Record], UnitCounts]:
     """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each."""
     prompts = [list(ctx.prompts[i].for_base(base)) for i in indices]
-    params = [ctx.params(seed, ctx.problems[i].id, base, ctx.config.max_new_tokens) for i in indices]
+    params = [
+        ctx.params(seed, ctx.problems[i].id, base, ctx.config.max_new_tokens) for i in indices
+    ]
     outs = ctx.engine.generate(prompts, params)
     counts, records = UnitCounts(), []
     for i, prompt, out in zip(indices, prompts, outs):
@@ -82,21 +94,33 @@ def run_base_unit(ctx: UnitContext, base: str, seed: int, indices: Sequence[int]
     return records, counts
 
 
-def base_record(ctx: UnitContext, problem: Problem, base: str, seed: int, prompt: list[int],
-                out: Completion) -> Record:
+def base_record(
+    ctx: UnitContext, problem: Problem, base: str, seed: int, prompt: list[int], out: Completion
+) -> Record:
     """The record of a base run: its boundary (B, oracle_B), action and grade."""
     generated = list(out.token_ids)
     tools = declared_tools(ctx.task, base)
     boundary = None if base == "NT" else ctx.family.find_boundary(generated)
-    action = ctx.family.parse_action(generated[boundary or 0:], out.finish_reason, tools=tools)
+    action = ctx.family.parse_action(generated[boundary or 0 :], out.finish_reason, tools=tools)
     grade = None
     if base == "NT" or action.kind == SELF:
         grade = ctx.task.grade(problem, action.answer)
     return Record(
-        problem_id=problem.id, task=ctx.task.name, condition=base, sentence_id=None, seed=seed,
-        prompt_tokens=len(prompt), prompt_sha256=prompt_sha256(prompt), prefix_tokens=None,
-        boundary=boundary, generated_ids=generated, text=ctx.family.decode(generated),
-        finish_reason=out.finish_reason, action=ActionRecord(**action.to_record()), grade=grade)
+        problem_id=problem.id,
+        task=ctx.task.name,
+        condition=base,
+        sentence_id=None,
+        seed=seed,
+        prompt_tokens=len(prompt),
+        prompt_sha256=prompt_sha256(prompt),
+        prefix_tokens=None,
+        boundary=boundary,
+        generated_ids=generated,
+        text=ctx.family.decode(generated),
+        finish_reason=out.finish_reason,
+        action=ActionRecord(**action.to_record()),
+        grade=grade,
+    )
 
 
 @dataclass
@@ -109,8 +133,9 @@ class _Group:
     prefix_tokens: int
 
 
-def run_arms_unit(ctx: UnitContext, seed: int, indices: Sequence[int],
-                  base_lines: dict[str, list[str]]) -> tuple[list[Record], UnitCounts]:
+def run_arms_unit(
+    ctx: UnitContext, seed: int, indices: Sequence[int], base_lines: dict[str, list[str]]
+) -> tuple[list[Record], UnitCounts]:
     """Fork every arm of the problems at `indices` from their bases' stored records.
 
     `base_lines` maps 'B' / 'oracle_B' to the record lines of this chunk's base unit (same seed).
@@ -129,10 +154,13 @@ def run_arms_unit(ctx: UnitContext, seed: int, indices: Sequence[int],
             record = bases[base][problem.id]
             if record["boundary"] is None:
                 continue
-            reasoning = record["generated_ids"][:record["boundary"]]
+            reasoning = record["generated_ids"][: record["boundary"]]
             prefix = list(ctx.prompts[i].for_base(base)) + reasoning
             suffixes = [list(ctx.splices[arm.code]) for arm in arms]
-            params = [ctx.params(seed, problem.id, arm.code, ctx.config.max_new_tokens_arm) for arm in arms]
+            params = [
+                ctx.params(seed, problem.id, arm.code, ctx.config.max_new_tokens_arm)
+                for arm in arms
+            ]
             requests.append(ForkRequest(prefix, suffixes, params))
             groups.append(_Group(i, base, arms, len(reasoning)))
     counts, records = UnitCounts(), []
@@ -141,20 +169,49 @@ def run_arms_unit(ctx: UnitContext, seed: int, indices: Sequence[int],
     for group, outs in zip(groups, ctx.engine.fork_many(requests)):
         for j, (arm, out) in enumerate(zip(group.arms, outs)):
             counts.add(out, shared=j == 0)
-            records.append(arm_record(ctx, ctx.problems[group.index], arm, seed,
-                                      ctx.prompts[group.index].for_base(group.base), group.prefix_tokens, out))
+            records.append(
+                arm_record(
+                    ctx,
+                    ctx.problems[group.index],
+                    arm,
+                    seed,
+                    ctx.prompts[group.index].for_base(group.base),
+                    group.prefix_tokens,
+                    out,
+                )
+            )
     return records, counts
 
 
-def arm_record(ctx: UnitContext, problem: Problem, arm: Condition, seed: int, prompt: Sequence[int],
-               prefix_tokens: int, out: Completion) -> Record:
+def arm_record(
+    ctx: UnitContext,
+    problem: Problem,
+    arm: Condition,
+    seed: int,
+    prompt: Sequence[int],
+    prefix_tokens: int,
+    out: Completion,
+) -> Record:
     """The record of one arm: the action read from its splice ids plus its generation."""
     generated = list(out.token_ids)
-    action = ctx.family.parse_action(list(ctx.splices[arm.code]) + generated, out.finish_reason,
-                                     tools=declared_tools(ctx.task, arm.parent))
+    action = ctx.family.parse_action(
+        list(ctx.splices[arm.code]) + generated,
+        out.finish_reason,
+        tools=declared_tools(ctx.task, arm.parent),
+    )
     return Record(
-        problem_id=problem.id, task=ctx.task.name, condition=arm.code, sentence_id=arm.sentence_id,
-        seed=seed, prompt_tokens=len(prompt), prompt_sha256=prompt_sha256(prompt),
-        prefix_tokens=prefix_tokens, boundary=None, generated_ids=generated,
-        text=ctx.family.decode(generated), finish_reason=out.finish_reason,
-        action=ActionRecord(**action.to_record()), grade=None)
+        problem_id=problem.id,
+        task=ctx.task.name,
+        condition=arm.code,
+        sentence_id=arm.sentence_id,
+        seed=seed,
+        prompt_tokens=len(prompt),
+        prompt_sha256=prompt_sha256(prompt),
+        prefix_tokens=prefix_tokens,
+        boundary=None,
+        generated_ids=generated,
+        text=ctx.family.decode(generated),
+        finish_reason=out.finish_reason,
+        action=ActionRecord(**action.to_record()),
+        grade=None,
+    )

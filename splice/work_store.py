@@ -83,7 +83,9 @@ def read_manifest(directory: Path) -> dict:
     """The manifest of a run directory; OutputDirError naming the file if it is missing or broken."""
     path = Path(directory) / MANIFEST
     if not path.is_file():
-        raise OutputDirError(f"{path}: missing; {directory} is not a run directory written by `nudge run`")
+        raise OutputDirError(
+            f"{path}: missing; {directory} is not a run directory written by `nudge run`"
+        )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -100,7 +102,7 @@ class WorkStore:
         self.provenance_changes = provenance_changes  # versions / git commit that differ on resume
 
     @classmethod
-    def open(cls, out: str | os.PathLike, manifest: dict) -> "WorkStore":
+    def open(cls, out: str | os.PathLike, manifest: dict) -> WorkStore:
         """Create `out` with `manifest`, or reopen it for resuming when its manifest is equal.
 
         A new directory appears whole (made under a temporary name and renamed), so a failure
@@ -121,7 +123,8 @@ class WorkStore:
                 raise ConfigChangedError(
                     f"{out / MANIFEST}: this directory holds a run with another config "
                     f"({len(differences)} difference(s): {'; '.join(differences)}); pass the same "
-                    "arguments to resume it, or another --out")
+                    "arguments to resume it, or another --out"
+                )
         store = cls(out, _lock(out), provenance)
         store.parts.mkdir(exist_ok=True)
         for stale in store.parts.glob(_TMP_PREFIX + "*"):  # a temp file of a killed run
@@ -135,7 +138,7 @@ class WorkStore:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def __enter__(self) -> "WorkStore":
+    def __enter__(self) -> WorkStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -180,9 +183,13 @@ def _create(out: Path, manifest: dict) -> None:
     try:
         atomic_write_lines(tmp / MANIFEST, [manifest_text(manifest)])
         (tmp / PARTS).mkdir()
-        os.replace(tmp, out)  # replaces an empty directory too; fails if another run made it meanwhile
+        os.replace(
+            tmp, out
+        )  # replaces an empty directory too; fails if another run made it meanwhile
     except OSError as exc:
-        raise OutputDirError(f"{out}: cannot create the output directory ({exc.strerror or exc})") from None
+        raise OutputDirError(
+            f"{out}: cannot create the output directory ({exc.strerror or exc})"
+        ) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -197,6 +204,8 @@ def _lock(out: Path) -> int | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise OutputDirError(f"{out}: another `nudge run` is working in this directory; wait for it "
-                             "to finish or pass another --out") from None
+        raise OutputDirError(
+            f"{out}: another `nudge run` is working in this directory; wait for it "
+            "to finish or pass another --out"
+        ) from None
     return fd

@@ -9,12 +9,29 @@ bootstrap interval; tables.py and figures.py render them; cli.py adds `nudge sta
 
 from .across import AcrossExperiments, Medians, across_experiments, spearman
 from .actions import NONE, OTHER, SELF, TOOL, TRUNC, UNKNOWN, action_code, codes_from_kinds
-from .bootstrap import BootstrapResult, Interval, bootstrap, bootstrap_clustered, bootstrap_units, percentile_interval
+from .bootstrap import (
+    BootstrapResult,
+    Interval,
+    bootstrap,
+    bootstrap_clustered,
+    bootstrap_units,
+    percentile_interval,
+)
 from .contributions import contributions
 from .diagnostics import (
-    ControlDeltas, FlipComposition, Gamma, OracleDiagnostics, Rate, SelfAnswerTransitions,
-    control_deltas, delegation_rate, dself_rself, flip_composition, gamma, oracle_diagnostics,
-)  # fmt: skip
+    ControlDeltas,
+    FlipComposition,
+    Gamma,
+    OracleDiagnostics,
+    Rate,
+    SelfAnswerTransitions,
+    control_deltas,
+    delegation_rate,
+    dself_rself,
+    flip_composition,
+    gamma,
+    oracle_diagnostics,
+)
 from .mcnemar import McNemar, mcnemar
 from .records import RecordsError, load_experiments, table_from_records
 from .sensitivity import Sensitivity, sensitivity
@@ -23,13 +40,54 @@ from .table import CONDITIONS, PAIRS, ExperimentLabel, ExperimentTable, TableErr
 from .targeting import Stratum, Targeting, targeting
 
 __all__ = [
-    "SELF", "TOOL", "OTHER", "TRUNC", "NONE", "UNKNOWN", "action_code", "codes_from_kinds",
-    "ExperimentTable", "ExperimentLabel", "TableError", "CONDITIONS", "PAIRS",
-    "sensitivity", "Sensitivity", "targeting", "Targeting", "Stratum", "mcnemar", "McNemar",
-    "gamma", "Gamma", "dself_rself", "SelfAnswerTransitions", "oracle_diagnostics", "OracleDiagnostics",
-    "flip_composition", "FlipComposition", "delegation_rate", "control_deltas", "ControlDeltas", "Rate",
-    "contributions", "bootstrap", "bootstrap_clustered", "bootstrap_units", "percentile_interval",
-    "BootstrapResult", "Interval", "summarize", "ExperimentSummary", "PairSummary", "profile_label",
-    "across_experiments", "AcrossExperiments", "Medians", "spearman",
-    "load_experiments", "table_from_records", "RecordsError",
-]  # fmt: skip
+    "SELF",
+    "TOOL",
+    "OTHER",
+    "TRUNC",
+    "NONE",
+    "UNKNOWN",
+    "action_code",
+    "codes_from_kinds",
+    "ExperimentTable",
+    "ExperimentLabel",
+    "TableError",
+    "CONDITIONS",
+    "PAIRS",
+    "sensitivity",
+    "Sensitivity",
+    "targeting",
+    "Targeting",
+    "Stratum",
+    "mcnemar",
+    "McNemar",
+    "gamma",
+    "Gamma",
+    "dself_rself",
+    "SelfAnswerTransitions",
+    "oracle_diagnostics",
+    "OracleDiagnostics",
+    "flip_composition",
+    "FlipComposition",
+    "delegation_rate",
+    "control_deltas",
+    "ControlDeltas",
+    "Rate",
+    "contributions",
+    "bootstrap",
+    "bootstrap_clustered",
+    "bootstrap_units",
+    "percentile_interval",
+    "BootstrapResult",
+    "Interval",
+    "summarize",
+    "ExperimentSummary",
+    "PairSummary",
+    "profile_label",
+    "across_experiments",
+    "AcrossExperiments",
+    "Medians",
+    "spearman",
+    "load_experiments",
+    "table_from_records",
+    "RecordsError",
+]

@@ -75,8 +75,12 @@ def across_experiments(experiments: Sequence) -> AcrossExperiments:
     """Summarise experiments (objects with .task, .S, .WT, .L, e.g. ExperimentSummary)."""
 
     def medians(group) -> Medians:
-        return Medians(nanmedian([e.S for e in group]), nanmedian([e.WT for e in group]),
-                       nanmedian([e.L for e in group]), len(group))  # fmt: skip
+        return Medians(
+            nanmedian([e.S for e in group]),
+            nanmedian([e.WT for e in group]),
+            nanmedian([e.L for e in group]),
+            len(group),
+        )
 
     tasks = list(dict.fromkeys(e.task for e in experiments))
     table = {task: medians([e for e in experiments if e.task == task]) for task in tasks}

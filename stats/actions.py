@@ -41,7 +41,9 @@ def action_code(kind: str | None) -> int:
     try:
         return _CODE_OF_KIND[kind]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown action kind {kind!r}: expected one of {', '.join(KINDS)}") from None
+        raise ValueError(
+            f"unknown action kind {kind!r}: expected one of {', '.join(KINDS)}"
+        ) from None
 
 
 def action_kind(code: int) -> str:

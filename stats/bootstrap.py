@@ -97,29 +97,43 @@ def bootstrap_units(
         raise ValueError(f"engine must be 'numba' or 'numpy', got {engine!r}")
     n_units = len(units)
     if n_units > kernels.MAX_UNITS:
-        raise ValueError(f"{n_units} resampling units exceed the kernel's limit of {kernels.MAX_UNITS}")
+        raise ValueError(
+            f"{n_units} resampling units exceed the kernel's limit of {kernels.MAX_UNITS}"
+        )
     if n_units == 0:
         replicates = np.full((int(n_boot), kernels.N_STATISTICS), np.nan)
     else:
         types, unit_type = compress(units)
         if len(types) < 2**16:
             unit_type = unit_type.astype(np.uint16)
-        run = kernels.bootstrap_statistics if engine == "numba" else kernels.bootstrap_statistics_twin
+        run = (
+            kernels.bootstrap_statistics if engine == "numba" else kernels.bootstrap_statistics_twin
+        )
         replicates = run(types, unit_type, int(n_boot), kernels.seed_key(seed))
     missing = np.isnan(replicates).sum(axis=0)
     undefined = {name: int(missing[i]) for i, name in enumerate(kernels.STATISTICS)}
     if missing.any():
         intervals = {
-            name: percentile_interval(replicates[:, i], confidence) for i, name in enumerate(kernels.STATISTICS)
+            name: percentile_interval(replicates[:, i], confidence)
+            for i, name in enumerate(kernels.STATISTICS)
         }
     else:  # one partition pass for all four columns: the same percentiles, computed together
         alpha = 100.0 * (1.0 - confidence) / 2.0
         lows, highs = np.percentile(replicates, [alpha, 100.0 - alpha], axis=0)
-        intervals = {name: Interval(float(lows[i]), float(highs[i])) for i, name in enumerate(kernels.STATISTICS)}
+        intervals = {
+            name: Interval(float(lows[i]), float(highs[i]))
+            for i, name in enumerate(kernels.STATISTICS)
+        }
     return BootstrapResult(
-        **intervals, n_boot=int(n_boot), seed=int(seed), confidence=confidence, n_units=n_units,
-        clustered=clustered, undefined=undefined, replicates=replicates if keep_replicates else None,
-    )  # fmt: skip
+        **intervals,
+        n_boot=int(n_boot),
+        seed=int(seed),
+        confidence=confidence,
+        n_units=n_units,
+        clustered=clustered,
+        undefined=undefined,
+        replicates=replicates if keep_replicates else None,
+    )
 
 
 def pair_arrays(table: ExperimentTable, pair: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -130,7 +144,9 @@ def pair_arrays(table: ExperimentTable, pair: str) -> tuple[np.ndarray, np.ndarr
     arrays = [table.actions(code) for code in (base, plus, minus)]
     missing = [code for code, a in zip((base, plus, minus), arrays) if a is None]
     if missing:
-        raise TableError(f"pair {pair!r} needs the condition(s) {', '.join(missing)}, absent from the table")
+        raise TableError(
+            f"pair {pair!r} needs the condition(s) {', '.join(missing)}, absent from the table"
+        )
     return arrays[0], arrays[1], arrays[2]
 
 

@@ -1,11 +1,11 @@
 """`nudge stats` and `nudge report`: from run directories to stats.json, tables and figures.
 
-    nudge stats RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
-        joins the records (records.py), summarises each experiment (summary.py) and writes
-        DIR/stats.json and DIR/table.md, table.csv, table.tex.
-    nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
-        draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
-        one, or the file itself) or straight from run directories.
+nudge stats RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
+    joins the records (records.py), summarises each experiment (summary.py) and writes
+    DIR/stats.json and DIR/table.md, table.csv, table.tex.
+nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
+    draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
+    one, or the file itself) or straight from run directories.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ TABLE_FILES = ("table.md", "table.csv", "table.tex")
 SCHEMA_VERSION = 1
 
 
-def summarize_run_dirs(run_dirs: Sequence[str | Path], n_boot: int = 20000, seed: int = 0) -> list[ExperimentSummary]:
+def summarize_run_dirs(
+    run_dirs: Sequence[str | Path], n_boot: int = 20000, seed: int = 0
+) -> list[ExperimentSummary]:
     """Summaries of every experiment found in the run directories."""
     return [summarize(table, n_boot=n_boot, seed=seed) for table in load_experiments(run_dirs)]
 
@@ -44,12 +46,15 @@ def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[st
     }
 
 
-def write_stats(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path], out: str | Path) -> list[Path]:
+def write_stats(
+    summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path], out: str | Path
+) -> list[Path]:
     """Write stats.json and the three table files into `out`; return their paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     contents = {
-        STATS_FILE: json.dumps(stats_document(summaries, run_dirs), indent=1, ensure_ascii=False) + "\n",
+        STATS_FILE: json.dumps(stats_document(summaries, run_dirs), indent=1, ensure_ascii=False)
+        + "\n",
         "table.md": render_markdown(summaries),
         "table.csv": render_csv(summaries),
         "table.tex": render_latex(summaries),
@@ -68,7 +73,9 @@ def read_stats(path: str | Path) -> list[ExperimentSummary]:
     except json.JSONDecodeError as exc:
         raise RecordsError(f"{file}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA_VERSION:
-        raise RecordsError(f"{file}: not a stats.json of schema {SCHEMA_VERSION}; rerun `nudge stats`")
+        raise RecordsError(
+            f"{file}: not a stats.json of schema {SCHEMA_VERSION}; rerun `nudge stats`"
+        )
     try:
         return from_jsonable(list[ExperimentSummary], document["experiments"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -78,11 +85,15 @@ def read_stats(path: str | Path) -> list[ExperimentSummary]:
 def read_across(path: str | Path) -> dict[str, AcrossExperiments]:
     """The per-decoding medians and Spearman rho stored in a stats.json."""
     file = Path(path) / STATS_FILE if Path(path).is_dir() else Path(path)
-    return from_jsonable(dict[str, AcrossExperiments], json.loads(file.read_text(encoding="utf-8"))["across"])
+    return from_jsonable(
+        dict[str, AcrossExperiments], json.loads(file.read_text(encoding="utf-8"))["across"]
+    )
 
 
 def _is_stats(path: Path) -> bool:
-    return (path.is_dir() and (path / STATS_FILE).is_file()) or (path.is_file() and path.name.endswith(".json"))
+    return (path.is_dir() and (path / STATS_FILE).is_file()) or (
+        path.is_file() and path.name.endswith(".json")
+    )
 
 
 def _run_stats(args: argparse.Namespace) -> int:
@@ -120,18 +131,30 @@ def register(subparsers) -> None:
         "stats", help="estimate S, WT, WTrand, L and diagnostics; write stats.json and tables"
     )
     stats.add_argument(
-        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (manifest.json + records.jsonl)"
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directories (manifest.json + records.jsonl)",
     )
     stats.add_argument("--out", default="stats", help="output directory (default: ./stats)")
-    stats.add_argument("--n-boot", type=_positive, default=20000, help="bootstrap replicates (default 20000)")
+    stats.add_argument(
+        "--n-boot", type=_positive, default=20000, help="bootstrap replicates (default 20000)"
+    )
     stats.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     stats.set_defaults(func=_run_stats)
 
     report = subparsers.add_parser("report", help="draw the figures (PNG and PDF)")
     report.add_argument(
-        "sources", nargs="+", metavar="STATS_DIR_OR_RUN_DIR", help="stats.json directories or run directories"
+        "sources",
+        nargs="+",
+        metavar="STATS_DIR_OR_RUN_DIR",
+        help="stats.json directories or run directories",
     )
     report.add_argument("--out", default="report", help="output directory (default: ./report)")
-    report.add_argument("--n-boot", type=_positive, default=20000, help="replicates when reading run directories")
-    report.add_argument("--seed", type=int, default=0, help="bootstrap seed when reading run directories")
+    report.add_argument(
+        "--n-boot", type=_positive, default=20000, help="replicates when reading run directories"
+    )
+    report.add_argument(
+        "--seed", type=int, default=0, help="bootstrap seed when reading run directories"
+    )
     report.set_defaults(func=_run_report)

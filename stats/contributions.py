@@ -30,7 +30,9 @@ def stratum_columns(quantity_offset: int) -> list[int]:
     return [STRATA_START + 4 * j + quantity_offset for j in range(len(STRATA))]
 
 
-def contributions(s: np.ndarray, base: np.ndarray, conf: np.ndarray, doubt: np.ndarray) -> np.ndarray:
+def contributions(
+    s: np.ndarray, base: np.ndarray, conf: np.ndarray, doubt: np.ndarray
+) -> np.ndarray:
     """An int64 (n, N_COLUMNS) matrix: each problem's contribution to the pair's counts."""
     n = len(s)
     out = np.zeros((n, N_COLUMNS), dtype=np.int64)
@@ -41,7 +43,12 @@ def contributions(s: np.ndarray, base: np.ndarray, conf: np.ndarray, doubt: np.n
         arm = conf if polarity == "+" else doubt
         eligible, flip, k, h = stratum_indicators(s, base, arm, b)
         col = STRATA_START + 4 * j
-        out[:, col + N_OFF], out[:, col + F_OFF], out[:, col + K_OFF], out[:, col + H_OFF] = eligible, flip, k, h
+        out[:, col + N_OFF], out[:, col + F_OFF], out[:, col + K_OFF], out[:, col + H_OFF] = (
+            eligible,
+            flip,
+            k,
+            h,
+        )
         any_eligible |= eligible
     out[:, ELIGIBLE_ANY] = any_eligible
     return out

@@ -47,7 +47,9 @@ def paired_rate_difference(first: np.ndarray, second: np.ndarray) -> tuple[float
     n = int(both.sum())
     if n == 0:
         return float("nan"), 0
-    return 100.0 * (int((both & (first == TOOL)).sum()) / n - int((both & (second == TOOL)).sum()) / n), n
+    return 100.0 * (
+        int((both & (first == TOOL)).sum()) / n - int((both & (second == TOOL)).sum()) / n
+    ), n
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,17 @@ class ControlDeltas:
     n_neutral_vs_empty: int
 
 
-def control_deltas(base: np.ndarray, empty: np.ndarray | None, neutral: np.ndarray | None) -> ControlDeltas:
+def control_deltas(
+    base: np.ndarray, empty: np.ndarray | None, neutral: np.ndarray | None
+) -> ControlDeltas:
     """The cut-and-regenerate control |empty - B| and the neutral control 0 - empty (NaN if absent)."""
-    d_empty, n_empty = paired_rate_difference(empty, base) if empty is not None else (float("nan"), 0)
+    d_empty, n_empty = (
+        paired_rate_difference(empty, base) if empty is not None else (float("nan"), 0)
+    )
     d_neutral, n_neutral = (
-        paired_rate_difference(neutral, empty) if empty is not None and neutral is not None else (float("nan"), 0)
+        paired_rate_difference(neutral, empty)
+        if empty is not None and neutral is not None
+        else (float("nan"), 0)
     )
     return ControlDeltas(abs(d_empty), n_empty, d_neutral, n_neutral)
 
@@ -98,14 +106,25 @@ class FlipComposition:
 
     @property
     def flips(self) -> int:
-        return self.self_to_tool_well + self.self_to_tool_ill + self.tool_to_self_well + self.tool_to_self_ill
+        return (
+            self.self_to_tool_well
+            + self.self_to_tool_ill
+            + self.tool_to_self_well
+            + self.tool_to_self_ill
+        )
 
     @property
     def share_self_to_tool(self) -> float:
-        return (self.self_to_tool_well + self.self_to_tool_ill) / self.flips if self.flips else float("nan")
+        return (
+            (self.self_to_tool_well + self.self_to_tool_ill) / self.flips
+            if self.flips
+            else float("nan")
+        )
 
 
-def flip_composition(s: np.ndarray, base: np.ndarray, conf: np.ndarray, doubt: np.ndarray) -> FlipComposition:
+def flip_composition(
+    s: np.ndarray, base: np.ndarray, conf: np.ndarray, doubt: np.ndarray
+) -> FlipComposition:
     """Split the flip events of targeting() into SELF->TOOL and TOOL->SELF, well- or ill-targeted.
 
     A flip from base b goes to the other action, so the (nu, SELF) strata hold the SELF->TOOL flips.
@@ -114,7 +133,9 @@ def flip_composition(s: np.ndarray, base: np.ndarray, conf: np.ndarray, doubt: n
     for stratum in targeting(s, base, conf, doubt).strata:
         counts[stratum.base][0] += stratum.H
         counts[stratum.base][1] += stratum.F - stratum.H
-    return FlipComposition(counts["SELF"][0], counts["SELF"][1], counts["TOOL"][0], counts["TOOL"][1])
+    return FlipComposition(
+        counts["SELF"][0], counts["SELF"][1], counts["TOOL"][0], counts["TOOL"][1]
+    )
 
 
 @dataclass(frozen=True)
@@ -157,7 +178,9 @@ class OracleDiagnostics:
     n_phi: int
 
 
-def oracle_diagnostics(s: np.ndarray, base: np.ndarray, oracle_base: np.ndarray) -> OracleDiagnostics:
+def oracle_diagnostics(
+    s: np.ndarray, base: np.ndarray, oracle_base: np.ndarray
+) -> OracleDiagnostics:
     """rho = P(oracle_B = SELF), omega = P(s = 0 | oracle_B = SELF, s known), Phi = oracle - scoped.
 
     rho's denominator is the completed oracle-base actions; Phi is paired over the problems where

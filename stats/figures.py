@@ -25,11 +25,23 @@ from .table import CONDITIONS
 FORMATS = ("png", "pdf")
 _TASK_MARKERS = ("o", "s", "^", "D", "v")
 _CONDITION_LABELS = {
-    "B": "B", "empty": "∅", "neutral": "0", "conf": "+", "doubt": "−",
-    "conf_second": "+ 2nd", "doubt_second": "− 2nd", "conf_reviewer": "+ rev", "doubt_reviewer": "− rev",
-    "conf_expert": "+ exp", "doubt_expert": "− exp", "sealed_conf": "+ sealed", "sealed_doubt": "− sealed",
-    "oracle_B": "oracle B", "oracle_conf": "oracle +", "oracle_doubt": "oracle −",
-}  # fmt: skip
+    "B": "B",
+    "empty": "∅",
+    "neutral": "0",
+    "conf": "+",
+    "doubt": "−",
+    "conf_second": "+ 2nd",
+    "doubt_second": "− 2nd",
+    "conf_reviewer": "+ rev",
+    "doubt_reviewer": "− rev",
+    "conf_expert": "+ exp",
+    "doubt_expert": "− exp",
+    "sealed_conf": "+ sealed",
+    "sealed_doubt": "− sealed",
+    "oracle_B": "oracle B",
+    "oracle_conf": "oracle +",
+    "oracle_doubt": "oracle −",
+}
 
 
 def _name(e) -> str:
@@ -62,11 +74,20 @@ def plot_s_vs_l(summaries: Sequence, out_dir: Path) -> list[Path]:
         group = [e for e in summaries if e.task == task]
         xerr = np.array([_whisker(e.S, e.S_ci) for e in group]).T
         yerr = np.array([_whisker(e.L, e.L_ci) for e in group]).T
-        ax.errorbar([e.S for e in group], [e.L for e in group], xerr=xerr, yerr=yerr,
-                    fmt=_TASK_MARKERS[t % len(_TASK_MARKERS)], capsize=3, label=task)  # fmt: skip
+        ax.errorbar(
+            [e.S for e in group],
+            [e.L for e in group],
+            xerr=xerr,
+            yerr=yerr,
+            fmt=_TASK_MARKERS[t % len(_TASK_MARKERS)],
+            capsize=3,
+            label=task,
+        )
         for e in group:
             if not (math.isnan(e.S) or math.isnan(e.L)):
-                ax.annotate(e.model, (e.S, e.L), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                ax.annotate(
+                    e.model, (e.S, e.L), fontsize=7, xytext=(3, 3), textcoords="offset points"
+                )
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.axvline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("sensitivity S (pp)")
@@ -81,15 +102,21 @@ def plot_flip_composition(summaries: Sequence, out_dir: Path) -> list[Path]:
     figure = Figure(figsize=(7.0, 0.5 * len(summaries) + 2.4))
     ax = figure.add_subplot()
     parts = (
-        ("self_to_tool_well", "SELF→TOOL, well-targeted"), ("self_to_tool_ill", "SELF→TOOL, ill-targeted"),
-        ("tool_to_self_well", "TOOL→SELF, well-targeted"), ("tool_to_self_ill", "TOOL→SELF, ill-targeted"),
-    )  # fmt: skip
+        ("self_to_tool_well", "SELF→TOOL, well-targeted"),
+        ("self_to_tool_ill", "SELF→TOOL, ill-targeted"),
+        ("tool_to_self_well", "TOOL→SELF, well-targeted"),
+        ("tool_to_self_ill", "TOOL→SELF, ill-targeted"),
+    )
     left = np.zeros(len(summaries))
     for attribute, label in parts:
-        shares = np.array([
-            100.0 * getattr(e.primary.flips, attribute) / e.primary.flips.flips if e.primary.flips.flips else 0.0
-            for e in summaries
-        ])  # fmt: skip
+        shares = np.array(
+            [
+                100.0 * getattr(e.primary.flips, attribute) / e.primary.flips.flips
+                if e.primary.flips.flips
+                else 0.0
+                for e in summaries
+            ]
+        )
         ax.barh([_name(e) for e in summaries], shares, left=left, label=label)
         left += shares
     ax.set_xlabel("share of flip events (%)")
@@ -102,7 +129,12 @@ def plot_flip_composition(summaries: Sequence, out_dir: Path) -> list[Path]:
 def plot_delegation(summaries: Sequence, out_dir: Path) -> list[Path]:
     """Grouped bars: delegation rate (%) per condition, one group per condition, one bar per experiment."""
     present = [c for c in CONDITIONS if any(c in e.delegation for e in summaries)]
-    figure = Figure(figsize=(min(16.0, max(6.4, 2.0 + 0.35 * len(present) * max(1, len(summaries)) ** 0.5)), 4.8))
+    figure = Figure(
+        figsize=(
+            min(16.0, max(6.4, 2.0 + 0.35 * len(present) * max(1, len(summaries)) ** 0.5)),
+            4.8,
+        )
+    )
     ax = figure.add_subplot()
     width = 0.8 / max(len(summaries), 1)
     x = np.arange(len(present))

@@ -20,7 +20,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .contributions import F_OFF, H_OFF, IN_S, K_OFF, N_OFF, STRATA_START, TOOL_MINUS, TOOL_PLUS, stratum_columns
+from .contributions import (
+    F_OFF,
+    H_OFF,
+    IN_S,
+    K_OFF,
+    N_OFF,
+    STRATA_START,
+    TOOL_MINUS,
+    TOOL_PLUS,
+    stratum_columns,
+)
 from .sensitivity import swing
 from .targeting import targeting_from_counts
 
@@ -82,13 +92,17 @@ def draw_indices(n_units, n_boot, key):
     return out
 
 
-def draw_indices_twin(n_units: int, n_boot: int, key: np.uint64, first_replicate: int = 0) -> np.ndarray:
+def draw_indices_twin(
+    n_units: int, n_boot: int, key: np.uint64, first_replicate: int = 0
+) -> np.ndarray:
     """numpy twin of draw_indices; `first_replicate` lets callers draw in chunks."""
     half = (n_units + 1) // 2
     r = np.arange(first_replicate, first_replicate + n_boot, dtype=np.uint64)[:, None]
     position = r * np.uint64(half) + np.arange(half, dtype=np.uint64)[None, :]
     word = _mix_twin(np.uint64(key) + (position + np.uint64(1)) * _GOLDEN)
-    halves = np.stack([word >> _SHIFT32, word & _LOW32], axis=-1).reshape(n_boot, 2 * half)[:, :n_units]
+    halves = np.stack([word >> _SHIFT32, word & _LOW32], axis=-1).reshape(n_boot, 2 * half)[
+        :, :n_units
+    ]
     return ((halves * np.uint64(n_units)) >> _SHIFT32).astype(np.int64)
 
 

@@ -54,9 +54,13 @@ def mcnemar_from_counts(b: int, c: int, n: int | None = None) -> McNemar:
     discordant = b + c
     chi2 = (abs(b - c) - 1.0) ** 2 / discordant if discordant else float("nan")
     return McNemar(
-        n=discordant if n is None else int(n), b=b, c=c,
-        p_exact=binomial_two_sided_p(min(b, c), discordant), chi2=chi2, p_chi2=chi2_sf_1dof(chi2),
-    )  # fmt: skip
+        n=discordant if n is None else int(n),
+        b=b,
+        c=c,
+        p_exact=binomial_two_sided_p(min(b, c), discordant),
+        chi2=chi2,
+        p_chi2=chi2_sf_1dof(chi2),
+    )
 
 
 def mcnemar(conf: np.ndarray, doubt: np.ndarray) -> McNemar:
@@ -65,4 +69,3 @@ def mcnemar(conf: np.ndarray, doubt: np.ndarray) -> McNemar:
     b = int((plus_tool & ~minus_tool).sum())
     c = int((minus_tool & ~plus_tool).sum())
     return mcnemar_from_counts(b, c, n=int(in_s.sum()))
-

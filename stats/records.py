@@ -45,7 +45,9 @@ class RunDir:
     path: Path
     label: ExperimentLabel
     seeds: tuple[int, ...]
-    conditions: tuple[str, ...] = ()  # the conditions the run asked for (manifest config), if stated
+    conditions: tuple[
+        str, ...
+    ] = ()  # the conditions the run asked for (manifest config), if stated
 
 
 def read_run_dir(path: str | Path) -> RunDir:
@@ -55,14 +57,18 @@ def read_run_dir(path: str | Path) -> RunDir:
     if not path.is_dir():
         raise RecordsError(f"{path}: not a directory (expected a run directory with manifest.json)")
     if not manifest.is_file():
-        raise RecordsError(f"{manifest}: missing; is {path} a run directory written by `nudge run`?")
+        raise RecordsError(
+            f"{manifest}: missing; is {path} a run directory written by `nudge run`?"
+        )
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RecordsError(f"{manifest}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     experiment = data.get("experiment") if isinstance(data, dict) else None
     if not isinstance(experiment, dict):
-        raise RecordsError(f"{manifest}: missing the object 'experiment' (model, task, decoding, seeds)")
+        raise RecordsError(
+            f"{manifest}: missing the object 'experiment' (model, task, decoding, seeds)"
+        )
     for key in ("model", "task", "decoding"):
         if not isinstance(experiment.get(key), str):
             raise RecordsError(f"{manifest}: field experiment.{key} is missing or not a string")
@@ -89,9 +95,13 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise RecordsError(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+                raise RecordsError(
+                    f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})"
+                ) from None
             if not isinstance(record, dict):
-                raise RecordsError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+                raise RecordsError(
+                    f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
+                )
             missing = [key for key in _REQUIRED if key not in record]
             if missing:
                 raise RecordsError(f"{path}:{number}: missing field(s) {', '.join(missing)}")
@@ -106,7 +116,9 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
                 raise RecordsError(f"{path}:{number}: field action.kind: {exc}") from None
             grade = record.get("grade")
             if grade is not None and not (isinstance(grade, dict) and "correct" in grade):
-                raise RecordsError(f"{path}:{number}: field grade must be null or an object with 'correct'")
+                raise RecordsError(
+                    f"{path}:{number}: field grade must be null or an object with 'correct'"
+                )
             yield number, record
 
 
@@ -114,10 +126,13 @@ def _slim(record: dict) -> dict:
     """Only the fields the join reads: a campaign's generated ids would not fit in memory."""
     grade = record.get("grade")
     return {
-        "problem_id": record["problem_id"], "condition": record["condition"], "seed": record["seed"],
-        "action": {"kind": record["action"]["kind"]}, "boundary": record.get("boundary", 0),
+        "problem_id": record["problem_id"],
+        "condition": record["condition"],
+        "seed": record["seed"],
+        "action": {"kind": record["action"]["kind"]},
+        "boundary": record.get("boundary", 0),
         "grade": None if grade is None else {"correct": grade["correct"]},
-    }  # fmt: skip
+    }
 
 
 def _graded(record: dict | None) -> int:
@@ -132,7 +147,9 @@ def _closed(base_record: dict | None) -> bool:
     return base_record is None or base_record.get("boundary", 0) is not None
 
 
-def table_from_records(records: Sequence[dict], label: ExperimentLabel, conditions: Sequence[str] = ()) -> ExperimentTable:
+def table_from_records(
+    records: Sequence[dict], label: ExperimentLabel, conditions: Sequence[str] = ()
+) -> ExperimentTable:
     """Join the records of one experiment into its ExperimentTable (rules in the module docstring).
 
     Records must be unique per (problem_id, condition, seed). `conditions` adds arms that were
@@ -142,9 +159,13 @@ def table_from_records(records: Sequence[dict], label: ExperimentLabel, conditio
     by_key: dict[tuple[str, int], dict[str, dict]] = {}
     for record in records:
         problems.setdefault(record["problem_id"], len(problems))
-        by_key.setdefault((record["problem_id"], int(record["seed"])), {})[record["condition"]] = record
+        by_key.setdefault((record["problem_id"], int(record["seed"])), {})[record["condition"]] = (
+            record
+        )
     rows = sorted(by_key, key=lambda key: (problems[key[0]], key[1]))
-    conditions = sorted(({c for arms in by_key.values() for c in arms} | set(conditions)) - {"NT", "B"})
+    conditions = sorted(
+        ({c for arms in by_key.values() for c in arms} | set(conditions)) - {"NT", "B"}
+    )
     s, base = np.full(len(rows), -1, np.int8), np.full(len(rows), NONE, np.int8)
     arms = {c: np.full(len(rows), NONE, np.int8) for c in conditions}
     graded = ["B"] + (["oracle_B"] if "oracle_B" in conditions else [])
@@ -165,11 +186,15 @@ def table_from_records(records: Sequence[dict], label: ExperimentLabel, conditio
             if c in found and (c == "oracle_B" or _closed(found.get(spliced_from))):
                 arms[c][i] = action_code(found[c]["action"]["kind"])
     return ExperimentTable(
-        s=s, base=base, arms=arms, correct=correct,
+        s=s,
+        base=base,
+        arms=arms,
+        correct=correct,
         cluster=np.array([problems[p] for p, _ in rows], dtype=np.int64),
         seed=np.array([seed for _, seed in rows], dtype=np.int64),
-        problem_ids=tuple(p for p, _ in rows), label=label,
-    )  # fmt: skip
+        problem_ids=tuple(p for p, _ in rows),
+        label=label,
+    )
 
 
 def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
@@ -185,10 +210,14 @@ def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
         path = run_dir.path / "records.jsonl"
         for number, record in iter_records(path):
             if record["task"] != label.task:
-                raise RecordsError(f"{path}:{number}: task {record['task']!r} but the manifest says {label.task!r}")
+                raise RecordsError(
+                    f"{path}:{number}: task {record['task']!r} but the manifest says {label.task!r}"
+                )
             if record["seed"] not in run_dir.seeds:
                 seeds = list(run_dir.seeds)
-                raise RecordsError(f"{path}:{number}: seed {record['seed']} is not among the manifest's seeds {seeds}")
+                raise RecordsError(
+                    f"{path}:{number}: seed {record['seed']} is not among the manifest's seeds {seeds}"
+                )
             key = (record["problem_id"], record["condition"], record["seed"])
             if key in seen:
                 first = seen[key][0]

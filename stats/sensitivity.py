@@ -28,7 +28,9 @@ class Sensitivity:
     tool_minus: int
 
 
-def sensitivity_indicators(conf: np.ndarray, doubt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sensitivity_indicators(
+    conf: np.ndarray, doubt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-problem booleans (in I_S, A_- = TOOL within I_S, A_+ = TOOL within I_S)."""
     conf, doubt = np.asarray(conf), np.asarray(doubt)
     if conf.shape != doubt.shape:
@@ -43,7 +45,9 @@ def swing(tool_minus, tool_plus, n_s):
     This exact float expression (two means, then the difference) is the one the bootstrap kernel
     and the tests use, so that every path gives bit-identical values.
     """
-    tool_minus, tool_plus, n_s = (np.asarray(x, dtype=np.float64) for x in (tool_minus, tool_plus, n_s))
+    tool_minus, tool_plus, n_s = (
+        np.asarray(x, dtype=np.float64) for x in (tool_minus, tool_plus, n_s)
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         value = 100.0 * (tool_minus / n_s - tool_plus / n_s)
     return np.where(n_s > 0, value, np.nan)[()]
@@ -57,4 +61,6 @@ def sensitivity(conf: np.ndarray, doubt: np.ndarray) -> Sensitivity:
     """
     in_s, minus, plus = sensitivity_indicators(conf, doubt)
     n_s, t_minus, t_plus = int(in_s.sum()), int(minus.sum()), int(plus.sum())
-    return Sensitivity(S=float(swing(t_minus, t_plus, n_s)), n_S=n_s, tool_plus=t_plus, tool_minus=t_minus)
+    return Sensitivity(
+        S=float(swing(t_minus, t_plus, n_s)), n_S=n_s, tool_plus=t_plus, tool_minus=t_minus
+    )

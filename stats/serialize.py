@@ -19,7 +19,9 @@ import numpy as np
 def to_jsonable(value):
     """Plain JSON data (dicts, lists, str, int, float, None) from result objects."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr}
+        out = {
+            f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.repr
+        }
         for name in _properties(type(value)):
             out[name] = to_jsonable(getattr(value, name))
         return out
@@ -38,7 +40,11 @@ def to_jsonable(value):
 
 @cache
 def _properties(cls: type) -> tuple[str, ...]:
-    return tuple(name for name in dir(cls) if not name.startswith("_") and isinstance(getattr(cls, name), property))
+    return tuple(
+        name
+        for name in dir(cls)
+        if not name.startswith("_") and isinstance(getattr(cls, name), property)
+    )
 
 
 def from_jsonable(cls, data):
@@ -85,7 +91,9 @@ def _decode(hint, data, where: str):
         return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
     if hint in (int, float, str, bool):
         if not isinstance(data, (int, float, str, bool)):
-            raise ValueError(f"stats field {where}: expected {hint.__name__}, got {type(data).__name__}")
+            raise ValueError(
+                f"stats field {where}: expected {hint.__name__}, got {type(data).__name__}"
+            )
         return hint(data)
     if hint is np.ndarray:
         return np.asarray(data)

@@ -11,9 +11,19 @@ from dataclasses import dataclass
 
 from .bootstrap import BootstrapResult, Interval, bootstrap, bootstrap_clustered, pair_arrays
 from .diagnostics import (
-    ControlDeltas, FlipComposition, Gamma, OracleDiagnostics, Rate, SelfAnswerTransitions,
-    control_deltas, delegation_rate, dself_rself, flip_composition, gamma, oracle_diagnostics,
-)  # fmt: skip
+    ControlDeltas,
+    FlipComposition,
+    Gamma,
+    OracleDiagnostics,
+    Rate,
+    SelfAnswerTransitions,
+    control_deltas,
+    delegation_rate,
+    dself_rself,
+    flip_composition,
+    gamma,
+    oracle_diagnostics,
+)
 from .mcnemar import McNemar, mcnemar
 from .sensitivity import sensitivity
 from .table import CONDITIONS, PAIRS, PRIMARY_PAIR, ExperimentTable, TableError
@@ -126,12 +136,27 @@ def summarize_pair(table: ExperimentTable, pair: str, boot: BootstrapResult) -> 
     base, conf, doubt = pair_arrays(table, pair)
     sens, targ = sensitivity(conf, doubt), targeting(table.s, base, conf, doubt)
     return PairSummary(
-        pair=pair, S=sens.S, S_ci=boot.S, n_S=sens.n_S, tool_plus=sens.tool_plus, tool_minus=sens.tool_minus,
-        WT=targ.WT, WT_ci=boot.WT, WTrand=targ.WTrand, WTrand_ci=boot.WTrand, L=targ.L, L_ci=boot.L,
-        n_WT=targ.n_WT, F=targ.F, H=targ.H, n_events=targ.n_events, strata=targ.strata,
-        mcnemar=mcnemar(conf, doubt), flips=flip_composition(table.s, base, conf, doubt),
+        pair=pair,
+        S=sens.S,
+        S_ci=boot.S,
+        n_S=sens.n_S,
+        tool_plus=sens.tool_plus,
+        tool_minus=sens.tool_minus,
+        WT=targ.WT,
+        WT_ci=boot.WT,
+        WTrand=targ.WTrand,
+        WTrand_ci=boot.WTrand,
+        L=targ.L,
+        L_ci=boot.L,
+        n_WT=targ.n_WT,
+        F=targ.F,
+        H=targ.H,
+        n_events=targ.n_events,
+        strata=targ.strata,
+        mcnemar=mcnemar(conf, doubt),
+        flips=flip_composition(table.s, base, conf, doubt),
         bootstrap_undefined=boot.undefined,
-    )  # fmt: skip
+    )
 
 
 def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> ExperimentSummary:
@@ -143,8 +168,10 @@ def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> Exp
     """
     if not table.has_pair(PRIMARY_PAIR):
         label = table.label
-        raise TableError(f"experiment {label.model}/{label.task}/{label.decoding}: no conf and doubt arms "
-                         "(the primary pair); run those conditions before `nudge stats`")  # fmt: skip
+        raise TableError(
+            f"experiment {label.model}/{label.task}/{label.decoding}: no conf and doubt arms "
+            "(the primary pair); run those conditions before `nudge stats`"
+        )
     resample = bootstrap_clustered if table.is_clustered else bootstrap
     pairs = {
         name: summarize_pair(table, name, resample(table, n_boot, seed, pair=name))
@@ -161,14 +188,29 @@ def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> Exp
     oracle_base = table.actions("oracle_B")
     base_correct = table.correct.get("B")
     return ExperimentSummary(
-        model=table.label.model, task=table.label.task, decoding=table.label.decoding,
-        seeds=table.seeds, n_problems=table.n_problems, n_rows=len(table),
-        n_boot=int(n_boot), boot_seed=int(seed), clustered=table.is_clustered,
-        primary=primary, profile=profile_label(primary.S_ci, primary.L_ci), pairs=pairs, per_seed=per_seed,
+        model=table.label.model,
+        task=table.label.task,
+        decoding=table.label.decoding,
+        seeds=table.seeds,
+        n_problems=table.n_problems,
+        n_rows=len(table),
+        n_boot=int(n_boot),
+        boot_seed=int(seed),
+        clustered=table.is_clustered,
+        primary=primary,
+        profile=profile_label(primary.S_ci, primary.L_ci),
+        pairs=pairs,
+        per_seed=per_seed,
         unaided_accuracy=Rate(int((table.s == 1).sum()), int(known.sum())),
-        delegation={c: delegation_rate(table.actions(c)) for c in CONDITIONS if table.actions(c) is not None},
+        delegation={
+            c: delegation_rate(table.actions(c)) for c in CONDITIONS if table.actions(c) is not None
+        },
         gamma=gamma(table.s, table.base),
         controls=control_deltas(table.base, table.actions("empty"), table.actions("neutral")),
-        self_answers=None if base_correct is None else dself_rself(table.s, table.base, base_correct),
-        oracle=None if oracle_base is None else oracle_diagnostics(table.s, table.base, oracle_base),
-    )  # fmt: skip
+        self_answers=None
+        if base_correct is None
+        else dself_rself(table.s, table.base, base_correct),
+        oracle=None
+        if oracle_base is None
+        else oracle_diagnostics(table.s, table.base, oracle_base),
+    )

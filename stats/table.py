@@ -22,10 +22,24 @@ import numpy as np
 
 # Every condition code the runner writes, in the order reports list them.
 CONDITIONS = (
-    "NT", "B", "empty", "neutral", "conf", "doubt",
-    "conf_second", "doubt_second", "conf_reviewer", "doubt_reviewer", "conf_expert", "doubt_expert",
-    "sealed_conf", "sealed_doubt", "oracle_B", "oracle_conf", "oracle_doubt",
-)  # fmt: skip
+    "NT",
+    "B",
+    "empty",
+    "neutral",
+    "conf",
+    "doubt",
+    "conf_second",
+    "doubt_second",
+    "conf_reviewer",
+    "doubt_reviewer",
+    "conf_expert",
+    "doubt_expert",
+    "sealed_conf",
+    "sealed_doubt",
+    "oracle_B",
+    "oracle_conf",
+    "oracle_doubt",
+)
 
 # The paired (+, -) contrasts: name -> (confidence arm, doubt arm, base condition).
 PAIRS = {
@@ -92,8 +106,12 @@ class ExperimentTable:
         base = _int8_array("base", self.base, (-1, 3))
         checked = {"base": base}
         arms = {code: _int8_array(f"arms[{code!r}]", a, (-1, 3)) for code, a in self.arms.items()}
-        correct = {code: _int8_array(f"correct[{code!r}]", c, (-1, 1)) for code, c in self.correct.items()}
-        checked |= {f"arms[{c!r}]": a for c, a in arms.items()} | {f"correct[{c!r}]": a for c, a in correct.items()}
+        correct = {
+            code: _int8_array(f"correct[{code!r}]", c, (-1, 1)) for code, c in self.correct.items()
+        }
+        checked |= {f"arms[{c!r}]": a for c, a in arms.items()} | {
+            f"correct[{c!r}]": a for c, a in correct.items()
+        }
         if "B" in arms:
             raise TableError("field arms['B']: the with-tool base goes in `base`, not in `arms`")
         cluster = np.arange(n, dtype=np.int64) if self.cluster is None else np.asarray(self.cluster)
@@ -101,11 +119,15 @@ class ExperimentTable:
         checked |= {"cluster": cluster, "seed": seed}
         for name, array in checked.items():
             if np.ndim(array) != 1 or len(array) != n:
-                raise TableError(f"field {name}: length {np.shape(array)} does not match len(s) = {n}")
+                raise TableError(
+                    f"field {name}: length {np.shape(array)} does not match len(s) = {n}"
+                )
         if n and not (np.issubdtype(cluster.dtype, np.integer) and cluster.min() >= 0):
             raise TableError("field cluster: expected non-negative integer problem indices")
         if self.problem_ids is not None and len(self.problem_ids) != n:
-            raise TableError(f"field problem_ids: length {len(self.problem_ids)} does not match len(s) = {n}")
+            raise TableError(
+                f"field problem_ids: length {len(self.problem_ids)} does not match len(s) = {n}"
+            )
         if self.problem_ids is not None:
             object.__setattr__(self, "problem_ids", tuple(str(p) for p in self.problem_ids))
         object.__setattr__(self, "s", s)
@@ -143,13 +165,22 @@ class ExperimentTable:
 
     def select(self, rows: np.ndarray) -> ExperimentTable:
         """The sub-table of the given row indices or boolean mask (labels and keys kept)."""
-        rows = np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows, dtype=np.int64)
+        rows = (
+            np.flatnonzero(rows)
+            if np.asarray(rows).dtype == bool
+            else np.asarray(rows, dtype=np.int64)
+        )
         ids = None if self.problem_ids is None else tuple(self.problem_ids[i] for i in rows)
         return ExperimentTable(
-            s=self.s[rows], base=self.base[rows],
-            arms={c: a[rows] for c, a in self.arms.items()}, correct={c: a[rows] for c, a in self.correct.items()},
-            cluster=self.cluster[rows], seed=self.seed[rows], problem_ids=ids, label=self.label,
-        )  # fmt: skip
+            s=self.s[rows],
+            base=self.base[rows],
+            arms={c: a[rows] for c, a in self.arms.items()},
+            correct={c: a[rows] for c, a in self.correct.items()},
+            cluster=self.cluster[rows],
+            seed=self.seed[rows],
+            problem_ids=ids,
+            label=self.label,
+        )
 
     def for_seed(self, seed: int) -> ExperimentTable:
         """The rows of one decoding seed: a paired sample of its own."""

@@ -18,13 +18,39 @@ from .across import across_experiments
 
 DAGGER = "†"
 _CSV_COLUMNS = (
-    "row", "model", "task", "decoding", "S", "S_low", "S_high", "WT", "WT_low", "WT_high",
-    "WTrand", "WTrand_low", "WTrand_high", "L", "L_low", "L_high", "L_dagger",
-    "n_S", "n_WT", "F", "H", "profile", "n_experiments", "spearman_S_L", "seed",
-)  # fmt: skip
+    "row",
+    "model",
+    "task",
+    "decoding",
+    "S",
+    "S_low",
+    "S_high",
+    "WT",
+    "WT_low",
+    "WT_high",
+    "WTrand",
+    "WTrand_low",
+    "WTrand_high",
+    "L",
+    "L_low",
+    "L_high",
+    "L_dagger",
+    "n_S",
+    "n_WT",
+    "F",
+    "H",
+    "profile",
+    "n_experiments",
+    "spearman_S_L",
+    "seed",
+)
 _PAIR_COLUMNS = (
-    ("second", "S 2nd"), ("reviewer", "S rev"), ("expert", "S exp"), ("sealed", "S sealed"), ("oracle", "S oracle"),
-)  # fmt: skip
+    ("second", "S 2nd"),
+    ("reviewer", "S rev"),
+    ("expert", "S exp"),
+    ("sealed", "S sealed"),
+    ("oracle", "S oracle"),
+)
 
 
 def _fmt(value: float, digits: int = 1) -> str:
@@ -65,16 +91,23 @@ def render_markdown(summaries: Sequence) -> str:
         across = across_experiments(group)
         for name, m in across.medians.items():
             rho = _fmt(across.spearman_S_L, 2) if name == "pooled" else ""
-            lines.append(f"| {name} | {decoding} | {m.n} | {_fmt(m.S)} | {_fmt(100 * m.WT)} | {_fmt(m.L)} | {rho} |")
+            lines.append(
+                f"| {name} | {decoding} | {m.n} | {_fmt(m.S)} | {_fmt(100 * m.WT)} | {_fmt(m.L)} | {rho} |"
+            )
     lines += ["", f"{DAGGER} L's 95% bootstrap interval excludes 0."]
     seeded = [e for e in summaries if e.per_seed]
     if seeded:
-        lines += ["", "| Model | Task | Decoding | Seed | S (pp) [95% CI] | WT (%) | L (pp) [95% CI] | n_S | F |",
-                  "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "| Model | Task | Decoding | Seed | S (pp) [95% CI] | WT (%) | L (pp) [95% CI] | n_S | F |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for e in seeded:
             for seed, p in e.per_seed.items():
-                lines.append(f"| {e.model} | {e.task} | {e.decoding} | {seed} | {_fmt(p.S)} {_ci(p.S_ci)} "
-                             f"| {_fmt(100 * p.WT)} | {_fmt(p.L)} {_ci(p.L_ci)} | {p.n_S} | {p.F} |")  # fmt: skip
+                lines.append(
+                    f"| {e.model} | {e.task} | {e.decoding} | {seed} | {_fmt(p.S)} {_ci(p.S_ci)} "
+                    f"| {_fmt(100 * p.WT)} | {_fmt(p.L)} {_ci(p.L_ci)} | {p.n_S} | {p.F} |"
+                )
     return "\n".join(lines) + "\n" + "\n" + render_diagnostics_markdown(summaries)
 
 
@@ -82,18 +115,39 @@ def render_diagnostics_markdown(summaries: Sequence) -> str:
     """Controls and supporting diagnostics per experiment: S of the other pairs (voices, sealed,
     oracle), Gamma, |empty - B|, neutral - empty, the SELF->TOOL share of flips, Dself, Rself and
     the oracle's rho, omega and Phi. Rates in %, differences in pp; '–' where not run."""
-    header = ["Model", "Task", "Decoding", *(name for _, name in _PAIR_COLUMNS), "Γ", "abs(∅−B)", "0−∅",
-              "SELF→TOOL (%)", "Dself (%)", "Rself (%)", "ρ (%)", "ω (%)", "Φ"]  # fmt: skip
+    header = [
+        "Model",
+        "Task",
+        "Decoding",
+        *(name for _, name in _PAIR_COLUMNS),
+        "Γ",
+        "abs(∅−B)",
+        "0−∅",
+        "SELF→TOOL (%)",
+        "Dself (%)",
+        "Rself (%)",
+        "ρ (%)",
+        "ω (%)",
+        "Φ",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for e in summaries:
         cells = [e.model, e.task, e.decoding]
         cells += [_fmt(e.pairs[pair].S) if pair in e.pairs else "–" for pair, _ in _PAIR_COLUMNS]
-        cells += [_fmt(e.gamma.gamma), _fmt(e.controls.empty_vs_base), _fmt(e.controls.neutral_vs_empty),
-                  _fmt(100 * e.primary.flips.share_self_to_tool)]  # fmt: skip
+        cells += [
+            _fmt(e.gamma.gamma),
+            _fmt(e.controls.empty_vs_base),
+            _fmt(e.controls.neutral_vs_empty),
+            _fmt(100 * e.primary.flips.share_self_to_tool),
+        ]
         rates = (e.self_answers.dself, e.self_answers.rself) if e.self_answers else ()
         cells += [f"{_fmt(r.percent)} ({r.numerator}/{r.denominator})" for r in rates] or ["–", "–"]
         oracle = e.oracle
-        cells += [_fmt(oracle.rho.percent), _fmt(oracle.omega.percent), _fmt(oracle.phi)] if oracle else ["–"] * 3
+        cells += (
+            [_fmt(oracle.rho.percent), _fmt(oracle.omega.percent), _fmt(oracle.phi)]
+            if oracle
+            else ["–"] * 3
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -102,30 +156,74 @@ def csv_rows(summaries: Sequence) -> list[dict]:
     """The table as dicts with full-precision numbers (the CSV's rows)."""
     rows = []
     for e in summaries:
-        rows.append({
-            "row": "experiment", "model": e.model, "task": e.task, "decoding": e.decoding,
-            "S": e.S, "S_low": e.S_ci.low, "S_high": e.S_ci.high,
-            "WT": e.WT, "WT_low": e.WT_ci.low, "WT_high": e.WT_ci.high,
-            "WTrand": e.WTrand, "WTrand_low": e.WTrand_ci.low, "WTrand_high": e.WTrand_ci.high,
-            "L": e.L, "L_low": e.L_ci.low, "L_high": e.L_ci.high, "L_dagger": int(e.primary.L_significant),
-            "n_S": e.n_S, "n_WT": e.n_WT, "F": e.F, "H": e.H, "profile": e.profile,
-        })  # fmt: skip
+        rows.append(
+            {
+                "row": "experiment",
+                "model": e.model,
+                "task": e.task,
+                "decoding": e.decoding,
+                "S": e.S,
+                "S_low": e.S_ci.low,
+                "S_high": e.S_ci.high,
+                "WT": e.WT,
+                "WT_low": e.WT_ci.low,
+                "WT_high": e.WT_ci.high,
+                "WTrand": e.WTrand,
+                "WTrand_low": e.WTrand_ci.low,
+                "WTrand_high": e.WTrand_ci.high,
+                "L": e.L,
+                "L_low": e.L_ci.low,
+                "L_high": e.L_ci.high,
+                "L_dagger": int(e.primary.L_significant),
+                "n_S": e.n_S,
+                "n_WT": e.n_WT,
+                "F": e.F,
+                "H": e.H,
+                "profile": e.profile,
+            }
+        )
     for e in summaries:
         for seed, p in e.per_seed.items():
-            rows.append({
-                "row": "seed", "model": e.model, "task": e.task, "decoding": e.decoding, "seed": seed,
-                "S": p.S, "S_low": p.S_ci.low, "S_high": p.S_ci.high, "WT": p.WT, "WT_low": p.WT_ci.low,
-                "WT_high": p.WT_ci.high, "WTrand": p.WTrand, "L": p.L, "L_low": p.L_ci.low, "L_high": p.L_ci.high,
-                "L_dagger": int(p.L_significant), "n_S": p.n_S, "n_WT": p.n_WT, "F": p.F, "H": p.H,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "row": "seed",
+                    "model": e.model,
+                    "task": e.task,
+                    "decoding": e.decoding,
+                    "seed": seed,
+                    "S": p.S,
+                    "S_low": p.S_ci.low,
+                    "S_high": p.S_ci.high,
+                    "WT": p.WT,
+                    "WT_low": p.WT_ci.low,
+                    "WT_high": p.WT_ci.high,
+                    "WTrand": p.WTrand,
+                    "L": p.L,
+                    "L_low": p.L_ci.low,
+                    "L_high": p.L_ci.high,
+                    "L_dagger": int(p.L_significant),
+                    "n_S": p.n_S,
+                    "n_WT": p.n_WT,
+                    "F": p.F,
+                    "H": p.H,
+                }
+            )
     for decoding, group in _by_decoding(summaries).items():
         across = across_experiments(group)
         for name, m in across.medians.items():
-            rows.append({
-                "row": "median", "model": "median", "task": name, "decoding": decoding,
-                "S": m.S, "WT": m.WT, "L": m.L, "n_experiments": m.n,
-                "spearman_S_L": across.spearman_S_L if name == "pooled" else "",
-            })  # fmt: skip
+            rows.append(
+                {
+                    "row": "median",
+                    "model": "median",
+                    "task": name,
+                    "decoding": decoding,
+                    "S": m.S,
+                    "WT": m.WT,
+                    "L": m.L,
+                    "n_experiments": m.n,
+                    "spearman_S_L": across.spearman_S_L if name == "pooled" else "",
+                }
+            )
     return rows
 
 
@@ -135,7 +233,9 @@ def render_csv(summaries: Sequence) -> str:
     writer = csv.DictWriter(buffer, fieldnames=_CSV_COLUMNS, restval="", lineterminator="\n")
     writer.writeheader()
     for row in csv_rows(summaries):
-        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+        writer.writerow(
+            {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        )
     return buffer.getvalue()
 
 
@@ -166,8 +266,16 @@ def render_latex(summaries: Sequence) -> str:
             lines.append(
                 f"Median & {_tex(name)} & {_tex(decoding)} & {_fmt(m.S)} & {_fmt(100 * m.WT)} & & {_fmt(m.L)} "
                 f"& \\multicolumn{{5}}{{l}}{{{m.n} experiments"
-                + (f"; Spearman $\\rho(S, L) = {_fmt(across.spearman_S_L, 2)}$" if name == "pooled" else "")
+                + (
+                    f"; Spearman $\\rho(S, L) = {_fmt(across.spearman_S_L, 2)}$"
+                    if name == "pooled"
+                    else ""
+                )
                 + "} \\\\"
             )
-    lines += ["\\bottomrule", "\\end{tabular}", "% $^\\dagger$: the 95% bootstrap interval of L excludes 0."]
+    lines += [
+        "\\bottomrule",
+        "\\end{tabular}",
+        "% $^\\dagger$: the 95% bootstrap interval of L excludes 0.",
+    ]
     return "\n".join(lines) + "\n"

@@ -66,7 +66,9 @@ def ideal_action(s: np.ndarray) -> np.ndarray:
     return np.where(s == 1, SELF, np.where(s == 0, TOOL, -1)).astype(np.int8)
 
 
-def stratum_indicators(s, base, arm, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def stratum_indicators(
+    s, base, arm, b: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per-problem booleans (eligible, flip, K-member, well-targeted flip) of stratum (arm, b)."""
     s, base, arm = np.asarray(s), np.asarray(base), np.asarray(arm)
     if not (s.shape == base.shape == arm.shape):
@@ -107,12 +109,25 @@ def targeting(s: np.ndarray, base: np.ndarray, conf: np.ndarray, doubt: np.ndarr
         arm = conf if polarity == "+" else doubt
         eligible, flip, k, h = stratum_indicators(s, base, arm, b)
         any_eligible |= eligible
-        rows.append(Stratum(polarity, "SELF" if b == SELF else "TOOL",
-                            int(eligible.sum()), int(flip.sum()), int(k.sum()), int(h.sum())))  # fmt: skip
+        rows.append(
+            Stratum(
+                polarity,
+                "SELF" if b == SELF else "TOOL",
+                int(eligible.sum()),
+                int(flip.sum()),
+                int(k.sum()),
+                int(h.sum()),
+            )
+        )
     counts = [[getattr(r, q) for r in rows] for q in "NFKH"]
     wt, wt_rand, lift = targeting_from_counts(*counts)
     return Targeting(
-        WT=float(wt), WTrand=float(wt_rand), L=float(lift),
-        F=sum(r.F for r in rows), H=sum(r.H for r in rows),
-        n_WT=int(any_eligible.sum()), n_events=sum(r.N for r in rows), strata=tuple(rows),
-    )  # fmt: skip
+        WT=float(wt),
+        WTrand=float(wt_rand),
+        L=float(lift),
+        F=sum(r.F for r in rows),
+        H=sum(r.H for r in rows),
+        n_WT=int(any_eligible.sum()),
+        n_events=sum(r.N for r in rows),
+        strata=tuple(rows),
+    )

@@ -43,10 +43,19 @@ def test_no_top_level_engine_models_splice_or_stats_is_installed(tmp_path):
     # A user's own `models` or `stats` package must not be shadowed by ours. Checked from another
     # directory: `python -m pytest` itself puts the checkout's root on sys.path.
     code = "import importlib.util as u; print([n for n in %r if u.find_spec(n) and %r in (u.find_spec(n).origin or '')])"
-    out = subprocess.run([sys.executable, "-c", code % (FOLDERS, str(ROOT))], cwd=tmp_path, capture_output=True,
-                         text=True, check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    out = subprocess.run(
+        [sys.executable, "-c", code % (FOLDERS, str(ROOT))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert out.stdout.strip() == "[]"
-    assert subprocess.run([sys.executable, "-c", "import nudgeability.stats"], cwd=tmp_path).returncode == 0
+    assert (
+        subprocess.run([sys.executable, "-c", "import nudgeability.stats"], cwd=tmp_path).returncode
+        == 0
+    )
 
 
 def test_the_nudge_console_script_points_at_the_cli():

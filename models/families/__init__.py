@@ -1,10 +1,10 @@
 """Model families: prompts with tools, the think boundary, the splice and action parsing.
 
-    fam = get_family("qwen3", tokenizer)            # or detect_family(model_dir, tokenizer)
-    prompt = fam.render(messages, tools=tools)       # ids, generation prompt included
-    b = fam.find_boundary(generated)                 # first think-close, or None
-    arm_prefix = prompt + generated[:b] + fam.splice_ids(sentence, sealed=False)
-    action = fam.parse_action(generated[b:], finish_reason, tools=["retrieve"])
+fam = get_family("qwen3", tokenizer)            # or detect_family(model_dir, tokenizer)
+prompt = fam.render(messages, tools=tools)       # ids, generation prompt included
+b = fam.find_boundary(generated)                 # first think-close, or None
+arm_prefix = prompt + generated[:b] + fam.splice_ids(sentence, sealed=False)
+action = fam.parse_action(generated[b:], finish_reason, tools=["retrieve"])
 """
 
 from nudgeability.models.families.action import ACTION_KINDS, OTHER, SELF, TOOL, TRUNC, Action

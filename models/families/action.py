@@ -21,7 +21,9 @@ UNPARSABLE_ARGUMENTS = "unparsable_arguments"  # a call whose name or arguments 
 CALL_AND_ANSWER = "call_and_answer"  # a tool call and answer text both
 EMPTY_COMMITMENT = "empty_commitment"  # the turn ended with nothing after the think-close
 THINK_NEVER_CLOSED = "think_never_closed"  # the turn ended inside the thinking block
-THINK_REOPENED = "think_reopened"  # a think block reopened after the final close and the turn ended in it
+THINK_REOPENED = (
+    "think_reopened"  # a think block reopened after the final close and the turn ended in it
+)
 OTHER_REASONS = (
     UNDECLARED_TOOL,
     UNPARSABLE_ARGUMENTS,
@@ -56,10 +58,14 @@ class Action:
 
     def __post_init__(self) -> None:
         if self.kind not in ACTION_KINDS:
-            raise ValueError(f"Action.kind={self.kind!r}: expected one of {', '.join(ACTION_KINDS)}")
+            raise ValueError(
+                f"Action.kind={self.kind!r}: expected one of {', '.join(ACTION_KINDS)}"
+            )
         allowed = {OTHER: OTHER_REASONS, TRUNC: TRUNC_REASONS}.get(self.kind, (None,))
         if self.reason not in allowed:
-            raise ValueError(f"Action.reason={self.reason!r} does not fit kind {self.kind}; expected one of {allowed}")
+            raise ValueError(
+                f"Action.reason={self.reason!r} does not fit kind {self.kind}; expected one of {allowed}"
+            )
 
     def to_record(self) -> dict:
         """The fields as a dict that `ActionRecord(**action.to_record())` accepts."""

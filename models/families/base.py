@@ -67,7 +67,9 @@ class CallScan:
 
     calls: list[ParsedCall] = field(default_factory=list)
     residual: str = ""  # the text outside every call
-    open_call: bool = False  # a call was opened and never closed; its body ran to the end of the text
+    open_call: bool = (
+        False  # a call was opened and never closed; its body ran to the end of the text
+    )
 
 
 class Family:
@@ -118,7 +120,9 @@ class Family:
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`, special tokens kept, no clean-up of spaces."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self.tokenizer.decode(
+            list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
 
     def single_token_id(self, text: str) -> int | None:
         """The id of `text` if this vocabulary holds it as exactly one token, else None."""
@@ -130,7 +134,9 @@ class Family:
         ids = list(ids)
         if not ids:
             return None
-        pieces = self.tokenizer.decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        pieces = self.tokenizer.decode(
+            [[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
         starts, offset = [], 0
         for piece in pieces:
             starts.append(offset)
@@ -142,7 +148,9 @@ class Family:
         return bisect.bisect_right(starts, pos) - 1
 
     # ----- prompts --------------------------------------------------------------------------
-    def render(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> list[int]:
+    def render(
+        self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
+    ) -> list[int]:
         """Prompt ids for `messages` (+ `tools`), ending with the generation prompt.
 
         Uses the tokenizer's own chat template when it renders tools, else `own_text`. The text is
@@ -151,16 +159,24 @@ class Family:
         """
         return self.encode(self.render_text(messages, tools, thinking))
 
-    def render_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+    def render_text(
+        self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
+    ) -> str:
         """The prompt text that `render` tokenises."""
         check_messages(messages, tools)
         if self.uses_checkpoint_template:
             return self.tokenizer.apply_chat_template(
-                messages, tools=tools or None, add_generation_prompt=True, tokenize=False, enable_thinking=thinking
+                messages,
+                tools=tools or None,
+                add_generation_prompt=True,
+                tokenize=False,
+                enable_thinking=thinking,
             )
         return self.own_text(messages, tools, thinking)
 
-    def own_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+    def own_text(
+        self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
+    ) -> str:
         """The family's own renderer, following the documented format (formats.md section 1)."""
         raise NotImplementedError
 
@@ -177,7 +193,10 @@ class Family:
             return False
         try:
             text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": "hi"}], tools=[_PROBE_TOOL], add_generation_prompt=True, tokenize=False
+                [{"role": "user", "content": "hi"}],
+                tools=[_PROBE_TOOL],
+                add_generation_prompt=True,
+                tokenize=False,
             )
         except Exception:  # noqa: BLE001 - any template failure means "cannot use it for tools"
             return False
@@ -214,20 +233,30 @@ class Family:
         OTHER (ended) or TRUNC.
         """
         if finish_reason not in FINISH_REASONS:
-            raise FamilyError(f"finish_reason={finish_reason!r}: expected one of {', '.join(FINISH_REASONS)}")
+            raise FamilyError(
+                f"finish_reason={finish_reason!r}: expected one of {', '.join(FINISH_REASONS)}"
+            )
         declared = tool_names(tools)
         text = self.decode(ids)
         close = text.rfind(self.think_close_text)
         truncated = finish_reason == "length"
         if close < 0:
-            return Action(TRUNC, reason=BUDGET_IN_THINKING) if truncated else Action(OTHER, reason=THINK_NEVER_CLOSED)
+            return (
+                Action(TRUNC, reason=BUDGET_IN_THINKING)
+                if truncated
+                else Action(OTHER, reason=THINK_NEVER_CLOSED)
+            )
         tail = text[close + len(self.think_close_text) :]
         ends = [p for p in (tail.find(m) for m in self.end_of_turn_texts) if p >= 0]
         if ends:
             tail = tail[: min(ends)]
         ended = bool(ends) or not truncated
         if self.think_open_text in tail:
-            return Action(OTHER, reason=THINK_REOPENED) if ended else Action(TRUNC, reason=BUDGET_IN_THINKING)
+            return (
+                Action(OTHER, reason=THINK_REOPENED)
+                if ended
+                else Action(TRUNC, reason=BUDGET_IN_THINKING)
+            )
         scan = self.scan_calls(tail)
         if scan.open_call and not ended:
             return Action(TRUNC, reason=BUDGET_IN_TOOL_CALL)
@@ -245,8 +274,14 @@ class Family:
                     return Action(OTHER, tool_name=call.name, reason=UNPARSABLE_ARGUMENTS)
             return Action(TOOL, tool_name=first.name, arguments=first.arguments)
         if residual:
-            return Action(SELF, answer=residual) if ended else Action(TRUNC, reason=BUDGET_IN_ANSWER)
-        return Action(OTHER, reason=EMPTY_COMMITMENT) if ended else Action(TRUNC, reason=BUDGET_AFTER_THINK)
+            return (
+                Action(SELF, answer=residual) if ended else Action(TRUNC, reason=BUDGET_IN_ANSWER)
+            )
+        return (
+            Action(OTHER, reason=EMPTY_COMMITMENT)
+            if ended
+            else Action(TRUNC, reason=BUDGET_AFTER_THINK)
+        )
 
 
 def tool_names(tools: list | None) -> set[str]:
@@ -266,12 +301,20 @@ def check_messages(messages: list[dict], tools: list[dict] | None) -> None:
     """Raise FamilyError unless `messages` is a non-empty list of {role, content} dicts and `tools`
     a list of OpenAI-style {"type": "function", "function": {"name", ...}} dicts."""
     if not isinstance(messages, list) or not messages:
-        raise FamilyError("messages: expected a non-empty list of {'role': ..., 'content': ...} dicts")
+        raise FamilyError(
+            "messages: expected a non-empty list of {'role': ..., 'content': ...} dicts"
+        )
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise FamilyError(f"messages[{i}]: expected a dict with 'role' in {ROLES}")
         if not isinstance(message.get("content"), str):
             raise FamilyError(f"messages[{i}]['content']: expected a str (use '' for none)")
     for i, tool in enumerate(tools or ()):
-        if not isinstance(tool, dict) or not isinstance(tool.get("function"), dict) or "name" not in tool["function"]:
-            raise FamilyError(f"tools[{i}]: expected {{'type': 'function', 'function': {{'name': ..., ...}}}}")
+        if (
+            not isinstance(tool, dict)
+            or not isinstance(tool.get("function"), dict)
+            or "name" not in tool["function"]
+        ):
+            raise FamilyError(
+                f"tools[{i}]: expected {{'type': 'function', 'function': {{'name': ..., ...}}}}"
+            )

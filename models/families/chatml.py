@@ -47,7 +47,9 @@ class ChatMLFamily(Family):
     def _template_renders_tools(self) -> bool:
         return False  # see the module docstring: the format must be stated by our own renderer
 
-    def own_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+    def own_text(
+        self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
+    ) -> str:
         """The generic ChatML format with the think/tool instructions in the system turn."""
         system = messages[0]["content"] if messages[0]["role"] == "system" else ""
         out = ["<|im_start|>system\n" + (system + "\n\n" if system else "")]
@@ -62,9 +64,15 @@ class ChatMLFamily(Family):
                 out.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
             elif role == "assistant":
                 calls = [render_tool_call(c) for c in message.get("tool_calls") or ()]
-                out.append("<|im_start|>assistant\n" + "\n".join([content] * bool(content) + calls) + "<|im_end|>\n")
+                out.append(
+                    "<|im_start|>assistant\n"
+                    + "\n".join([content] * bool(content) + calls)
+                    + "<|im_end|>\n"
+                )
             elif role in ("tool", "observation"):
-                out.append(f"<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n")
+                out.append(
+                    f"<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n"
+                )
         out.append("<|im_start|>assistant\n<think>\n" + ("" if thinking else "\n</think>\n\n"))
         return "".join(out)
 
@@ -72,7 +80,10 @@ class ChatMLFamily(Family):
         """A direct answer, then (when a tool is declared) a call of the first tool, in this format."""
         shown = [
             {"role": "user", "content": "Question: Is the Eiffel Tower in Paris?"},
-            {"role": "assistant", "content": "<think>\nThe Eiffel Tower is a landmark in Paris. I am sure of this.\n</think>\nAnswer: yes"},
+            {
+                "role": "assistant",
+                "content": "<think>\nThe Eiffel Tower is a landmark in Paris. I am sure of this.\n</think>\nAnswer: yes",
+            },
         ]
         if tools:
             function = tools[0].get("function", tools[0])
@@ -81,7 +92,11 @@ class ChatMLFamily(Family):
             call = {"name": function["name"], "arguments": {params[0]: question}}
             shown += [
                 {"role": "user", "content": f"Question: {question}"},
-                {"role": "assistant", "content": "<think>\nI do not know this, so I will use the tool.\n</think>", "tool_calls": [call]},
+                {
+                    "role": "assistant",
+                    "content": "<think>\nI do not know this, so I will use the tool.\n</think>",
+                    "tool_calls": [call],
+                },
             ]
         return shown
 

@@ -19,17 +19,27 @@ from nudgeability.models.families.gemma4 import Gemma4Family
 from nudgeability.models.families.glm_z1 import GlmZ1Family
 from nudgeability.models.families.qwen3 import Qwen3Family
 
-FAMILIES = MappingProxyType({cls.name: cls for cls in (Qwen3Family, GlmZ1Family, Gemma4Family, ChatMLFamily)})
+FAMILIES = MappingProxyType(
+    {cls.name: cls for cls in (Qwen3Family, GlmZ1Family, Gemma4Family, ChatMLFamily)}
+)
 KNOWN_FAMILIES = tuple(FAMILIES)
 MODEL_TYPES = MappingProxyType(
-    {"qwen3": "qwen3", "qwen3_moe": "qwen3", "glm4": "glm_z1", "gemma4": "gemma4", "gemma4_text": "gemma4"}
+    {
+        "qwen3": "qwen3",
+        "qwen3_moe": "qwen3",
+        "glm4": "glm_z1",
+        "gemma4": "gemma4",
+        "gemma4_text": "gemma4",
+    }
 )
 
 
 def get_family(name: str, tokenizer) -> Family:
     """The family called `name` ('qwen3', 'glm_z1', 'gemma4', 'chatml') bound to `tokenizer`."""
     if name not in FAMILIES:
-        raise FamilyError(f"unknown model family {name!r}; known families: {', '.join(KNOWN_FAMILIES)}")
+        raise FamilyError(
+            f"unknown model family {name!r}; known families: {', '.join(KNOWN_FAMILIES)}"
+        )
     return FAMILIES[name](tokenizer)
 
 
@@ -65,7 +75,9 @@ def _model_types(source) -> list[str]:
         try:
             config = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            raise FamilyError(f"{path}: cannot read a config.json to detect the model family ({exc})") from exc
+            raise FamilyError(
+                f"{path}: cannot read a config.json to detect the model family ({exc})"
+            ) from exc
     elif isinstance(source, dict):
         config = source
     else:

@@ -34,7 +34,8 @@ def format_argument(value, escape_keys: bool = True) -> str:
         return "true" if value else "false"
     if isinstance(value, dict):
         items = (
-            (Q + k + Q if escape_keys else k) + ":" + format_argument(v, escape_keys) for k, v in sorted(value.items())
+            (Q + k + Q if escape_keys else k) + ":" + format_argument(v, escape_keys)
+            for k, v in sorted(value.items())
         )
         return "{" + ",".join(items) + "}"
     if isinstance(value, (list, tuple)):
@@ -78,11 +79,20 @@ def _format_items(items: dict) -> str:
         if value is None:
             continue
         if key == "properties":
-            out.append("properties:{" + (_format_parameters(value) if isinstance(value, dict) else "") + "}")
+            out.append(
+                "properties:{"
+                + (_format_parameters(value) if isinstance(value, dict) else "")
+                + "}"
+            )
         elif key == "required":
             out.append("required:[" + ",".join(Q + r + Q for r in value) + "]")
         elif key == "type":
-            out.append("type:" + format_argument(value.upper() if isinstance(value, str) else [v.upper() for v in value]))
+            out.append(
+                "type:"
+                + format_argument(
+                    value.upper() if isinstance(value, str) else [v.upper() for v in value]
+                )
+            )
         else:
             out.append(key + ":" + format_argument(value))
     return ",".join(out)
@@ -118,7 +128,7 @@ def parse_value(text: str, i: int):
     if text.startswith(Q, i):
         end = text.find(Q, i + len(Q))
         if end < 0:
-            raise ValueError("unterminated <|\"|> string")
+            raise ValueError('unterminated <|"|> string')
         return text[i + len(Q) : end], end + len(Q)
     if i >= len(text):
         raise ValueError("value expected")
@@ -186,7 +196,9 @@ class Gemma4Family(Family):
     stop_texts = ("<turn|>", "<eos>", "<tool_call|>", "<|tool_response>")
     end_of_turn_texts = ("<turn|>", "<eos>", "<|tool_response>", "<|turn>")
 
-    def own_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+    def own_text(
+        self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
+    ) -> str:
         """Gemma 4's format, following the published template for system, user, model (with tool
         calls) and tool turns."""
         out = [self.tokenizer.bos_token or ""]
@@ -205,7 +217,10 @@ class Gemma4Family(Family):
                 fn = call.get("function", call)
                 args = fn["arguments"]
                 if isinstance(args, dict):
-                    args = ",".join(k + ":" + format_argument(v, escape_keys=False) for k, v in sorted(args.items()))
+                    args = ",".join(
+                        k + ":" + format_argument(v, escape_keys=False)
+                        for k, v in sorted(args.items())
+                    )
                 out.append(f"<|tool_call>call:{fn['name']}{{{args}}}<tool_call|>")
             content = message["content"]
             out.append(_strip_thinking(content) if role == "model" else content.strip())

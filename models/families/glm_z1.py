@@ -62,7 +62,9 @@ class GlmZ1Family(Family):
     stop_texts = ("<|endoftext|>", "<|user|>", "<|observation|>")
     end_of_turn_texts = ("<|endoftext|>", "<|user|>", "<|observation|>", "<|system|>")
 
-    def own_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+    def own_text(
+        self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
+    ) -> str:
         """GLM-Z1's format. With thinking off (no documented Z1 switch), the generation prompt
         pre-fills an empty block, `<|assistant|>\\n<think></think>`, as Qwen3 and Gemma 4 do."""
         out = ["[gMASK]<sop>"]
@@ -70,7 +72,9 @@ class GlmZ1Family(Family):
             out.append(TOOLS_HEADER)
             for tool in tools:
                 fn = tool.get("function", tool)
-                out.append(f"\n## {fn['name']}\n\n{json.dumps(fn, ensure_ascii=False, indent=4)}\n{TOOL_INSTRUCTION}")
+                out.append(
+                    f"\n## {fn['name']}\n\n{json.dumps(fn, ensure_ascii=False, indent=4)}\n{TOOL_INSTRUCTION}"
+                )
         out.extend("<|system|>\n" + m["content"] for m in messages if m["role"] == "system")
         for message in messages:
             role, visible = message["role"], _visible(message["content"])
@@ -81,7 +85,11 @@ class GlmZ1Family(Family):
                     out.append("<|assistant|>\n" + visible)
                 for call in message.get("tool_calls") or ():
                     fn = call.get("function", call)
-                    args = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"], ensure_ascii=False)
+                    args = (
+                        fn["arguments"]
+                        if isinstance(fn["arguments"], str)
+                        else json.dumps(fn["arguments"], ensure_ascii=False)
+                    )
                     out.append(f"<|assistant|>{fn['name']}\n{args}")
             elif role in ("tool", "observation"):
                 out.append("<|observation|>\n" + visible)
@@ -100,7 +108,9 @@ class GlmZ1Family(Family):
             brace = match.end() - 1
             try:
                 obj, pos = decoder.raw_decode(text, brace)
-                scan.calls.append(ParsedCall(match.group(1), obj if isinstance(obj, dict) else None))
+                scan.calls.append(
+                    ParsedCall(match.group(1), obj if isinstance(obj, dict) else None)
+                )
             except ValueError:
                 close = matching_brace(text, brace)
                 scan.calls.append(ParsedCall(match.group(1), None))

@@ -60,7 +60,9 @@ def parse_json_call(body: str) -> ParsedCall:
     return ParsedCall(name, args if isinstance(args, dict) else None)
 
 
-def scan_tagged_json_calls(text: str, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>") -> CallScan:
+def scan_tagged_json_calls(
+    text: str, open_tag: str = "<tool_call>", close_tag: str = "</tool_call>"
+) -> CallScan:
     """Every `open_tag … close_tag` span in `text`, each read with `parse_json_call`.
 
     A call opened and never closed takes the rest of the text as its body (a stop string may have
@@ -99,7 +101,9 @@ class Qwen3Family(Family):
     stop_texts = ("<|im_end|>", "<|endoftext|>", "</tool_call>")
     end_of_turn_texts = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 
-    def own_text(self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True) -> str:
+    def own_text(
+        self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
+    ) -> str:
         """Qwen3's format, written to give the same text as the real template for system, user,
         assistant (with reasoning and tool calls) and tool messages."""
         out = []
@@ -108,7 +112,12 @@ class Qwen3Family(Family):
             out.append("<|im_start|>system\n")
             if has_system:
                 out.append(messages[0]["content"] + "\n\n")
-            out.append(TOOLS_HEADER + "".join("\n" + tojson(t) for t in tools) + TOOLS_FOOTER + "<|im_end|>\n")
+            out.append(
+                TOOLS_HEADER
+                + "".join("\n" + tojson(t) for t in tools)
+                + TOOLS_FOOTER
+                + "<|im_end|>\n"
+            )
         elif has_system:
             out.append("<|im_start|>system\n" + messages[0]["content"] + "<|im_end|>\n")
         last_query = _last_query_index(messages)
@@ -151,7 +160,12 @@ def _assistant_turn(message: dict, index: int, is_last: bool, last_query: int) -
             reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
             content = content.split("</think>")[-1].lstrip("\n")
     if index > last_query and (is_last or reasoning):
-        text = "<|im_start|>assistant\n<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
+        text = (
+            "<|im_start|>assistant\n<think>\n"
+            + reasoning.strip("\n")
+            + "\n</think>\n\n"
+            + content.lstrip("\n")
+        )
     else:
         text = "<|im_start|>assistant\n" + content
     for j, call in enumerate(message.get("tool_calls") or ()):

@@ -22,7 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nudgeability.models.quant.checkpoint import CheckpointReader, QuantCheckpointError, ceil_div, quant_config_key
+from nudgeability.models.quant.checkpoint import (
+    CheckpointReader,
+    QuantCheckpointError,
+    ceil_div,
+    quant_config_key,
+)
 
 QUANT_TYPES = ("nf4", "fp4")
 
@@ -48,7 +53,9 @@ class BnB4Linear(nn.Module):
         self.nested_dtype = nested.dtype if nested is not None else None
         self.register_buffer("weight_nested_absmax", nested.absmax if nested is not None else None)
         self.register_buffer("weight_nested_quant_map", nested.code if nested is not None else None)
-        self.register_buffer("weight_nested_offset", quant_state.offset if nested is not None else None)
+        self.register_buffer(
+            "weight_nested_offset", quant_state.offset if nested is not None else None
+        )
         self.bias = nn.Parameter(bias, requires_grad=False) if bias is not None else None
 
     def quant_state(self):
@@ -114,14 +121,16 @@ class BnB4Scheme:
     )
 
     @classmethod
-    def from_config(cls, qcfg: dict, where) -> "BnB4Scheme":
+    def from_config(cls, qcfg: dict, where) -> BnB4Scheme:
         """Validate `quantization_config`; `where` (the config.json path) goes into error messages."""
         if qcfg.get("load_in_8bit") or qcfg.get("_load_in_8bit"):
             raise QuantCheckpointError(
                 f"{where}: {quant_config_key('load_in_8bit')}=true (LLM.int8) is not supported; only 4-bit checkpoints"
             )
         if not (qcfg.get("load_in_4bit") or qcfg.get("_load_in_4bit")):
-            raise QuantCheckpointError(f"{where}: {quant_config_key('load_in_4bit')} must be true for a bitsandbytes 4-bit checkpoint")
+            raise QuantCheckpointError(
+                f"{where}: {quant_config_key('load_in_4bit')} must be true for a bitsandbytes 4-bit checkpoint"
+            )
         quant_type = qcfg.get("bnb_4bit_quant_type", "fp4")  # transformers' default
         if quant_type not in QUANT_TYPES:
             raise QuantCheckpointError(
@@ -130,9 +139,15 @@ class BnB4Scheme:
             )
         storage = qcfg.get("bnb_4bit_quant_storage", "uint8")
         if storage != "uint8":
-            raise QuantCheckpointError(f"{where}: {quant_config_key('bnb_4bit_quant_storage')}={storage!r} is not supported; only 'uint8'")
+            raise QuantCheckpointError(
+                f"{where}: {quant_config_key('bnb_4bit_quant_storage')}={storage!r} is not supported; only 'uint8'"
+            )
         skip = qcfg.get("llm_int8_skip_modules") or []
-        return cls(quant_type=quant_type, double_quant=bool(qcfg.get("bnb_4bit_use_double_quant", False)), skip_modules=tuple(skip))
+        return cls(
+            quant_type=quant_type,
+            double_quant=bool(qcfg.get("bnb_4bit_use_double_quant", False)),
+            skip_modules=tuple(skip),
+        )
 
     def quantizes(self, name: str, module: nn.Module) -> bool:
         """Whether the checkpoint stores linear `name` in 4 bits (lm_head and `llm_int8_skip_modules` do not)."""
@@ -144,7 +159,9 @@ class BnB4Scheme:
             and should_convert_module(name, list(self.skip_modules) or None)
         )
 
-    def load_linear(self, reader: CheckpointReader, name: str, linear: nn.Linear, device, dtype: torch.dtype) -> BnB4Linear:
+    def load_linear(
+        self, reader: CheckpointReader, name: str, linear: nn.Linear, device, dtype: torch.dtype
+    ) -> BnB4Linear:
         """Read linear `name`'s 4-bit tensors (checked) into a `BnB4Linear` on `device`."""
         from bitsandbytes.functional import QuantState
 
@@ -153,7 +170,9 @@ class BnB4Scheme:
         weight = reader.require(f"{name}.weight", ((n + 1) // 2, 1), (torch.uint8,))
         state_key = f"{name}.weight.quant_state.bitsandbytes__{self.quant_type}"
         if not reader.has(state_key):
-            other = [t for t in QUANT_TYPES if reader.has(f"{name}.weight.quant_state.bitsandbytes__{t}")]
+            other = [
+                t for t in QUANT_TYPES if reader.has(f"{name}.weight.quant_state.bitsandbytes__{t}")
+            ]
             hint = (
                 f"; the file holds a {other[0]} state while {quant_config_key('bnb_4bit_quant_type')}={self.quant_type!r}"
                 if other
@@ -166,32 +185,62 @@ class BnB4Scheme:
                 f"double-quantised but {quant_config_key('bnb_4bit_use_double_quant')} is false; fix config.json"
             )
         parts = {"quant_state.bitsandbytes__" + self.quant_type: reader.get(state_key)}
-        required = ["absmax", "quant_map"] + (["nested_absmax", "nested_quant_map"] if self.double_quant else [])
+        required = ["absmax", "quant_map"] + (
+            ["nested_absmax", "nested_quant_map"] if self.double_quant else []
+        )
         for part in required:
             parts[part] = reader.require(
                 f"{name}.weight.{part}",
-                why="double quantisation (bnb_4bit_use_double_quant) is on" if part.startswith("nested") else "",
+                why="double quantisation (bnb_4bit_use_double_quant) is on"
+                if part.startswith("nested")
+                else "",
             )
         try:
             state = QuantState.from_dict(parts, device=torch.device(device))
         except (KeyError, ValueError, AssertionError, AttributeError, UnicodeDecodeError) as exc:
-            raise QuantCheckpointError(f"{reader.file_of(state_key)}: tensor {state_key!r} is not a valid quant state ({exc})") from exc
+            raise QuantCheckpointError(
+                f"{reader.file_of(state_key)}: tensor {state_key!r} is not a valid quant state ({exc})"
+            ) from exc
         if tuple(state.shape or ()) != (out, inp):
             raise QuantCheckpointError(
                 f"{reader.file_of(state_key)}: tensor {state_key!r} records shape {list(state.shape or [])}, "
                 f"but the model's {name} is [{out}, {inp}]"
             )
         blocks = ceil_div(n, state.blocksize)
-        _check(reader, f"{name}.weight.absmax", state.absmax, (blocks,), torch.uint8 if state.nested else torch.float32)
+        _check(
+            reader,
+            f"{name}.weight.absmax",
+            state.absmax,
+            (blocks,),
+            torch.uint8 if state.nested else torch.float32,
+        )
         _check(reader, f"{name}.weight.quant_map", state.code, (16,), torch.float32)
         if state.nested:
-            _check(reader, f"{name}.weight.nested_absmax", state.state2.absmax, (ceil_div(blocks, state.state2.blocksize),), torch.float32)
-            _check(reader, f"{name}.weight.nested_quant_map", state.state2.code, (256,), torch.float32)
-        bias = reader.load_float(f"{name}.bias", (out,), device, dtype) if linear.bias is not None else None
+            _check(
+                reader,
+                f"{name}.weight.nested_absmax",
+                state.state2.absmax,
+                (ceil_div(blocks, state.state2.blocksize),),
+                torch.float32,
+            )
+            _check(
+                reader, f"{name}.weight.nested_quant_map", state.state2.code, (256,), torch.float32
+            )
+        bias = (
+            reader.load_float(f"{name}.bias", (out,), device, dtype)
+            if linear.bias is not None
+            else None
+        )
         return BnB4Linear(weight.to(device), state, bias)
 
 
-def _check(reader: CheckpointReader, name: str, tensor: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+def _check(
+    reader: CheckpointReader,
+    name: str,
+    tensor: torch.Tensor,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+) -> None:
     if tuple(tensor.shape) != shape or tensor.dtype != dtype:
         raise QuantCheckpointError(
             f"{reader.file_of(name)}: tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')} "

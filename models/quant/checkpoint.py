@@ -38,7 +38,9 @@ class CheckpointReader:
         self.directory = Path(directory)
         self.config_path = self.directory / "config.json"
         if not self.config_path.is_file():
-            raise QuantCheckpointError(f"{self.directory}: not a checkpoint directory (no config.json)")
+            raise QuantCheckpointError(
+                f"{self.directory}: not a checkpoint directory (no config.json)"
+            )
         self.config: dict = json.loads(self.config_path.read_text())
         self._stack = contextlib.ExitStack()
         self._handles: dict[Path, object] = {}
@@ -54,21 +56,27 @@ class CheckpointReader:
         if index.is_file():
             weight_map = json.loads(index.read_text()).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map:
-                raise QuantCheckpointError(f"{index}: no 'weight_map'; re-download the checkpoint's index file")
+                raise QuantCheckpointError(
+                    f"{index}: no 'weight_map'; re-download the checkpoint's index file"
+                )
             shards = sorted({self.directory / f for f in weight_map.values()})
             missing = [s for s in shards if not s.is_file()]
             if missing:
-                raise QuantCheckpointError(f"{missing[0]}: shard listed in {INDEX_NAME} is missing; re-download it")
+                raise QuantCheckpointError(
+                    f"{missing[0]}: shard listed in {INDEX_NAME} is missing; re-download it"
+                )
             return shards
         single = self.directory / SINGLE_NAME
         if single.is_file():
             return [single]
         found = sorted(self.directory.glob("*.safetensors"))
         if not found:
-            raise QuantCheckpointError(f"{self.directory}: no {SINGLE_NAME}, no {INDEX_NAME} and no *.safetensors file")
+            raise QuantCheckpointError(
+                f"{self.directory}: no {SINGLE_NAME}, no {INDEX_NAME} and no *.safetensors file"
+            )
         return found
 
-    def __enter__(self) -> "CheckpointReader":
+    def __enter__(self) -> CheckpointReader:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -91,7 +99,9 @@ class CheckpointReader:
     def get(self, name: str) -> torch.Tensor:
         """The tensor `name`, backed by the file's memory map (read lazily, never modified)."""
         if name not in self._where:
-            raise QuantCheckpointError(f"{self.directory}: tensor {name!r} is missing from the checkpoint")
+            raise QuantCheckpointError(
+                f"{self.directory}: tensor {name!r} is missing from the checkpoint"
+            )
         return self._handles[self._where[name]].get_tensor(name)
 
     def require(
@@ -193,7 +203,9 @@ def save_checkpoint(
     return out
 
 
-def _split(tensors: dict[str, torch.Tensor], max_shard_bytes: int | None) -> list[dict[str, torch.Tensor]]:
+def _split(
+    tensors: dict[str, torch.Tensor], max_shard_bytes: int | None
+) -> list[dict[str, torch.Tensor]]:
     if not max_shard_bytes:
         return [tensors]
     shards: list[dict[str, torch.Tensor]] = [{}]

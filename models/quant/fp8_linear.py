@@ -25,7 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nudgeability.models.quant.checkpoint import CheckpointReader, QuantCheckpointError, ceil_div, quant_config_key
+from nudgeability.models.quant.checkpoint import (
+    CheckpointReader,
+    QuantCheckpointError,
+    ceil_div,
+    quant_config_key,
+)
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
@@ -46,7 +51,9 @@ def fp8_to_float32(weight: torch.Tensor) -> torch.Tensor:
     return half.view(torch.float16).to(torch.float32).mul_(256.0)
 
 
-def dequantize_fp8_block(weight: torch.Tensor, scale_inv: torch.Tensor, block_size: tuple[int, int]) -> torch.Tensor:
+def dequantize_fp8_block(
+    weight: torch.Tensor, scale_inv: torch.Tensor, block_size: tuple[int, int]
+) -> torch.Tensor:
     """The fp32 weight `float32(weight[i, j]) * float32(scale_inv[i // B0, j // B1])`, partial blocks included."""
     rows, cols = weight.shape
     b0, b1 = block_size
@@ -71,7 +78,9 @@ def quantize_fp8_block(
     that rounded value, so dequantisation multiplies by exactly the scale the block was divided by.
     """
     if scale_dtype not in SCALE_DTYPES:
-        raise ValueError(f"scale_dtype must be one of bfloat16, float16, float32, got {scale_dtype}")
+        raise ValueError(
+            f"scale_dtype must be one of bfloat16, float16, float32, got {scale_dtype}"
+        )
     rows, cols = weight.shape
     b0, b1 = block_size
     nb0, nb1 = ceil_div(rows, b0), ceil_div(cols, b1)
@@ -79,7 +88,11 @@ def quantize_fp8_block(
     padded = F.pad(w, (0, nb1 * b1 - cols, 0, nb0 * b0 - rows))
     amax = padded.reshape(nb0, b0, nb1, b1).abs().amax(dim=(1, 3))
     scale_inv = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).to(scale_dtype)
-    divisor = scale_inv.to(torch.float32).repeat_interleave(b0, 0)[:rows].repeat_interleave(b1, 1)[:, :cols]
+    divisor = (
+        scale_inv.to(torch.float32)
+        .repeat_interleave(b0, 0)[:rows]
+        .repeat_interleave(b1, 1)[:, :cols]
+    )
     q = (w / divisor).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return q, scale_inv
 
@@ -127,11 +140,13 @@ class FP8Scheme:
     quant_suffixes: tuple[str, ...] = (".weight_scale_inv",)
 
     @classmethod
-    def from_config(cls, qcfg: dict, where) -> "FP8Scheme":
+    def from_config(cls, qcfg: dict, where) -> FP8Scheme:
         """Validate `quantization_config`; `where` (the config.json path) goes into error messages."""
         fmt = qcfg.get("fmt", "e4m3")
         if fmt != "e4m3":
-            raise QuantCheckpointError(f"{where}: {quant_config_key('fmt')}={fmt!r} is not supported; only 'e4m3'")
+            raise QuantCheckpointError(
+                f"{where}: {quant_config_key('fmt')}={fmt!r} is not supported; only 'e4m3'"
+            )
         act = qcfg.get("activation_scheme", "dynamic")
         if act != "dynamic":
             raise QuantCheckpointError(
@@ -140,7 +155,9 @@ class FP8Scheme:
             )
         scale_fmt = qcfg.get("scale_fmt") or "float"
         if scale_fmt != "float":
-            raise QuantCheckpointError(f"{where}: {quant_config_key('scale_fmt')}={scale_fmt!r} is not supported; only 'float'")
+            raise QuantCheckpointError(
+                f"{where}: {quant_config_key('scale_fmt')}={scale_fmt!r} is not supported; only 'float'"
+            )
         if qcfg.get("modules_to_convert"):
             raise QuantCheckpointError(
                 f"{where}: {quant_config_key('modules_to_convert')} is not supported; use modules_to_not_convert"
@@ -181,5 +198,9 @@ class FP8Scheme:
             SCALE_DTYPES,
             why=f"one scale per {b0}x{b1} block of the [{out}, {inp}] weight",
         )
-        bias = reader.load_float(f"{name}.bias", (out,), device, dtype) if linear.bias is not None else None
+        bias = (
+            reader.load_float(f"{name}.bias", (out,), device, dtype)
+            if linear.bias is not None
+            else None
+        )
         return FP8BlockLinear(weight.to(device), scale.to(device), self.block_size, bias)

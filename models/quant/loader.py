@@ -29,7 +29,11 @@ import torch
 from torch import nn
 
 from nudgeability.models.quant.bnb4_linear import BnB4Scheme
-from nudgeability.models.quant.checkpoint import CheckpointReader, QuantCheckpointError, quant_config_key
+from nudgeability.models.quant.checkpoint import (
+    CheckpointReader,
+    QuantCheckpointError,
+    quant_config_key,
+)
 from nudgeability.models.quant.fp8_linear import FP8Scheme
 from nudgeability.models.quant.w4a16_linear import PackQuantizedScheme
 
@@ -47,7 +51,12 @@ class QuantScheme(Protocol):
     def quantizes(self, name: str, module: nn.Module) -> bool: ...
 
     def load_linear(
-        self, reader: CheckpointReader, name: str, linear: nn.Linear, device: torch.device, dtype: torch.dtype
+        self,
+        reader: CheckpointReader,
+        name: str,
+        linear: nn.Linear,
+        device: torch.device,
+        dtype: torch.dtype,
     ) -> nn.Module: ...
 
 
@@ -55,7 +64,9 @@ def scheme_for(config: dict, where: str | Path) -> QuantScheme:
     """The validated format scheme of a parsed config.json (`where` names it in errors)."""
     qcfg = config.get("quantization_config")
     if not isinstance(qcfg, dict):
-        raise QuantCheckpointError(f"{where}: no quantization_config; load an unquantised checkpoint with load_model")
+        raise QuantCheckpointError(
+            f"{where}: no quantization_config; load an unquantised checkpoint with load_model"
+        )
     method = qcfg.get("quant_method")
     if method not in SCHEMES:
         raise QuantCheckpointError(
@@ -97,15 +108,24 @@ def _skeleton(directory: Path, dtype: torch.dtype) -> nn.Module:
     return model
 
 
-def _swap_quantised(model: nn.Module, scheme: QuantScheme, reader: CheckpointReader, device, dtype) -> set[str]:
+def _swap_quantised(
+    model: nn.Module, scheme: QuantScheme, reader: CheckpointReader, device, dtype
+) -> set[str]:
     names = [name for name, module in model.named_modules() if scheme.quantizes(name, module)]
     for name in names:
-        model.set_submodule(name, scheme.load_linear(reader, name, model.get_submodule(name), device, dtype))
+        model.set_submodule(
+            name, scheme.load_linear(reader, name, model.get_submodule(name), device, dtype)
+        )
     return set(names)
 
 
 def _load_plain(
-    model: nn.Module, reader: CheckpointReader, device, dtype, quantised: set[str], scheme: QuantScheme
+    model: nn.Module,
+    reader: CheckpointReader,
+    device,
+    dtype,
+    quantised: set[str],
+    scheme: QuantScheme,
 ) -> set[str]:
     """Fill every meta parameter, and every persistent buffer the checkpoint has outside the
     quantised layers; return the keys read."""
@@ -120,7 +140,9 @@ def _load_plain(
             _check_not_quantised(reader, scheme, name)
             reader.require(name, why="an unquantised parameter of the model")
         owner, attr = _owner(model, name)
-        owner._parameters[attr] = nn.Parameter(reader.load_float(name, tuple(param.shape), device, dtype), requires_grad=False)
+        owner._parameters[attr] = nn.Parameter(
+            reader.load_float(name, tuple(param.shape), device, dtype), requires_grad=False
+        )
         consumed.add(name)
     for module_name, module in model.named_modules():
         if module_name in quantised:
@@ -130,7 +152,9 @@ def _load_plain(
             if buf is None or attr in module._non_persistent_buffers_set or not reader.has(name):
                 continue
             target = dtype if buf.is_floating_point() else buf.dtype
-            module._buffers[attr] = reader.require(name, tuple(buf.shape)).to(device=device, dtype=target)
+            module._buffers[attr] = reader.require(name, tuple(buf.shape)).to(
+                device=device, dtype=target
+            )
             consumed.add(name)
     model.tie_weights()
     for name, param in model.named_parameters(remove_duplicate=False):
@@ -156,7 +180,9 @@ def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     return (model.get_submodule(module_name) if module_name else model), attr
 
 
-def _check_leftovers(reader: CheckpointReader, scheme: QuantScheme, quantised: set[str], consumed: set[str]) -> None:
+def _check_leftovers(
+    reader: CheckpointReader, scheme: QuantScheme, quantised: set[str], consumed: set[str]
+) -> None:
     """Quantised tensors for a layer the config leaves unquantised are an error; other extras a warning."""
     unexpected = []
     for key in sorted(reader.names - consumed):
@@ -171,7 +197,12 @@ def _check_leftovers(reader: CheckpointReader, scheme: QuantScheme, quantised: s
             )
         unexpected.append(key)
     if unexpected:
-        log.warning("%s: %d checkpoint tensors are not used by the model, e.g. %s", reader.directory, len(unexpected), unexpected[:3])
+        log.warning(
+            "%s: %d checkpoint tensors are not used by the model, e.g. %s",
+            reader.directory,
+            len(unexpected),
+            unexpected[:3],
+        )
 
 
 def _move_buffers(model: nn.Module, device: torch.device) -> None:

@@ -27,7 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nudgeability.models.quant.checkpoint import CheckpointReader, QuantCheckpointError, ceil_div, quant_config_key
+from nudgeability.models.quant.checkpoint import (
+    CheckpointReader,
+    QuantCheckpointError,
+    ceil_div,
+    quant_config_key,
+)
 
 SUPPORTED_BITS = (4, 8)
 SCALE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -74,7 +79,9 @@ def dequantize_pack_quantized(
     w.sub_(1 << (num_bits - 1))
     zp = None
     if zero_point_packed is not None:
-        zp = unpack_int32(zero_point_packed.t(), num_bits, out).t().to(scale.dtype)  # packed along rows
+        zp = (
+            unpack_int32(zero_point_packed.t(), num_bits, out).t().to(scale.dtype)
+        )  # packed along rows
     if g_idx is not None:
         idx = g_idx.long()
         if zp is not None:
@@ -113,7 +120,12 @@ class PackQuantizedLinear(nn.Module):
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The full-precision weight [out, in]: in the scale's dtype, then cast to `dtype` if given."""
         w = dequantize_pack_quantized(
-            self.weight_packed, self.weight_scale, self.num_bits, self.in_features, self.weight_zero_point, self.weight_g_idx
+            self.weight_packed,
+            self.weight_scale,
+            self.num_bits,
+            self.in_features,
+            self.weight_zero_point,
+            self.weight_g_idx,
         )
         return w if dtype is None else w.to(dtype)
 
@@ -146,10 +158,16 @@ class PackQuantizedScheme:
     groups: tuple[WeightArgs, ...]
     ignore: tuple[str, ...]
     quant_method: str = "compressed-tensors"
-    quant_suffixes: tuple[str, ...] = (".weight_packed", ".weight_scale", ".weight_shape", ".weight_zero_point", ".weight_g_idx")
+    quant_suffixes: tuple[str, ...] = (
+        ".weight_packed",
+        ".weight_scale",
+        ".weight_shape",
+        ".weight_zero_point",
+        ".weight_g_idx",
+    )
 
     @classmethod
-    def from_config(cls, qcfg: dict, where) -> "PackQuantizedScheme":
+    def from_config(cls, qcfg: dict, where) -> PackQuantizedScheme:
         """Validate `quantization_config`; `where` (the config.json path) goes into error messages."""
 
         def bad(key: str, value, what: str) -> QuantCheckpointError:
@@ -157,10 +175,16 @@ class PackQuantizedScheme:
 
         fmt = qcfg.get("format")
         if fmt != "pack-quantized":
-            raise bad("format", fmt, "is not supported; only 'pack-quantized' (int weights packed in int32)")
+            raise bad(
+                "format",
+                fmt,
+                "is not supported; only 'pack-quantized' (int weights packed in int32)",
+            )
         status = qcfg.get("quantization_status", "compressed")
         if status != "compressed":
-            raise bad("quantization_status", status, "is not supported; only 'compressed' checkpoints")
+            raise bad(
+                "quantization_status", status, "is not supported; only 'compressed' checkpoints"
+            )
         for key in ("sparsity_config", "transform_config", "kv_cache_scheme"):
             if qcfg.get(key):
                 raise bad(key, qcfg[key], "is not supported; only plain weight quantisation")
@@ -171,10 +195,18 @@ class PackQuantizedScheme:
         for gname, scheme in config_groups.items():
             prefix = f"config_groups.{gname}"
             if scheme.get("format", fmt) not in (None, "pack-quantized"):
-                raise bad(f"{prefix}.format", scheme.get("format"), "is not supported; only 'pack-quantized'")
+                raise bad(
+                    f"{prefix}.format",
+                    scheme.get("format"),
+                    "is not supported; only 'pack-quantized'",
+                )
             for act in ("input_activations", "output_activations"):
                 if scheme.get(act):
-                    raise bad(f"{prefix}.{act}", scheme[act], "is not supported; W4A16 keeps activations unquantised")
+                    raise bad(
+                        f"{prefix}.{act}",
+                        scheme[act],
+                        "is not supported; W4A16 keeps activations unquantised",
+                    )
             w = scheme.get("weights")
             if not isinstance(w, dict):
                 raise bad(f"{prefix}.weights", w, "must describe the weight quantisation")
@@ -182,9 +214,17 @@ class PackQuantizedScheme:
                 raise bad(f"{prefix}.weights.type", w.get("type"), "is not supported; only 'int'")
             bits = w.get("num_bits")
             if bits not in SUPPORTED_BITS:
-                raise bad(f"{prefix}.weights.num_bits", bits, "is not supported; pack-quantized weights must be 4 or 8 bits")
+                raise bad(
+                    f"{prefix}.weights.num_bits",
+                    bits,
+                    "is not supported; pack-quantized weights must be 4 or 8 bits",
+                )
             if w.get("dynamic", False):
-                raise bad(f"{prefix}.weights.dynamic", w.get("dynamic"), "is not supported; weights must be static")
+                raise bad(
+                    f"{prefix}.weights.dynamic",
+                    w.get("dynamic"),
+                    "is not supported; weights must be static",
+                )
             strategy = w.get("strategy")
             if strategy == "group":
                 size = w.get("group_size")
@@ -193,9 +233,15 @@ class PackQuantizedScheme:
             elif strategy == "channel":
                 size = None
             else:
-                raise bad(f"{prefix}.weights.strategy", strategy, "is not supported; only 'group' or 'channel'")
+                raise bad(
+                    f"{prefix}.weights.strategy",
+                    strategy,
+                    "is not supported; only 'group' or 'channel'",
+                )
             targets = scheme.get("targets") or []
-            groups.append(WeightArgs(gname, tuple(targets), bits, bool(w.get("symmetric", True)), size))
+            groups.append(
+                WeightArgs(gname, tuple(targets), bits, bool(w.get("symmetric", True)), size)
+            )
         return cls(groups=tuple(groups), ignore=tuple(qcfg.get("ignore") or ()))
 
     def match(self, name: str, module: nn.Module) -> WeightArgs | None:
@@ -224,8 +270,15 @@ class PackQuantizedScheme:
                 f"does not divide {name}'s {inp} input features; add {name!r} to quantization_config.ignore"
             )
         groups = inp // size
-        packed = reader.require(f"{name}.weight_packed", (out, ceil_div(inp * bits, 32)), (torch.int32,))
-        scale = reader.require(f"{name}.weight_scale", (out, groups), SCALE_DTYPES, why=f"one scale per group of {size}")
+        packed = reader.require(
+            f"{name}.weight_packed", (out, ceil_div(inp * bits, 32)), (torch.int32,)
+        )
+        scale = reader.require(
+            f"{name}.weight_scale",
+            (out, groups),
+            SCALE_DTYPES,
+            why=f"one scale per group of {size}",
+        )
         shape = reader.require(f"{name}.weight_shape", (2,), (torch.int32, torch.int64))
         if shape.tolist() != [out, inp]:
             raise QuantCheckpointError(
@@ -249,7 +302,11 @@ class PackQuantizedScheme:
                     f"indices outside [0, {groups})"
                 )
             g_idx = g_idx.to(device)
-        bias = reader.load_float(f"{name}.bias", (out,), device, dtype) if linear.bias is not None else None
+        bias = (
+            reader.load_float(f"{name}.bias", (out,), device, dtype)
+            if linear.bias is not None
+            else None
+        )
         return PackQuantizedLinear(
             packed.to(device), scale.to(device), shape.to(device), bits, zero_point, g_idx, bias
         )

@@ -36,14 +36,21 @@ def write_fp8(
     max_shard_bytes: int | None = None,
 ) -> Path:
     """Write `model` as an FP8 fine-grained block checkpoint (`weight_block_size` = `block_size`)."""
-    scheme = FP8Scheme(block_size=tuple(block_size), modules_to_not_convert=tuple(modules_to_not_convert))
+    scheme = FP8Scheme(
+        block_size=tuple(block_size), modules_to_not_convert=tuple(modules_to_not_convert)
+    )
     state = untied_state(model)
     for name, module in model.named_modules():
         if scheme.quantizes(name, module):
             weight, scale_inv = quantize_fp8_block(module.weight, scheme.block_size, scale_dtype)
             state[f"{name}.weight"] = weight
             state[f"{name}.weight_scale_inv"] = scale_inv
-    qcfg = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(block_size)}
+    qcfg = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": list(block_size),
+    }
     if modules_to_not_convert:
         qcfg["modules_to_not_convert"] = list(modules_to_not_convert)
     return save_checkpoint(out_dir, state, model, qcfg, tokenizer, max_shard_bytes)
@@ -78,10 +85,15 @@ def write_w4a16(
     skip += [
         name
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and group_size and module.in_features % group_size and name not in skip
+        if isinstance(module, nn.Linear)
+        and group_size
+        and module.in_features % group_size
+        and name not in skip
     ]
     strategy = "group" if group_size else "channel"
-    args = QuantizationArgs(num_bits=num_bits, type="int", symmetric=symmetric, strategy=strategy, group_size=group_size)
+    args = QuantizationArgs(
+        num_bits=num_bits, type="int", symmetric=symmetric, strategy=strategy, group_size=group_size
+    )
     qcfg = QuantizationConfig(
         config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
         ignore=skip,
@@ -123,7 +135,9 @@ def write_bnb4(
     from bitsandbytes.functional import quantize_4bit
     from transformers import BitsAndBytesConfig
 
-    scheme = BnB4Scheme(quant_type=quant_type, double_quant=double_quant, skip_modules=tuple(skip_modules))
+    scheme = BnB4Scheme(
+        quant_type=quant_type, double_quant=double_quant, skip_modules=tuple(skip_modules)
+    )
     state = untied_state(model)
     dtype = None
     for name, module in model.named_modules():

@@ -28,8 +28,14 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 class DataFileError(ValueError):
     """A data file the user can fix: the message names the file, and the line and field if known."""
 
-    def __init__(self, path: str | os.PathLike, message: str, *, line: int | None = None,
-                 field: str | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        message: str,
+        *,
+        line: int | None = None,
+        field: str | None = None,
+    ):
         self.path = str(path)
         self.line = line
         self.field = field
@@ -75,8 +81,9 @@ def function_tool(name: str, description: str, parameters: dict[str, str]) -> di
             "description": description,
             "parameters": {
                 "type": "object",
-                "properties": {arg: {"type": "string", "description": text}
-                               for arg, text in parameters.items()},
+                "properties": {
+                    arg: {"type": "string", "description": text} for arg, text in parameters.items()
+                },
                 "required": list(parameters),
             },
         },

@@ -31,21 +31,31 @@ from nudgeability.splice.tasks.scoring import (
 )
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
-_INTRO = ("You answer questions that combine two facts from the paragraphs supplied with the "
-          "question.")
-_ANSWER_FORMAT = ("give your final answer on its own line as `Answer: <answer>`, where <answer> "
-                  "is a short phrase (a name, date, number or place) with no explanation")
+_INTRO = (
+    "You answer questions that combine two facts from the paragraphs supplied with the question."
+)
+_ANSWER_FORMAT = (
+    "give your final answer on its own line as `Answer: <answer>`, where <answer> "
+    "is a short phrase (a name, date, number or place) with no explanation"
+)
 SYSTEM_UNAIDED = f"{_INTRO}\nThink the question through first. Then {_ANSWER_FORMAT}."
 SYSTEM_WITH_TOOL = (
     f"{_INTRO}\nYou can call the `{{tool}}` tool: {{tool_use}}\n"
     f"Think the question through first. Then do exactly one of these: {_ANSWER_FORMAT}; or call "
-    f"`{{tool}}`.")
+    f"`{{tool}}`."
+)
 RETRIEVE_USE = "it returns the most relevant of the supplied paragraphs for a query."
 ASK_EXPERT_USE = "it returns a correct worked answer to a question, at no cost."
-RETRIEVE_TOOL = ("retrieve", "Return the most relevant of the supplied paragraphs for a query.",
-                 {"query": "What to look for in the supplied paragraphs."})
-ASK_EXPERT_TOOL = ("ask_expert", "Ask an expert, who returns a correct worked answer to the "
-                   "question at no cost.", {"question": "The question to ask the expert."})
+RETRIEVE_TOOL = (
+    "retrieve",
+    "Return the most relevant of the supplied paragraphs for a query.",
+    {"query": "What to look for in the supplied paragraphs."},
+)
+ASK_EXPERT_TOOL = (
+    "ask_expert",
+    "Ask an expert, who returns a correct worked answer to the question at no cost.",
+    {"question": "The question to ask the expert."},
+)
 PARAGRAPH = "Paragraph {number}: {title}\n{text}"
 USER = "{paragraphs}\n\nQuestion: {question}"
 # ---------------------------------------------------------------------------------------------------
@@ -77,40 +87,57 @@ class MusiqueTask(Task):
         for line, record in records:
             problem = _problem(record, path, line)
             if problem.id in first_line:
-                raise DataFileError(path, f"id '{problem.id}' repeats the record on line "
-                                          f"{first_line[problem.id]}; ids must be unique",
-                                    line=line, field="id")
+                raise DataFileError(
+                    path,
+                    f"id '{problem.id}' repeats the record on line "
+                    f"{first_line[problem.id]}; ids must be unique",
+                    line=line,
+                    field="id",
+                )
             first_line[problem.id] = line
             if self.id_prefix is None or problem.id.startswith(self.id_prefix):
                 problems.append(problem)
         if not records:
-            raise EmptyDatasetError(path, "the file holds no records; pass an official MuSiQue "
-                                          "JSONL file")
+            raise EmptyDatasetError(
+                path, "the file holds no records; pass an official MuSiQue JSONL file"
+            )
         if not problems:
             raise EmptyDatasetError(
-                path, f"none of its {len(records)} records has an id starting "
-                      f"'{self.id_prefix}'; pass a file with two-hop questions, or keep all hops",
-                field="id")
+                path,
+                f"none of its {len(records)} records has an id starting "
+                f"'{self.id_prefix}'; pass a file with two-hop questions, or keep all hops",
+                field="id",
+            )
         return problems
 
     def unaided_messages(self, problem: Problem) -> Messages:
         """The question and its paragraphs, with the answer format; no tool."""
-        return [{"role": "system", "content": SYSTEM_UNAIDED},
-                {"role": "user", "content": _user_text(problem)}]
+        return [
+            {"role": "system", "content": SYSTEM_UNAIDED},
+            {"role": "user", "content": _user_text(problem)},
+        ]
 
     def with_tool(self, problem: Problem) -> tuple[Messages, Tools]:
         """The same user turn; the system turn offers `retrieve`, declared as a function tool."""
         system = SYSTEM_WITH_TOOL.format(tool="retrieve", tool_use=RETRIEVE_USE)
-        return ([{"role": "system", "content": system},
-                 {"role": "user", "content": _user_text(problem)}],
-                [function_tool(*RETRIEVE_TOOL)])
+        return (
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": _user_text(problem)},
+            ],
+            [function_tool(*RETRIEVE_TOOL)],
+        )
 
     def oracle(self, problem: Problem) -> tuple[Messages, Tools]:
         """The with-tool prompt with `ask_expert` in place of `retrieve`."""
         system = SYSTEM_WITH_TOOL.format(tool="ask_expert", tool_use=ASK_EXPERT_USE)
-        return ([{"role": "system", "content": system},
-                 {"role": "user", "content": _user_text(problem)}],
-                [function_tool(*ASK_EXPERT_TOOL)])
+        return (
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": _user_text(problem)},
+            ],
+            [function_tool(*ASK_EXPERT_TOOL)],
+        )
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Official EM and F1, each maxed over the golds; correct ⇔ EM = 1.
@@ -127,8 +154,10 @@ class MusiqueTask(Task):
 
 
 def _user_text(problem: Problem) -> str:
-    paragraphs = "\n\n".join(PARAGRAPH.format(number=number, title=title, text=text)
-                             for number, (title, text) in enumerate(problem.context, start=1))
+    paragraphs = "\n\n".join(
+        PARAGRAPH.format(number=number, title=title, text=text)
+        for number, (title, text) in enumerate(problem.context, start=1)
+    )
     return USER.format(paragraphs=paragraphs, question=problem.question)
 
 
@@ -138,18 +167,33 @@ def _problem(record: object, path: str | os.PathLike, line: int) -> Problem:
     answer = require(record, "answer", str, "the gold answer string", path, line)
     aliases = record.get("answer_aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(alias, str) for alias in aliases):
-        raise DataFileError(path, "field 'answer_aliases' must be a list of strings", line=line,
-                            field="answer_aliases")
-    paragraphs = require(record, "paragraphs", list, "a list of {title, paragraph_text} objects",
-                         path, line)
+        raise DataFileError(
+            path,
+            "field 'answer_aliases' must be a list of strings",
+            line=line,
+            field="answer_aliases",
+        )
+    paragraphs = require(
+        record, "paragraphs", list, "a list of {title, paragraph_text} objects", path, line
+    )
     if not paragraphs:
-        raise DataFileError(path, "field 'paragraphs' is empty; MuSiQue supplies 20 paragraphs",
-                            line=line, field="paragraphs")
+        raise DataFileError(
+            path,
+            "field 'paragraphs' is empty; MuSiQue supplies 20 paragraphs",
+            line=line,
+            field="paragraphs",
+        )
     context = []
     for index, paragraph in enumerate(paragraphs):
         where = f"paragraphs[{index}]"
         title = require(paragraph, "title", str, f"a string (in {where})", path, line)
         text = require(paragraph, "paragraph_text", str, f"a string (in {where})", path, line)
         context.append((title, text))
-    return Problem(id=problem_id, task=MusiqueTask.name, question=question,
-                   gold=(answer, *aliases), context=tuple(context), source_line=line)
+    return Problem(
+        id=problem_id,
+        task=MusiqueTask.name,
+        question=question,
+        gold=(answer, *aliases),
+        context=tuple(context),
+        source_line=line,
+    )

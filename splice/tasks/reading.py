@@ -20,7 +20,9 @@ def _read_text(path: str | os.PathLike) -> str:
         with open(path, encoding="utf-8") as handle:
             return handle.read()
     except UnicodeDecodeError as exc:
-        raise DataFileError(path, f"not UTF-8 text (byte {exc.start}); pass the official file") from None
+        raise DataFileError(
+            path, f"not UTF-8 text (byte {exc.start}); pass the official file"
+        ) from None
 
 
 def read_jsonl(path: str | os.PathLike) -> list[tuple[int, object]]:
@@ -34,8 +36,11 @@ def read_jsonl(path: str | os.PathLike) -> list[tuple[int, object]]:
             records.append((number, json.loads(line)))
         except json.JSONDecodeError as exc:
             raise DataFileError(
-                path, f"not valid JSON ({exc.msg} at column {exc.colno}); the line may be "
-                      "truncated: fetch the file again", line=number) from None
+                path,
+                f"not valid JSON ({exc.msg} at column {exc.colno}); the line may be "
+                "truncated: fetch the file again",
+                line=number,
+            ) from None
     return records
 
 
@@ -60,27 +65,33 @@ def read_json_array(path: str | os.PathLike) -> list[tuple[int, object]]:
         return DataFileError(path, message, line=newlines + 1)
 
     position = _WHITESPACE.match(text, 0).end()
-    if text[position:position + 1] != "[":
+    if text[position : position + 1] != "[":
         raise fail(position, "expected one JSON array of records ('[' ...)")
     position = _WHITESPACE.match(text, position + 1).end()
     elements: list[tuple[int, object]] = []
-    if text[position:position + 1] == "]":
+    if text[position : position + 1] == "]":
         return elements
     while True:
         try:
             value, end = decoder.raw_decode(text, position)
         except json.JSONDecodeError as exc:
-            raise fail(exc.pos, f"not valid JSON ({exc.msg} at column {exc.colno}); the file "
-                                "may be truncated: fetch it again") from None
+            raise fail(
+                exc.pos,
+                f"not valid JSON ({exc.msg} at column {exc.colno}); the file "
+                "may be truncated: fetch it again",
+            ) from None
         elements.append((line_at(position), value))
         position = _WHITESPACE.match(text, end).end()
-        separator = text[position:position + 1]
+        separator = text[position : position + 1]
         if separator == "]":
             break
         if separator != ",":
             reason = "the file ends inside the array" if not separator else f"found {separator!r}"
-            raise fail(position, f"expected ',' or ']' after a record, {reason}; the file may be "
-                                 "truncated: fetch it again")
+            raise fail(
+                position,
+                f"expected ',' or ']' after a record, {reason}; the file may be "
+                "truncated: fetch it again",
+            )
         position = _WHITESPACE.match(text, position + 1).end()
     trailing = _WHITESPACE.match(text, position + 1).end()
     if trailing < len(text):
@@ -88,23 +99,35 @@ def read_json_array(path: str | os.PathLike) -> list[tuple[int, object]]:
     return elements
 
 
-def require(record: object, field: str, kind: type | tuple[type, ...], expected: str,
-            path: str | os.PathLike, line: int):
+def require(
+    record: object,
+    field: str,
+    kind: type | tuple[type, ...],
+    expected: str,
+    path: str | os.PathLike,
+    line: int,
+):
     """Return `record[field]`, or raise `DataFileError` naming the field, file and line.
 
     `expected` says in words what the field must be ("a string", "true or false").
     """
     if not isinstance(record, dict):
-        raise DataFileError(path, f"expected a JSON object, found {type(record).__name__}",
-                            line=line)
+        raise DataFileError(
+            path, f"expected a JSON object, found {type(record).__name__}", line=line
+        )
     if field not in record:
-        raise DataFileError(path, f"record has no '{field}' field; it must be {expected}",
-                            line=line, field=field)
+        raise DataFileError(
+            path, f"record has no '{field}' field; it must be {expected}", line=line, field=field
+        )
     value = record[field]
     # bool is a subclass of int: reject it where a number or string is asked for.
     if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-        raise DataFileError(path, f"field '{field}' must be {expected}, found "
-                                  f"{json.dumps(value)[:40]}", line=line, field=field)
+        raise DataFileError(
+            path,
+            f"field '{field}' must be {expected}, found {json.dumps(value)[:40]}",
+            line=line,
+            field=field,
+        )
     return value
 
 

@@ -21,11 +21,16 @@ class SampleSizeError(ValueError):
 
 
 def _rank(seed: int, problem_id: str) -> bytes:
-    return hashlib.sha256(f"{seed}:{problem_id}".encode("utf-8")).digest()
+    return hashlib.sha256(f"{seed}:{problem_id}".encode()).digest()
 
 
-def sample_problems(problems: Sequence[Problem], n: int | None, seed: int, *,
-                    source: str | os.PathLike | None = None) -> list[Problem]:
+def sample_problems(
+    problems: Sequence[Problem],
+    n: int | None,
+    seed: int,
+    *,
+    source: str | os.PathLike | None = None,
+) -> list[Problem]:
     """The first `n` problems of the seed's permutation (all of them, permuted, when n is None).
 
     `source` (the data file) only goes into error messages. Raises `SampleSizeError` when n < 1 or
@@ -37,7 +42,8 @@ def sample_problems(problems: Sequence[Problem], n: int | None, seed: int, *,
     if n is not None and n > len(problems):
         raise SampleSizeError(
             f"{where}n={n} asks for more problems than the {len(problems)} available (after "
-            f"filtering); pass n <= {len(problems)} or a larger data file")
+            f"filtering); pass n <= {len(problems)} or a larger data file"
+        )
     ids = [problem.id for problem in problems]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{where}problem ids are not unique; sampling needs unique ids")

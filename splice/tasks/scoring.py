@@ -35,14 +35,26 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 # An answer label at the start of a line (after any leading markup), e.g. "**Final answer:**".
 _LABEL = re.compile(
     r"^(?:the\s+)?(?:final\s+)?answer(?:\s+is\b\s*[*_]*\s*[:：]?|\s*[*_]*\s*[:：])[*_]*\s*",
-    re.IGNORECASE)
-_LEADING_MARK = re.compile(r"^(?:[-*•>#]+\s+|[*_]+(?=(?:the\s+)?(?:final\s+)?answer\b))",
-                           re.IGNORECASE)
+    re.IGNORECASE,
+)
+_LEADING_MARK = re.compile(
+    r"^(?:[-*•>#]+\s+|[*_]+(?=(?:the\s+)?(?:final\s+)?answer\b))", re.IGNORECASE
+)
 _BOXED = re.compile(r"^\$*\\boxed\{(.*)\}\$*$", re.DOTALL)
 _TAG_PAIR = re.compile(r"^<(\w+)>(.*)</\1>$", re.DOTALL)
-_PAIRS = (("**", "**"), ("__", "__"), ("*", "*"), ("_", "_"), ("`", "`"), ("$", "$"),
-          ('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"),
-          ("\u00ab", "\u00bb"))
+_PAIRS = (
+    ("**", "**"),
+    ("__", "__"),
+    ("*", "*"),
+    ("_", "_"),
+    ("`", "`"),
+    ("$", "$"),
+    ('"', '"'),
+    ("'", "'"),
+    ("\u201c", "\u201d"),
+    ("\u2018", "\u2019"),
+    ("\u00ab", "\u00bb"),
+)
 
 
 def normalize_answer(text: str) -> str:
@@ -79,8 +91,9 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def max_over_golds(metric: Callable[[str, str], float], prediction: str,
-                   golds: Sequence[str]) -> float:
+def max_over_golds(
+    metric: Callable[[str, str], float], prediction: str, golds: Sequence[str]
+) -> float:
     """The metric's maximum over the golds (official `metric_max_over_ground_truths`)."""
     if not golds:
         raise ValueError("max_over_golds needs at least one gold answer")
@@ -98,9 +111,12 @@ def _strip_markup(span: str) -> str:
             span = boxed.group(boxed.lastindex)
         span = span.rstrip(".!").rstrip()
         for opener, closer in _PAIRS:
-            if len(span) >= len(opener) + len(closer) and span.startswith(opener) \
-                    and span.endswith(closer):
-                span = span[len(opener):len(span) - len(closer)]
+            if (
+                len(span) >= len(opener) + len(closer)
+                and span.startswith(opener)
+                and span.endswith(closer)
+            ):
+                span = span[len(opener) : len(span) - len(closer)]
                 break
     return span
 
@@ -109,7 +125,7 @@ def _strip_label(line: str) -> str | None:
     """The text after an answer label, or None when the line has no label."""
     unmarked = _LEADING_MARK.sub("", line.strip())
     match = _LABEL.match(unmarked)
-    return None if match is None else unmarked[match.end():]
+    return None if match is None else unmarked[match.end() :]
 
 
 def extract_answer(text: str | None) -> str | None:
@@ -137,8 +153,9 @@ def extract_answer(text: str | None) -> str | None:
     return span or None
 
 
-_YES_NO = re.compile(r"^[\W_]*?(yes|no|true|false)\b[*_`'\"\u201d\u2019)\]]*(.*)$",
-                     re.IGNORECASE | re.DOTALL)
+_YES_NO = re.compile(
+    r"^[\W_]*?(yes|no|true|false)\b[*_`'\"\u201d\u2019)\]]*(.*)$", re.IGNORECASE | re.DOTALL
+)
 # What may follow the yes/no word: nothing, punctuation, or a short explanation.
 _EXPLANATION = re.compile(r"^(?:[,.;:!\-\u2013\u2014(]|(?:because|since|as)\b)", re.IGNORECASE)
 

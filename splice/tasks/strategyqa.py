@@ -32,13 +32,20 @@ SYSTEM_UNAIDED = f"{_INTRO}\nThink the question through first. Then {_ANSWER_FOR
 SYSTEM_WITH_TOOL = (
     f"{_INTRO}\nYou can call the `{{tool}}` tool: {{tool_use}}\n"
     f"Think the question through first. Then do exactly one of these: {_ANSWER_FORMAT}; or call "
-    f"`{{tool}}`.")
+    f"`{{tool}}`."
+)
 SEARCH_USE = "it searches a scoped web index and returns evidence passages for a query."
 ASK_EXPERT_USE = "it returns a correct worked answer to a question, at no cost."
-SEARCH_TOOL = ("search", "Search a scoped web index and return evidence passages relevant to "
-               "the query.", {"query": "The search query."})
-ASK_EXPERT_TOOL = ("ask_expert", "Ask an expert, who returns a correct worked answer to the "
-                   "question at no cost.", {"question": "The question to ask the expert."})
+SEARCH_TOOL = (
+    "search",
+    "Search a scoped web index and return evidence passages relevant to the query.",
+    {"query": "The search query."},
+)
+ASK_EXPERT_TOOL = (
+    "ask_expert",
+    "Ask an expert, who returns a correct worked answer to the question at no cost.",
+    {"question": "The question to ask the expert."},
+)
 USER = "Question: {question}"
 # ---------------------------------------------------------------------------------------------------
 
@@ -65,35 +72,57 @@ class StrategyQATask(Task):
             question = require(record, "question", str, "the question text", path, line)
             answer = require(record, "answer", bool, "true or false", path, line)
             if qid in first_line:
-                raise DataFileError(path, f"qid '{qid}' repeats the record on line "
-                                          f"{first_line[qid]}; ids must be unique",
-                                    line=line, field="qid")
+                raise DataFileError(
+                    path,
+                    f"qid '{qid}' repeats the record on line {first_line[qid]}; ids must be unique",
+                    line=line,
+                    field="qid",
+                )
             first_line[qid] = line
-            problems.append(Problem(id=qid, task=self.name, question=question, gold=answer,
-                                    context=(), source_line=line))
+            problems.append(
+                Problem(
+                    id=qid,
+                    task=self.name,
+                    question=question,
+                    gold=answer,
+                    context=(),
+                    source_line=line,
+                )
+            )
         if not problems:
-            raise EmptyDatasetError(path, "the array holds no records; pass the official "
-                                          "strategyqa_train.json")
+            raise EmptyDatasetError(
+                path, "the array holds no records; pass the official strategyqa_train.json"
+            )
         return problems
 
     def unaided_messages(self, problem: Problem) -> Messages:
         """The question with the yes/no answer format; no tool."""
-        return [{"role": "system", "content": SYSTEM_UNAIDED},
-                {"role": "user", "content": USER.format(question=problem.question)}]
+        return [
+            {"role": "system", "content": SYSTEM_UNAIDED},
+            {"role": "user", "content": USER.format(question=problem.question)},
+        ]
 
     def with_tool(self, problem: Problem) -> tuple[Messages, Tools]:
         """The same user turn; the system turn offers `search`, declared as a function tool."""
         system = SYSTEM_WITH_TOOL.format(tool="search", tool_use=SEARCH_USE)
-        return ([{"role": "system", "content": system},
-                 {"role": "user", "content": USER.format(question=problem.question)}],
-                [function_tool(*SEARCH_TOOL)])
+        return (
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": USER.format(question=problem.question)},
+            ],
+            [function_tool(*SEARCH_TOOL)],
+        )
 
     def oracle(self, problem: Problem) -> tuple[Messages, Tools]:
         """The with-tool prompt with `ask_expert` in place of `search`."""
         system = SYSTEM_WITH_TOOL.format(tool="ask_expert", tool_use=ASK_EXPERT_USE)
-        return ([{"role": "system", "content": system},
-                 {"role": "user", "content": USER.format(question=problem.question)}],
-                [function_tool(*ASK_EXPERT_TOOL)])
+        return (
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": USER.format(question=problem.question)},
+            ],
+            [function_tool(*ASK_EXPERT_TOOL)],
+        )
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Parsed yes/no against the gold bool: em = 1.0/0.0, f1 = None (undefined for yes/no).

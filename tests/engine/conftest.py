@@ -12,4 +12,3 @@ from nudgeability.models.tiny import tiny_model
 def tiny(request):
     """(arch, model): a tiny fp32 random model; Gemma 4's window (16) is shorter than every prefix."""
     return request.param, tiny_model(request.param, num_layers=4)
-

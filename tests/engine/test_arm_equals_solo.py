@@ -16,7 +16,9 @@ def test_every_arm_equals_its_solo_greedy_run(tiny):
     engine = Engine(model)
     prefix = random_ids(210, seed=1)
     suffixes = [random_ids(n, seed=100 + n) for n in SUFFIX_LENGTHS]
-    arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=NEW_TOKENS), return_logits=True)
+    arms = engine.fork(
+        prefix, suffixes, SamplingParams(max_new_tokens=NEW_TOKENS), return_logits=True
+    )
     assert len(arms) == len(suffixes)
     for suffix, arm in zip(suffixes, arms):
         assert_matches_reference(model, arm, prefix + suffix, NEW_TOKENS, engine.eos_ids)
@@ -28,8 +30,16 @@ def test_two_prefix_groups_in_one_batch_equal_their_solo_runs(tiny):
     arch, model = tiny
     engine = Engine(model)
     requests = [
-        ForkRequest(random_ids(230, seed=2), [random_ids(n, seed=200 + n) for n in (4, 1, 9)], SamplingParams(max_new_tokens=12)),
-        ForkRequest(random_ids(201, seed=3), [random_ids(n, seed=300 + n) for n in (6, 2, 11, 3, 7)], SamplingParams(max_new_tokens=12)),
+        ForkRequest(
+            random_ids(230, seed=2),
+            [random_ids(n, seed=200 + n) for n in (4, 1, 9)],
+            SamplingParams(max_new_tokens=12),
+        ),
+        ForkRequest(
+            random_ids(201, seed=3),
+            [random_ids(n, seed=300 + n) for n in (6, 2, 11, 3, 7)],
+            SamplingParams(max_new_tokens=12),
+        ),
     ]
     results = engine.fork_many(requests, return_logits=True)
     assert [len(r) for r in results] == [3, 5]
@@ -42,7 +52,9 @@ def test_an_empty_suffix_continues_the_prefix_itself(tiny):
     arch, model = tiny
     engine = Engine(model)
     prefix = random_ids(205, seed=4)
-    arms = engine.fork(prefix, [[], random_ids(3, seed=5)], SamplingParams(max_new_tokens=10), return_logits=True)
+    arms = engine.fork(
+        prefix, [[], random_ids(3, seed=5)], SamplingParams(max_new_tokens=10), return_logits=True
+    )
     assert_matches_reference(model, arms[0], prefix, 10, engine.eos_ids)
     assert_matches_reference(model, arms[1], prefix + random_ids(3, seed=5), 10, engine.eos_ids)
 
@@ -58,8 +70,16 @@ def test_smollm2_arms_equal_solo_greedy_runs(smollm2):
         "although in England any person may perform a citizen's arrest in some circumstances. "
     ) * 3
     prefix = tok(text)["input_ids"][:220]
-    sentences = ["I am confident.", "I doubt this.", "Hmm.", "", "Let me check each step again before I answer.",
-                 "So", "Wait, maybe the band members were never police officers at all.", "Answer:"]
+    sentences = [
+        "I am confident.",
+        "I doubt this.",
+        "Hmm.",
+        "",
+        "Let me check each step again before I answer.",
+        "So",
+        "Wait, maybe the band members were never police officers at all.",
+        "Answer:",
+    ]
     suffixes = [tok(" " + s)["input_ids"] if s else [] for s in sentences]
     arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=16), return_logits=True)
     for suffix, arm in zip(suffixes, arms):
@@ -70,11 +90,21 @@ def test_smollm2_arms_equal_solo_greedy_runs(smollm2):
 def test_smollm2_two_groups_in_one_batch_equal_solo_runs(smollm2):
     model, tok = smollm2.model, smollm2.tokenizer
     engine = Engine(model, tok)
-    a = tok("The capital of France is Paris. The capital of Italy is Rome. " * 12)["input_ids"][:200]
-    b = tok("Water boils at 100 degrees Celsius at sea level, and freezes at zero. " * 12)["input_ids"][:230]
+    a = tok("The capital of France is Paris. The capital of Italy is Rome. " * 12)["input_ids"][
+        :200
+    ]
+    b = tok("Water boils at 100 degrees Celsius at sea level, and freezes at zero. " * 12)[
+        "input_ids"
+    ][:230]
     requests = [
-        ForkRequest(a, [tok(" The capital of Spain is")["input_ids"], tok(" I")["input_ids"]], SamplingParams(max_new_tokens=8)),
-        ForkRequest(b, [tok(" At high altitude")["input_ids"], []], SamplingParams(max_new_tokens=8)),
+        ForkRequest(
+            a,
+            [tok(" The capital of Spain is")["input_ids"], tok(" I")["input_ids"]],
+            SamplingParams(max_new_tokens=8),
+        ),
+        ForkRequest(
+            b, [tok(" At high altitude")["input_ids"], []], SamplingParams(max_new_tokens=8)
+        ),
     ]
     for req, arms in zip(requests, engine.fork_many(requests, return_logits=True)):
         for suffix, arm in zip(req.suffixes, arms):
@@ -92,17 +122,30 @@ def test_arms_match_solo_when_prefix_scores_are_computed_in_row_chunks(arch, mon
     engine = Engine(model)
     prefix = random_ids(203, seed=11)
     suffixes = [random_ids(n, seed=500 + n) for n in (2, 9, 15)]
-    for suffix, arm in zip(suffixes, engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=10), return_logits=True)):
+    for suffix, arm in zip(
+        suffixes,
+        engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=10), return_logits=True),
+    ):
         assert_matches_reference(model, arm, prefix + suffix, 10, engine.eos_ids)
 
 
-@pytest.mark.parametrize("prefill_tokens", [64, 10])  # chunks longer, then shorter, than Gemma 4's window
+@pytest.mark.parametrize(
+    "prefill_tokens", [64, 10]
+)  # chunks longer, then shorter, than Gemma 4's window
 def test_chunked_prefix_prefill_keeps_every_arm_equal_to_its_solo_run(tiny, prefill_tokens):
     arch, model = tiny
     engine = Engine(model, prefill_tokens=prefill_tokens)
     requests = [
-        ForkRequest(random_ids(205, seed=31), [random_ids(n, seed=700 + n) for n in (3, 8)], SamplingParams(max_new_tokens=8)),
-        ForkRequest(random_ids(117, seed=32), [random_ids(n, seed=800 + n) for n in (1, 5)], SamplingParams(max_new_tokens=8)),
+        ForkRequest(
+            random_ids(205, seed=31),
+            [random_ids(n, seed=700 + n) for n in (3, 8)],
+            SamplingParams(max_new_tokens=8),
+        ),
+        ForkRequest(
+            random_ids(117, seed=32),
+            [random_ids(n, seed=800 + n) for n in (1, 5)],
+            SamplingParams(max_new_tokens=8),
+        ),
     ]
     results = engine.fork_many(requests, return_logits=True)
     assert engine.stats.forward_calls > 10  # the prefixes really were prefilled in many chunks

@@ -24,8 +24,18 @@ def test_arms_finishing_at_very_different_steps_still_match_solo():
 
 def _requests():
     return [
-        ForkRequest(random_ids(p, seed=p), [random_ids(s, seed=p + s) for s in sizes], SamplingParams(max_new_tokens=10))
-        for p, sizes in ((90, (3, 1, 5)), (140, (2, 8)), (60, (4, 4, 4, 1)), (200, (6,)), (75, (2, 3)))
+        ForkRequest(
+            random_ids(p, seed=p),
+            [random_ids(s, seed=p + s) for s in sizes],
+            SamplingParams(max_new_tokens=10),
+        )
+        for p, sizes in (
+            (90, (3, 1, 5)),
+            (140, (2, 8)),
+            (60, (4, 4, 4, 1)),
+            (200, (6,)),
+            (75, (2, 3)),
+        )
     ]
 
 
@@ -34,11 +44,16 @@ def test_small_budget_splits_into_several_batches_with_identical_results(arch):
     model = tiny_model(arch, seed=5)
     one = Engine(model)
     small = Engine(model, max_batch_tokens=400)
-    shapes = [GroupShape(len(r.prefix_ids), tuple(len(s) for s in r.suffixes), (10,) * len(r.suffixes)) for r in _requests()]
+    shapes = [
+        GroupShape(len(r.prefix_ids), tuple(len(s) for s in r.suffixes), (10,) * len(r.suffixes))
+        for r in _requests()
+    ]
     assert len(plan_batches(shapes, 400)) >= 3
     together = one.fork_many(_requests())
     split = small.fork_many(_requests())
-    assert [[a.token_ids for a in arms] for arms in together] == [[a.token_ids for a in arms] for arms in split]
+    assert [[a.token_ids for a in arms] for arms in together] == [
+        [a.token_ids for a in arms] for arms in split
+    ]
     assert small.stats.forward_calls > one.stats.forward_calls
 
 

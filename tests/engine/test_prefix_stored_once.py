@@ -50,14 +50,21 @@ def test_prefix_bytes_do_not_grow_with_the_number_of_arms(arch, caches):
     prefix = random_ids(240, seed=1)
     sizes = {}
     for n in (1, 8, 32):
-        engine.fork(prefix, [random_ids(1 + i % 7, seed=i) for i in range(n)], SamplingParams(max_new_tokens=4))
+        engine.fork(
+            prefix,
+            [random_ids(1 + i % 7, seed=i) for i in range(n)],
+            SamplingParams(max_new_tokens=4),
+        )
         cache = caches[-1]
         sizes[n] = cache.nbytes()
         assert sizes[n]["prefix"] == _expected_prefix_bytes(model, cache, len(prefix))
         for layer in cache.storage:
             if layer.prefix_k is not None:
                 assert layer.prefix_k.shape[0] == 1  # one group, not one per arm
-                assert layer.prefix_k.untyped_storage().nbytes() == layer.prefix_k.numel() * layer.prefix_k.element_size()
+                assert (
+                    layer.prefix_k.untyped_storage().nbytes()
+                    == layer.prefix_k.numel() * layer.prefix_k.element_size()
+                )
     assert sizes[1]["prefix"] == sizes[8]["prefix"] == sizes[32]["prefix"]
     assert sizes[1]["suffix"] < sizes[8]["suffix"] < sizes[32]["suffix"]
 
@@ -67,13 +74,21 @@ def test_sliding_layers_keep_only_the_last_window_minus_one_positions(caches):
     engine = Engine(model)
     engine.fork(random_ids(100, seed=2), [random_ids(3, seed=3)], SamplingParams(max_new_tokens=2))
     cache = caches[-1]
-    kept = {w: layer.prefix_k.shape[2] for w, layer in zip(cache.windows, cache.storage) if layer.prefix_k is not None}
+    kept = {
+        w: layer.prefix_k.shape[2]
+        for w, layer in zip(cache.windows, cache.storage)
+        if layer.prefix_k is not None
+    }
     assert kept == {None: 100, 16: 15}
 
 
 def test_every_decode_step_reads_the_same_prefix_storage(caches):
     engine = Engine(tiny_model("qwen3"))
-    engine.fork(random_ids(220, seed=4), [random_ids(n, seed=n) for n in (1, 4, 9)], SamplingParams(max_new_tokens=12))
+    engine.fork(
+        random_ids(220, seed=4),
+        [random_ids(n, seed=n) for n in (1, 4, 9)],
+        SamplingParams(max_new_tokens=12),
+    )
     steps = caches[-1].pointers_per_step
     assert len(steps) >= 2 and all(s == steps[0] for s in steps)
 
@@ -82,8 +97,12 @@ def test_two_groups_store_two_prefixes_not_one_per_arm(caches):
     model = tiny_model("glm4")
     engine = Engine(model)
     requests = [
-        ForkRequest(random_ids(200, seed=5), [random_ids(2, seed=6)] * 6, SamplingParams(max_new_tokens=3)),
-        ForkRequest(random_ids(200, seed=7), [random_ids(3, seed=8)] * 6, SamplingParams(max_new_tokens=3)),
+        ForkRequest(
+            random_ids(200, seed=5), [random_ids(2, seed=6)] * 6, SamplingParams(max_new_tokens=3)
+        ),
+        ForkRequest(
+            random_ids(200, seed=7), [random_ids(3, seed=8)] * 6, SamplingParams(max_new_tokens=3)
+        ),
     ]
     engine.fork_many(requests)
     cache = caches[-1]

@@ -67,8 +67,12 @@ def test_inverse_cdf_frequencies_follow_the_renormalised_nucleus():
     keep = torch.tensor([True, True, False, False, False])
     assert (probs[:1].sum() < 0.9) and (probs[:2].sum() >= 0.9)
     expected = torch.where(keep, probs, 0) / probs[keep].sum()
-    u = (torch.arange(100000, dtype=torch.float64) + 0.5) / 100000  # a uniform grid: exact frequencies
-    tokens = sample(logits.expand(len(u), -1), torch.full((len(u),), 0.7), torch.full((len(u),), 0.9), u)
+    u = (
+        torch.arange(100000, dtype=torch.float64) + 0.5
+    ) / 100000  # a uniform grid: exact frequencies
+    tokens = sample(
+        logits.expand(len(u), -1), torch.full((len(u),), 0.7), torch.full((len(u),), 0.9), u
+    )
     freq = torch.bincount(tokens, minlength=5).double() / len(u)
     assert torch.allclose(freq, expected, atol=2e-5)
 

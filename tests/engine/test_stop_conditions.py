@@ -25,7 +25,10 @@ def test_each_arm_stops_on_its_own_stop_ids():
     prefix = random_ids(50, seed=2)
     suffixes = [random_ids(n, seed=n) for n in (2, 3, 4)]
     free = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=16))
-    params = [SamplingParams(max_new_tokens=16, stop_token_ids=(f.token_ids[k],)) for f, k in zip(free, (1, 7, 12))]
+    params = [
+        SamplingParams(max_new_tokens=16, stop_token_ids=(f.token_ids[k],))
+        for f, k in zip(free, (1, 7, 12))
+    ]
     arms = engine.fork(prefix, suffixes, params)
     for f, p, arm in zip(free, params, arms):
         stop = p.stop_token_ids[0]
@@ -36,7 +39,9 @@ def test_each_arm_stops_on_its_own_stop_ids():
 def test_stop_string_cuts_where_the_decoded_text_first_contains_it(smollm2):
     model, tok = smollm2.model, smollm2.tokenizer
     engine = Engine(model, tok)
-    prompt = tok("<|im_start|>user\nCount from 1 to 20, one number per line.<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
+    prompt = tok(
+        "<|im_start|>user\nCount from 1 to 20, one number per line.<|im_end|>\n<|im_start|>assistant\n"
+    )["input_ids"]
     free = engine.generate([prompt], SamplingParams(max_new_tokens=40))[0].token_ids
     stop = tok.decode(free).split()[4]  # a word the free run writes, possibly spanning tokens
     # reference: the shortest prefix of the free run whose decoded text contains the stop string

@@ -21,7 +21,9 @@ def _generated(fam, name):
     return head, head + fam.encode(close) + fam.encode(after)
 
 
-@pytest.mark.parametrize("name,close_tokens", [("qwen3", 1), ("gemma4", 1), ("glm_z1", 5), ("chatml", 4)])
+@pytest.mark.parametrize(
+    "name,close_tokens", [("qwen3", 1), ("gemma4", 1), ("glm_z1", 5), ("chatml", 4)]
+)
 def test_boundary_is_where_the_think_close_tokens_start(make_family, name, close_tokens):
     fam = make_family(name)
     head, generated = _generated(fam, name)
@@ -75,7 +77,9 @@ SPLICED = {
 
 @pytest.mark.parametrize("name", sorted(SPLICED))
 @pytest.mark.parametrize("sealed", [False, True])
-def test_appending_a_sentence_at_the_boundary_decodes_to_the_expected_text(make_family, name, sealed):
+def test_appending_a_sentence_at_the_boundary_decodes_to_the_expected_text(
+    make_family, name, sealed
+):
     fam = make_family(name)
     _, generated = _generated(fam, name)
     b = fam.find_boundary(generated)

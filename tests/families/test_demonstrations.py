@@ -12,7 +12,11 @@ TOOL = {
     "function": {
         "name": "ask_expert",
         "description": "Ask an expert.",
-        "parameters": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"question": {"type": "string"}},
+            "required": ["question"],
+        },
     },
 }
 
@@ -39,7 +43,9 @@ def test_chatml_demonstrates_an_answer_and_a_call_of_the_declared_tool_in_its_ow
     assert rendered.endswith(expected_tail)
     # The demonstrated answer and call parse as the family reads a real commitment.
     answer = family.encode("</think>\nAnswer: yes<|im_end|>")
-    call = family.encode(rendered[rendered.rindex("</think>\n<tool_call>") : rendered.rindex("<|im_start|>user")])
+    call = family.encode(
+        rendered[rendered.rindex("</think>\n<tool_call>") : rendered.rindex("<|im_start|>user")]
+    )
     assert family.parse_action(answer, "eos", [TOOL]).kind == "SELF"
     assert family.parse_action(call, "eos", [TOOL]).kind == "TOOL"
 

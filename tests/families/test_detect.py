@@ -32,7 +32,9 @@ def test_model_type_of_a_multimodal_text_config_picks_the_family():
 
 
 def test_a_model_object_is_read_through_its_config():
-    assert detect_family(tiny_model("glm4", num_layers=1), tiny_tokenizer("glm_z1")).name == "glm_z1"
+    assert (
+        detect_family(tiny_model("glm4", num_layers=1), tiny_tokenizer("glm_z1")).name == "glm_z1"
+    )
 
 
 @pytest.mark.parametrize("family", ["qwen3", "glm_z1", "gemma4", "chatml"])

@@ -85,13 +85,19 @@ def test_family_renderer_gives_the_documented_text(make_family, conversation, re
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_tiny_tokenizer_chat_template_gives_the_documented_text(conversation, retrieve_tool, name):
     text = tiny_tokenizer(name).apply_chat_template(
-        conversation, tools=[retrieve_tool], add_generation_prompt=True, tokenize=False, enable_thinking=True
+        conversation,
+        tools=[retrieve_tool],
+        add_generation_prompt=True,
+        tokenize=False,
+        enable_thinking=True,
     )
     assert text == EXPECTED[name]
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
-def test_render_ids_decode_to_the_documented_text_and_repeat_exactly(make_family, conversation, retrieve_tool, name):
+def test_render_ids_decode_to_the_documented_text_and_repeat_exactly(
+    make_family, conversation, retrieve_tool, name
+):
     fam = make_family(name)
     ids = fam.render(conversation, tools=[retrieve_tool])
     assert fam.decode(ids) == EXPECTED[name]
@@ -108,16 +114,33 @@ def test_thinking_off_prefills_an_empty_think_block(make_family, conversation, r
 
 
 def _qwen3_conversations(tool):
-    second = {"type": "function", "function": {"name": "search", "description": "Search.", "parameters": {}}}
-    sys_user = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who wrote Emma?"}]
+    second = {
+        "type": "function",
+        "function": {"name": "search", "description": "Search.", "parameters": {}},
+    }
+    sys_user = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Who wrote Emma?"},
+    ]
     multi_turn = sys_user + [
-        {"role": "assistant", "content": "<think>\nI should look it up.\n</think>\n\n",
-         "tool_calls": [{"type": "function", "function": {"name": "retrieve", "arguments": {"query": "Emma"}}}]},
+        {
+            "role": "assistant",
+            "content": "<think>\nI should look it up.\n</think>\n\n",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "retrieve", "arguments": {"query": "Emma"}},
+                }
+            ],
+        },
         {"role": "tool", "content": "Emma is a novel by Jane Austen."},
         {"role": "tool", "content": "It was published in 1815."},
-        {"role": "assistant", "content": "<think>\nThe paragraph says so.\n</think>\n\nJane Austen."},
+        {
+            "role": "assistant",
+            "content": "<think>\nThe paragraph says so.\n</think>\n\nJane Austen.",
+        },
         {"role": "user", "content": "And when?"},
-    ]  # fmt: skip
+    ]
     return [
         (sys_user, [tool], True),
         (sys_user[1:], [tool], True),
@@ -135,9 +158,13 @@ def test_qwen3_renderer_matches_the_real_qwen3_template(make_family, retrieve_to
     real = chat_template("qwen3.jinja")
     for messages, tools, thinking in _qwen3_conversations(retrieve_tool):
         expected = fam.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False, enable_thinking=thinking,
+            messages,
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=False,
+            enable_thinking=thinking,
             chat_template=real,
-        )  # fmt: skip
+        )
         assert fam.own_text(messages, tools, thinking) == expected
 
 
@@ -149,7 +176,9 @@ def test_render_prefers_a_checkpoint_template_that_renders_tools(conversation, r
     assert fam.render_text(conversation, [retrieve_tool]) == "TOOL=retrieve;Who wrote Emma?"
 
 
-def test_render_falls_back_to_own_renderer_when_the_template_ignores_tools(conversation, retrieve_tool):
+def test_render_falls_back_to_own_renderer_when_the_template_ignores_tools(
+    conversation, retrieve_tool
+):
     tok = copy.deepcopy(tiny_tokenizer("qwen3"))
     # SmolLM2's shipped template: ChatML with no tool support.
     tok.chat_template = (

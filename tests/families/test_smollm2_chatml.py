@@ -19,7 +19,10 @@ def test_smollm2_is_detected_as_chatml_with_multi_token_markers(fam):
     assert fam.name == "chatml"
     assert not fam.uses_checkpoint_template  # SmolLM2's template has no tool support
     assert [fam.decode([i]) for i in fam.think_close_ids] == ["</", "think", ">"]
-    assert fam.tokenizer.convert_ids_to_tokens(fam.stop_token_ids) == ["<|im_end|>", "<|endoftext|>"]
+    assert fam.tokenizer.convert_ids_to_tokens(fam.stop_token_ids) == [
+        "<|im_end|>",
+        "<|endoftext|>",
+    ]
     assert fam.stop_strings == ["</tool_call>"]
 
 
@@ -45,7 +48,10 @@ def test_smollm2_with_tool_greedy_generation_is_parsed_without_raising(smollm2, 
     prompt = fam.render(messages, tools=[retrieve_tool])
     assert fam.decode(prompt).endswith("<|im_start|>assistant\n<think>\n")
     params = SamplingParams(
-        max_new_tokens=64, temperature=0.0, stop_token_ids=tuple(fam.stop_token_ids), stop_strings=tuple(fam.stop_strings)
+        max_new_tokens=64,
+        temperature=0.0,
+        stop_token_ids=tuple(fam.stop_token_ids),
+        stop_strings=tuple(fam.stop_strings),
     )
     out = Engine(smollm2.model, smollm2.tokenizer).generate([prompt], params)[0]
     b = fam.find_boundary(out.token_ids)

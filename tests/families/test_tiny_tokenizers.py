@@ -13,12 +13,40 @@ from nudgeability.models.tiny_tokenizers import TINY_FAMILIES, tiny_tokenizer
 ARCH = {"qwen3": "qwen3", "glm_z1": "glm4", "gemma4": "gemma4", "chatml": "llama"}
 # Markers that must be one token (as in the real vocabularies) in each tiny tokenizer.
 SINGLE = {
-    "qwen3": ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "</tool_call>"],
-    "glm_z1": ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<|endoftext|>"],
-    "gemma4": ["<bos>", "<eos>", "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool>", "<tool|>",
-               "<|tool_call>", "<tool_call|>", '<|"|>'],
+    "qwen3": [
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+    ],
+    "glm_z1": [
+        "[gMASK]",
+        "<sop>",
+        "<|system|>",
+        "<|user|>",
+        "<|assistant|>",
+        "<|observation|>",
+        "<|endoftext|>",
+    ],
+    "gemma4": [
+        "<bos>",
+        "<eos>",
+        "<|turn>",
+        "<turn|>",
+        "<|think|>",
+        "<|channel>",
+        "<channel|>",
+        "<|tool>",
+        "<tool|>",
+        "<|tool_call>",
+        "<tool_call|>",
+        '<|"|>',
+    ],
     "chatml": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("family", TINY_FAMILIES)

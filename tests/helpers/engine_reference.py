@@ -12,7 +12,9 @@ def random_ids(length: int, seed: int, low: int = 3, high: int = 300) -> list[in
     return torch.randint(low, high, (length,), generator=gen).tolist()
 
 
-def hf_greedy(model, ids: list[int], max_new_tokens: int, eos_ids) -> tuple[list[int], torch.Tensor]:
+def hf_greedy(
+    model, ids: list[int], max_new_tokens: int, eos_ids
+) -> tuple[list[int], torch.Tensor]:
     """The reference: HF `generate(do_sample=False)` on `ids` alone; (new tokens, per-step fp32 logits)."""
     inputs = torch.tensor([ids])
     out = model.generate(
@@ -29,7 +31,9 @@ def hf_greedy(model, ids: list[int], max_new_tokens: int, eos_ids) -> tuple[list
     return tokens, torch.stack(out.logits)[:, 0].float()
 
 
-def assert_matches_reference(model, completion, full_ids: list[int], max_new_tokens: int, eos_ids, rtol=1e-4):
+def assert_matches_reference(
+    model, completion, full_ids: list[int], max_new_tokens: int, eos_ids, rtol=1e-4
+):
     """Greedy tokens equal HF's exactly; every step's logits agree to `rtol` relative (to the max |logit|)."""
     tokens, logits = hf_greedy(model, full_ids, max_new_tokens, eos_ids)
     assert completion.token_ids == tokens

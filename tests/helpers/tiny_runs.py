@@ -22,7 +22,9 @@ from nudgeability.models.tiny_tokenizers import tiny_tokenizer
 PAIRS = {"qwen3": "qwen3", "glm4": "glm_z1", "gemma4": "gemma4", "llama": "chatml"}
 
 
-def save_tiny_checkpoint(directory: Path, arch: str, *, seed: int = 0, close_boost: float | None = None) -> Path:
+def save_tiny_checkpoint(
+    directory: Path, arch: str, *, seed: int = 0, close_boost: float | None = None
+) -> Path:
     """Save a tiny `arch` model with its paired tiny tokenizer to `directory`; return it."""
     family_name = PAIRS[arch]
     tokenizer = tiny_tokenizer(family_name)
@@ -30,7 +32,9 @@ def save_tiny_checkpoint(directory: Path, arch: str, *, seed: int = 0, close_boo
     if close_boost is not None:
         close_ids = get_family(family_name, tokenizer).think_close_ids
         if len(close_ids) != 1:
-            raise ValueError(f"{family_name}: the think-close marker spans {len(close_ids)} tokens; cannot boost it")
+            raise ValueError(
+                f"{family_name}: the think-close marker spans {len(close_ids)} tokens; cannot boost it"
+            )
         with torch.no_grad():
             model.get_output_embeddings().weight[close_ids[0]] *= close_boost
     directory.mkdir(parents=True, exist_ok=True)
@@ -43,7 +47,9 @@ def read_records(out: Path) -> list[dict]:
     """The records of a finished run directory, in file order."""
     text = (Path(out) / "records.jsonl").read_text(encoding="utf-8")
     assert text.endswith("\n")
-    return [json.loads(line) for line in text[:-1].split("\n")]  # not splitlines: U+2028 may be in a text
+    return [
+        json.loads(line) for line in text[:-1].split("\n")
+    ]  # not splitlines: U+2028 may be in a text
 
 
 def run_nudge(argv: list[str]) -> tuple[int, str]:

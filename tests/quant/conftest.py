@@ -16,9 +16,9 @@ from __future__ import annotations
 import copy
 import json
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -61,8 +61,12 @@ FORMATS = {
     "w4a16_channel_asym": Format(write_w4a16, dict(group_size=None, symmetric=False)),
     # Written from bf16 models, like the real checkpoints: bf16 scales / bf16 quant-state dtype.
     "fp8_b128_from_bf16": Format(write_fp8, dict(block_size=(128, 128)), torch.bfloat16),
-    "w4a16_g32_asym_from_bf16": Format(write_w4a16, dict(group_size=32, symmetric=False), torch.bfloat16),
-    "bnb_nf4_dq_from_bf16": Format(write_bnb4, dict(quant_type="nf4", double_quant=True), torch.bfloat16),
+    "w4a16_g32_asym_from_bf16": Format(
+        write_w4a16, dict(group_size=32, symmetric=False), torch.bfloat16
+    ),
+    "bnb_nf4_dq_from_bf16": Format(
+        write_bnb4, dict(quant_type="nf4", double_quant=True), torch.bfloat16
+    ),
 }
 # One representative of each format family, for the more expensive checks.
 MAIN_FORMATS = ("fp8_b32_f16", "w4a16_g32_asym", "bnb_nf4_dq")
@@ -139,7 +143,11 @@ def reference_weights(directory: Path) -> dict[str, torch.Tensor]:
         for key in tensors:
             if key.endswith(".weight_packed"):
                 name = key.removesuffix(".weight_packed")
-                local = {k.removeprefix(name + "."): v for k, v in tensors.items() if k.startswith(name + ".weight")}
+                local = {
+                    k.removeprefix(name + "."): v
+                    for k, v in tensors.items()
+                    if k.startswith(name + ".weight")
+                }
                 zp = local.get("weight_zero_point")
                 if zp is not None and zp.shape[0] == 1:
                     # Same values, other strides: compressed-tensors 0.20.1's 4-bit unpack views the
@@ -155,7 +163,11 @@ def reference_weights(directory: Path) -> dict[str, torch.Tensor]:
         for key in tensors:
             if key.endswith(".weight.quant_map"):
                 name = key.removesuffix(".weight.quant_map")
-                parts = {k.removeprefix(name + ".weight."): v for k, v in tensors.items() if k.startswith(name + ".weight.")}
+                parts = {
+                    k.removeprefix(name + ".weight."): v
+                    for k, v in tensors.items()
+                    if k.startswith(name + ".weight.")
+                }
                 state = QuantState.from_dict(parts, device=torch.device("cpu"))
                 out[name] = dequantize_4bit(tensors[name + ".weight"], state)
         return out

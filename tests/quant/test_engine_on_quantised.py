@@ -16,12 +16,16 @@ NEW_TOKENS = 12
 
 @pytest.mark.parametrize("fmt", FORMAT_IDS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_every_forked_arm_of_a_quantised_model_equals_its_solo_greedy_run(checkpoint, qt, arch, fmt):
+def test_every_forked_arm_of_a_quantised_model_equals_its_solo_greedy_run(
+    checkpoint, qt, arch, fmt
+):
     model = qt.load(checkpoint(arch, fmt))
     engine = Engine(model)
     prefix = random_ids(210, seed=21)
     suffixes = [random_ids(n, seed=400 + n) for n in SUFFIX_LENGTHS]
-    arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=NEW_TOKENS), return_logits=True)
+    arms = engine.fork(
+        prefix, suffixes, SamplingParams(max_new_tokens=NEW_TOKENS), return_logits=True
+    )
     assert len(arms) == len(suffixes)
     for suffix, arm in zip(suffixes, arms):
         assert_matches_reference(model, arm, prefix + suffix, NEW_TOKENS, engine.eos_ids)

@@ -64,7 +64,11 @@ def test_a_missing_tensor_is_named(checkpoint, qt, tmp_path, fmt, key):
 @pytest.mark.parametrize(
     "fmt,key,shape",
     [
-        ("fp8_b32_f16", f"{DOWN}.weight_scale_inv", (4, 2)),  # transposed grid: [64, 128] has 2 x 4 blocks
+        (
+            "fp8_b32_f16",
+            f"{DOWN}.weight_scale_inv",
+            (4, 2),
+        ),  # transposed grid: [64, 128] has 2 x 4 blocks
         ("fp8_b32_f16", f"{DOWN}.weight", (128, 64)),
         ("w4a16_g32_asym", f"{DOWN}.weight_scale", (64, 2)),
         ("w4a16_g32_asym", f"{DOWN}.weight_packed", (64, 8)),
@@ -91,8 +95,15 @@ def test_a_weight_shape_that_disagrees_with_the_model_is_named(checkpoint, qt, t
 
 
 @pytest.mark.parametrize("block", [[128], [128, 128, 1], 128, [0, 128], ["128", "128"], None])
-def test_a_weight_block_size_that_is_not_two_positive_ints_is_rejected(checkpoint, qt, tmp_path, block):
-    directory = _variant(checkpoint("qwen3", "fp8_b128_bf16"), qt, tmp_path, qcfg=lambda q: q.update(weight_block_size=block))
+def test_a_weight_block_size_that_is_not_two_positive_ints_is_rejected(
+    checkpoint, qt, tmp_path, block
+):
+    directory = _variant(
+        checkpoint("qwen3", "fp8_b128_bf16"),
+        qt,
+        tmp_path,
+        qcfg=lambda q: q.update(weight_block_size=block),
+    )
     _fails(directory, "quantization_config.weight_block_size")
 
 
@@ -110,7 +121,12 @@ def test_pack_quantized_num_bits_other_than_4_or_8_is_rejected(checkpoint, qt, t
     [
         (lambda q: q.update(bnb_4bit_quant_type="int4"), "bnb_4bit_quant_type"),
         (lambda q: q.update(bnb_4bit_quant_type="fp8"), "bnb_4bit_quant_type"),
-        (lambda q: q.update(load_in_8bit=True, load_in_4bit=False, _load_in_8bit=True, _load_in_4bit=False), "load_in_8bit"),
+        (
+            lambda q: q.update(
+                load_in_8bit=True, load_in_4bit=False, _load_in_8bit=True, _load_in_4bit=False
+            ),
+            "load_in_8bit",
+        ),
         (lambda q: q.update(bnb_4bit_quant_storage="bfloat16"), "bnb_4bit_quant_storage"),
     ],
 )
@@ -119,18 +135,34 @@ def test_an_unsupported_bitsandbytes_mode_is_rejected(checkpoint, qt, tmp_path, 
     _fails(directory, f"quantization_config.{key}")
 
 
-def test_fp4_is_supported_on_cpu_so_a_quant_type_disagreeing_with_the_file_is_what_fails(checkpoint, qt, tmp_path):
+def test_fp4_is_supported_on_cpu_so_a_quant_type_disagreeing_with_the_file_is_what_fails(
+    checkpoint, qt, tmp_path
+):
     # bitsandbytes 0.50 runs fp4 on CPU (see test_exactness); an nf4 file declared fp4 names both.
-    directory = _variant(checkpoint("qwen3", "bnb_nf4_dq"), qt, tmp_path, qcfg=lambda q: q.update(bnb_4bit_quant_type="fp4"))
+    directory = _variant(
+        checkpoint("qwen3", "bnb_nf4_dq"),
+        qt,
+        tmp_path,
+        qcfg=lambda q: q.update(bnb_4bit_quant_type="fp4"),
+    )
     _fails(directory, "bitsandbytes__fp4", "nf4 state", "bnb_4bit_quant_type")
 
 
-def test_double_quantised_tensors_under_a_config_without_double_quant_are_rejected(checkpoint, qt, tmp_path):
-    directory = _variant(checkpoint("qwen3", "bnb_nf4_dq"), qt, tmp_path, qcfg=lambda q: q.update(bnb_4bit_use_double_quant=False))
+def test_double_quantised_tensors_under_a_config_without_double_quant_are_rejected(
+    checkpoint, qt, tmp_path
+):
+    directory = _variant(
+        checkpoint("qwen3", "bnb_nf4_dq"),
+        qt,
+        tmp_path,
+        qcfg=lambda q: q.update(bnb_4bit_use_double_quant=False),
+    )
     _fails(directory, "nested_absmax", "bnb_4bit_use_double_quant")
 
 
-def test_an_asymmetric_config_without_zero_points_names_the_missing_zero_point(checkpoint, qt, tmp_path):
+def test_an_asymmetric_config_without_zero_points_names_the_missing_zero_point(
+    checkpoint, qt, tmp_path
+):
     def edit(q):
         q["config_groups"]["group_0"]["weights"]["symmetric"] = False
 
@@ -140,26 +172,69 @@ def test_an_asymmetric_config_without_zero_points_names_the_missing_zero_point(c
 
 @pytest.mark.parametrize("method", ["awq", "gptq", None])
 def test_an_unknown_quant_method_is_named(checkpoint, qt, tmp_path, method):
-    directory = _variant(checkpoint("qwen3", "fp8_b32_f16"), qt, tmp_path, qcfg=lambda q: q.update(quant_method=method))
+    directory = _variant(
+        checkpoint("qwen3", "fp8_b32_f16"),
+        qt,
+        tmp_path,
+        qcfg=lambda q: q.update(quant_method=method),
+    )
     _fails(directory, "quantization_config.quant_method", repr(method))
 
 
 @pytest.mark.parametrize(
     "fmt,edit,key",
     [
-        ("w4a16_g32_sym", lambda q: q.update(format="float-quantized"), "quantization_config.format"),
-        ("w4a16_g32_sym", lambda q: q.update(quantization_status="frozen"), "quantization_config.quantization_status"),
-        ("w4a16_g32_sym", lambda q: q["config_groups"]["group_0"]["weights"].update(strategy="tensor"), "weights.strategy"),
-        ("w4a16_g32_sym", lambda q: q["config_groups"]["group_0"].update(input_activations={"num_bits": 8}), "input_activations"),
-        ("w4a16_g32_sym", lambda q: q["config_groups"]["group_0"]["weights"].update(group_size=48), "weights.group_size"),
+        (
+            "w4a16_g32_sym",
+            lambda q: q.update(format="float-quantized"),
+            "quantization_config.format",
+        ),
+        (
+            "w4a16_g32_sym",
+            lambda q: q.update(quantization_status="frozen"),
+            "quantization_config.quantization_status",
+        ),
+        (
+            "w4a16_g32_sym",
+            lambda q: q["config_groups"]["group_0"]["weights"].update(strategy="tensor"),
+            "weights.strategy",
+        ),
+        (
+            "w4a16_g32_sym",
+            lambda q: q["config_groups"]["group_0"].update(input_activations={"num_bits": 8}),
+            "input_activations",
+        ),
+        (
+            "w4a16_g32_sym",
+            lambda q: q["config_groups"]["group_0"]["weights"].update(group_size=48),
+            "weights.group_size",
+        ),
         ("fp8_b32_f16", lambda q: q.update(fmt="e5m2"), "quantization_config.fmt"),
-        ("fp8_b32_f16", lambda q: q.update(activation_scheme="static"), "quantization_config.activation_scheme"),
-        ("fp8_b32_f16", lambda q: q.update(modules_to_not_convert=["down_proj"]), "mlp.down_proj.weight' is stored as float8"),
-        ("bnb_nf4", lambda q: q.update(llm_int8_skip_modules=["o_proj"]), "o_proj.weight' is stored as uint8"),
-        ("w4a16_g32_sym", lambda q: q.update(ignore=["lm_head", "re:.*up_proj$"]), "up_proj.weight_"),
+        (
+            "fp8_b32_f16",
+            lambda q: q.update(activation_scheme="static"),
+            "quantization_config.activation_scheme",
+        ),
+        (
+            "fp8_b32_f16",
+            lambda q: q.update(modules_to_not_convert=["down_proj"]),
+            "mlp.down_proj.weight' is stored as float8",
+        ),
+        (
+            "bnb_nf4",
+            lambda q: q.update(llm_int8_skip_modules=["o_proj"]),
+            "o_proj.weight' is stored as uint8",
+        ),
+        (
+            "w4a16_g32_sym",
+            lambda q: q.update(ignore=["lm_head", "re:.*up_proj$"]),
+            "up_proj.weight_",
+        ),
     ],
 )
-def test_other_unsupported_or_inconsistent_configs_name_their_key(checkpoint, qt, tmp_path, fmt, edit, key):
+def test_other_unsupported_or_inconsistent_configs_name_their_key(
+    checkpoint, qt, tmp_path, fmt, edit, key
+):
     directory = _variant(checkpoint("qwen3", fmt), qt, tmp_path, qcfg=edit)
     _fails(directory, key)
 
@@ -172,10 +247,17 @@ def test_group_indices_outside_the_groups_are_rejected(checkpoint, qt, tmp_path)
     _fails(directory, f"'{DOWN}.weight_g_idx'")
 
 
-def test_the_model_loader_rejects_an_unknown_quant_method_before_loading(checkpoint, qt, tmp_path, tiny_tokenizer):
+def test_the_model_loader_rejects_an_unknown_quant_method_before_loading(
+    checkpoint, qt, tmp_path, tiny_tokenizer
+):
     from nudgeability.models.loader import load_model
 
-    directory = _variant(checkpoint("qwen3", "fp8_b32_f16"), qt, tmp_path, qcfg=lambda q: q.update(quant_method="awq"))
+    directory = _variant(
+        checkpoint("qwen3", "fp8_b32_f16"),
+        qt,
+        tmp_path,
+        qcfg=lambda q: q.update(quant_method="awq"),
+    )
     tiny_tokenizer.save_pretrained(directory)
     with pytest.raises(ModelLoadError, match="quant_method='awq'"):
         load_model(directory)

@@ -36,7 +36,9 @@ def test_every_quantised_layer_dequantises_bit_for_bit_like_the_library(checkpoi
     model = qt.load(case)
     reference = qt.reference_weights(case.directory)
     modules = qt.quantised_modules(model)
-    assert modules and set(modules) == set(reference)  # every quantised layer is checked, none is missed
+    assert modules and set(modules) == set(
+        reference
+    )  # every quantised layer is checked, none is missed
     for name, module in modules.items():
         got, want = module.dequantize(), reference[name]
         assert got.dtype == want.dtype and got.shape == want.shape, name
@@ -44,7 +46,9 @@ def test_every_quantised_layer_dequantises_bit_for_bit_like_the_library(checkpoi
 
 
 @pytest.mark.parametrize("arch,fmt", CASES)
-def test_logits_match_the_reference_dequantised_model_and_32_greedy_tokens_agree(checkpoint, qt, arch, fmt):
+def test_logits_match_the_reference_dequantised_model_and_32_greedy_tokens_agree(
+    checkpoint, qt, arch, fmt
+):
     case = checkpoint(arch, fmt)
     model = qt.load(case)
     ref = qt.reference_model(case.model, qt.reference_weights(case.directory))
@@ -65,7 +69,11 @@ def test_skipped_layers_embeddings_and_norms_are_the_unquantised_tensors(checkpo
     model = qt.load(case)
     original = dict(case.model.named_parameters())
     quantised = qt.quantised_modules(model)
-    plain = {n: p for n, p in model.named_parameters() if not any(n.startswith(q + ".") for q in quantised)}
+    plain = {
+        n: p
+        for n, p in model.named_parameters()
+        if not any(n.startswith(q + ".") for q in quantised)
+    }
     assert "lm_head.weight" in plain or case.model.config.tie_word_embeddings
     assert any("embed_tokens" in n for n in plain) and any("norm" in n for n in plain)
     for name, param in plain.items():

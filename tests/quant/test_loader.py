@@ -11,7 +11,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from nudgeability.models.quant import load_quantized, write_bnb4, write_fp8, write_w4a16
 from nudgeability.models.tiny import tiny_model
 
-QUANT_STORAGE = {"FP8BlockLinear": torch.float8_e4m3fn, "PackQuantizedLinear": torch.int32, "BnB4Linear": torch.uint8}
+QUANT_STORAGE = {
+    "FP8BlockLinear": torch.float8_e4m3fn,
+    "PackQuantizedLinear": torch.int32,
+    "BnB4Linear": torch.uint8,
+}
 
 
 @pytest.mark.parametrize("fmt", ["fp8_b32_f16", "w4a16_g32_asym", "bnb_nf4_dq"])
@@ -19,7 +23,9 @@ def test_a_sharded_checkpoint_loads_the_same_tensors_as_one_file(checkpoint, qt,
     case = checkpoint("gemma4", fmt)
     qt.FORMATS[fmt].write(case.model, tmp_path, max_shard_bytes=40_000, **qt.FORMATS[fmt].kwargs)
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
-    assert len(set(index["weight_map"].values())) > 3 and not (tmp_path / "model.safetensors").exists()
+    assert (
+        len(set(index["weight_map"].values())) > 3 and not (tmp_path / "model.safetensors").exists()
+    )
     one, sharded = qt.load(case).state_dict(), load_quantized(tmp_path).state_dict()
     assert one.keys() == sharded.keys()
     for key in one:
@@ -29,9 +35,17 @@ def test_a_sharded_checkpoint_loads_the_same_tensors_as_one_file(checkpoint, qt,
 @pytest.mark.parametrize(
     "write,kwargs",
     [
-        (write_fp8, dict(block_size=(32, 32), modules_to_not_convert=("down_proj", "model.layers.1"))),
+        (
+            write_fp8,
+            dict(block_size=(32, 32), modules_to_not_convert=("down_proj", "model.layers.1")),
+        ),
         (write_bnb4, dict(skip_modules=("down_proj", "model.layers.1"))),
-        (write_w4a16, dict(group_size=32, ignore=("lm_head", "re:.*down_proj$", "re:model[.]layers[.]1[.].*"))),
+        (
+            write_w4a16,
+            dict(
+                group_size=32, ignore=("lm_head", "re:.*down_proj$", "re:model[.]layers[.]1[.].*")
+            ),
+        ),
     ],
 )
 def test_skip_lists_keep_the_named_layers_unquantised(qt, tmp_path, write, kwargs):
@@ -56,7 +70,9 @@ def test_loading_in_bfloat16_keeps_quantised_storage_and_rounds_weights_once(che
     for name, param in model.named_parameters():
         assert param.dtype == torch.bfloat16, name
     for name, module in qt.quantised_modules(model).items():
-        assert torch.equal(module.dequantize(torch.bfloat16), reference[name].to(torch.bfloat16)), name
+        assert torch.equal(module.dequantize(torch.bfloat16), reference[name].to(torch.bfloat16)), (
+            name
+        )
     ids = torch.randint(3, 300, (1, 30), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         logits = model(ids).logits
@@ -88,15 +104,24 @@ class _Recorder(TorchDispatchMode):
 
 @pytest.mark.parametrize("fmt", ["fp8_b32_f16", "w4a16_g32_asym", "bnb_nf4_dq"])
 @pytest.mark.parametrize("arch", ["qwen3", "gemma4"])
-def test_loading_never_creates_a_full_precision_copy_of_a_quantised_weight(checkpoint, qt, fmt, arch):
+def test_loading_never_creates_a_full_precision_copy_of_a_quantised_weight(
+    checkpoint, qt, fmt, arch
+):
     case = checkpoint(arch, fmt)
     with _Recorder() as recorder:
         model = qt.load(case)
     modules = qt.quantised_modules(model)
     weight_shapes = {(m.out_features, m.in_features) for m in modules.values()}
-    float_outputs = [shape for dtype, shape in recorder.created if dtype.is_floating_point and dtype.itemsize >= 2]
+    float_outputs = [
+        shape
+        for dtype, shape in recorder.created
+        if dtype.is_floating_point and dtype.itemsize >= 2
+    ]
     assert not [s for s in float_outputs if s in weight_shapes]
-    for name, module in modules.items():  # the layers hold their quantised storage, and nothing larger
+    for (
+        name,
+        module,
+    ) in modules.items():  # the layers hold their quantised storage, and nothing larger
         storage = module.weight_packed if hasattr(module, "weight_packed") else module.weight
         assert storage.dtype == QUANT_STORAGE[type(module).__name__], name
         full_bytes = module.out_features * module.in_features * 4
@@ -105,7 +130,9 @@ def test_loading_never_creates_a_full_precision_copy_of_a_quantised_weight(check
         assert held <= full_bytes * 0.5 + 272 * 4 + 16, name
 
 
-def test_load_model_returns_a_quantised_model_with_its_tokenizer(checkpoint, qt, tmp_path, tiny_tokenizer):
+def test_load_model_returns_a_quantised_model_with_its_tokenizer(
+    checkpoint, qt, tmp_path, tiny_tokenizer
+):
     import shutil
 
     from nudgeability.models.loader import load_model

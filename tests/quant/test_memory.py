@@ -56,12 +56,23 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc to read and reset peak RSS")
+@pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(),
+    reason="needs Linux /proc to read and reset peak RSS",
+)
 def test_peak_memory_stays_near_the_quantised_size_and_below_full_precision(qt, tmp_path):
     wide = tiny_model(
-        "llama", hidden_size=512, intermediate_size=1536, num_attention_heads=4, num_key_value_heads=4, head_dim=128, num_layers=4
+        "llama",
+        hidden_size=512,
+        intermediate_size=1536,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_layers=4,
     )
-    linears = [m for n, m in wide.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+    linears = [
+        m for n, m in wide.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"
+    ]
     full_bytes = sum(m.weight.numel() * 4 for m in linears)
     largest = max(m.weight.numel() * 4 for m in linears)
     args, sizes = [], []
@@ -75,11 +86,18 @@ def test_peak_memory_stays_near_the_quantised_size_and_below_full_precision(qt, 
     # peak measures live tensors rather than freed heap the allocator keeps (benchmarks/bench_quant.py
     # reports both); with the default dynamic threshold the forward peak varies by tens of MiB.
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    run = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True, env=env)
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True, env=env
+    )
     peaks = json.loads(run.stdout.strip().splitlines()[-1])
     for fmt, peak, file_bytes in zip(FORMATS, peaks, sizes):
         assert peak["load"] <= 1.3 * file_bytes + 8 * MiB, (fmt, peak, file_bytes)
         # every weight resident in its quantised form plus a few layers' worth of transients,
         # well below the fp32 weights that a dequantise-at-load loader would hold
-        assert peak["forward"] <= 1.3 * file_bytes + 3 * largest + 8 * MiB, (fmt, peak, file_bytes, largest)
+        assert peak["forward"] <= 1.3 * file_bytes + 3 * largest + 8 * MiB, (
+            fmt,
+            peak,
+            file_bytes,
+            largest,
+        )
         assert peak["forward"] < 0.6 * full_bytes, (fmt, peak, full_bytes)

@@ -50,7 +50,9 @@ def _reference(model, weights):
 
 
 @pytest.mark.parametrize("fmt", list(WRITERS))
-def test_smollm2_weights_logits_and_32_greedy_tokens_match_the_library_reference(smollm2, smol_checkpoints, qt, fmt):
+def test_smollm2_weights_logits_and_32_greedy_tokens_match_the_library_reference(
+    smollm2, smol_checkpoints, qt, fmt
+):
     model = qt.load_quantized(smol_checkpoints[fmt])
     reference = qt.reference_weights(smol_checkpoints[fmt])
     modules = qt.quantised_modules(model)
@@ -66,14 +68,18 @@ def test_smollm2_weights_logits_and_32_greedy_tokens_match_the_library_reference
 
 
 @pytest.mark.parametrize("fmt", ["w4a16", "bnb4"])
-def test_smollm2_transformers_loads_the_checkpoint_to_the_same_logits(smollm2, smol_checkpoints, qt, fmt):
+def test_smollm2_transformers_loads_the_checkpoint_to_the_same_logits(
+    smollm2, smol_checkpoints, qt, fmt
+):
     import warnings
 
     from transformers import AutoModelForCausalLM
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        theirs = AutoModelForCausalLM.from_pretrained(smol_checkpoints[fmt], dtype=torch.float32, device_map="cpu").eval()
+        theirs = AutoModelForCausalLM.from_pretrained(
+            smol_checkpoints[fmt], dtype=torch.float32, device_map="cpu"
+        ).eval()
     for module in theirs.modules():  # bitsandbytes' plain matmul_4bit, not its bf16 CPU repacking
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
@@ -92,7 +98,12 @@ def test_smollm2_quantised_arms_equal_solo_runs_through_load_model(smol_checkpoi
     tok = loaded.tokenizer
     engine = Engine(loaded.model, tok)
     prefix = tok(TEXT * 3)["input_ids"][:200]
-    sentences = [" I am confident.", " I doubt this.", " Hmm.", " Let me check each step again before I answer."]
+    sentences = [
+        " I am confident.",
+        " I doubt this.",
+        " Hmm.",
+        " Let me check each step again before I answer.",
+    ]
     suffixes = [tok(s)["input_ids"] for s in sentences]
     arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=8), return_logits=True)
     for suffix, arm in zip(suffixes, arms):

@@ -29,7 +29,9 @@ def _hf_load(directory, **kwargs):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, device_map="cpu", **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=torch.float32, device_map="cpu", **kwargs
+        )
     for module in model.modules():
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
@@ -55,14 +57,19 @@ def test_transformers_cannot_load_asymmetric_pack_quantized_but_we_can(checkpoin
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "gemma4"])
-def test_a_bnb_checkpoint_quantised_and_saved_by_transformers_loads_to_the_same_weights(qt, tmp_path, arch):
+def test_a_bnb_checkpoint_quantised_and_saved_by_transformers_loads_to_the_same_weights(
+    qt, tmp_path, arch
+):
     from transformers import BitsAndBytesConfig
 
     from nudgeability.models.tiny import tiny_model
 
     tiny_model(arch).save_pretrained(tmp_path / "fp32")
     config = BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.float32
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.float32,
     )
     hf = _hf_load(tmp_path / "fp32", quantization_config=config)
     hf.save_pretrained(tmp_path / "bnb")

@@ -7,14 +7,25 @@ import json
 import pytest
 
 
-def _musique_record(problem_id: str = "2hop__1_2", answer: str = "Paris",
-                    aliases: tuple[str, ...] = (), question: str = "Where?",
-                    paragraphs: int = 20) -> dict:
+def _musique_record(
+    problem_id: str = "2hop__1_2",
+    answer: str = "Paris",
+    aliases: tuple[str, ...] = (),
+    question: str = "Where?",
+    paragraphs: int = 20,
+) -> dict:
     """One record in the official MuSiQue-Ans key order."""
     return {
         "id": problem_id,
-        "paragraphs": [{"idx": k, "title": f"Title {k}", "paragraph_text": f"Text {k}.",
-                        "is_supporting": k < 2} for k in range(paragraphs)],
+        "paragraphs": [
+            {
+                "idx": k,
+                "title": f"Title {k}",
+                "paragraph_text": f"Text {k}.",
+                "is_supporting": k < 2,
+            }
+            for k in range(paragraphs)
+        ],
         "question": question,
         "question_decomposition": [],
         "answer": answer,

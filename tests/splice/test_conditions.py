@@ -42,14 +42,26 @@ EXPECTED = {
 def test_conditions_match_the_protocol_table():
     assert CONDITION_CODES == tuple(EXPECTED)
     for condition in CONDITIONS:
-        assert (condition.kind, condition.polarity, condition.voice, condition.sealed,
-                condition.oracle, condition.parent) == EXPECTED[condition.code]
+        assert (
+            condition.kind,
+            condition.polarity,
+            condition.voice,
+            condition.sealed,
+            condition.oracle,
+            condition.parent,
+        ) == EXPECTED[condition.code]
         assert condition.description
 
 
 def test_primary_preset_is_nt_b_empty_conf_doubt_neutral():
-    assert [c.code for c in parse_conditions("primary")] == \
-        ["NT", "B", "empty", "conf", "doubt", "neutral"]
+    assert [c.code for c in parse_conditions("primary")] == [
+        "NT",
+        "B",
+        "empty",
+        "conf",
+        "doubt",
+        "neutral",
+    ]
     assert [c.code for c in parse_conditions("all")] == list(CONDITION_CODES)
 
 
@@ -57,8 +69,15 @@ def test_parsing_returns_canonical_order_once_each_whatever_the_input_order():
     parsed = parse_conditions(" doubt ,NT, conf,B,conf ")
     assert [c.code for c in parsed] == ["NT", "B", "conf", "doubt"]
     assert parse_conditions(["conf", "doubt"]) == parsed
-    assert [c.code for c in parse_conditions("primary,sealed_conf")] == \
-        ["NT", "B", "empty", "conf", "doubt", "neutral", "sealed_conf"]
+    assert [c.code for c in parse_conditions("primary,sealed_conf")] == [
+        "NT",
+        "B",
+        "empty",
+        "conf",
+        "doubt",
+        "neutral",
+        "sealed_conf",
+    ]
 
 
 def test_arms_bring_their_base_and_nt_implicitly():
@@ -69,8 +88,15 @@ def test_arms_bring_their_base_and_nt_implicitly():
 
 
 def test_names_match_case_insensitively():
-    assert [c.code for c in parse_conditions("nt,b,ORACLE_b,Primary")] == \
-        ["NT", "B", "empty", "conf", "doubt", "neutral", "oracle_B"]
+    assert [c.code for c in parse_conditions("nt,b,ORACLE_b,Primary")] == [
+        "NT",
+        "B",
+        "empty",
+        "conf",
+        "doubt",
+        "neutral",
+        "oracle_B",
+    ]
     assert get_condition("oracle_b").code == "oracle_B"
 
 
@@ -91,8 +117,11 @@ def test_empty_conditions_list_is_refused():
 def test_shipped_sentences_give_one_sentence_per_polarity_and_voice_plus_neutral():
     sentences = load_sentences()
     assert sentences.source == str(DEFAULT_SENTENCES_PATH)
-    ids = {f"{voice}.{polarity}" for voice in ("first", "second", "reviewer", "expert")
-           for polarity in ("confidence", "doubt")} | {"neutral"}
+    ids = {
+        f"{voice}.{polarity}"
+        for voice in ("first", "second", "reviewer", "expert")
+        for polarity in ("confidence", "doubt")
+    } | {"neutral"}
     assert set(sentences.texts) == ids
     assert len(set(sentences.texts.values())) == len(ids)  # all distinct
     assert all(text == text.strip() and text for text in sentences.texts.values())
@@ -101,22 +130,34 @@ def test_shipped_sentences_give_one_sentence_per_polarity_and_voice_plus_neutral
 def test_sentence_for_maps_each_condition_to_its_sentence():
     sentences = load_sentences()
     expected_ids = {
-        "NT": None, "B": None, "empty": None, "oracle_B": None,
-        "conf": "first.confidence", "doubt": "first.doubt", "neutral": "neutral",
-        "conf_second": "second.confidence", "doubt_second": "second.doubt",
-        "conf_reviewer": "reviewer.confidence", "doubt_reviewer": "reviewer.doubt",
-        "conf_expert": "expert.confidence", "doubt_expert": "expert.doubt",
+        "NT": None,
+        "B": None,
+        "empty": None,
+        "oracle_B": None,
+        "conf": "first.confidence",
+        "doubt": "first.doubt",
+        "neutral": "neutral",
+        "conf_second": "second.confidence",
+        "doubt_second": "second.doubt",
+        "conf_reviewer": "reviewer.confidence",
+        "doubt_reviewer": "reviewer.doubt",
+        "conf_expert": "expert.confidence",
+        "doubt_expert": "expert.doubt",
         # sealed and oracle arms reuse the primary first-person sentences
-        "sealed_conf": "first.confidence", "sealed_doubt": "first.doubt",
-        "oracle_conf": "first.confidence", "oracle_doubt": "first.doubt",
+        "sealed_conf": "first.confidence",
+        "sealed_doubt": "first.doubt",
+        "oracle_conf": "first.confidence",
+        "oracle_doubt": "first.doubt",
     }
     for condition in CONDITIONS:
         found = sentences.sentence_for(condition)
         if expected_ids[condition.code] is None:
             assert found is None
         else:
-            assert found == (expected_ids[condition.code],
-                             sentences.text(expected_ids[condition.code]))
+            assert found == (
+                expected_ids[condition.code],
+                sentences.text(expected_ids[condition.code]),
+            )
 
 
 _GOOD = """neutral = "N."
@@ -139,8 +180,10 @@ def test_a_user_sentences_file_replaces_the_wording(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text(_GOOD.replace('"C3."', '"  Reviewer is sure.  "'))
     sentences = load_sentences(path)
-    assert sentences.sentence_for(get_condition("conf_reviewer")) == \
-        ("reviewer.confidence", "Reviewer is sure.")
+    assert sentences.sentence_for(get_condition("conf_reviewer")) == (
+        "reviewer.confidence",
+        "Reviewer is sure.",
+    )
     assert sentences.source == str(path) and len(sentences.sha256) == 64
 
 
@@ -149,23 +192,32 @@ def test_sentences_file_missing_a_polarity_names_the_file_and_key(tmp_path):
     path.write_text(_GOOD.replace('doubt = "D3."\n', ""))
     with pytest.raises(SentencesFileError) as error:
         load_sentences(path)
-    assert str(error.value) == (f"{path}: [reviewer] has no 'doubt' sentence "
-                                "('reviewer.doubt'); add doubt = \"...\" under [reviewer]")
+    assert str(error.value) == (
+        f"{path}: [reviewer] has no 'doubt' sentence "
+        "('reviewer.doubt'); add doubt = \"...\" under [reviewer]"
+    )
     assert isinstance(error.value, ValueError)
 
 
-@pytest.mark.parametrize("edit, fragment", [
-    (lambda t: t.replace("[expert]\nconfidence = \"C4.\"\ndoubt = \"D4.\"\n", ""),
-     "no [expert] table"),
-    (lambda t: t.replace('neutral = "N."\n', ""), "no 'neutral' sentence"),
-    (lambda t: t.replace('"D2."', '"  "'), "'second.doubt' must be a non-empty string"),
-    (lambda t: t.replace('"D2."', "3"), "'second.doubt' must be a non-empty string"),
-    (lambda t: t.replace("confidence = \"C1.\"", "confidense = \"C1.\""),
-     "[first] has no 'confidence' sentence"),
-    (lambda t: t + "hedge = \"H.\"\n", "unknown key 'expert.hedge'"),
-    (lambda t: "moderate = \"M.\"\n" + t, "unknown key 'moderate'"),
-    (lambda t: t.replace('doubt = "D1."', 'doubt = "D1.'), "not a valid TOML file"),
-])
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (
+            lambda t: t.replace('[expert]\nconfidence = "C4."\ndoubt = "D4."\n', ""),
+            "no [expert] table",
+        ),
+        (lambda t: t.replace('neutral = "N."\n', ""), "no 'neutral' sentence"),
+        (lambda t: t.replace('"D2."', '"  "'), "'second.doubt' must be a non-empty string"),
+        (lambda t: t.replace('"D2."', "3"), "'second.doubt' must be a non-empty string"),
+        (
+            lambda t: t.replace('confidence = "C1."', 'confidense = "C1."'),
+            "[first] has no 'confidence' sentence",
+        ),
+        (lambda t: t + 'hedge = "H."\n', "unknown key 'expert.hedge'"),
+        (lambda t: 'moderate = "M."\n' + t, "unknown key 'moderate'"),
+        (lambda t: t.replace('doubt = "D1."', 'doubt = "D1.'), "not a valid TOML file"),
+    ],
+)
 def test_malformed_sentences_files_name_the_file_and_key(tmp_path, edit, fragment):
     path = tmp_path / "bad.toml"
     path.write_text(edit(_GOOD))

@@ -30,7 +30,9 @@ def nudge_error(tiny_checkpoint, tmp_path):
     out = tmp_path / "out"
 
     def fail(*extra) -> str:
-        status, err = run_nudge(["run", "--model", model_dir, "--max-new-tokens", "4", "--out", out, "--quiet", *extra])
+        status, err = run_nudge(
+            ["run", "--model", model_dir, "--max-new-tokens", "4", "--out", out, "--quiet", *extra]
+        )
         assert status == 2
         assert err.count("\n") == 1 and err.startswith("nudge run: error: "), err
         assert not out.exists() and not list(tmp_path.glob(".out*"))  # nothing half-made
@@ -54,13 +56,17 @@ def test_record_without_answer_names_the_field(nudge_error, musique_record, writ
     assert f"{data}:2:" in err and "'answer'" in err
 
 
-def test_dataset_empty_after_filtering_names_the_file_and_field(nudge_error, musique_record, write_jsonl):
+def test_dataset_empty_after_filtering_names_the_file_and_field(
+    nudge_error, musique_record, write_jsonl
+):
     data = write_jsonl([musique_record("3hop1__1_2_3"), musique_record("4hop1__1_2_3_4")])
     err = nudge_error("--data", data, "--n", "1")
     assert str(data) in err and "'2hop__'" in err
 
 
-def test_n_larger_than_available_is_an_error_naming_the_file(nudge_error, musique_record, write_jsonl):
+def test_n_larger_than_available_is_an_error_naming_the_file(
+    nudge_error, musique_record, write_jsonl
+):
     data = write_jsonl([musique_record("2hop__1_2"), musique_record("2hop__3_4")])
     err = nudge_error("--data", data, "--n", "3")
     assert str(data) in err and "n=3" in err and "2 available" in err
@@ -78,15 +84,18 @@ def test_sentences_file_missing_a_polarity_names_the_file_and_key(nudge_error, t
     assert str(sentences) in err and "first.doubt" in err
 
 
-@pytest.mark.parametrize("flag,value,named", [
-    ("--seeds", "0,1", "--seeds"),  # greedy runs once
-    ("--shard", "3/2", "--shard"),
-    ("--max-new-tokens", "0", "--max-new-tokens"),
-    ("--decoding", "beam", "--decoding"),
-    ("--n", "some", "--n"),
-    ("--family", "mistral", "mistral"),
-    ("--task", "hotpotqa", "hotpotqa"),
-])
+@pytest.mark.parametrize(
+    "flag,value,named",
+    [
+        ("--seeds", "0,1", "--seeds"),  # greedy runs once
+        ("--shard", "3/2", "--shard"),
+        ("--max-new-tokens", "0", "--max-new-tokens"),
+        ("--decoding", "beam", "--decoding"),
+        ("--n", "some", "--n"),
+        ("--family", "mistral", "mistral"),
+        ("--task", "hotpotqa", "hotpotqa"),
+    ],
+)
 def test_bad_flag_values_name_the_flag(nudge_error, flag, value, named):
     assert named in nudge_error(flag, value)
 
@@ -105,16 +114,33 @@ def test_kv_budget_too_small_for_one_problem_is_refused_before_running(nudge_err
     assert "--max-batch-tokens 100" in err and "strategyqa_train.json:" in err and "at least" in err
 
 
-def test_changed_config_against_an_existing_out_is_refused_naming_the_keys(tiny_checkpoint, tmp_path):
+def test_changed_config_against_an_existing_out_is_refused_naming_the_keys(
+    tiny_checkpoint, tmp_path
+):
     model_dir = tiny_checkpoint("qwen3")
     out = tmp_path / "out"
-    args = ["run", "--model", model_dir, "--task", "strategyqa", "--n", 1, "--conditions", "NT",
-            "--out", out, "--quiet"]
+    args = [
+        "run",
+        "--model",
+        model_dir,
+        "--task",
+        "strategyqa",
+        "--n",
+        1,
+        "--conditions",
+        "NT",
+        "--out",
+        out,
+        "--quiet",
+    ]
     status, err = run_nudge([*args, "--max-new-tokens", "4"])
     assert status == 0, err
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     status, err = run_nudge([*args, "--max-new-tokens", "5", "--seed", "3"])
     assert status == 2 and err.count("\n") == 1, err
     assert str(out / "manifest.json") in err
-    assert "config.max_new_tokens: stored 4, now 5" in err and "config.sample_seed: stored 0, now 3" in err
+    assert (
+        "config.max_new_tokens: stored 4, now 5" in err
+        and "config.sample_seed: stored 0, now 3" in err
+    )
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

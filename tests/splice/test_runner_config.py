@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from nudgeability.splice.conditions import parse_conditions
-from nudgeability.splice.plan import Unit, canonical_keys, chunk_bounds, phases_of, shard_chunks, units_of
+from nudgeability.splice.plan import (
+    Unit,
+    canonical_keys,
+    chunk_bounds,
+    phases_of,
+    shard_chunks,
+    units_of,
+)
 from nudgeability.splice.run_config import (
     ConfigError,
     diff_configs,
@@ -25,10 +32,20 @@ def test_flag_values_parse_as_documented():
     assert parse_n("25") == 25 and parse_n("all") is None
 
 
-@pytest.mark.parametrize("parse,text", [(parse_seeds, "0,0"), (parse_seeds, "a"), (parse_seeds, "-1"),
-                                        (parse_shard, "0/2"), (parse_shard, "2"), (parse_shard, "3/2"),
-                                        (parse_max_new_tokens, "1,2,3"), (parse_max_new_tokens, "0,4"),
-                                        (parse_n, "four")])
+@pytest.mark.parametrize(
+    "parse,text",
+    [
+        (parse_seeds, "0,0"),
+        (parse_seeds, "a"),
+        (parse_seeds, "-1"),
+        (parse_shard, "0/2"),
+        (parse_shard, "2"),
+        (parse_shard, "3/2"),
+        (parse_max_new_tokens, "1,2,3"),
+        (parse_max_new_tokens, "0,4"),
+        (parse_n, "four"),
+    ],
+)
 def test_bad_flag_values_raise_config_errors(parse, text):
     with pytest.raises(ConfigError):
         parse(text)
@@ -65,13 +82,24 @@ def test_phases_follow_the_protocol_order_and_units_walk_seed_then_chunk():
     assert phases_of(parse_conditions("primary")) == ["NT", "B", "arms"]
     assert phases_of(parse_conditions("oracle_B")) == ["NT", "oracle_B"]
     assert phases_of(parse_conditions("all")) == ["NT", "B", "oracle_B", "arms"]
-    assert units_of(["NT"], [0, 1], [2, 5]) == [Unit("NT", 0, 2), Unit("NT", 0, 5), Unit("NT", 1, 2), Unit("NT", 1, 5)]
+    assert units_of(["NT"], [0, 1], [2, 5]) == [
+        Unit("NT", 0, 2),
+        Unit("NT", 0, 5),
+        Unit("NT", 1, 2),
+        Unit("NT", 1, 5),
+    ]
     assert Unit("arms", 1, 12).name == "arms-s1-c00012"
 
 
 def test_canonical_order_is_problem_then_condition_then_seed():
     conditions = parse_conditions("B")  # NT, B
     assert list(canonical_keys(["p", "q"], conditions, [0, 1])) == [
-        ("p", "NT", 0), ("p", "NT", 1), ("p", "B", 0), ("p", "B", 1),
-        ("q", "NT", 0), ("q", "NT", 1), ("q", "B", 0), ("q", "B", 1),
+        ("p", "NT", 0),
+        ("p", "NT", 1),
+        ("p", "B", 0),
+        ("p", "B", 1),
+        ("q", "NT", 0),
+        ("q", "NT", 1),
+        ("q", "B", 0),
+        ("q", "B", 1),
     ]

@@ -13,14 +13,35 @@ PRIMARY = ("NT", "B", "empty", "conf", "doubt", "neutral")
 
 
 def _run(model_dir, out, *extra) -> bytes:
-    status, err = run_nudge(["run", "--model", model_dir, "--task", "strategyqa", "--n", 2, "--chunk-size", 2,
-                             "--conditions", "primary", "--max-new-tokens", "16,8", "--out", out, "--quiet", *extra])
+    status, err = run_nudge(
+        [
+            "run",
+            "--model",
+            model_dir,
+            "--task",
+            "strategyqa",
+            "--n",
+            2,
+            "--chunk-size",
+            2,
+            "--conditions",
+            "primary",
+            "--max-new-tokens",
+            "16,8",
+            "--out",
+            out,
+            "--quiet",
+            *extra,
+        ]
+    )
     assert status == 0, err
     return (out / "records.jsonl").read_bytes()
 
 
-@pytest.mark.parametrize("decoding,extra", [("greedy", []), ("sampled", ["--seeds", "0,1"]),
-                                           ("greedy", ["--max-batch-tokens", "1500"])])  # split batches
+@pytest.mark.parametrize(
+    "decoding,extra",
+    [("greedy", []), ("sampled", ["--seeds", "0,1"]), ("greedy", ["--max-batch-tokens", "1500"])],
+)  # split batches
 def test_two_runs_of_one_config_write_identical_records(tiny_checkpoint, tmp_path, decoding, extra):
     model_dir = tiny_checkpoint("qwen3", close_boost=2.6)
     extra = ["--decoding", decoding, *extra]
@@ -36,8 +57,10 @@ def test_sampled_seeds_are_full_replicates_with_their_own_streams(tiny_checkpoin
     records = read_records(tmp_path / "s")
     bases = Counter((r["seed"], r["condition"]) for r in records if r["condition"] in ("NT", "B"))
     assert bases == {(0, "NT"): 2, (0, "B"): 2, (1, "NT"): 2, (1, "B"): 2}
-    by_seed = {seed: [r["generated_ids"] for r in records if r["seed"] == seed and r["condition"] == "NT"]
-               for seed in (0, 1)}
+    by_seed = {
+        seed: [r["generated_ids"] for r in records if r["seed"] == seed and r["condition"] == "NT"]
+        for seed in (0, 1)
+    }
     assert by_seed[0] != by_seed[1]  # seed 1 is not a copy of seed 0
     # canonical order: drawn problem, then condition, then seed
     problems = [p.id for p in sample_problems(get_task("strategyqa").load(), 2, 0)]

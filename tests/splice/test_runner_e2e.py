@@ -25,16 +25,38 @@ from nudgeability.splice.tasks import get_task, sample_problems
 
 # written out by hand from protocol.md's table of runs
 BASES = ("NT", "B", "oracle_B")
-B_ARMS = ("empty", "conf", "doubt", "neutral", "conf_second", "doubt_second", "conf_reviewer",
-          "doubt_reviewer", "conf_expert", "doubt_expert", "sealed_conf", "sealed_doubt")
+B_ARMS = (
+    "empty",
+    "conf",
+    "doubt",
+    "neutral",
+    "conf_second",
+    "doubt_second",
+    "conf_reviewer",
+    "doubt_reviewer",
+    "conf_expert",
+    "doubt_expert",
+    "sealed_conf",
+    "sealed_doubt",
+)
 ORACLE_ARMS = ("oracle_conf", "oracle_doubt")
 ORDER = ("NT", "B", *B_ARMS, "oracle_B", *ORACLE_ARMS)
-SENTENCE_IDS = {"empty": None, "conf": "first.confidence", "doubt": "first.doubt", "neutral": "neutral",
-                "conf_second": "second.confidence", "doubt_second": "second.doubt",
-                "conf_reviewer": "reviewer.confidence", "doubt_reviewer": "reviewer.doubt",
-                "conf_expert": "expert.confidence", "doubt_expert": "expert.doubt",
-                "sealed_conf": "first.confidence", "sealed_doubt": "first.doubt",
-                "oracle_conf": "first.confidence", "oracle_doubt": "first.doubt"}
+SENTENCE_IDS = {
+    "empty": None,
+    "conf": "first.confidence",
+    "doubt": "first.doubt",
+    "neutral": "neutral",
+    "conf_second": "second.confidence",
+    "doubt_second": "second.doubt",
+    "conf_reviewer": "reviewer.confidence",
+    "doubt_reviewer": "reviewer.doubt",
+    "conf_expert": "expert.confidence",
+    "doubt_expert": "expert.doubt",
+    "sealed_conf": "first.confidence",
+    "sealed_doubt": "first.doubt",
+    "oracle_conf": "first.confidence",
+    "oracle_doubt": "first.doubt",
+}
 N, BASE_BUDGET, ARM_BUDGET = 4, 24, 12
 
 
@@ -50,9 +72,24 @@ def _sha_file(path) -> str:
 def qwen3_run(tiny_checkpoint, tmp_path_factory):
     model_dir = tiny_checkpoint("qwen3", close_boost=2.6)
     out = tmp_path_factory.mktemp("e2e") / "out"
-    status, err = run_nudge(["run", "--model", model_dir, "--task", "strategyqa", "--n", N,
-                             "--max-new-tokens", f"{BASE_BUDGET},{ARM_BUDGET}", "--chunk-size", N,
-                             "--out", out, "--quiet"])
+    status, err = run_nudge(
+        [
+            "run",
+            "--model",
+            model_dir,
+            "--task",
+            "strategyqa",
+            "--n",
+            N,
+            "--max-new-tokens",
+            f"{BASE_BUDGET},{ARM_BUDGET}",
+            "--chunk-size",
+            N,
+            "--out",
+            out,
+            "--quiet",
+        ]
+    )
     assert status == 0, err
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return model_dir, out, read_records(out), get_family("qwen3", tokenizer)
@@ -85,7 +122,10 @@ def test_every_condition_yields_its_records_and_arms_only_where_the_base_closed(
         if r["condition"] in ("B", "oracle_B"):
             assert r["boundary"] == closed[(r["problem_id"], r["condition"])]
         elif r["condition"] != "NT":
-            assert r["prefix_tokens"] == closed[(r["problem_id"], "oracle_B" if r["condition"] in ORACLE_ARMS else "B")]
+            assert (
+                r["prefix_tokens"]
+                == closed[(r["problem_id"], "oracle_B" if r["condition"] in ORACLE_ARMS else "B")]
+            )
 
 
 def test_record_fields_match_prompts_rendered_and_hashed_independently(qwen3_run):
@@ -109,8 +149,10 @@ def test_record_fields_match_prompts_rendered_and_hashed_independently(qwen3_run
         assert r["text"] == family.tokenizer.decode(r["generated_ids"], skip_special_tokens=False)
         budget = BASE_BUDGET if code in BASES else ARM_BUDGET
         assert len(r["generated_ids"]) <= budget
-        assert (r["finish_reason"] == "length") == (len(r["generated_ids"]) == budget
-                                                    and r["generated_ids"][-1] not in family.stop_token_ids)
+        assert (r["finish_reason"] == "length") == (
+            len(r["generated_ids"]) == budget
+            and r["generated_ids"][-1] not in family.stop_token_ids
+        )
         # NT is always graded; B / oracle_B only when they answer; arms never
         if code == "NT":
             assert r["grade"] is not None
@@ -137,15 +179,23 @@ def test_arms_equal_hf_generate_from_prompt_plus_reasoning_plus_sentence(qwen3_r
             continue
         base = by_key[(arm["problem_id"], "oracle_B" if code in ORACLE_ARMS else "B")]
         problem = problems[arm["problem_id"]]
-        prompt = family.render(*(task.oracle(problem) if code in ORACLE_ARMS else task.with_tool(problem)))
+        prompt = family.render(
+            *(task.oracle(problem) if code in ORACLE_ARMS else task.with_tool(problem))
+        )
         sentence = "" if code == "empty" else sentences.text(SENTENCE_IDS[code])
         splice = family.splice_ids(sentence, sealed=code.startswith("sealed"))
-        ids = prompt + base["generated_ids"][:base["boundary"]] + splice
+        ids = prompt + base["generated_ids"][: base["boundary"]] + splice
         inputs = torch.tensor([ids])
         with torch.no_grad():
-            out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=ARM_BUDGET,
-                                 do_sample=False, eos_token_id=list(family.stop_token_ids), pad_token_id=0)
-        assert arm["generated_ids"] == out[0, len(ids):].tolist(), code
+            out = model.generate(
+                inputs,
+                attention_mask=torch.ones_like(inputs),
+                max_new_tokens=ARM_BUDGET,
+                do_sample=False,
+                eos_token_id=list(family.stop_token_ids),
+                pad_token_id=0,
+            )
+        assert arm["generated_ids"] == out[0, len(ids) :].tolist(), code
         checked += 1
     assert checked >= 4
 
@@ -157,32 +207,57 @@ def test_empty_arm_regenerates_b_from_its_cut_at_the_think_close(qwen3_run):
     assert empties
     for arm in empties:
         b = by_key[(arm["problem_id"], "B")]
-        rest = b["generated_ids"][b["boundary"]:]
+        rest = b["generated_ids"][b["boundary"] :]
         k = min(len(rest), len(arm["generated_ids"]))
-        assert arm["generated_ids"][0] == family.think_close_ids[0]  # greedy: B's next token was the close
+        assert (
+            arm["generated_ids"][0] == family.think_close_ids[0]
+        )  # greedy: B's next token was the close
         assert arm["generated_ids"][:k] == rest[:k]
 
 
 def test_manifest_records_the_experiment_inputs_hashes_and_versions(qwen3_run):
     model_dir, out, _, _ = qwen3_run
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["experiment"] == {"model": "model", "task": "strategyqa", "decoding": "greedy", "seeds": [0]}
+    assert manifest["experiment"] == {
+        "model": "model",
+        "task": "strategyqa",
+        "decoding": "greedy",
+        "seeds": [0],
+    }
     task = get_task("strategyqa")
     assert manifest["inputs"]["data"]["sha256"] == _sha_file(task.default_data_path())
     assert manifest["inputs"]["sentences"]["sha256"] == _sha_file(Path(load_sentences().source))
-    files = {p.name: _sha_file(p) for p in model_dir.iterdir() if p.is_file() and not p.name.startswith(".")}
+    files = {
+        p.name: _sha_file(p)
+        for p in model_dir.iterdir()
+        if p.is_file() and not p.name.startswith(".")
+    }
     assert manifest["inputs"]["checkpoint"]["files"] == files and "model.safetensors" in files
     assert manifest["family"] == "qwen3" and manifest["seeds"] == [0]
     assert manifest["problems"] == [p.id for p in sample_problems(task.load(), N, 0)]
     config = manifest["config"]
-    assert (config["n"], config["max_new_tokens"], config["max_new_tokens_arm"]) == (N, BASE_BUDGET, ARM_BUDGET)
+    assert (config["n"], config["max_new_tokens"], config["max_new_tokens_arm"]) == (
+        N,
+        BASE_BUDGET,
+        ARM_BUDGET,
+    )
     assert config["conditions"] == list(ORDER) and config["temperature"] == 0.0
     assert manifest["versions"]["torch"] == torch.__version__
-    assert set(manifest["versions"]) >= {"python", "transformers", "numpy", "numba", "tokenizers",
-                                         "bitsandbytes", "compressed-tensors", "nudgeability"}
+    assert set(manifest["versions"]) >= {
+        "python",
+        "transformers",
+        "numpy",
+        "numba",
+        "tokenizers",
+        "bitsandbytes",
+        "compressed-tensors",
+        "nudgeability",
+    }
     assert "git_commit" in manifest
     timings = [json.loads(line) for line in (out / "timings.jsonl").read_text().splitlines()]
-    assert sorted(t["unit"] for t in timings) == sorted(f"{p}-s0-c00000" for p in ("NT", "B", "oracle_B", "arms"))
+    assert sorted(t["unit"] for t in timings) == sorted(
+        f"{p}-s0-c00000" for p in ("NT", "B", "oracle_B", "arms")
+    )
 
 
 def test_stats_reads_the_run_directory(qwen3_run):
@@ -194,14 +269,35 @@ def test_stats_reads_the_run_directory(qwen3_run):
 
 
 @pytest.mark.parametrize("arch,boost", [("gemma4", 2.6), ("glm4", None), ("llama", None)])
-def test_every_family_runs_musique_with_all_conditions(tiny_checkpoint, musique_record, write_jsonl, tmp_path,
-                                                       arch, boost):
+def test_every_family_runs_musique_with_all_conditions(
+    tiny_checkpoint, musique_record, write_jsonl, tmp_path, arch, boost
+):
     model_dir = tiny_checkpoint(arch, close_boost=boost)
-    data = write_jsonl([musique_record(f"2hop__{k}_{k + 1}", answer=f"Answer {k}", question=f"Which {k}?")
-                        for k in range(3)])
+    data = write_jsonl(
+        [
+            musique_record(f"2hop__{k}_{k + 1}", answer=f"Answer {k}", question=f"Which {k}?")
+            for k in range(3)
+        ]
+    )
     out = tmp_path / "out"
-    status, err = run_nudge(["run", "--model", model_dir, "--task", "musique", "--data", data, "--n", 2,
-                             "--max-new-tokens", "16,8", "--out", out, "--quiet"])
+    status, err = run_nudge(
+        [
+            "run",
+            "--model",
+            model_dir,
+            "--task",
+            "musique",
+            "--data",
+            data,
+            "--n",
+            2,
+            "--max-new-tokens",
+            "16,8",
+            "--out",
+            out,
+            "--quiet",
+        ]
+    )
     assert status == 0, err
     records = read_records(out)
     family_name = {"gemma4": "gemma4", "glm4": "glm_z1", "llama": "chatml"}[arch]
@@ -216,10 +312,12 @@ def test_every_family_runs_musique_with_all_conditions(tiny_checkpoint, musique_
                 assert marker not in text
             else:  # the cut is before the marker's first token: the marker is not in the reasoning
                 assert marker not in family.tokenizer.decode(ids[:b], skip_special_tokens=False)
-                through_marker = ids[:b + len(family.think_close_ids) + 1]
+                through_marker = ids[: b + len(family.think_close_ids) + 1]
                 assert marker in family.tokenizer.decode(through_marker, skip_special_tokens=False)
             closed[(r["problem_id"], r["condition"])] = b is not None
-    expected = sum(3 + 12 * closed[(p, "B")] + 2 * closed[(p, "oracle_B")] for p in {k[0] for k in closed})
+    expected = sum(
+        3 + 12 * closed[(p, "B")] + 2 * closed[(p, "oracle_B")] for p in {k[0] for k in closed}
+    )
     assert len(records) == expected and len(closed) == 4
     assert json.loads((out / "manifest.json").read_text())["family"] == family_name
     if boost is not None:

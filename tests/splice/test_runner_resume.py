@@ -20,9 +20,27 @@ N_CHUNKS = 4
 
 
 def _command(model_dir, out) -> list[str]:
-    return [sys.executable, "-m", "nudgeability.splice.cli", "run", "--model", str(model_dir),
-            "--task", "strategyqa", "--n", str(N_CHUNKS), "--chunk-size", "1", "--conditions", "primary",
-            "--max-new-tokens", "16,8", "--out", str(out), "--quiet"]
+    return [
+        sys.executable,
+        "-m",
+        "nudgeability.splice.cli",
+        "run",
+        "--model",
+        str(model_dir),
+        "--task",
+        "strategyqa",
+        "--n",
+        str(N_CHUNKS),
+        "--chunk-size",
+        "1",
+        "--conditions",
+        "primary",
+        "--max-new-tokens",
+        "16,8",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
 
 
 def _kill_when(command, ready, timeout=600) -> None:
@@ -31,8 +49,10 @@ def _kill_when(command, ready, timeout=600) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
         if process.poll() is not None:
-            raise AssertionError(f"the run ended (status {process.returncode}) before the kill point: "
-                                 f"{process.stderr.read().decode()[-2000:]}")
+            raise AssertionError(
+                f"the run ended (status {process.returncode}) before the kill point: "
+                f"{process.stderr.read().decode()[-2000:]}"
+            )
         assert time.monotonic() < deadline, "kill point never reached"
         time.sleep(0.005)
     os.kill(process.pid, signal.SIGKILL)
@@ -62,7 +82,7 @@ def test_sigkill_at_four_points_then_resume_equals_an_uninterrupted_run(tiny_che
         "during the arms": lambda: (parts / "arms-s0-c00000.jsonl").exists(),
     }
     stored_before = []
-    for name, ready in kill_points.items():
+    for _name, ready in kill_points.items():
         _kill_when(_command(model_dir, out), ready)
         _assert_whole_files(out)
         stored_before.append(sorted(p.name for p in parts.glob("*.jsonl")))
@@ -73,12 +93,16 @@ def test_sigkill_at_four_points_then_resume_equals_an_uninterrupted_run(tiny_che
 
     finished = subprocess.run(_command(model_dir, out), capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr
-    status, err = run_nudge(_command(model_dir, reference_out)[3:])  # uninterrupted, in this process
+    status, err = run_nudge(
+        _command(model_dir, reference_out)[3:]
+    )  # uninterrupted, in this process
     assert status == 0, err
 
     assert (out / "records.jsonl").read_bytes() == (reference_out / "records.jsonl").read_bytes()
     assert manifest_without_commit(out) == manifest_without_commit(reference_out)
-    assert any(r["condition"] == "conf" for r in read_records(out))  # the arms phase produced records
+    assert any(
+        r["condition"] == "conf" for r in read_records(out)
+    )  # the arms phase produced records
     # only missing work was done: a unit's timing line is written right after its part, so a unit
     # computed again after it was stored would appear twice (a kill between the two writes can
     # drop a line, at most one per kill)

@@ -14,8 +14,22 @@ from helpers.tiny_runs import manifest_without_commit, read_records, run_nudge
 def runs(tiny_checkpoint, tmp_path_factory):
     model_dir = tiny_checkpoint("qwen3", close_boost=2.6)
     root = tmp_path_factory.mktemp("shards")
-    common = ["run", "--model", model_dir, "--task", "strategyqa", "--n", 3, "--chunk-size", 1,
-              "--conditions", "primary,oracle", "--max-new-tokens", "16,8", "--quiet"]
+    common = [
+        "run",
+        "--model",
+        model_dir,
+        "--task",
+        "strategyqa",
+        "--n",
+        3,
+        "--chunk-size",
+        1,
+        "--conditions",
+        "primary,oracle",
+        "--max-new-tokens",
+        "16,8",
+        "--quiet",
+    ]
     for name, extra in (("whole", []), ("s1", ["--shard", "1/2"]), ("s2", ["--shard", "2/2"])):
         status, err = run_nudge([*common, "--out", root / name, *extra])
         assert status == 0, err
@@ -25,20 +39,28 @@ def runs(tiny_checkpoint, tmp_path_factory):
 def test_shards_partition_the_chunks(runs):
     _, root, _ = runs
     problems = [r["problem_id"] for r in read_records(root / "whole") if r["condition"] == "NT"]
-    assert [r["problem_id"] for r in read_records(root / "s1") if r["condition"] == "NT"] == problems[0::2]
-    assert [r["problem_id"] for r in read_records(root / "s2") if r["condition"] == "NT"] == problems[1::2]
+    assert [
+        r["problem_id"] for r in read_records(root / "s1") if r["condition"] == "NT"
+    ] == problems[0::2]
+    assert [
+        r["problem_id"] for r in read_records(root / "s2") if r["condition"] == "NT"
+    ] == problems[1::2]
 
 
 def test_merged_shards_equal_the_unsharded_run(runs):
     model_dir, root, common = runs
     status, err = run_nudge(["merge", root / "merged", root / "s2", root / "s1"])
     assert status == 0, err
-    assert (root / "merged" / "records.jsonl").read_bytes() == (root / "whole" / "records.jsonl").read_bytes()
+    assert (root / "merged" / "records.jsonl").read_bytes() == (
+        root / "whole" / "records.jsonl"
+    ).read_bytes()
     assert manifest_without_commit(root / "merged") == manifest_without_commit(root / "whole")
     # the merged directory is a finished unsharded run: running it again computes nothing
     status, err = run_nudge([*common, "--out", root / "merged"])
     assert status == 0 and "(0 units computed" in err, err
-    assert (root / "merged" / "records.jsonl").read_bytes() == (root / "whole" / "records.jsonl").read_bytes()
+    assert (root / "merged" / "records.jsonl").read_bytes() == (
+        root / "whole" / "records.jsonl"
+    ).read_bytes()
 
 
 def _merge_error(out, *dirs) -> str:
@@ -51,7 +73,9 @@ def _merge_error(out, *dirs) -> str:
 def test_merge_refuses_missing_repeated_incomplete_or_mismatched_shards(runs, tmp_path):
     _, root, _ = runs
     assert "shard(s) 2/2 missing" in _merge_error(tmp_path / "m", root / "s1")
-    assert "shard 1/2 is given twice" in _merge_error(tmp_path / "m", root / "s1", root / "s1", root / "s2")
+    assert "shard 1/2 is given twice" in _merge_error(
+        tmp_path / "m", root / "s1", root / "s1", root / "s2"
+    )
     assert "not a shard" in _merge_error(tmp_path / "m", root / "whole", root / "s1")
 
     unfinished = tmp_path / "unfinished"
@@ -66,4 +90,7 @@ def test_merge_refuses_missing_repeated_incomplete_or_mismatched_shards(runs, tm
     manifest["config"]["max_new_tokens"] = 99
     (other / "manifest.json").write_text(json.dumps(manifest))
     err = _merge_error(tmp_path / "m", root / "s1", other)
-    assert "config.max_new_tokens: shard 1/2 has 16, shard 2/2 has 99" in err and str(other / "manifest.json") in err
+    assert (
+        "config.max_new_tokens: shard 1/2 has 16, shard 2/2 has 99" in err
+        and str(other / "manifest.json") in err
+    )

@@ -20,24 +20,27 @@ from nudgeability.splice.tasks.scoring import (
 )
 
 
-@pytest.mark.parametrize("text, expected", [
-    # "the eiffel tower!" -> punctuation gone -> "the" removed -> "eiffel tower"
-    ("The Eiffel Tower!", "eiffel tower"),
-    # every article goes, commas too: "an apple, a pear and the fig" -> "apple pear and fig"
-    ("An apple, a pear and the fig", "apple pear and fig"),
-    # articles only as whole words: "theatre" and "another" stay
-    ("The theatre of another", "theatre of another"),
-    # punctuation is removed BEFORE articles: "the-end" -> "theend", which is not an article
-    ("The-End", "theend"),
-    # "u.s.a." -> "usa"
-    ("U.S.A.", "usa"),
-    # whitespace of any kind collapses to single spaces
-    ("  New \t York\n City ", "new york city"),
-    # non-ASCII letters are kept; the curly apostrophe is not in string.punctuation
-    ("Año O\u2019Neil", "año o\u2019neil"),
-    # only punctuation and articles -> empty
-    ("The... a!", ""),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # "the eiffel tower!" -> punctuation gone -> "the" removed -> "eiffel tower"
+        ("The Eiffel Tower!", "eiffel tower"),
+        # every article goes, commas too: "an apple, a pear and the fig" -> "apple pear and fig"
+        ("An apple, a pear and the fig", "apple pear and fig"),
+        # articles only as whole words: "theatre" and "another" stay
+        ("The theatre of another", "theatre of another"),
+        # punctuation is removed BEFORE articles: "the-end" -> "theend", which is not an article
+        ("The-End", "theend"),
+        # "u.s.a." -> "usa"
+        ("U.S.A.", "usa"),
+        # whitespace of any kind collapses to single spaces
+        ("  New \t York\n City ", "new york city"),
+        # non-ASCII letters are kept; the curly apostrophe is not in string.punctuation
+        ("Año O\u2019Neil", "año o\u2019neil"),
+        # only punctuation and articles -> empty
+        ("The... a!", ""),
+    ],
+)
 def test_normalize_answer_follows_the_official_steps_in_order(text, expected):
     assert normalize_answer(text) == expected
 
@@ -86,40 +89,44 @@ def test_max_over_golds_takes_each_metric_over_the_aliases():
         max_over_golds(exact_match, "x", ())
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Answer: Paris", "Paris"),
-    ("answer:Paris", "Paris"),
-    ("Final answer: Paris", "Paris"),
-    ("**Answer:** Paris", "Paris"),
-    ("**Final Answer**: Paris", "Paris"),
-    ("The answer is Paris.", "Paris"),
-    ('The final answer is: "Paris"', "Paris"),
-    ("Answer: The answer is Paris", "Paris"),
-    ("Final answer:\n\n**Paris**", "Paris"),  # label alone on its line: the next line
-    ("Paris\nbecause it is the capital.", "Paris"),  # no label: the first non-empty line
-    ("\n\n  Paris  \n", "Paris"),
-    ("Answer: X\nHmm, let me check.\nFinal answer: Y", "Y"),  # the last labelled line wins
-    ("- Paris", "Paris"),
-    ("`Paris`", "Paris"),
-    ("*Paris*.", "Paris"),
-    ("\u201cParis\u201d", "Paris"),
-    ("\\boxed{42}", "42"),
-    ("$\\boxed{42}$", "42"),
-    ("<answer>Paris</answer>", "Paris"),
-    ("Answers: Paris", "Answers: Paris"),  # not a label: kept whole
-    ("Paris, France", "Paris, France"),  # inner punctuation is left to the normaliser
-    ("Answer:", None),
-    ("   \n ", None),
-    ("", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Answer: Paris", "Paris"),
+        ("answer:Paris", "Paris"),
+        ("Final answer: Paris", "Paris"),
+        ("**Answer:** Paris", "Paris"),
+        ("**Final Answer**: Paris", "Paris"),
+        ("The answer is Paris.", "Paris"),
+        ('The final answer is: "Paris"', "Paris"),
+        ("Answer: The answer is Paris", "Paris"),
+        ("Final answer:\n\n**Paris**", "Paris"),  # label alone on its line: the next line
+        ("Paris\nbecause it is the capital.", "Paris"),  # no label: the first non-empty line
+        ("\n\n  Paris  \n", "Paris"),
+        ("Answer: X\nHmm, let me check.\nFinal answer: Y", "Y"),  # the last labelled line wins
+        ("- Paris", "Paris"),
+        ("`Paris`", "Paris"),
+        ("*Paris*.", "Paris"),
+        ("\u201cParis\u201d", "Paris"),
+        ("\\boxed{42}", "42"),
+        ("$\\boxed{42}$", "42"),
+        ("<answer>Paris</answer>", "Paris"),
+        ("Answers: Paris", "Answers: Paris"),  # not a label: kept whole
+        ("Paris, France", "Paris, France"),  # inner punctuation is left to the normaliser
+        ("Answer:", None),
+        ("   \n ", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_extract_answer_takes_the_labelled_or_first_line_without_markup(text, expected):
     assert extract_answer(text) == expected
 
 
 def _problem(*golds: str) -> Problem:
-    return Problem(id="2hop__1_2", task="musique", question="q", gold=golds, context=(),
-                   source_line=1)
+    return Problem(
+        id="2hop__1_2", task="musique", question="q", gold=golds, context=(), source_line=1
+    )
 
 
 def test_musique_grade_is_em_and_f1_over_aliases_and_correct_iff_em_is_one():

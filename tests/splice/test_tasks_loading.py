@@ -11,10 +11,16 @@ from nudgeability.splice.tasks import TASK_NAMES, UnknownTaskError, get_task
 
 # From /work/shared/data/README.md (provenance of the samples), repeated in splice/data/README.md.
 SHIPPED = {
-    "musique": ("musique_ans_dev_sample.jsonl", 1_743_177,
-                "0773007ad3e21f289918df8dcfd9f921f0f041d2c0ca33c073759996e1a503a2"),
-    "strategyqa": ("strategyqa_train.json", 1_452_650,
-                   "5fbefbb143d2cb31edacb6e244b26763b7a146690f28eabebec759e1c4190284"),
+    "musique": (
+        "musique_ans_dev_sample.jsonl",
+        1_743_177,
+        "0773007ad3e21f289918df8dcfd9f921f0f041d2c0ca33c073759996e1a503a2",
+    ),
+    "strategyqa": (
+        "strategyqa_train.json",
+        1_452_650,
+        "5fbefbb143d2cb31edacb6e244b26763b7a146690f28eabebec759e1c4190284",
+    ),
 }
 
 
@@ -50,8 +56,14 @@ def test_shipped_strategyqa_loads_all_2290_records():
 def test_shipped_data_readme_names_licences_citations_and_hashes():
     readme = importlib.resources.files("nudgeability.splice").joinpath("data", "README.md")
     text = readme.read_text(encoding="utf-8")
-    for fragment in ("CC BY 4.0", "Trivedi", "Geva", "MIT", SHIPPED["musique"][2],
-                     SHIPPED["strategyqa"][2]):
+    for fragment in (
+        "CC BY 4.0",
+        "Trivedi",
+        "Geva",
+        "MIT",
+        SHIPPED["musique"][2],
+        SHIPPED["strategyqa"][2],
+    ):
         assert fragment in text
 
 

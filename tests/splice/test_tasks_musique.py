@@ -10,17 +10,30 @@ from nudgeability.splice.tasks import DataFileError, EmptyDatasetError, MusiqueT
 
 
 def test_load_keeps_two_hop_ids_in_file_order_by_default(musique_record, write_jsonl):
-    path = write_jsonl([musique_record("2hop__a"), musique_record("3hop1__b"),
-                        musique_record("4hop3__c"), musique_record("2hop__d")])
+    path = write_jsonl(
+        [
+            musique_record("2hop__a"),
+            musique_record("3hop1__b"),
+            musique_record("4hop3__c"),
+            musique_record("2hop__d"),
+        ]
+    )
     assert [p.id for p in MusiqueTask().load(path)] == ["2hop__a", "2hop__d"]
-    assert [p.id for p in MusiqueTask(id_prefix=None).load(path)] == \
-        ["2hop__a", "3hop1__b", "4hop3__c", "2hop__d"]
+    assert [p.id for p in MusiqueTask(id_prefix=None).load(path)] == [
+        "2hop__a",
+        "3hop1__b",
+        "4hop3__c",
+        "2hop__d",
+    ]
 
 
 def test_load_builds_golds_paragraphs_and_source_lines(musique_record, write_jsonl):
-    path = write_jsonl([musique_record("2hop__a"),
-                        musique_record("2hop__b", answer="Barack Obama", aliases=("Obama",),
-                                       question="Who?")])
+    path = write_jsonl(
+        [
+            musique_record("2hop__a"),
+            musique_record("2hop__b", answer="Barack Obama", aliases=("Obama",), question="Who?"),
+        ]
+    )
     problem = MusiqueTask().load(path)[1]
     assert problem.id == "2hop__b" and problem.task == "musique" and problem.question == "Who?"
     assert problem.gold == ("Barack Obama", "Obama")
@@ -31,9 +44,13 @@ def test_load_builds_golds_paragraphs_and_source_lines(musique_record, write_jso
 
 def test_line_separator_characters_inside_strings_do_not_split_a_record(tmp_path, musique_record):
     path = tmp_path / "raw.jsonl"
-    records = [musique_record("2hop__a", question="Who\u2028wrote\x85it?"), musique_record("2hop__b")]
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
-                    encoding="utf-8")
+    records = [
+        musique_record("2hop__a", question="Who\u2028wrote\x85it?"),
+        musique_record("2hop__b"),
+    ]
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
+    )
     problems = MusiqueTask().load(path)
     assert [p.question for p in problems] == ["Who\u2028wrote\x85it?", "Where?"]
     assert [p.source_line for p in problems] == [1, 2]
@@ -67,14 +84,20 @@ def test_record_without_answer_names_the_field_file_and_line(musique_record, wri
     assert (error.value.line, error.value.field) == (3, "answer")
 
 
-@pytest.mark.parametrize("field, value, fragment", [
-    ("answer", 42, "field 'answer' must be the gold answer string, found 42"),
-    ("id", None, "field 'id' must be a string"),
-    ("answer_aliases", "Obama", "field 'answer_aliases' must be a list of strings"),
-    ("paragraphs", [], "field 'paragraphs' is empty"),
-    ("paragraphs", [{"title": "T"}], "record has no 'paragraph_text' field; it must be a "
-                                     "string (in paragraphs[0])"),
-])
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("answer", 42, "field 'answer' must be the gold answer string, found 42"),
+        ("id", None, "field 'id' must be a string"),
+        ("answer_aliases", "Obama", "field 'answer_aliases' must be a list of strings"),
+        ("paragraphs", [], "field 'paragraphs' is empty"),
+        (
+            "paragraphs",
+            [{"title": "T"}],
+            "record has no 'paragraph_text' field; it must be a string (in paragraphs[0])",
+        ),
+    ],
+)
 def test_mistyped_fields_name_the_field(musique_record, write_jsonl, field, value, fragment):
     record = musique_record("2hop__a")
     record[field] = value

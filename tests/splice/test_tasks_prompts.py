@@ -28,8 +28,10 @@ def test_musique_unaided_prompt_carries_the_question_and_all_20_paragraphs_in_or
     messages = get_task("musique").unaided_messages(problem)
     assert [m["role"] for m in messages] == ["system", "user"]
     user = messages[1]["content"]
-    positions = [user.index(f"Paragraph {k}: {title}\n{text}")
-                 for k, (title, text) in enumerate(problem.context, start=1)]
+    positions = [
+        user.index(f"Paragraph {k}: {title}\n{text}")
+        for k, (title, text) in enumerate(problem.context, start=1)
+    ]
     assert positions == sorted(positions) and len(positions) == 20
     assert user.endswith(f"Question: {problem.question}")
 
@@ -42,10 +44,12 @@ def test_unaided_prompt_mentions_no_tool(problems, name, tool):
     assert "Answer:" in system  # the answer format is stated
 
 
-@pytest.mark.parametrize("name, tool, argument", [("musique", "retrieve", "query"),
-                                                  ("strategyqa", "search", "query")])
+@pytest.mark.parametrize(
+    "name, tool, argument", [("musique", "retrieve", "query"), ("strategyqa", "search", "query")]
+)
 def test_with_tool_prompt_declares_only_the_task_tool_and_keeps_the_user_turn(
-        problems, name, tool, argument):
+    problems, name, tool, argument
+):
     task = get_task(name)
     messages, tools = task.with_tool(problems[name])
     assert [_tool_declaration(t) for t in tools] == [(tool, [argument])]
@@ -79,8 +83,11 @@ def test_strategyqa_prompts_do_not_leak_facts_or_decomposition(problems):
     # the first shipped record's facts include "Genghis Khan had sixteen children."
     task = get_task("strategyqa")
     problem = problems["strategyqa"]
-    for messages in (task.unaided_messages(problem), task.with_tool(problem)[0],
-                     task.oracle(problem)[0]):
+    for messages in (
+        task.unaided_messages(problem),
+        task.with_tool(problem)[0],
+        task.oracle(problem)[0],
+    ):
         text = json.dumps(messages)
         assert "sixteen children" not in text and problem.question in text
 

@@ -28,13 +28,18 @@ def _declared(family: str, tool: dict, text: str) -> bool:
         # the signatures block opens on its own line (the header's "<tools></tools>" does not)
         start = text.find("\n<tools>\n")
         end = text.find("\n</tools>", start)
-        return "# Tools" in text and 0 <= start < end and \
-            f"\n{json.dumps(tool, ensure_ascii=False)}\n" in text[start:end + 1]
+        return (
+            "# Tools" in text
+            and 0 <= start < end
+            and f"\n{json.dumps(tool, ensure_ascii=False)}\n" in text[start : end + 1]
+        )
     if family == "glm_z1":
         return "# 可用工具" in text and f"## {function['name']}\n" in text
     if family == "gemma4":
-        return (f'<|tool>declaration:{function["name"]}{{description:<|"|>'
-                f'{function["description"]}<|"|>') in text and "<tool|>" in text
+        return (
+            f'<|tool>declaration:{function["name"]}{{description:<|"|>'
+            f'{function["description"]}<|"|>'
+        ) in text and "<tool|>" in text
     raise AssertionError(f"no expectation for family {family}")
 
 
@@ -61,8 +66,9 @@ def test_with_tool_prompt_declares_the_task_tool_natively(family, first_problems
 
 
 @pytest.mark.parametrize("task_name", TASKS)
-def test_oracle_prompt_declares_ask_expert_natively_and_not_the_scoped_tool(family, first_problems,
-                                                                         task_name):
+def test_oracle_prompt_declares_ask_expert_natively_and_not_the_scoped_tool(
+    family, first_problems, task_name
+):
     name, tokenizer, fam = family
     task = get_task(task_name)
     problem = first_problems[task_name]
@@ -78,8 +84,9 @@ def test_unaided_prompt_declares_no_tool(family, first_problems, task_name):
     name, tokenizer, fam = family
     task = get_task(task_name)
     problem = first_problems[task_name]
-    text = tokenizer.decode(fam.render(task.unaided_messages(problem), None, thinking=True),
-                            skip_special_tokens=False)
+    text = tokenizer.decode(
+        fam.render(task.unaided_messages(problem), None, thinking=True), skip_special_tokens=False
+    )
     assert problem.question in text
     for tool in (task.with_tool(problem)[1][0], task.oracle(problem)[1][0]):
         assert not _declared(name, tool, text)
@@ -98,8 +105,15 @@ def test_chatml_prompts_carry_the_format_demonstrations_and_native_ones_do_not()
     for name, shown in (("chatml", True), ("qwen3", False)):
         family = get_family(name, tiny_tokenizer(name))
         prompts = render_prompts(task, family, problem, oracle=True)
-        for ids, tool in ((prompts.unaided, None), (prompts.with_tool, "search"), (prompts.oracle, "ask_expert")):
+        for ids, tool in (
+            (prompts.unaided, None),
+            (prompts.with_tool, "search"),
+            (prompts.oracle, "ask_expert"),
+        ):
             text = family.decode(ids)
             assert ("Is the Eiffel Tower in Paris?" in text) is shown
             assert (f'{{"name": "{tool}", "arguments"' in text) is (shown and tool is not None)
-            assert text.rstrip().endswith(("<think>", "<|im_start|>assistant")) and problem.question in text
+            assert (
+                text.rstrip().endswith(("<think>", "<|im_start|>assistant"))
+                and problem.question in text
+            )

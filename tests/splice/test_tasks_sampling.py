@@ -29,18 +29,24 @@ def test_a_larger_n_extends_a_smaller_n(shipped_musique):
 
 def test_the_order_is_the_documented_sha256_rank_of_seed_and_id(shipped_musique):
     # Independent restatement of the documented contract: rank by sha256(f"{seed}:{id}").
-    expected = sorted((p.id for p in shipped_musique),
-                      key=lambda pid: hashlib.sha256(f"11:{pid}".encode()).digest())
+    expected = sorted(
+        (p.id for p in shipped_musique),
+        key=lambda pid: hashlib.sha256(f"11:{pid}".encode()).digest(),
+    )
     assert [p.id for p in sample_problems(shipped_musique, None, seed=11)] == expected
 
 
 def test_the_draw_depends_on_the_ids_not_on_the_file_order(shipped_musique):
     reversed_problems = list(reversed(shipped_musique))
-    assert sample_problems(reversed_problems, 10, seed=0) == sample_problems(shipped_musique, 10, seed=0)
+    assert sample_problems(reversed_problems, 10, seed=0) == sample_problems(
+        shipped_musique, 10, seed=0
+    )
 
 
 def test_different_seeds_give_different_draws(shipped_musique):
-    assert sample_problems(shipped_musique, 10, seed=0) != sample_problems(shipped_musique, 10, seed=1)
+    assert sample_problems(shipped_musique, 10, seed=0) != sample_problems(
+        shipped_musique, 10, seed=1
+    )
 
 
 def test_n_none_is_a_permutation_of_all_problems(shipped_musique):
@@ -53,7 +59,8 @@ def test_n_larger_than_available_is_a_clear_error_naming_the_file(shipped_musiqu
         sample_problems(shipped_musique, 146, seed=0, source="data/musique.jsonl")
     assert str(error.value) == (
         "data/musique.jsonl: n=146 asks for more problems than the 145 available (after "
-        "filtering); pass n <= 145 or a larger data file")
+        "filtering); pass n <= 145 or a larger data file"
+    )
     assert isinstance(error.value, ValueError)
 
 

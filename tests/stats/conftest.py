@@ -51,20 +51,52 @@ class PlantedModel:
     # arm[polarity][s][base code] -> probabilities of SELF, TOOL, OTHER, TRUNC
     arm = {
         "+": {
-            1: {0: [0.93, 0.04, 0.02, 0.01], 1: [0.35, 0.61, 0.02, 0.02], 2: [0.5, 0.3, 0.15, 0.05], 3: [0.4, 0.3, 0.1, 0.2]},
-            0: {0: [0.90, 0.07, 0.02, 0.01], 1: [0.22, 0.74, 0.02, 0.02], 2: [0.5, 0.3, 0.15, 0.05], 3: [0.4, 0.3, 0.1, 0.2]},
-            -1: {0: [0.9, 0.06, 0.02, 0.02], 1: [0.3, 0.66, 0.02, 0.02], 2: [0.5, 0.3, 0.15, 0.05], 3: [0.4, 0.3, 0.1, 0.2]},
+            1: {
+                0: [0.93, 0.04, 0.02, 0.01],
+                1: [0.35, 0.61, 0.02, 0.02],
+                2: [0.5, 0.3, 0.15, 0.05],
+                3: [0.4, 0.3, 0.1, 0.2],
+            },
+            0: {
+                0: [0.90, 0.07, 0.02, 0.01],
+                1: [0.22, 0.74, 0.02, 0.02],
+                2: [0.5, 0.3, 0.15, 0.05],
+                3: [0.4, 0.3, 0.1, 0.2],
+            },
+            -1: {
+                0: [0.9, 0.06, 0.02, 0.02],
+                1: [0.3, 0.66, 0.02, 0.02],
+                2: [0.5, 0.3, 0.15, 0.05],
+                3: [0.4, 0.3, 0.1, 0.2],
+            },
         },
         "-": {
-            1: {0: [0.72, 0.24, 0.02, 0.02], 1: [0.05, 0.92, 0.02, 0.01], 2: [0.3, 0.5, 0.15, 0.05], 3: [0.3, 0.4, 0.1, 0.2]},
-            0: {0: [0.55, 0.41, 0.02, 0.02], 1: [0.04, 0.93, 0.02, 0.01], 2: [0.3, 0.5, 0.15, 0.05], 3: [0.3, 0.4, 0.1, 0.2]},
-            -1: {0: [0.6, 0.36, 0.02, 0.02], 1: [0.05, 0.92, 0.02, 0.01], 2: [0.3, 0.5, 0.15, 0.05], 3: [0.3, 0.4, 0.1, 0.2]},
+            1: {
+                0: [0.72, 0.24, 0.02, 0.02],
+                1: [0.05, 0.92, 0.02, 0.01],
+                2: [0.3, 0.5, 0.15, 0.05],
+                3: [0.3, 0.4, 0.1, 0.2],
+            },
+            0: {
+                0: [0.55, 0.41, 0.02, 0.02],
+                1: [0.04, 0.93, 0.02, 0.01],
+                2: [0.3, 0.5, 0.15, 0.05],
+                3: [0.3, 0.4, 0.1, 0.2],
+            },
+            -1: {
+                0: [0.6, 0.36, 0.02, 0.02],
+                1: [0.05, 0.92, 0.02, 0.01],
+                2: [0.3, 0.5, 0.15, 0.05],
+                3: [0.3, 0.4, 0.1, 0.2],
+            },
         },
-    }  # fmt: skip
+    }
 
     def sample(self, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
         u = rng.random(n)
-        s = np.where(u < self.p_right, 1, np.where(u < self.p_right + self.p_wrong, 0, -1)).astype(np.int8)
+        s = np.where(u < self.p_right, 1, np.where(u < self.p_right + self.p_wrong, 0, -1)).astype(
+            np.int8
+        )
         unclosed = rng.random(n) < self.p_unclosed
         base = np.empty(n, dtype=np.int8)
         conf, doubt = np.full(n, NONE, np.int8), np.full(n, NONE, np.int8)
@@ -117,23 +149,49 @@ def planted():
 # ---------------------------------------------------------------- run directories
 
 
-def record_line(problem_id: str, condition: str, kind: str, *, seed: int = 0, correct: bool | None = None,
-                graded: bool = False, boundary: int | None = None, task: str = "musique") -> str:
+def record_line(
+    problem_id: str,
+    condition: str,
+    kind: str,
+    *,
+    seed: int = 0,
+    correct: bool | None = None,
+    graded: bool = False,
+    boundary: int | None = None,
+    task: str = "musique",
+) -> str:
     """One records.jsonl line in the runner's schema (built with nudgeability.splice.records.Record)."""
     from nudgeability.splice.records import ActionRecord, GradeRecord, Record
 
     is_base = condition in ("B", "oracle_B")
     return Record(
-        problem_id=problem_id, task=task, condition=condition, sentence_id=None, seed=seed,
-        prompt_tokens=12, prompt_sha256="0" * 64, prefix_tokens=None if is_base or condition == "NT" else 7,
-        boundary=boundary if is_base else None, generated_ids=[1, 2, 3], text="...", finish_reason="eos",
+        problem_id=problem_id,
+        task=task,
+        condition=condition,
+        sentence_id=None,
+        seed=seed,
+        prompt_tokens=12,
+        prompt_sha256="0" * 64,
+        prefix_tokens=None if is_base or condition == "NT" else 7,
+        boundary=boundary if is_base else None,
+        generated_ids=[1, 2, 3],
+        text="...",
+        finish_reason="eos",
         action=ActionRecord(kind=kind, answer="x" if kind == "SELF" else None),
-        grade=GradeRecord(em=float(bool(correct)), f1=float(bool(correct)), correct=correct) if graded else None,
-    ).to_json()  # fmt: skip
+        grade=GradeRecord(em=float(bool(correct)), f1=float(bool(correct)), correct=correct)
+        if graded
+        else None,
+    ).to_json()
 
 
-def records_from_arrays(arrays: dict, *, seed: int = 0, task: str = "musique", prefix: str = "p",
-                        base_correct: np.ndarray | None = None) -> list[str]:
+def records_from_arrays(
+    arrays: dict,
+    *,
+    seed: int = 0,
+    task: str = "musique",
+    prefix: str = "p",
+    base_correct: np.ndarray | None = None,
+) -> list[str]:
     """Records of a table (s, base and arms keyed by condition code) in the runner's schema.
 
     s = -1 is written as an NT answer whose grade is null; base = TRUNC with every arm missing as
@@ -144,27 +202,67 @@ def records_from_arrays(arrays: dict, *, seed: int = 0, task: str = "musique", p
     for i in range(len(arrays["s"])):
         pid = f"{prefix}{i:04d}"
         s = int(arrays["s"][i])
-        lines.append(record_line(pid, "NT", "SELF", seed=seed, graded=True, correct=None if s < 0 else bool(s), task=task))
+        lines.append(
+            record_line(
+                pid,
+                "NT",
+                "SELF",
+                seed=seed,
+                graded=True,
+                correct=None if s < 0 else bool(s),
+                task=task,
+            )
+        )
         b = int(arrays["base"][i])
         unclosed = b == TRUNC and all(arrays[c][i] == NONE for c in arm_codes)
         if b != NONE:
             bc = None if base_correct is None or base_correct[i] < 0 else bool(base_correct[i])
-            lines.append(record_line(pid, "B", KINDS[b], seed=seed, correct=bc, graded=b == SELF,
-                                     boundary=None if unclosed else 40, task=task))  # fmt: skip
+            lines.append(
+                record_line(
+                    pid,
+                    "B",
+                    KINDS[b],
+                    seed=seed,
+                    correct=bc,
+                    graded=b == SELF,
+                    boundary=None if unclosed else 40,
+                    task=task,
+                )
+            )
         for code in arm_codes:
             a = int(arrays[code][i])
             if a != NONE:
-                lines.append(record_line(pid, code, KINDS[a], seed=seed, task=task,
-                                         boundary=40, graded=code == "oracle_B" and a == SELF, correct=False))  # fmt: skip
+                lines.append(
+                    record_line(
+                        pid,
+                        code,
+                        KINDS[a],
+                        seed=seed,
+                        task=task,
+                        boundary=40,
+                        graded=code == "oracle_B" and a == SELF,
+                        correct=False,
+                    )
+                )
     return lines
 
 
-def write_run_dir(path: Path, lines: list[str], *, model: str = "tiny", task: str = "musique",
-                  decoding: str = "greedy", seeds: tuple[int, ...] = (0,), conditions: list[str] | None = None) -> Path:
+def write_run_dir(
+    path: Path,
+    lines: list[str],
+    *,
+    model: str = "tiny",
+    task: str = "musique",
+    decoding: str = "greedy",
+    seeds: tuple[int, ...] = (0,),
+    conditions: list[str] | None = None,
+) -> Path:
     """A run directory: manifest.json with the experiment (and, if given, the config's conditions),
     records.jsonl, an empty timings.jsonl."""
     path.mkdir(parents=True, exist_ok=True)
-    manifest = {"experiment": {"model": model, "task": task, "decoding": decoding, "seeds": list(seeds)}}
+    manifest = {
+        "experiment": {"model": model, "task": task, "decoding": decoding, "seeds": list(seeds)}
+    }
     if conditions is not None:
         manifest["config"] = {"conditions": conditions}
     (path / "manifest.json").write_text(json.dumps(manifest))
@@ -176,4 +274,8 @@ def write_run_dir(path: Path, lines: list[str], *, model: str = "tiny", task: st
 @pytest.fixture
 def runs():
     """The run-directory helpers above, for tests (test modules cannot import conftest)."""
-    return SimpleNamespace(record_line=record_line, records_from_arrays=records_from_arrays, write_run_dir=write_run_dir)
+    return SimpleNamespace(
+        record_line=record_line,
+        records_from_arrays=records_from_arrays,
+        write_run_dir=write_run_dir,
+    )

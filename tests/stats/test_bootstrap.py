@@ -8,15 +8,37 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from nudgeability.stats import ExperimentTable, TableError, bootstrap, bootstrap_clustered, contributions
-from nudgeability.stats.contributions import F_OFF, H_OFF, IN_S, K_OFF, N_OFF, TOOL_MINUS, TOOL_PLUS, stratum_columns
+from nudgeability.stats import (
+    ExperimentTable,
+    TableError,
+    bootstrap,
+    bootstrap_clustered,
+    contributions,
+)
+from nudgeability.stats.contributions import (
+    F_OFF,
+    H_OFF,
+    IN_S,
+    K_OFF,
+    N_OFF,
+    TOOL_MINUS,
+    TOOL_PLUS,
+    stratum_columns,
+)
 
 
 def _scipy_interval(columns, statistic):
     result = sps.bootstrap(
-        tuple(columns), statistic, paired=True, vectorized=True, n_resamples=20000, batch=1000,
-        method="percentile", confidence_level=0.95, rng=np.random.default_rng(99),
-    )  # fmt: skip
+        tuple(columns),
+        statistic,
+        paired=True,
+        vectorized=True,
+        n_resamples=20000,
+        batch=1000,
+        method="percentile",
+        confidence_level=0.95,
+        rng=np.random.default_rng(99),
+    )
     return result.confidence_interval
 
 
@@ -36,18 +58,27 @@ def _quantile_tolerance(replicates: np.ndarray, lattice_step: float) -> float:
 
 def test_bootstrap_interval_of_s_and_l_agrees_with_scipy_percentile_bootstrap(planted):
     arrays = planted.sample(np.random.default_rng(2024), 400)
-    table = ExperimentTable(s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]})
+    table = ExperimentTable(
+        s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]}
+    )
     ours = bootstrap(table, n_boot=20000, seed=1, keep_replicates=True)
-    contrib = contributions(arrays["s"], arrays["base"], arrays["conf"], arrays["doubt"]).astype(np.float64)
+    contrib = contributions(arrays["s"], arrays["base"], arrays["conf"], arrays["doubt"]).astype(
+        np.float64
+    )
 
     def s_statistic(in_s, minus, plus, axis=-1):
         n = in_s.sum(axis)
         return 100 * (minus.sum(axis) / n - plus.sum(axis) / n)
 
-    def l_statistic(*cols, axis=-1):  # cols: N, F, K, H of the four strata, written from protocol.md
+    def l_statistic(
+        *cols, axis=-1
+    ):  # cols: N, F, K, H of the four strata, written from protocol.md
         N, F, K, H = ([cols[4 * q + j].sum(axis) for j in range(4)] for q in range(4))
         f_total = sum(F)
-        wt_rand = sum(np.where(n > 0, f * k / np.where(n > 0, n, 1), 0.0) for n, f, k in zip(N, F, K)) / f_total
+        wt_rand = (
+            sum(np.where(n > 0, f * k / np.where(n > 0, n, 1), 0.0) for n, f, k in zip(N, F, K))
+            / f_total
+        )
         return 100 * (sum(H) / f_total - wt_rand)
 
     n_s = int(contrib[:, IN_S].sum())
@@ -65,7 +96,9 @@ def test_bootstrap_interval_of_s_and_l_agrees_with_scipy_percentile_bootstrap(pl
 
 def test_bootstrap_is_deterministic_for_a_seed_and_numba_equals_numpy_engine(planted):
     arrays = planted.sample(np.random.default_rng(8), 250)
-    table = ExperimentTable(s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]})
+    table = ExperimentTable(
+        s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]}
+    )
     first = bootstrap(table, n_boot=3000, seed=4)
     assert first == bootstrap(table, n_boot=3000, seed=4)
     assert first == bootstrap(table, n_boot=3000, seed=4, engine="numpy")
@@ -77,19 +110,29 @@ def test_clustered_bootstrap_resamples_seeds_of_a_problem_together(planted):
     # interval (the clusters' sums are 3x the rows', which leaves every ratio unchanged), while
     # treating the 3n rows as independent problems would shrink the interval by about sqrt(3).
     arrays = planted.sample(np.random.default_rng(10), 300)
-    single = ExperimentTable(s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]})
+    single = ExperimentTable(
+        s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]}
+    )
     rows = np.repeat(np.arange(300), 3)
     tripled = ExperimentTable(
-        s=arrays["s"][rows], base=arrays["base"][rows],
+        s=arrays["s"][rows],
+        base=arrays["base"][rows],
         arms={"conf": arrays["conf"][rows], "doubt": arrays["doubt"][rows]},
-        cluster=rows, seed=np.tile([0, 1, 2], 300),
-    )  # fmt: skip
+        cluster=rows,
+        seed=np.tile([0, 1, 2], 300),
+    )
     one, clustered = bootstrap(single, 4000, seed=3), bootstrap_clustered(tripled, 4000, seed=3)
     for name in ("S", "WT", "WTrand", "L"):
-        assert getattr(clustered, name).low == pytest.approx(getattr(one, name).low, rel=1e-12, abs=1e-12)
-        assert getattr(clustered, name).high == pytest.approx(getattr(one, name).high, rel=1e-12, abs=1e-12)
+        assert getattr(clustered, name).low == pytest.approx(
+            getattr(one, name).low, rel=1e-12, abs=1e-12
+        )
+        assert getattr(clustered, name).high == pytest.approx(
+            getattr(one, name).high, rel=1e-12, abs=1e-12
+        )
     assert clustered.n_units == 300 and clustered.clustered
-    naive = bootstrap_clustered(ExperimentTable(s=tripled.s, base=tripled.base, arms=tripled.arms), 4000, seed=3)
+    naive = bootstrap_clustered(
+        ExperimentTable(s=tripled.s, base=tripled.base, arms=tripled.arms), 4000, seed=3
+    )
     width = lambda r: r.S.high - r.S.low  # noqa: E731
     assert width(naive) == pytest.approx(width(one) / math.sqrt(3), rel=0.15)
     with pytest.raises(TableError, match="bootstrap_clustered"):
@@ -98,7 +141,9 @@ def test_clustered_bootstrap_resamples_seeds_of_a_problem_together(planted):
 
 def test_intervals_are_the_linear_2_5_and_97_5_percentiles_of_the_replicates(planted):
     arrays = planted.sample(np.random.default_rng(5), 200)
-    table = ExperimentTable(s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]})
+    table = ExperimentTable(
+        s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]}
+    )
     for confidence in (0.95, 0.9):
         result = bootstrap(table, n_boot=4001, seed=9, confidence=confidence, keep_replicates=True)
         tail = 100 * (1 - confidence) / 2
@@ -109,11 +154,16 @@ def test_intervals_are_the_linear_2_5_and_97_5_percentiles_of_the_replicates(pla
 
 def test_undefined_replicates_are_counted_and_left_out_of_the_interval():
     # One problem flips, three never do: replicates that miss the flipping problem have no flip.
-    table = ExperimentTable(s=[0, 1, 1, 1], base=[0, 0, 0, 0], arms={"conf": [0, 0, 0, 0], "doubt": [1, 0, 0, 0]})
+    table = ExperimentTable(
+        s=[0, 1, 1, 1], base=[0, 0, 0, 0], arms={"conf": [0, 0, 0, 0], "doubt": [1, 0, 0, 0]}
+    )
     result = bootstrap(table, n_boot=2000, seed=0, keep_replicates=True)
     # P(no draw of the flipping problem) = (3/4)^4 = 0.316
     assert result.undefined["WT"] == pytest.approx(2000 * 0.75**4, rel=0.15)
-    assert result.undefined["WT"] == np.isnan(result.replicates[:, 1]).sum() and result.undefined["S"] == 0
+    assert (
+        result.undefined["WT"] == np.isnan(result.replicates[:, 1]).sum()
+        and result.undefined["S"] == 0
+    )
     assert result.WT.low == result.WT.high == 1.0
     s_low, s_high = np.percentile(result.replicates[:, 0], [2.5, 97.5])
     assert (result.S.low, result.S.high) == (s_low, s_high)

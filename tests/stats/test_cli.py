@@ -14,8 +14,21 @@ from nudgeability.stats import NONE, TRUNC, load_experiments, summarize
 from nudgeability.stats.cli import read_stats
 from nudgeability.stats.serialize import to_jsonable
 
-ALL_ARMS = ("empty", "neutral", "conf_second", "doubt_second", "conf_reviewer", "doubt_reviewer",
-            "conf_expert", "doubt_expert", "sealed_conf", "sealed_doubt", "oracle_B", "oracle_conf", "oracle_doubt")  # fmt: skip
+ALL_ARMS = (
+    "empty",
+    "neutral",
+    "conf_second",
+    "doubt_second",
+    "conf_reviewer",
+    "doubt_reviewer",
+    "conf_expert",
+    "doubt_expert",
+    "sealed_conf",
+    "sealed_doubt",
+    "oracle_B",
+    "oracle_conf",
+    "oracle_doubt",
+)
 
 
 def _arrays(planted, rng, n, extra_arms=()):
@@ -30,25 +43,40 @@ def _arrays(planted, rng, n, extra_arms=()):
 @pytest.fixture
 def run_dirs(tmp_path, planted, runs):
     rng = np.random.default_rng(77)
-    full = runs.write_run_dir(tmp_path / "a", runs.records_from_arrays(_arrays(planted, rng, 300, ALL_ARMS)), model="tiny-a")
+    full = runs.write_run_dir(
+        tmp_path / "a",
+        runs.records_from_arrays(_arrays(planted, rng, 300, ALL_ARMS)),
+        model="tiny-a",
+    )
     plain = runs.write_run_dir(
-        tmp_path / "b", runs.records_from_arrays(_arrays(planted, rng, 300), task="strategyqa"), model="tiny-b", task="strategyqa"
-    )  # fmt: skip
+        tmp_path / "b",
+        runs.records_from_arrays(_arrays(planted, rng, 300), task="strategyqa"),
+        model="tiny-b",
+        task="strategyqa",
+    )
     lines = []
     for seed in (0, 1, 2):
         lines += runs.records_from_arrays(_arrays(planted, rng, 60), seed=seed)
-    sampled = runs.write_run_dir(tmp_path / "c", lines, model="tiny-a", decoding="sampled", seeds=(0, 1, 2))
+    sampled = runs.write_run_dir(
+        tmp_path / "c", lines, model="tiny-a", decoding="sampled", seeds=(0, 1, 2)
+    )
     return [full, plain, sampled]
 
 
 def test_nudge_stats_writes_every_file_and_its_table_matches_summarize(tmp_path, run_dirs, capsys):
     out = tmp_path / "stats"
-    assert main(["stats", *map(str, run_dirs), "--out", str(out), "--n-boot", "2000", "--seed", "3"]) == 0
+    assert (
+        main(["stats", *map(str, run_dirs), "--out", str(out), "--n-boot", "2000", "--seed", "3"])
+        == 0
+    )
     for name in ("stats.json", "table.md", "table.csv", "table.tex"):
         assert (out / name).stat().st_size > 0, name
     summaries = [summarize(table, n_boot=2000, seed=3) for table in load_experiments(run_dirs)]
     assert [(e.model, e.task, e.decoding) for e in summaries] == [
-        ("tiny-a", "musique", "greedy"), ("tiny-b", "strategyqa", "greedy"), ("tiny-a", "musique", "sampled")]
+        ("tiny-a", "musique", "greedy"),
+        ("tiny-b", "strategyqa", "greedy"),
+        ("tiny-a", "musique", "sampled"),
+    ]
 
     all_rows = list(csv.DictReader(io.StringIO((out / "table.csv").read_text())))
     rows = [r for r in all_rows if r["row"] == "experiment"]
@@ -57,12 +85,22 @@ def test_nudge_stats_writes_every_file_and_its_table_matches_summarize(tmp_path,
         for key in ("S", "WT", "WTrand", "L"):
             assert float(row[key]) == getattr(e, key)  # full precision: equal, not approximately
             interval = getattr(e, f"{key}_ci")
-            assert (float(row[f"{key}_low"]), float(row[f"{key}_high"])) == (interval.low, interval.high)
-        assert (int(row["n_S"]), int(row["n_WT"]), int(row["F"]), int(row["H"])) == (e.n_S, e.n_WT, e.F, e.H)
+            assert (float(row[f"{key}_low"]), float(row[f"{key}_high"])) == (
+                interval.low,
+                interval.high,
+            )
+        assert (int(row["n_S"]), int(row["n_WT"]), int(row["F"]), int(row["H"])) == (
+            e.n_S,
+            e.n_WT,
+            e.F,
+            e.H,
+        )
         assert row["profile"] == e.profile and int(row["L_dagger"]) == e.L_ci.excludes_zero
         dagger = "†" if e.L_ci.excludes_zero else ""
         cell = f"{e.L:.1f}{dagger} [{e.L_ci.low:.1f}, {e.L_ci.high:.1f}]"
-        assert f"| {e.S:.1f} [{e.S_ci.low:.1f}, {e.S_ci.high:.1f}] |" in markdown and cell in markdown
+        assert (
+            f"| {e.S:.1f} [{e.S_ci.low:.1f}, {e.S_ci.high:.1f}] |" in markdown and cell in markdown
+        )
         assert f"{e.S:.1f} [{e.S_ci.low:.1f}, {e.S_ci.high:.1f}]" in latex
     # stats.json holds exactly the summaries, and reads back into equal objects.
     document = json.loads((out / "stats.json").read_text())
@@ -75,9 +113,13 @@ def test_nudge_stats_writes_every_file_and_its_table_matches_summarize(tmp_path,
     assert sampled.clustered and sorted(sampled.per_seed) == [0, 1, 2] and sampled.n_problems == 60
     assert "| pooled | greedy | 2 |" in markdown and "| pooled | sampled | 1 |" in markdown
     seed_rows = [r for r in all_rows if r["row"] == "seed"]
-    assert [(int(r["seed"]), float(r["S"])) for r in seed_rows] == [(k, p.S) for k, p in sampled.per_seed.items()]
+    assert [(int(r["seed"]), float(r["S"])) for r in seed_rows] == [
+        (k, p.S) for k, p in sampled.per_seed.items()
+    ]
     # The diagnostics table: S of the other pairs, then Gamma.
-    pairs = " | ".join(f"{full.pairs[p].S:.1f}" for p in ("second", "reviewer", "expert", "sealed", "oracle"))
+    pairs = " | ".join(
+        f"{full.pairs[p].S:.1f}" for p in ("second", "reviewer", "expert", "sealed", "oracle")
+    )
     assert f"| tiny-a | musique | greedy | {pairs} | {full.gamma.gamma:.1f} |" in markdown
 
 
@@ -89,7 +131,10 @@ def test_nudge_report_draws_every_figure_as_png_and_pdf(tmp_path, run_dirs):
         assert (report_dir / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", stem
         assert (report_dir / f"{stem}.pdf").read_bytes()[:5] == b"%PDF-", stem
     # Straight from a run directory too.
-    assert main(["report", str(run_dirs[1]), "--out", str(tmp_path / "direct"), "--n-boot", "200"]) == 0
+    assert (
+        main(["report", str(run_dirs[1]), "--out", str(tmp_path / "direct"), "--n-boot", "200"])
+        == 0
+    )
     assert (tmp_path / "direct" / "s_vs_l.png").is_file()
 
 
@@ -98,4 +143,6 @@ def test_cli_errors_are_one_line_naming_the_file(tmp_path, capsys):
     assert main(["stats", str(tmp_path / "bare"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "bare/manifest.json: missing" in err
-    assert main(["report", str(tmp_path / "bare" / "stats.json"), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["report", str(tmp_path / "bare" / "stats.json"), "--out", str(tmp_path / "o")]) == 2
+    )

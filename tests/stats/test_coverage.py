@@ -26,7 +26,11 @@ def test_intervals_cover_true_s_and_true_l_in_at_least_93_percent_of_experiments
     estimates, widths = [], []
     for k in range(EXPERIMENTS):
         arrays = planted.sample(rng, PROBLEMS)
-        table = ExperimentTable(s=arrays["s"], base=arrays["base"], arms={"conf": arrays["conf"], "doubt": arrays["doubt"]})
+        table = ExperimentTable(
+            s=arrays["s"],
+            base=arrays["base"],
+            arms={"conf": arrays["conf"], "doubt": arrays["doubt"]},
+        )
         result = bootstrap(table, n_boot=REPLICATES, seed=k)
         covered_s += result.S.covers(true_s)
         covered_l += result.L.covers(true_l)
@@ -35,8 +39,10 @@ def test_intervals_cover_true_s_and_true_l_in_at_least_93_percent_of_experiments
         if k == 199:  # the 200 experiments, reported for the record
             first_200 = (covered_s, covered_l)
     ratio = np.mean(widths, axis=0) / np.std(estimates, axis=0)
-    print(f"coverage: first 200 experiments S {first_200[0]}/200, L {first_200[1]}/200; all {EXPERIMENTS}: "
-          f"S {covered_s}, L {covered_l}; mean width / sd of the estimates: S {ratio[0]:.2f}, L {ratio[1]:.2f}")
+    print(
+        f"coverage: first 200 experiments S {first_200[0]}/200, L {first_200[1]}/200; all {EXPERIMENTS}: "
+        f"S {covered_s}, L {covered_l}; mean width / sd of the estimates: S {ratio[0]:.2f}, L {ratio[1]:.2f}"
+    )
     assert covered_s >= 0.93 * EXPERIMENTS, covered_s
     assert covered_l >= 0.93 * EXPERIMENTS, covered_l
     # Coverage is not bought with wide intervals: a 95% interval spans about 2 * 1.96 sampling

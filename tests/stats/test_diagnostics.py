@@ -8,9 +8,18 @@ import numpy as np
 import pytest
 
 from nudgeability.stats import (
-    NONE, OTHER, SELF, TOOL, TRUNC, control_deltas, delegation_rate, dself_rself, flip_composition, gamma,
+    NONE,
+    OTHER,
+    SELF,
+    TOOL,
+    TRUNC,
+    control_deltas,
+    delegation_rate,
+    dself_rself,
+    flip_composition,
+    gamma,
     oracle_diagnostics,
-)  # fmt: skip
+)
 
 #  i  s   B     +      -      B correct  oracle_B  empty  neutral
 #  0  1  SELF  SELF   TOOL    0 (wrong)   SELF      SELF   TOOL
@@ -55,7 +64,12 @@ def test_flip_composition_splits_flips_by_direction_and_targeting():
     # SELF->TOOL: problem 0 under - (s=1: ill), problem 1 under - (s=0: well)
     # TOOL->SELF: problem 2 under + (s=0: ill), problem 3 under + (s=1: well)
     f = flip_composition(S, BASE, CONF, DOUBT)
-    assert (f.self_to_tool_well, f.self_to_tool_ill, f.tool_to_self_well, f.tool_to_self_ill) == (1, 1, 1, 1)
+    assert (f.self_to_tool_well, f.self_to_tool_ill, f.tool_to_self_well, f.tool_to_self_ill) == (
+        1,
+        1,
+        1,
+        1,
+    )
     assert f.flips == 4 and f.share_self_to_tool == 0.5
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from nudgeability.stats import SELF, TOOL, OTHER, TRUNC, NONE, contributions, sensitivity, targeting
+from nudgeability.stats import NONE, OTHER, SELF, TOOL, TRUNC, contributions, sensitivity, targeting
 from nudgeability.stats.kernels import statistics_from_sums, statistics_from_sums_twin
 
 COMPLETED = (SELF, TOOL, OTHER)
@@ -54,8 +54,17 @@ def reference(s, base, conf, doubt):
         L = 100 * (WT - WTrand)
     else:
         WT = WTrand = L = math.nan
-    return {"S": S, "n_S": len(kept), "WT": WT, "WTrand": WTrand, "L": L, "F": F_total,
-            "H": sum(h for *_, h in strata), "n_WT": len(eligible_any), "strata": strata}  # fmt: skip
+    return {
+        "S": S,
+        "n_S": len(kept),
+        "WT": WT,
+        "WTrand": WTrand,
+        "L": L,
+        "F": F_total,
+        "H": sum(h for *_, h in strata),
+        "n_WT": len(eligible_any),
+        "strata": strata,
+    }
 
 
 def same(a: float, b: float) -> bool:
@@ -70,7 +79,11 @@ def test_estimators_equal_brute_force_reference_exactly_on_200_random_tables(ran
         want = reference(s, base, conf, doubt)
         sens, targ = sensitivity(conf, doubt), targeting(s, base, conf, doubt)
         assert same(sens.S, want["S"]) and sens.n_S == want["n_S"]
-        assert same(targ.WT, want["WT"]) and same(targ.WTrand, want["WTrand"]) and same(targ.L, want["L"])
+        assert (
+            same(targ.WT, want["WT"])
+            and same(targ.WTrand, want["WTrand"])
+            and same(targ.L, want["L"])
+        )
         assert (targ.F, targ.H, targ.n_WT) == (want["F"], want["H"], want["n_WT"])
         assert [(x.N, x.F, x.K, x.H) for x in targ.strata] == want["strata"]
         # The bootstrap's path (contribution sums -> kernel statistics) gives the same values too.
@@ -79,7 +92,10 @@ def test_estimators_equal_brute_force_reference_exactly_on_200_random_tables(ran
             assert all(same(float(v), want[k]) for v, k in zip(row, ("S", "WT", "WTrand", "L")))
         seen_nan += math.isnan(want["L"])
         seen_finite += not math.isnan(want["L"])
-        seen_all_codes += all(set(np.unique(arrays[k])) >= {NONE, SELF, TOOL, OTHER, TRUNC} for k in ("base", "conf", "doubt"))
+        seen_all_codes += all(
+            set(np.unique(arrays[k])) >= {NONE, SELF, TOOL, OTHER, TRUNC}
+            for k in ("base", "conf", "doubt")
+        )
     # The random tables do exercise both the edge cases (no flips) and ordinary tables, and many
     # hold every action code in each of base, conf and doubt.
     assert seen_nan > 10 and seen_finite > 100 and seen_all_codes > 20
@@ -101,10 +117,18 @@ def test_hand_worked_table_a_random_level_targeting():
     base = [SELF, SELF, TOOL, TOOL, SELF, SELF]
     conf = [SELF, SELF, SELF, SELF, TOOL, OTHER]
     doubt = [TOOL, TOOL, TOOL, TOOL, TOOL, TRUNC]
-    sens, targ = sensitivity(np.array(conf), np.array(doubt)), targeting(*map(np.array, (s, base, conf, doubt)))
+    sens, targ = (
+        sensitivity(np.array(conf), np.array(doubt)),
+        targeting(*map(np.array, (s, base, conf, doubt))),
+    )
     assert (sens.n_S, sens.tool_minus, sens.tool_plus) == (5, 5, 1)
     assert sens.S == pytest.approx(80.0)
-    assert [(x.N, x.F, x.K, x.H) for x in targ.strata] == [(2, 0, 1, 0), (2, 2, 1, 1), (2, 2, 1, 1), (2, 0, 1, 0)]
+    assert [(x.N, x.F, x.K, x.H) for x in targ.strata] == [
+        (2, 0, 1, 0),
+        (2, 2, 1, 1),
+        (2, 2, 1, 1),
+        (2, 0, 1, 0),
+    ]
     assert (targ.F, targ.H, targ.n_WT) == (4, 2, 4)
     assert targ.WT == 0.5 and targ.WTrand == 0.5 and targ.L == 0.0
 
@@ -145,14 +169,21 @@ def test_hand_worked_table_c_contrarian_and_misdirected():
     sens = sensitivity(conf, doubt)
     assert (sens.n_S, sens.S) == (4, -50.0)
     targ = targeting(s, base, conf, doubt)
-    assert [(x.N, x.F, x.K, x.H) for x in targ.strata] == [(2, 1, 1, 0), (0, 0, 0, 0), (2, 0, 1, 0), (0, 0, 0, 0)]
+    assert [(x.N, x.F, x.K, x.H) for x in targ.strata] == [
+        (2, 1, 1, 0),
+        (0, 0, 0, 0),
+        (2, 0, 1, 0),
+        (0, 0, 0, 0),
+    ]
     assert (targ.WT, targ.WTrand, targ.L, targ.n_WT) == (0.0, 0.5, -50.0, 2)
 
 
 def test_no_retained_problem_or_no_flip_gives_nan_not_an_error():
     empty = np.array([], dtype=np.int8)
     assert math.isnan(sensitivity(empty, empty).S)
-    targ = targeting(np.array([1, 0]), np.array([SELF, TOOL]), np.array([SELF, TOOL]), np.array([SELF, TOOL]))
+    targ = targeting(
+        np.array([1, 0]), np.array([SELF, TOOL]), np.array([SELF, TOOL]), np.array([SELF, TOOL])
+    )
     assert targ.F == 0 and math.isnan(targ.WT) and math.isnan(targ.WTrand) and math.isnan(targ.L)
 
 
@@ -160,4 +191,6 @@ def test_arrays_of_different_lengths_are_rejected_with_a_value_error():
     with pytest.raises(ValueError, match="shape"):
         sensitivity(np.array([SELF, TOOL]), np.array([SELF]))
     with pytest.raises(ValueError, match="shape"):
-        targeting(np.array([1]), np.array([SELF, TOOL]), np.array([SELF, TOOL]), np.array([SELF, TOOL]))
+        targeting(
+            np.array([1]), np.array([SELF, TOOL]), np.array([SELF, TOOL]), np.array([SELF, TOOL])
+        )

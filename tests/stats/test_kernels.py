@@ -19,7 +19,10 @@ def contrib(planted):
 
 def test_sums_from_indices_kernel_equals_twin_for_fixed_indices(contrib):
     indices = np.random.default_rng(11).integers(0, len(contrib), size=(257, len(contrib)))
-    got, want = kernels.sums_from_indices(contrib, indices), kernels.sums_from_indices_twin(contrib, indices)
+    got, want = (
+        kernels.sums_from_indices(contrib, indices),
+        kernels.sums_from_indices_twin(contrib, indices),
+    )
     assert got.dtype == want.dtype == np.int64
     np.testing.assert_array_equal(got, want)
 
@@ -27,10 +30,14 @@ def test_sums_from_indices_kernel_equals_twin_for_fixed_indices(contrib):
 def test_statistics_kernel_equals_twin_bit_for_bit_including_undefined_rows(contrib):
     indices = np.random.default_rng(12).integers(0, len(contrib), size=(500, len(contrib)))
     sums = kernels.sums_from_indices_twin(contrib, indices)
-    sums = np.vstack([sums, np.zeros((1, N_COLUMNS), dtype=np.int64), sums[:1] * 3])  # NaN row, scaled row
+    sums = np.vstack(
+        [sums, np.zeros((1, N_COLUMNS), dtype=np.int64), sums[:1] * 3]
+    )  # NaN row, scaled row
     got, want = kernels.statistics_from_sums(sums), kernels.statistics_from_sums_twin(sums)
     assert np.isnan(got[-2]).all()
-    np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64))  # exact bits, NaN included
+    np.testing.assert_array_equal(
+        got.view(np.uint64), want.view(np.uint64)
+    )  # exact bits, NaN included
 
 
 def test_draw_indices_kernel_equals_twin_and_fused_bootstrap_equals_its_parts(contrib):
@@ -39,7 +46,9 @@ def test_draw_indices_kernel_equals_twin_and_fused_bootstrap_equals_its_parts(co
     idx = kernels.draw_indices(len(contrib), 301, key)
     np.testing.assert_array_equal(idx, kernels.draw_indices_twin(len(contrib), 301, key))
     # chunked twin draws continue the same streams
-    np.testing.assert_array_equal(idx[100:], kernels.draw_indices_twin(len(contrib), 201, key, first_replicate=100))
+    np.testing.assert_array_equal(
+        idx[100:], kernels.draw_indices_twin(len(contrib), 201, key, first_replicate=100)
+    )
     types, unit_type = compress(contrib)
     fused = kernels.bootstrap_statistics(types, unit_type.astype(np.uint16), 301, key)
     twin = kernels.bootstrap_statistics_twin(types, unit_type, 301, key, chunk=64)
@@ -48,7 +57,9 @@ def test_draw_indices_kernel_equals_twin_and_fused_bootstrap_equals_its_parts(co
     np.testing.assert_array_equal(fused.view(np.uint64), parts.view(np.uint64))
 
 
-@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="numba has a single thread on this machine")
+@pytest.mark.skipif(
+    numba.config.NUMBA_NUM_THREADS < 2, reason="numba has a single thread on this machine"
+)
 def test_bootstrap_kernel_gives_the_same_replicates_with_one_or_two_threads(contrib):
     types, unit_type = compress(contrib)
     key = kernels.seed_key(0)

@@ -9,13 +9,15 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
-from nudgeability.stats import OTHER, SELF, TOOL, TRUNC, NONE, mcnemar
+from nudgeability.stats import NONE, OTHER, SELF, TOOL, TRUNC, mcnemar
 from nudgeability.stats.mcnemar import binomial_two_sided_p, chi2_sf_1dof
 
 
 def _paired_table(conf, doubt):
     """The 2x2 table of TOOL indicators over I_S, built independently of the package."""
-    kept = [(c, d) for c, d in zip(conf, doubt) if c in (SELF, TOOL, OTHER) and d in (SELF, TOOL, OTHER)]
+    kept = [
+        (c, d) for c, d in zip(conf, doubt) if c in (SELF, TOOL, OTHER) and d in (SELF, TOOL, OTHER)
+    ]
     table = np.zeros((2, 2), dtype=int)
     for c, d in kept:
         table[int(c == TOOL), int(d == TOOL)] += 1
@@ -24,7 +26,7 @@ def _paired_table(conf, doubt):
 
 def test_mcnemar_matches_statsmodels_exact_and_corrected_chi2():
     rng = np.random.default_rng(7)
-    for trial in range(60):
+    for _trial in range(60):
         n = int(rng.integers(5, 400))
         conf = rng.choice([NONE, SELF, TOOL, OTHER, TRUNC], size=n, p=rng.dirichlet(np.ones(5)))
         doubt = rng.choice([NONE, SELF, TOOL, OTHER, TRUNC], size=n, p=rng.dirichlet(np.ones(5)))
@@ -44,7 +46,9 @@ def test_mcnemar_hand_worked_small_table():
     # I_S: (+TOOL, -SELF), (+TOOL, -SELF), (+TOOL, -TOOL), (+SELF, -SELF): b = 2, c = 0
     # exact p = 2 * P(X <= 0 | n = 2) = 2 * 1/4 = 0.5; chi2 = (|2 - 0| - 1)^2 / 2 = 0.5
     # p_chi2 = erfc(sqrt(0.25)) = erfc(0.5) = 0.4795
-    result = mcnemar(np.array([TOOL, TOOL, TOOL, SELF, TRUNC]), np.array([SELF, SELF, TOOL, SELF, TOOL]))
+    result = mcnemar(
+        np.array([TOOL, TOOL, TOOL, SELF, TRUNC]), np.array([SELF, SELF, TOOL, SELF, TOOL])
+    )
     assert (result.n, result.b, result.c) == (4, 2, 0)
     assert result.p_exact == 0.5 and result.chi2 == 0.5
     assert result.p_chi2 == pytest.approx(0.4795001221869535, rel=1e-12)

@@ -21,7 +21,9 @@ def test_wtrand_equals_the_mean_of_20000_random_reallocations_within_3_standard_
     well_targeted = np.zeros(draws)
     for arm in (arrays["conf"], arrays["doubt"]):
         for b in (SELF, TOOL):
-            eligible = (s >= 0) & np.isin(base, (SELF, TOOL)) & np.isin(arm, (SELF, TOOL)) & (base == b)
+            eligible = (
+                (s >= 0) & np.isin(base, (SELF, TOOL)) & np.isin(arm, (SELF, TOOL)) & (base == b)
+            )
             pool = np.flatnonzero(eligible)
             flips = int((arm[pool] != base[pool]).sum())
             if flips == 0:

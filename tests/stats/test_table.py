@@ -34,14 +34,26 @@ def test_out_of_range_codes_wrong_dtype_and_shape_are_rejected():
 
 
 def test_valid_table_is_stored_as_int8_and_selects_seeds():
-    table = ExperimentTable(s=[1, 0, 1, 0], base=[0, 1, 0, 1], arms={"conf": [0, 0, 1, 1]}, cluster=[0, 0, 1, 1], seed=[0, 1, 0, 1])
+    table = ExperimentTable(
+        s=[1, 0, 1, 0],
+        base=[0, 1, 0, 1],
+        arms={"conf": [0, 0, 1, 1]},
+        cluster=[0, 0, 1, 1],
+        seed=[0, 1, 0, 1],
+    )
     assert table.s.dtype == table.base.dtype == table.arms["conf"].dtype == np.int8
     assert table.is_clustered and table.seeds == (0, 1) and table.n_problems == 2
     seed1 = table.for_seed(1)
-    assert seed1.base.tolist() == [1, 1] and seed1.cluster.tolist() == [0, 1] and not seed1.is_clustered
+    assert (
+        seed1.base.tolist() == [1, 1]
+        and seed1.cluster.tolist() == [0, 1]
+        and not seed1.is_clustered
+    )
 
 
-@pytest.mark.parametrize("high", [2, 40])  # small values: integer keys; large: row-wise unique fallback
+@pytest.mark.parametrize(
+    "high", [2, 40]
+)  # small values: integer keys; large: row-wise unique fallback
 def test_compress_merges_equal_rows_and_maps_each_unit_to_its_type(high):
     units = np.random.default_rng(high).integers(0, high, size=(500, 20))
     types, unit_type = compress(units)
