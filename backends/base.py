@@ -1,0 +1,82 @@
+"""The backend seam: what the runner asks of whatever generates the tokens.
+
+A backend offers the two calls of the in-process engine, with the same arguments and results:
+`generate(prompts, params)` (independent prompts, one `Completion` each) and
+`fork_many(requests)` (one list of `Completion`s per `ForkRequest`, one per arm). The runner,
+the records and the statistics see nothing else, beyond what a backend states about itself:
+
+- `continuation`: how faithfully the splice is continued, the best level this backend reaches
+  (each `Completion` may state a lower one, see `continuation_of`):
+  `token` -- the prompt went in as token ids and the generated ids came back as ids (the
+  protocol's token-exact splice); `text` -- the prompt went in as text and/or the generated ids
+  were recovered by re-encoding the returned text; `chat` -- the prompt went in as chat messages
+  with a partial assistant turn, and the model's own template re-rendered it.
+- `describe()`: the facts for the manifest (backend, API, URL without credentials, the model id
+  the server reports), or None for the in-process engine, whose checkpoint the manifest hashes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
+
+CONTINUATION_LEVELS = ("token", "text", "chat")  # most faithful first
+BACKENDS = ("local", "openai")
+APIS = ("completions", "chat")
+
+
+@dataclass
+class RemoteCompletion(Completion):
+    """A `Completion` from a server: its continuation level and the prompt tokens the server said
+    it served from its prefix cache (None when it does not say)."""
+
+    continuation: str = "token"
+    cached_tokens: int | None = None
+
+
+class Backend(Protocol):
+    continuation: str
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[Completion]: ...
+
+    def fork_many(self, requests: list[ForkRequest]) -> list[list[Completion]]: ...
+
+    def describe(self) -> dict | None: ...
+
+    def close(self) -> None: ...
+
+
+class EngineBackend:
+    """The in-process `Engine` as a backend: token-exact by construction."""
+
+    continuation = "token"
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def generate(self, prompts, params) -> list[Completion]:
+        return self.engine.generate(prompts, params)
+
+    def fork_many(self, requests: list[ForkRequest]) -> list[list[Completion]]:
+        return self.engine.fork_many(requests)
+
+    def describe(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def continuation_of(completion: Completion) -> str:
+    """The continuation level of one completion (the engine's are token-level)."""
+    return getattr(completion, "continuation", "token")
+
+
+def least_faithful(levels) -> str:
+    """The lowest level among `levels` ('token' when empty): what a report must warn about."""
+    found = [CONTINUATION_LEVELS.index(level) for level in levels]
+    return CONTINUATION_LEVELS[max(found, default=0)]
