@@ -87,7 +87,9 @@ class HttpClient:
     ):
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RemoteError(f"--base-url {public_url(base_url)!r}: expected http(s)://HOST[:PORT]/v1")
+            raise RemoteError(
+                f"--base-url {public_url(base_url)!r}: expected http(s)://HOST[:PORT]/v1"
+            )
         if concurrency < 1:
             raise RemoteError(f"--concurrency {concurrency}: must be >= 1")
         if timeout <= 0:
@@ -127,7 +129,9 @@ class HttpClient:
                 if self.api_key_env
                 else "the server wants a key: pass --api-key-env VAR"
             )
-            return self._error(path, f"HTTP {status} ({'unauthorized' if status == 401 else 'forbidden'}); {hint}")
+            return self._error(
+                path, f"HTTP {status} ({'unauthorized' if status == 401 else 'forbidden'}); {hint}"
+            )
         if status == 404:
             return self._error(
                 path,
@@ -146,7 +150,9 @@ class HttpClient:
             with httpx.Client(timeout=min(self.timeout, 60.0)) as http:
                 response = http.get(f"{self.url}/models", headers=self._headers())
         except httpx.HTTPError as exc:
-            raise self._error("models", f"cannot reach the server ({type(exc).__name__}: {exc})") from None
+            raise self._error(
+                "models", f"cannot reach the server ({type(exc).__name__}: {exc})"
+            ) from None
         if response.status_code != 200:
             raise self._status_error("models", response)
         data = self._json("models", response)
@@ -156,7 +162,8 @@ class HttpClient:
             raise self._error("models", "malformed answer: no data[].id list") from None
         if self.model not in ids:
             raise self._error(
-                "models", f"unknown model; the server serves: {', '.join(map(str, ids)) or 'nothing'}"
+                "models",
+                f"unknown model; the server serves: {', '.join(map(str, ids)) or 'nothing'}",
             )
         return self.model
 
@@ -177,7 +184,9 @@ class HttpClient:
         """Run `work(session)` to completion on a fresh event loop (one per backend call)."""
 
         async def main() -> T:
-            limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+            limits = httpx.Limits(
+                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+            )
             async with httpx.AsyncClient(
                 timeout=self.timeout, limits=limits, headers=self._headers()
             ) as http:
@@ -232,7 +241,8 @@ class Session:
                 self.on_change()
                 await asyncio.sleep(client.retry_delay(attempt, retry_after))
         raise client._error(
-            path, f"gave up after {client.max_attempts} attempts (last: {client.mask(last)}); run the same command again to resume"
+            path,
+            f"gave up after {client.max_attempts} attempts (last: {client.mask(last)}); run the same command again to resume",
         )
 
 

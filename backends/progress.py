@@ -18,7 +18,12 @@ class RequestBar:
         self.start = time.perf_counter()
         self.done = 0
         self.bar = tqdm(
-            total=total, desc=f"{label:>8}", unit="seq", disable=not enabled, leave=False, dynamic_ncols=True
+            total=total,
+            desc=f"{label:>8}",
+            unit="seq",
+            disable=not enabled,
+            leave=False,
+            dynamic_ncols=True,
         )
 
     def refresh(self) -> None:

@@ -55,10 +55,16 @@ class Record:
     finish_reason: str  # "eos" | "stop_token" | "stop_string" | "length"
     action: ActionRecord
     grade: GradeRecord | None  # NT always; B / oracle_B when the action is SELF; else None
+    # how faithfully the backend continued the prompt (nudgeability.backends.CONTINUATION_LEVELS):
+    # written only when it is not token-exact, so the records of a local run keep their bytes
+    continuation: str = "token"
 
     def to_json(self) -> str:
         """One line of JSON with sorted keys: the byte-exact form written to records.jsonl."""
-        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        data = asdict(self)
+        if data["continuation"] == "token":
+            del data["continuation"]
+        return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
     @staticmethod
     def from_dict(data: dict) -> Record:

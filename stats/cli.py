@@ -20,7 +20,7 @@ from .figures import draw_all
 from .records import RecordsError, load_experiments
 from .serialize import from_jsonable, to_jsonable
 from .summary import ExperimentSummary, summarize
-from .tables import render_csv, render_latex, render_markdown
+from .tables import cohorts, render_csv, render_latex, render_markdown
 
 STATS_FILE = "stats.json"
 TABLE_FILES = ("table.md", "table.csv", "table.tex")
@@ -35,9 +35,9 @@ def summarize_run_dirs(
 
 
 def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path]) -> dict:
-    """The content of stats.json: the experiments, and medians / Spearman rho per decoding config."""
-    decodings = list(dict.fromkeys(s.decoding for s in summaries))
-    across = {d: across_experiments([s for s in summaries if s.decoding == d]) for d in decodings}
+    """The content of stats.json: the experiments, and medians / Spearman rho per decoding config
+    (experiments below token-level continuation get their own groups, see `tables.cohorts`)."""
+    across = {key: across_experiments(group) for key, group in cohorts(summaries).items()}
     return {
         "schema": SCHEMA_VERSION,
         "run_dirs": [str(p) for p in run_dirs],

@@ -75,7 +75,12 @@ def read_run_dir(path: str | Path) -> RunDir:
     seeds = experiment.get("seeds", [0])
     if not (isinstance(seeds, list) and all(isinstance(x, int) for x in seeds)):
         raise RecordsError(f"{manifest}: field experiment.seeds must be a list of integers")
-    label = ExperimentLabel(experiment["model"], experiment["task"], experiment["decoding"])
+    continuation = experiment.get("continuation", "token")
+    if not isinstance(continuation, str):
+        raise RecordsError(f"{manifest}: field experiment.continuation must be a string")
+    label = ExperimentLabel(
+        experiment["model"], experiment["task"], experiment["decoding"], continuation
+    )
     asked = (data.get("config") or {}).get("conditions") or ()
     if not (isinstance(asked, (list, tuple)) and all(isinstance(c, str) for c in asked)):
         raise RecordsError(f"{manifest}: field config.conditions must be a list of condition codes")

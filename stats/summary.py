@@ -86,6 +86,7 @@ class ExperimentSummary:
     controls: ControlDeltas
     self_answers: SelfAnswerTransitions | None
     oracle: OracleDiagnostics | None
+    continuation: str = "token"  # token / text / chat: below token level it is reported apart
 
     # The paper's headline names, read from the primary (first-person) pair.
     S = property(lambda self: self.primary.S)
@@ -191,6 +192,7 @@ def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> Exp
         model=table.label.model,
         task=table.label.task,
         decoding=table.label.decoding,
+        continuation=table.label.continuation,
         seeds=table.seeds,
         n_problems=table.n_problems,
         n_rows=len(table),

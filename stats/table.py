@@ -64,10 +64,15 @@ class ExperimentLabel:
     model: str = "model"
     task: str = "task"
     decoding: str = "greedy"
+    # how the runs were continued (token / text / chat, see nudgeability.backends): runs at
+    # different levels are different experiments, never joined
+    continuation: str = "token"
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.model, self.task, self.decoding)
+    def key(self) -> tuple[str, ...]:
+        """(model, task, decoding), plus the continuation level when it is not token-exact."""
+        level = () if self.continuation == "token" else (self.continuation,)
+        return (self.model, self.task, self.decoding, *level)
 
 
 def _int8_array(name: str, values, allowed: tuple[int, int]) -> np.ndarray:

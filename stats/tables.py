@@ -61,10 +61,20 @@ def _ci(interval, scale: float = 1.0) -> str:
     return f"[{_fmt(interval.low * scale)}, {_fmt(interval.high * scale)}]"
 
 
-def _by_decoding(summaries: Sequence) -> dict[str, list]:
+def _model(e) -> str:
+    """The model cell, marking an experiment whose splice was not continued token-exactly."""
+    level = getattr(e, "continuation", "token")
+    return e.model if level == "token" else f"{e.model} ({level}-level)"
+
+
+def cohorts(summaries: Sequence) -> dict[str, list]:
+    """Experiments grouped for the medians: by decoding config, and apart by continuation level
+    (a provider's text- or chat-level experiments are never pooled with token-level ones)."""
     groups: dict[str, list] = {}
     for summary in summaries:
-        groups.setdefault(summary.decoding, []).append(summary)
+        level = getattr(summary, "continuation", "token")
+        key = summary.decoding if level == "token" else f"{summary.decoding}, {level}-level"
+        groups.setdefault(key, []).append(summary)
     return groups
 
 
@@ -78,7 +88,7 @@ def render_markdown(summaries: Sequence) -> str:
     for e in summaries:
         dagger = DAGGER if e.primary.L_significant else ""
         lines.append(
-            f"| {e.model} | {e.task} | {e.decoding} | {_fmt(e.S)} {_ci(e.S_ci)} "
+            f"| {_model(e)} | {e.task} | {e.decoding} | {_fmt(e.S)} {_ci(e.S_ci)} "
             f"| {_fmt(100 * e.WT)} {_ci(e.WT_ci, 100)} | {_fmt(100 * e.WTrand)} | {_fmt(e.L)}{dagger} {_ci(e.L_ci)} "
             f"| {e.n_S} | {e.n_WT} | {e.F} | {e.H} | {e.profile} |"
         )
@@ -87,7 +97,7 @@ def render_markdown(summaries: Sequence) -> str:
         "| Median | Decoding | Experiments | S (pp) | WT (%) | L (pp) | Spearman ρ(S, L) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for decoding, group in _by_decoding(summaries).items():
+    for decoding, group in cohorts(summaries).items():
         across = across_experiments(group)
         for name, m in across.medians.items():
             rho = _fmt(across.spearman_S_L, 2) if name == "pooled" else ""
@@ -105,7 +115,7 @@ def render_markdown(summaries: Sequence) -> str:
         for e in seeded:
             for seed, p in e.per_seed.items():
                 lines.append(
-                    f"| {e.model} | {e.task} | {e.decoding} | {seed} | {_fmt(p.S)} {_ci(p.S_ci)} "
+                    f"| {_model(e)} | {e.task} | {e.decoding} | {seed} | {_fmt(p.S)} {_ci(p.S_ci)} "
                     f"| {_fmt(100 * p.WT)} | {_fmt(p.L)} {_ci(p.L_ci)} | {p.n_S} | {p.F} |"
                 )
     return "\n".join(lines) + "\n" + "\n" + render_diagnostics_markdown(summaries)
@@ -132,7 +142,7 @@ def render_diagnostics_markdown(summaries: Sequence) -> str:
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for e in summaries:
-        cells = [e.model, e.task, e.decoding]
+        cells = [_model(e), e.task, e.decoding]
         cells += [_fmt(e.pairs[pair].S) if pair in e.pairs else "–" for pair, _ in _PAIR_COLUMNS]
         cells += [
             _fmt(e.gamma.gamma),
@@ -159,7 +169,7 @@ def csv_rows(summaries: Sequence) -> list[dict]:
         rows.append(
             {
                 "row": "experiment",
-                "model": e.model,
+                "model": _model(e),
                 "task": e.task,
                 "decoding": e.decoding,
                 "S": e.S,
@@ -187,7 +197,7 @@ def csv_rows(summaries: Sequence) -> list[dict]:
             rows.append(
                 {
                     "row": "seed",
-                    "model": e.model,
+                    "model": _model(e),
                     "task": e.task,
                     "decoding": e.decoding,
                     "seed": seed,
@@ -208,7 +218,7 @@ def csv_rows(summaries: Sequence) -> list[dict]:
                     "H": p.H,
                 }
             )
-    for decoding, group in _by_decoding(summaries).items():
+    for decoding, group in cohorts(summaries).items():
         across = across_experiments(group)
         for name, m in across.medians.items():
             rows.append(
@@ -255,12 +265,12 @@ def render_latex(summaries: Sequence) -> str:
     for e in summaries:
         dagger = "$^\\dagger$" if e.primary.L_significant else ""
         lines.append(
-            f"{_tex(e.model)} & {_tex(e.task)} & {_tex(e.decoding)} & {_fmt(e.S)} {_ci(e.S_ci)} "
+            f"{_tex(_model(e))} & {_tex(e.task)} & {_tex(e.decoding)} & {_fmt(e.S)} {_ci(e.S_ci)} "
             f"& {_fmt(100 * e.WT)} {_ci(e.WT_ci, 100)} & {_fmt(100 * e.WTrand)} & {_fmt(e.L)}{dagger} {_ci(e.L_ci)} "
             f"& {e.n_S} & {e.n_WT} & {e.F} & {e.H} & {e.profile} \\\\"
         )
     lines.append("\\midrule")
-    for decoding, group in _by_decoding(summaries).items():
+    for decoding, group in cohorts(summaries).items():
         across = across_experiments(group)
         for name, m in across.medians.items():
             lines.append(

@@ -1,0 +1,195 @@
+"""`nudge run --backend openai` against a real `transformers serve` of the embedded SmolLM2, in
+text mode: every record is there and reads as the family reads a local run's, `nudge stats` runs
+on it, a rerun through a proxy that drops, cuts, delays and answers 429/503 gives the same bytes,
+and a run killed with SIGKILL and resumed gives the same bytes too.
+
+One server for the module (starting it costs a model load); the runs are kept small
+(4 StrategyQA problems, the primary conditions, 24/12 new tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers.servers import FaultPlan, FaultProxy, start_transformers_serve
+from helpers.tiny_runs import read_records, run_nudge
+from transformers import AutoTokenizer
+
+from nudgeability.models.families import get_family
+from nudgeability.models.smollm2 import converted_dir, find_gguf
+from nudgeability.splice.tasks import get_task
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-test-do-not-print-0123456789"
+BASES = ("NT", "B")
+ARMS = ("empty", "conf", "doubt", "neutral")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    directory = converted_dir(find_gguf())
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    serve = start_transformers_serve(directory, log)
+    yield serve
+    serve.stop()
+
+
+def _args(url: str, model: str, out: Path, *extra) -> list:
+    return [
+        "run",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        model,
+        "--api",
+        "completions",
+        "--prompt-format",
+        "text",
+        "--tokenizer",
+        model,
+        "--api-key-env",
+        "NUDGE_TEST_KEY",
+        "--task",
+        "strategyqa",
+        "--n",
+        4,
+        "--conditions",
+        "primary",
+        "--max-new-tokens",
+        "24,12",
+        "--chunk-size",
+        2,
+        "--concurrency",
+        3,
+        "--out",
+        out,
+        "--quiet",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def first_run(server, tmp_path_factory):
+    os.environ["NUDGE_TEST_KEY"] = KEY  # transformers serve ignores it; it must never be written
+    out = tmp_path_factory.mktemp("remote") / "run"
+    status, err = run_nudge(_args(server.url, server.model, out))
+    assert status == 0, err
+    return out, err
+
+
+def test_every_record_is_there_and_reads_as_a_local_run(server, first_run):
+    out, _ = first_run
+    records = read_records(out)
+    family = get_family("chatml", AutoTokenizer.from_pretrained(server.model))
+    task = get_task("strategyqa")
+    manifest = json.loads((out / "manifest.json").read_text())
+    bases = {(r["problem_id"], r["condition"]): r for r in records if r["condition"] in BASES}
+    assert len(bases) == 4 * len(BASES)
+    closed = [p for (p, c), r in bases.items() if c == "B" and r["boundary"] is not None]
+    assert len(records) == len(bases) + len(ARMS) * len(closed)
+    assert len({(r["problem_id"], r["condition"], r["seed"]) for r in records}) == len(records)
+    for r in records:
+        assert r["continuation"] == "text"
+        ids = r["generated_ids"]
+        assert r["text"] == family.decode(ids)
+        if r["condition"] == "NT":
+            ids_after, tools = ids, None
+        elif r["condition"] == "B":
+            assert r["boundary"] == family.find_boundary(ids)
+            ids_after, tools = ids[r["boundary"] or 0 :], task.tool_names
+        else:  # an arm: its splice (the family's own ids for the sentence) plus its generation
+            ids_after, tools = _splice(family, manifest, r) + ids, task.tool_names
+        action = family.parse_action(ids_after, r["finish_reason"], tools=tools)
+        assert {k: v for k, v in r["action"].items() if v is not None} == action.to_record()
+    assert manifest["backend"] == {
+        "backend": "openai",
+        "api": "completions",
+        "prompt_format": "text",
+        "model": server.model,
+        "served_model": server.model,
+        "continuation": "text",
+    }
+    assert manifest["endpoint"] == {"base_url": server.url}
+    _assert_no_key(out)
+
+
+def _splice(family, manifest, record) -> list[int]:
+    from nudgeability.splice.sentences import load_sentences
+
+    sentences = load_sentences(manifest["inputs"]["sentences"]["path"])
+    text = "" if record["sentence_id"] is None else sentences.text(record["sentence_id"])
+    return family.splice_ids(text, sealed=False)
+
+
+def test_stats_runs_and_marks_the_experiment_text_level(first_run, tmp_path):
+    out, _ = first_run
+    status, err = run_nudge(["stats", out, "--out", tmp_path / "stats", "--n-boot", 200])
+    assert status == 0, err
+    document = json.loads((tmp_path / "stats" / "stats.json").read_text())
+    assert [e["continuation"] for e in document["experiments"]] == ["text"]
+    assert "text-level" in (tmp_path / "stats" / "table.md").read_text()
+
+
+def test_faults_on_the_wire_change_nothing(server, first_run, tmp_path):
+    out, _ = first_run
+    host, port = server.url.split("//")[1].split("/")[0].split(":")
+    plan = FaultPlan(drop=0.1, cut=0.1, status_429=0.1, status_503=0.1, delay=0.1, seed=3)
+    proxy = FaultProxy((host, int(port)), plan)
+    try:
+        faulty = tmp_path / "faulty"
+        status, err = run_nudge(
+            _args(f"http://127.0.0.1:{proxy.port}/v1", server.model, faulty, "--retry-backoff", 0.05)
+        )
+    finally:
+        proxy.close()
+    assert status == 0, err
+    assert (faulty / "records.jsonl").read_bytes() == (out / "records.jsonl").read_bytes()
+    retried = sum(plan.counts.get(k, 0) for k in ("drop", "cut", "status_429", "status_503"))
+    assert retried > 0, plan.counts
+    timings = [json.loads(line) for line in (faulty / "timings.jsonl").read_text().splitlines()]
+    assert sum(t["retries"] for t in timings) == retried  # each fault cost exactly one retry
+    _assert_no_key(faulty)
+
+
+def test_sigkill_then_resume_gives_the_same_bytes(server, first_run, tmp_path):
+    out, _ = first_run
+    killed = tmp_path / "killed"
+    command = [
+        sys.executable,
+        "-m",
+        "nudgeability.splice.cli",
+        *map(str, _args(server.url, server.model, killed)),
+    ]
+    env = {**os.environ, "NUDGE_TEST_KEY": KEY}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    first_part = killed / "parts" / "B-s0-c00000.jsonl"
+    deadline = time.monotonic() + 600
+    while not first_part.exists():
+        assert process.poll() is None, process.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    process.stderr.close()
+    assert not (killed / "records.jsonl").exists()
+    finished = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert finished.returncode == 0, finished.stderr
+    assert (killed / "records.jsonl").read_bytes() == (out / "records.jsonl").read_bytes()
+    assert KEY not in finished.stderr
+    _assert_no_key(killed)
+
+
+def _assert_no_key(out: Path) -> None:
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(encoding="utf-8", errors="replace"), path
