@@ -1,4 +1,4 @@
-"""The four code folders install under the `nudgeability.` namespace and nowhere else."""
+"""The code folders install under the `nudgeability.` namespace and nowhere else."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("engine", "models", "splice", "stats")
+FOLDERS = ("backends", "engine", "models", "splice", "stats")
 
 
 def _pyproject() -> dict:

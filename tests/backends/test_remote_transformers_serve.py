@@ -148,7 +148,9 @@ def test_faults_on_the_wire_change_nothing(server, first_run, tmp_path):
     try:
         faulty = tmp_path / "faulty"
         status, err = run_nudge(
-            _args(f"http://127.0.0.1:{proxy.port}/v1", server.model, faulty, "--retry-backoff", 0.05)
+            _args(
+                f"http://127.0.0.1:{proxy.port}/v1", server.model, faulty, "--retry-backoff", 0.05
+            )
         )
     finally:
         proxy.close()
@@ -193,3 +195,16 @@ def _assert_no_key(out: Path) -> None:
     for path in out.rglob("*"):
         if path.is_file():
             assert KEY not in path.read_text(encoding="utf-8", errors="replace"), path
+
+
+def test_an_unknown_model_is_one_line_naming_url_and_model(server, tmp_path):
+    out = tmp_path / "out"
+    args = _args(server.url, server.model, out)
+    args[args.index(server.model)] = "no-such-model"  # --model; the tokenizer stays
+    status, err = run_nudge(args)
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nudge run: error: "), err
+    assert server.url in lines[0] and "'no-such-model'" in lines[0] and "unknown model" in lines[0]
+    assert server.model in lines[0]  # it says what the server does serve
+    assert KEY not in err and not out.exists()
