@@ -202,10 +202,15 @@ class FaultProxy:
 class _FixedAnswer(BaseHTTPRequestHandler):
     status = 200
     body = b""
+    headers_out: dict = {}
+    seen: list  # (method, path, Authorization header) of every request, in arrival order
 
     def _answer(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.seen.append((self.command, self.path, self.headers.get("authorization")))
         self.send_response(self.status)
+        for name, value in self.headers_out.items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
@@ -220,8 +225,10 @@ class _FixedAnswer(BaseHTTPRequestHandler):
 class FixedAnswerServer:
     """A real HTTP server that answers every request with one status and body (401, garbage...)."""
 
-    def __init__(self, status: int, body: bytes):
-        handler = type("Handler", (_FixedAnswer,), {"status": status, "body": body})
+    def __init__(self, status: int, body: bytes, headers: dict | None = None):
+        self.seen: list = []
+        fields = {"status": status, "body": body, "headers_out": headers or {}, "seen": self.seen}
+        handler = type("Handler", (_FixedAnswer,), fields)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
