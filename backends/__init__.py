@@ -1,27 +1,9 @@
-"""nudgeability.backends: what generates the tokens -- the in-process engine or a server over HTTP."""
+"""nudgeability.backends: what generates the tokens -- the in-process engine or a server over HTTP.
 
-from nudgeability.backends.base import (
-    APIS,
-    BACKENDS,
-    CONTINUATION_LEVELS,
-    Backend,
-    EngineBackend,
-    RemoteCompletion,
-    continuation_of,
-    least_faithful,
-)
-from nudgeability.backends.http_client import HttpClient, RemoteError, public_url
-
-__all__ = [
-    "APIS",
-    "BACKENDS",
-    "CONTINUATION_LEVELS",
-    "Backend",
-    "EngineBackend",
-    "HttpClient",
-    "RemoteCompletion",
-    "RemoteError",
-    "continuation_of",
-    "least_faithful",
-    "public_url",
-]
+base.py          the seam (`Backend`), `EngineBackend`, `RemoteCompletion`, continuation levels
+http_client.py   HTTP with bounded concurrency, retries, one-line errors and no secrets
+http_backend.py  the engine's calls as concurrent requests; forking for the server's prefix cache
+completions.py   /v1/completions in token or text mode
+chat.py          /v1/chat/completions continuing a partial assistant turn
+names.py         the user-facing names (no imports: the CLI offers them without loading torch)
+"""

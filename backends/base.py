@@ -20,11 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from nudgeability.backends.names import CONTINUATION_LEVELS
 from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
-
-CONTINUATION_LEVELS = ("token", "text", "chat")  # most faithful first
-BACKENDS = ("local", "openai")
-APIS = ("completions", "chat")
 
 
 @dataclass
@@ -38,6 +35,8 @@ class RemoteCompletion(Completion):
 
 class Backend(Protocol):
     continuation: str
+    progress: bool  # show a bar per call
+    retries: int  # requests retried so far (0 for the engine)
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
@@ -54,9 +53,18 @@ class EngineBackend:
     """The in-process `Engine` as a backend: token-exact by construction."""
 
     continuation = "token"
+    retries = 0
 
     def __init__(self, engine: Engine):
         self.engine = engine
+
+    @property
+    def progress(self) -> bool:
+        return self.engine.progress
+
+    @progress.setter
+    def progress(self, value: bool) -> None:
+        self.engine.progress = value
 
     def generate(self, prompts, params) -> list[Completion]:
         return self.engine.generate(prompts, params)

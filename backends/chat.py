@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from nudgeability.backends.base import RemoteCompletion
 from nudgeability.backends.http_backend import HttpBackend
 from nudgeability.backends.http_client import HttpClient
+from nudgeability.backends.names import CONTINUE_FLAGS
 from nudgeability.engine import SamplingParams
 from nudgeability.models.families import Family
 from nudgeability.models.families.qwen3 import render_tool_call
 
 # the families whose tool-call format `render_tool_call` writes
 CHAT_FAMILIES = ("chatml", "qwen3")
-
-CONTINUE_FLAGS = ("continue_final_message", "prefix")
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from __future__ import annotations
 from nudgeability.backends.base import RemoteCompletion
 from nudgeability.backends.http_backend import HttpBackend
 from nudgeability.backends.http_client import HttpClient
+from nudgeability.backends.names import PROMPT_FORMATS
 from nudgeability.engine import SamplingParams
 from nudgeability.models.families import Family
 
-MODES = ("token", "text")
+MODES = PROMPT_FORMATS
 
 
 class CompletionsBackend(HttpBackend):

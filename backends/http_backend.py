@@ -57,6 +57,10 @@ class HttpBackend:
     def close(self) -> None:
         pass
 
+    @property
+    def retries(self) -> int:
+        return self.client.stats.retries
+
     # --- the engine's calls -----------------------------------------------------------------
     def generate(self, prompts, params) -> list[RemoteCompletion]:
         per = params if isinstance(params, list) else [params] * len(prompts)

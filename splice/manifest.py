@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 MANIFEST_FORMAT = 1
 # what decides the records: a resumed run or a merged shard must match these exactly
 IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems", "inputs")
-# where the code came from: a difference is reported, not refused (a commit may change nothing)
-PROVENANCE_KEYS = ("versions", "git_commit")
+# where the code came from, and the server URL of a remote run: a difference is reported, not
+# refused (a commit may change nothing; a server may move)
+PROVENANCE_KEYS = ("versions", "git_commit", "endpoint")
 # distribution names whose versions can change the records
 VERSIONED = (
     "torch",

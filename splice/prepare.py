@@ -14,11 +14,19 @@ from pathlib import Path
 
 import torch
 
+from nudgeability.backends.base import Backend
 from nudgeability.engine.scheduler import GroupShape, batch_cost
 from nudgeability.models.families import KNOWN_FAMILIES, Family, detect_family
-from nudgeability.models.loader import LoadedModel, load_model
+from nudgeability.models.loader import LoadedModel, ModelSource, load_model
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
+from nudgeability.splice.backend_setup import (
+    RemoteSpec,
+    load_tokenizer,
+    open_remote,
+    register_conversations,
+    remote_manifest,
+)
 from nudgeability.splice.conditions import Condition, UnknownConditionError, parse_conditions
 from nudgeability.splice.manifest import build_manifest
 from nudgeability.splice.prompts import ProblemPrompts, base_of, render_prompts
@@ -66,11 +74,12 @@ class Prepared:
     problems: list[Problem]
     conditions: list[Condition]
     sentences: Sentences
-    loaded: LoadedModel
+    loaded: LoadedModel | None  # None for a remote run
     family: Family
     prompts: list[ProblemPrompts]
     splices: dict[str, tuple[int, ...]]
     manifest: dict = field(repr=False)
+    backend: Backend | None = None  # a server's (checked); None: the run builds the engine
 
 
 def model_label(spec: str) -> str:
@@ -81,10 +90,14 @@ def model_label(spec: str) -> str:
     return path.stem if path.is_file() else path.resolve().name
 
 
-def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
+def prepare(
+    options: RunOptions, loaded: LoadedModel | None = None, remote: RemoteSpec | None = None
+) -> Prepared:
     """Validate and resolve `options` (see the module docstring); creates no file.
 
     `loaded` reuses a model already in memory (it must be the one `options.model` names).
+    `remote` sends the run to a server instead (see backend_setup.py): `options.model` is then the
+    model name the server answers to, and no model is loaded here.
     """
     temperature, top_p, seeds = resolve_decoding(options.decoding, options.seeds)
     try:
@@ -100,7 +113,9 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
         raise ConfigError(f"--max-batch-tokens {options.max_batch_tokens}: must be >= 1")
     if options.dtype not in DTYPES:
         raise ConfigError(f"--dtype {options.dtype!r}: expected one of {', '.join(DTYPES)}")
-    device = _device(options.device)
+    if remote is not None and options.max_batch_tokens is not None:
+        raise ConfigError("--max-batch-tokens: the engine's budget; a server batches on its own")
+    device = "server" if remote is not None else _device(options.device)
     if options.family is not None and options.family not in KNOWN_FAMILIES:
         raise ConfigError(
             f"--family {options.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
@@ -115,17 +130,31 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
     data = data.resolve()
     problems = sample_problems(task.load(data), options.n, options.seed, source=data)
 
-    spec = _model_spec(options.model)
-    if loaded is None:
-        try:
-            loaded = load_model(spec, device=device, dtype=getattr(torch, options.dtype))
-        except EmbeddedModelMissing as exc:
-            raise ConfigError(f"--model {options.model}: {exc}") from None
-    family = detect_family(loaded.source.directory, loaded.tokenizer, override=options.family)
+    backend = tokenizer = None
+    if remote is not None:
+        spec = options.model  # the server's name for it, sent as given
+        tokenizer = load_tokenizer(remote.tokenizer or options.model)
+        family = detect_family(tokenizer.directory, tokenizer.tokenizer, override=options.family)
+        backend = open_remote(remote, spec, family)
+        source = ModelSource(spec=spec, directory=tokenizer.directory)
+    else:
+        spec = _model_spec(options.model)
+        if loaded is None:
+            try:
+                loaded = load_model(spec, device=device, dtype=getattr(torch, options.dtype))
+            except EmbeddedModelMissing as exc:
+                raise ConfigError(f"--model {options.model}: {exc}") from None
+        family = detect_family(loaded.source.directory, loaded.tokenizer, override=options.family)
+        source = loaded.source
     oracle = any(condition.code == "oracle_B" for condition in conditions)
     prompts = [render_prompts(task, family, problem, oracle) for problem in problems]
     splices = _splices(family, sentences, conditions)
-    _check_context(loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget)
+    if backend is None:  # a server refuses a prompt too long for its context with a clear 400
+        _check_context(
+            loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget
+        )
+    else:
+        register_conversations(backend, task, problems, prompts)
     if options.max_batch_tokens is not None:
         _check_batch_budget(
             options.max_batch_tokens,
@@ -142,7 +171,7 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
         model=spec,
         model_label=model_label(spec),
         family=family.name,
-        dtype=options.dtype,
+        dtype="server" if remote is not None else options.dtype,
         device=device,
         task=task.name,
         data=str(data),
@@ -160,9 +189,21 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
         max_batch_tokens=options.max_batch_tokens,
         shard=options.shard,
     )
-    manifest = build_manifest(config, [p.id for p in problems], loaded.source, sentences.sha256)
+    manifest = build_manifest(config, [p.id for p in problems], source, sentences.sha256)
+    if backend is not None:
+        manifest = remote_manifest(manifest, backend, tokenizer)
     return Prepared(
-        config, task, problems, conditions, sentences, loaded, family, prompts, splices, manifest
+        config,
+        task,
+        problems,
+        conditions,
+        sentences,
+        loaded,
+        family,
+        prompts,
+        splices,
+        manifest,
+        backend,
     )
 
 

@@ -13,10 +13,12 @@ import contextlib
 import sys
 from pathlib import Path
 
+from nudgeability.backends.names import APIS, BACKENDS, CONTINUE_FLAGS, PROMPT_FORMATS
 from nudgeability.splice.run_config import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_N,
+    ConfigError,
     parse_max_new_tokens,
     parse_n,
     parse_seeds,
@@ -98,6 +100,7 @@ def register(subparsers) -> None:
         f"(default: {DEFAULT_CHUNK_SIZE})",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    _register_remote(run)
     run.set_defaults(func=_run)
 
     merge = subparsers.add_parser(
@@ -111,6 +114,90 @@ def register(subparsers) -> None:
         "shard_dirs", nargs="+", metavar="SHARD_DIR", help="the shards' output directories"
     )
     merge.set_defaults(func=_merge)
+
+
+def _register_remote(run) -> None:
+    """The flags of `--backend openai`: a server instead of the in-process engine (README,
+    "Run against a server or a provider")."""
+    group = run.add_argument_group("running against a server (--backend openai)")
+    group.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local: the in-process engine (default); openai: an OpenAI-compatible server",
+    )
+    group.add_argument("--base-url", help="the server's OpenAI base URL, e.g. http://host:8000/v1")
+    group.add_argument(
+        "--api",
+        choices=APIS,
+        default="completions",
+        help="completions: /v1/completions (default); chat: /v1/chat/completions, continuing a "
+        "partial assistant turn",
+    )
+    group.add_argument(
+        "--prompt-format",
+        choices=PROMPT_FORMATS,
+        default="token",
+        help="completions: send token ids and read ids back (token, default: vLLM, SGLang, "
+        "llama-server) or the rendered text (text: transformers serve); text is text-level",
+    )
+    group.add_argument(
+        "--chat-continue",
+        choices=CONTINUE_FLAGS,
+        default="continue_final_message",
+        help="chat: how the partial assistant turn is marked: vLLM's continue_final_message "
+        "(default) or a provider's prefix flag",
+    )
+    group.add_argument(
+        "--tokenizer",
+        help="the model's tokenizer: a directory or a repo id in the local HF cache "
+        "(default: --model)",
+    )
+    group.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="the environment variable holding the API key (never written anywhere)",
+    )
+    group.add_argument(
+        "--concurrency", type=int, default=8, help="requests in flight at most (default: 8)"
+    )
+    group.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds one request may take before it is retried (default: 600)",
+    )
+    group.add_argument(
+        "--retry-backoff",
+        type=float,
+        default=0.5,
+        metavar="S",
+        help="base of the exponential backoff between retries, seconds (default: 0.5)",
+    )
+
+
+def remote_from_args(args: argparse.Namespace):
+    """The `RemoteSpec` of `--backend openai`, or None for the in-process engine."""
+    from nudgeability.splice.backend_setup import RemoteSpec
+
+    if args.backend == "local":
+        if args.base_url is not None:
+            raise ConfigError("--base-url: only with --backend openai")
+        return None
+    if not args.base_url:
+        raise ConfigError("--backend openai: needs --base-url URL (e.g. http://localhost:8000/v1)")
+    return RemoteSpec(
+        base_url=args.base_url,
+        api=args.api,
+        prompt_format=args.prompt_format,
+        chat_continue=args.chat_continue,
+        tokenizer=args.tokenizer,
+        api_key_env=args.api_key_env,
+        concurrency=args.concurrency,
+        request_timeout=args.request_timeout,
+        retry_backoff=args.retry_backoff,
+    )
 
 
 def options_from_args(args: argparse.Namespace):
@@ -150,8 +237,9 @@ def _run(args: argparse.Namespace) -> int:
     from nudgeability.splice.runner import run
 
     options = options_from_args(args)
+    remote = remote_from_args(args)
     with _quiet_transformers(args.quiet):
-        prepared = prepare(options)
+        prepared = prepare(options, remote=remote)
     config = prepared.config
     out = (
         Path(args.out)

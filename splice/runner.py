@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
 from nudgeability.splice.plan import (
     ARMS_PHASE,
@@ -68,17 +69,21 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
                 "last bits from an uninterrupted run",
                 file=sys.stderr,
             )
-        engine = Engine(
-            prepared.loaded.model,
-            prepared.loaded.tokenizer,
-            max_batch_tokens=config.max_batch_tokens,
-            progress=progress,
-        )  # an inner bar per engine call: sequences done, prefill/decode tok/s
+        backend = prepared.backend
+        if backend is None:
+            backend = EngineBackend(
+                Engine(
+                    prepared.loaded.model,
+                    prepared.loaded.tokenizer,
+                    max_batch_tokens=config.max_batch_tokens,
+                )
+            )
+        backend.progress = progress  # an inner bar per backend call
         ctx = UnitContext(
             config,
             prepared.task,
             prepared.family,
-            engine,
+            backend,
             prepared.problems,
             prepared.prompts,
             prepared.conditions,
@@ -103,6 +108,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
 
 def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
     start = time.perf_counter()
+    retries_before = ctx.backend.retries
     if unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))
@@ -113,6 +119,7 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
     else:
         records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices)
     seconds = time.perf_counter() - start
+    counts.retries = ctx.backend.retries - retries_before
     store.write_part(unit, [record.to_json() for record in records])
     store.append_timing(
         {
@@ -125,6 +132,8 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
             "prefill_tokens": counts.prefill_tokens,
             "shared_prefill_tokens": counts.shared_prefill_tokens,
             "generated_tokens": counts.generated_tokens,
+            "cached_prompt_tokens": counts.cached_prompt_tokens,
+            "retries": counts.retries,
             "seconds": round(seconds, 4),
             "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
         }

@@ -17,7 +17,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
+from nudgeability.backends.base import Backend, continuation_of
+from nudgeability.engine import Completion, ForkRequest, SamplingParams
 from nudgeability.models.families import SELF, Family
 from nudgeability.splice.conditions import Condition
 from nudgeability.splice.prompts import ProblemPrompts, declared_tools, prompt_sha256
@@ -34,10 +35,13 @@ class UnitCounts:
     prefill_tokens: int = 0  # per-sequence prefill (whole prompts; arms' suffixes)
     shared_prefill_tokens: int = 0  # prefixes computed once per fork group
     generated_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens a server said it served from its prefix cache
+    retries: int = 0  # requests a server backend retried
     seconds: float = 0.0  # wall time of the unit
 
     def add(self, completion: Completion, shared: bool) -> None:
         self.sequences += 1
+        self.cached_prompt_tokens += getattr(completion, "cached_tokens", None) or 0
         self.prefill_tokens += completion.prefill_tokens
         self.generated_tokens += len(completion.token_ids)
         if shared:
@@ -51,7 +55,7 @@ class UnitContext:
     config: RunConfig
     task: Task
     family: Family
-    engine: Engine
+    backend: Backend
     problems: Sequence[Problem]
     prompts: Sequence[ProblemPrompts]  # aligned with problems
     conditions: Sequence[Condition]
@@ -86,7 +90,7 @@ def run_base_unit(
     params = [
         ctx.params(seed, ctx.problems[i].id, base, ctx.config.max_new_tokens) for i in indices
     ]
-    outs = ctx.engine.generate(prompts, params)
+    outs = ctx.backend.generate(prompts, params)
     counts, records = UnitCounts(), []
     for i, prompt, out in zip(indices, prompts, outs):
         counts.add(out, shared=False)
@@ -120,6 +124,7 @@ def base_record(
         finish_reason=out.finish_reason,
         action=ActionRecord(**action.to_record()),
         grade=grade,
+        continuation=continuation_of(out),
     )
 
 
@@ -166,7 +171,7 @@ def run_arms_unit(
     counts, records = UnitCounts(), []
     if not requests:
         return records, counts
-    for group, outs in zip(groups, ctx.engine.fork_many(requests)):
+    for group, outs in zip(groups, ctx.backend.fork_many(requests)):
         for j, (arm, out) in enumerate(zip(group.arms, outs)):
             counts.add(out, shared=j == 0)
             records.append(
@@ -214,4 +219,5 @@ def arm_record(
         finish_reason=out.finish_reason,
         action=ActionRecord(**action.to_record()),
         grade=None,
+        continuation=continuation_of(out),
     )
