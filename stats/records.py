@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+
+from nudgeability.backends.names import CONTINUATION_LEVELS
 
 from .actions import NONE, SELF, TRUNC, action_code, competence_code
 from .table import ExperimentLabel, ExperimentTable
@@ -209,9 +211,11 @@ def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
         raise RecordsError("no run directory given")
     groups: dict[tuple[str, str, str], tuple[ExperimentLabel, dict]] = {}
     asked: dict[tuple[str, str, str], set[str]] = {}
+    levels: dict[tuple[str, str, str], set[str]] = {}
     for run_dir in map(read_run_dir, run_dirs):
         label, seen = groups.setdefault(run_dir.label.key, (run_dir.label, {}))
         asked.setdefault(run_dir.label.key, set()).update(run_dir.conditions)
+        found_levels = levels.setdefault(run_dir.label.key, {label.continuation})
         path = run_dir.path / "records.jsonl"
         for number, record in iter_records(path):
             if record["task"] != label.task:
@@ -228,7 +232,28 @@ def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
                 first = seen[key][0]
                 raise RecordsError(f"{path}:{number}: duplicate record {key} (first at {first})")
             seen[key] = (f"{path}:{number}", _slim(record))
+            found_levels.add(_continuation(record, path, number))
     return [
-        table_from_records([r for _, r in seen.values()], label, sorted(asked[key]))
+        table_from_records(
+            [r for _, r in seen.values()],
+            replace(label, continuation=_least_faithful(levels[key])),
+            sorted(asked[key]),
+        )
         for key, (label, seen) in groups.items()
     ]
+
+
+def _continuation(record: dict, path: Path, number: int) -> str:
+    level = record.get("continuation", "token")  # absent: token-exact (a local run)
+    if level not in CONTINUATION_LEVELS:
+        raise RecordsError(
+            f"{path}:{number}: field continuation {level!r} is not one of "
+            f"{', '.join(CONTINUATION_LEVELS)}"
+        )
+    return level
+
+
+def _least_faithful(levels: set[str]) -> str:
+    """The experiment's level: its least faithful record's (a server that returned no ids for
+    some requests makes a token-mode run text-level)."""
+    return max(levels, key=CONTINUATION_LEVELS.index)
