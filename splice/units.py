@@ -1,10 +1,12 @@
 """Computing one unit of work: a base phase for a chunk of problems, or the chunk's splice arms.
 
-A base unit (NT, B or oracle_B) is one batched `Engine.generate` over the chunk's prompts. The
-arms unit is one `Engine.fork_many` holding, for every problem of the chunk whose base closed its
+A base unit (NT, B or oracle_B) is one `generate` over the chunk's prompts. The arms unit is one
+`fork_many` holding, for every problem of the chunk whose base closed its
 thinking, one request on B's prefix (prompt + B's ids before the first think-close) with every
 B-arm as a suffix (the empty splice is an empty suffix), and one on oracle_B's own prefix with the
-oracle arms. Each sequence decodes with `seed_key = (seed, problem_id, condition)`.
+oracle arms. Each sequence decodes with `seed_key = (seed, problem_id, condition)`. Both calls go
+to the run's backend (nudgeability.backends: the in-process engine or a server); each record
+states the continuation level of its completion.
 
 Actions are read by the family after the cut: NT from its whole generation with no tool declared,
 a base from its ids from the boundary on, an arm from its splice ids plus its generation. NT is

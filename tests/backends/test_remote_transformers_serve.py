@@ -110,7 +110,7 @@ def test_every_record_is_there_and_reads_as_a_local_run(server, first_run):
         else:  # an arm: its splice (the family's own ids for the sentence) plus its generation
             ids_after, tools = _splice(family, manifest, r) + ids, task.tool_names
         action = family.parse_action(ids_after, r["finish_reason"], tools=tools)
-        assert {k: v for k, v in r["action"].items() if v is not None} == action.to_record()
+        assert r["action"] == action.to_record()
     assert manifest["backend"] == {
         "backend": "openai",
         "api": "completions",
@@ -208,3 +208,26 @@ def test_an_unknown_model_is_one_line_naming_url_and_model(server, tmp_path):
     assert server.url in lines[0] and "'no-such-model'" in lines[0] and "unknown model" in lines[0]
     assert server.model in lines[0]  # it says what the server does serve
     assert KEY not in err and not out.exists()
+
+
+def test_chat_bases_come_back_in_the_family_format(server, tmp_path):
+    """The chat backend's bases against a real chat endpoint (transformers serve cannot continue a
+    partial assistant turn, so the arms are left to llama-server's test): every record is there,
+    chat-level, and reads as the family reads it."""
+    out = tmp_path / "chat"
+    args = _args(server.url, server.model, out)
+    args[args.index("completions")] = "chat"
+    args[args.index("conf,doubt")] = "B"
+    args[args.index(4)] = 2  # --n
+    status, err = run_nudge(args)
+    assert status == 0, err
+    records = read_records(out)
+    family = get_family("chatml", AutoTokenizer.from_pretrained(server.model))
+    assert sorted((r["problem_id"], r["condition"]) for r in records) == sorted(
+        (p, c) for p in {r["problem_id"] for r in records} for c in BASES
+    )
+    assert len(records) == 2 * len(BASES)
+    for r in records:
+        assert r["continuation"] == "chat" and r["text"] == family.decode(r["generated_ids"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["backend"]["api"] == "chat" and manifest["experiment"]["continuation"] == "chat"
