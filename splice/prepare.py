@@ -19,9 +19,16 @@ from nudgeability.models.families import KNOWN_FAMILIES, Family, detect_family
 from nudgeability.models.loader import LoadedModel, load_model
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
-from nudgeability.splice.conditions import Condition, UnknownConditionError, parse_conditions
+from nudgeability.splice.conditions import (
+    NO_TOOL_BASE,
+    ORACLE_BASE,
+    Condition,
+    UnknownConditionError,
+    base_of,
+    parse_conditions,
+)
 from nudgeability.splice.manifest import build_manifest
-from nudgeability.splice.prompts import ProblemPrompts, base_of, render_prompts
+from nudgeability.splice.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.run_config import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_NEW_TOKENS,
@@ -122,7 +129,7 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
         except EmbeddedModelMissing as exc:
             raise ConfigError(f"--model {options.model}: {exc}") from None
     family = detect_family(loaded.source.directory, loaded.tokenizer, override=options.family)
-    oracle = any(condition.code == "oracle_B" for condition in conditions)
+    oracle = any(condition.code == ORACLE_BASE for condition in conditions)
     prompts = [render_prompts(task, family, problem, oracle) for problem in problems]
     splices = _splices(family, sentences, conditions)
     _check_context(loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget)
@@ -217,7 +224,7 @@ def _check_context(
         for base in sorted(bases):
             # an arm continues at most base_budget - 1 reasoning tokens, then its splice and budget
             needed = len(prompt.for_base(base)) + base_budget
-            if base != "NT" and arms:
+            if base != NO_TOOL_BASE and arms:
                 needed += longest_splice + arm_budget
             if needed > limit:
                 raise ConfigError(

@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
+from nudgeability.splice.conditions import ARM_BASES
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -106,7 +107,7 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
     if unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))
-            for base in ("B", "oracle_B")
+            for base in ARM_BASES
             if ctx.arms_of[base]
         }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)

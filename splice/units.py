@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
 from nudgeability.models.families import SELF, Family
-from nudgeability.splice.conditions import Condition
+from nudgeability.splice.conditions import ARM_BASES, NO_TOOL_BASE, Condition
 from nudgeability.splice.prompts import ProblemPrompts, declared_tools, prompt_sha256
 from nudgeability.splice.records import ActionRecord, Record
 from nudgeability.splice.run_config import RunConfig
@@ -63,7 +63,7 @@ class UnitContext:
     def __post_init__(self) -> None:
         self.arms_of = {
             base: [c for c in self.conditions if c.kind == "arm" and c.parent == base]
-            for base in ("B", "oracle_B")
+            for base in ARM_BASES
         }
 
     def params(self, seed: int, problem_id: str, code: str, budget: int) -> SamplingParams:
@@ -100,10 +100,10 @@ def base_record(
     """The record of a base run: its boundary (B, oracle_B), action and grade."""
     generated = list(out.token_ids)
     tools = declared_tools(ctx.task, base)
-    boundary = None if base == "NT" else ctx.family.find_boundary(generated)
+    boundary = None if base == NO_TOOL_BASE else ctx.family.find_boundary(generated)
     action = ctx.family.parse_action(generated[boundary or 0 :], out.finish_reason, tools=tools)
     grade = None
-    if base == "NT" or action.kind == SELF:
+    if base == NO_TOOL_BASE or action.kind == SELF:
         grade = ctx.task.grade(problem, action.answer)
     return Record(
         problem_id=problem.id,
@@ -147,7 +147,7 @@ def run_arms_unit(
     requests, groups = [], []
     for i in indices:
         problem = ctx.problems[i]
-        for base in ("B", "oracle_B"):
+        for base in ARM_BASES:
             arms = ctx.arms_of[base]
             if not arms:
                 continue
