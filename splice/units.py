@@ -21,7 +21,7 @@ from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
 from nudgeability.models.families import SELF, Family
 from nudgeability.splice.conditions import ARM_BASES, NO_TOOL_BASE, Condition
 from nudgeability.splice.prompts import ProblemPrompts, declared_tools, prompt_sha256
-from nudgeability.splice.records import ActionRecord, Record
+from nudgeability.splice.records import Record
 from nudgeability.splice.run_config import RunConfig
 from nudgeability.splice.tasks import Problem, Task
 
@@ -118,7 +118,7 @@ def base_record(
         generated_ids=generated,
         text=ctx.family.decode(generated),
         finish_reason=out.finish_reason,
-        action=ActionRecord(**action.to_record()),
+        action=action,
         grade=grade,
     )
 
@@ -212,6 +212,6 @@ def arm_record(
         generated_ids=generated,
         text=ctx.family.decode(generated),
         finish_reason=out.finish_reason,
-        action=ActionRecord(**action.to_record()),
+        action=action,
         grade=None,
     )
