@@ -1,6 +1,6 @@
 """Running a prepared experiment: the phases, unit by unit, then the records file.
 
-    prepared = prepare(RunOptions(model="smollm2", task="musique", n=4))
+    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
 Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
@@ -75,16 +75,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             max_batch_tokens=config.max_batch_tokens,
             progress=progress,
         )  # an inner bar per engine call: sequences done, prefill/decode tok/s
-        ctx = UnitContext(
-            config,
-            prepared.task,
-            prepared.family,
-            engine,
-            prepared.problems,
-            prepared.prompts,
-            prepared.conditions,
-            prepared.splices,
-        )
+        ctx = UnitContext(prepared, engine)
         computed = resumed = 0
         for phase in phases_of(prepared.conditions):
             units = units_of([phase], config.seeds, mine)
