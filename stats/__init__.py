@@ -6,7 +6,8 @@ experiment is an ExperimentTable, the per-problem action table (action_table.py)
 their report order and the +/- pairs come from nudgeability.splice.conditions. records.py joins
 run directories into tables; summarize() gives every estimate with its 95% bootstrap interval
 (numba kernels and numpy twins in kernels.py); report_tables.py (Markdown, CSV, LaTeX) and
-figures.py render them; cli.py adds `nudge stats` and `nudge report`. Definitions follow ../shared/reference/protocol.md; each file states its own.
+figures.py render them; cli.py adds `nudge stats` and `nudge report`. Definitions follow
+../shared/reference/protocol.md; each file states its own.
 """
 
 from .across import AcrossExperiments, Medians, across_experiments, spearman
