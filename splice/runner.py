@@ -1,6 +1,6 @@
 """Running a prepared experiment: the phases, unit by unit, then the records file.
 
-    prepared = prepare(RunOptions(model="smollm2", task="musique", n=4))
+    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
 Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
+from nudgeability.splice.conditions import ARM_BASES
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -79,16 +80,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
                 )
             )
         backend.progress = progress  # an inner bar per backend call
-        ctx = UnitContext(
-            config,
-            prepared.task,
-            prepared.family,
-            backend,
-            prepared.problems,
-            prepared.prompts,
-            prepared.conditions,
-            prepared.splices,
-        )
+        ctx = UnitContext(prepared, backend)
         computed = resumed = 0
         for phase in phases_of(prepared.conditions):
             units = units_of([phase], config.seeds, mine)
@@ -112,7 +104,7 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
     if unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))
-            for base in ("B", "oracle_B")
+            for base in ARM_BASES
             if ctx.arms_of[base]
         }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)
