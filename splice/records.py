@@ -49,7 +49,7 @@ class Record:
     finish_reason: str  # "eos" | "stop_token" | "stop_string" | "length"
     action: ActionRecord
     grade: GradeRecord | None  # NT always; B / oracle_B when the action is SELF; else None
-    # how faithfully the backend continued the prompt (nudgeability.backends.CONTINUATION_LEVELS):
+    # how faithfully the backend continued the prompt (nudgeability.backends.names):
     # written only when it is not token-exact, so the records of a local run keep their bytes
     continuation: str = "token"
 
