@@ -9,6 +9,7 @@ One server for the module (starting it costs a model load); the runs are kept sm
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -110,7 +111,7 @@ def test_every_record_is_there_and_reads_as_a_local_run(server, first_run):
         else:  # an arm: its splice (the family's own ids for the sentence) plus its generation
             ids_after, tools = _splice(family, manifest, r) + ids, task.tool_names
         action = family.parse_action(ids_after, r["finish_reason"], tools=tools)
-        assert r["action"] == action.to_record()
+        assert r["action"] == dataclasses.asdict(action)
     assert manifest["backend"] == {
         "backend": "openai",
         "api": "completions",
