@@ -22,6 +22,7 @@ class ActionRecord:
     tool_name: str | None = None  # TOOL (and OTHER with a call): the called name
     arguments: dict | None = None  # TOOL: the parsed arguments
     reason: str | None = None  # OTHER / TRUNC: why
+    narration: str | None = None  # TOOL / OTHER with a call: the text beside the call, if any
 
 
 @dataclass(frozen=True)
