@@ -101,7 +101,9 @@ def base_record(
     generated = list(out.token_ids)
     tools = declared_tools(ctx.task, base)
     boundary = None if base == "NT" else ctx.family.find_boundary(generated)
-    action = ctx.family.parse_action(generated[boundary or 0 :], out.finish_reason, tools=tools)
+    action = ctx.family.parse_action(
+        generated[boundary or 0 :], out.finish_reason, tools=tools, is_answer=ctx.task.holds_answer
+    )
     grade = None
     if base == "NT" or action.kind == SELF:
         grade = ctx.task.grade(problem, action.answer)
@@ -198,6 +200,7 @@ def arm_record(
         list(ctx.splices[arm.code]) + generated,
         out.finish_reason,
         tools=declared_tools(ctx.task, arm.parent),
+        is_answer=ctx.task.holds_answer,
     )
     return Record(
         problem_id=problem.id,

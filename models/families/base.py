@@ -296,7 +296,9 @@ class Family:
                     return Action(
                         OTHER, tool_name=call.name, reason=UNPARSABLE_ARGUMENTS, narration=narration
                     )
-            return Action(TOOL, tool_name=first.name, arguments=first.arguments, narration=narration)
+            return Action(
+                TOOL, tool_name=first.name, arguments=first.arguments, narration=narration
+            )
         if residual:
             if not ended:
                 return Action(TRUNC, reason=BUDGET_IN_ANSWER)

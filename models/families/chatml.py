@@ -86,7 +86,12 @@ class ChatMLFamily(Family):
         """`<|im_end|>`, the result as a `tool` turn exactly as SmolLM2's ChatML template renders
         a tool message (the role and the text, nothing added), then this family's assistant header,
         which opens the thinking block. The tool is not named, as in Qwen3."""
-        return "<|im_end|>\n<|im_start|>tool\n" + result + "<|im_end|>\n" + _generation_prompt(thinking)
+        return (
+            "<|im_end|>\n<|im_start|>tool\n"
+            + result
+            + "<|im_end|>\n"
+            + _generation_prompt(thinking)
+        )
 
     def demonstrations(self, tools: list[dict] | None = None) -> list[dict]:
         """A direct answer, then (when a tool is declared) a call of the first tool, in this format."""

@@ -258,8 +258,16 @@ def test_gemma4_resolution_prompt_equals_the_template_rendering_of_the_whole_exc
 @pytest.mark.parametrize(
     "name,commitment,kept",
     [
-        ("glm_z1", 'x</think>\nretrieve\n{"query": "Emma"}<|observation|>', 'x</think>\nretrieve\n{"query": "Emma"}'),
-        ("chatml", 'x</think>\n<tool_call>\n{"name": "retrieve", "arguments": {}}\n</tool_call>\nok', 'x</think>\n<tool_call>\n{"name": "retrieve", "arguments": {}}\n</tool_call>'),
+        (
+            "glm_z1",
+            'x</think>\nretrieve\n{"query": "Emma"}<|observation|>',
+            'x</think>\nretrieve\n{"query": "Emma"}',
+        ),
+        (
+            "chatml",
+            'x</think>\n<tool_call>\n{"name": "retrieve", "arguments": {}}\n</tool_call>\nok',
+            'x</think>\n<tool_call>\n{"name": "retrieve", "arguments": {}}\n</tool_call>',
+        ),
     ],
 )
 def test_continuation_cuts_right_after_the_first_call(name, commitment, kept):
