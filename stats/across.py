@@ -1,6 +1,6 @@
 """Across experiments: medians of S, WT and L per task and pooled; Spearman rho between S and L.
 
-protocol.md, "Across experiments". Medians summarise experiment-level estimates (not pooled
+stats/README.md, "Across experiments". Medians summarise experiment-level estimates (not pooled
 problem rows). Callers pass the experiments of one decoding config: the paper does not pool the
 sampled-decoding check with the greedy campaign.
 """

@@ -1,6 +1,6 @@
 """What every chat/think/tool format provides, and the machinery the formats share.
 
-A `Family` wraps one tokenizer and knows one format (formats.md section 1): how to render a prompt
+A `Family` wraps one tokenizer and knows one format (models/README.md): how to render a prompt
 that declares tools, which marker closes the thinking block, where to cut the reasoning, what to
 append at the cut, and how to read the committed action after the final think-close.
 
@@ -184,7 +184,7 @@ class Family:
     def own_text(
         self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
     ) -> str:
-        """The family's own renderer, following the documented format (formats.md section 1)."""
+        """The family's own renderer, following the format documented in models/README.md."""
         raise NotImplementedError
 
     def demonstrations(self, tools: list[dict] | None = None) -> list[dict]:

@@ -23,7 +23,7 @@ from nudgeability.splice.records import Record
 from nudgeability.splice.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 
-# written out by hand from protocol.md's table of runs
+# written out by hand from the table of conditions in splice/README.md
 BASES = ("NT", "B", "oracle_B")
 B_ARMS = (
     "empty",
