@@ -33,9 +33,10 @@ from .diagnostics import (
     oracle_diagnostics,
 )
 from .mcnemar import McNemar, mcnemar
+from .profiles import PROFILES, ProfileRule, profile_label
 from .records import RecordsError, load_experiments, table_from_records
 from .sensitivity import Sensitivity, sensitivity
-from .summary import ExperimentSummary, PairSummary, profile_label, summarize
+from .summary import ExperimentSummary, PairSummary, summarize
 from .table import CONDITIONS, PAIRS, ExperimentLabel, ExperimentTable, TableError
 from .targeting import Stratum, Targeting, targeting
 
@@ -83,6 +84,8 @@ __all__ = [
     "ExperimentSummary",
     "PairSummary",
     "profile_label",
+    "PROFILES",
+    "ProfileRule",
     "across_experiments",
     "AcrossExperiments",
     "Medians",
