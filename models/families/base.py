@@ -13,8 +13,6 @@ piece). The boundary is the index of the token in which the marker's first chara
 from __future__ import annotations
 
 import bisect
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -37,6 +35,7 @@ from nudgeability.models.families.action import (
     UNPARSABLE_ARGUMENTS,
     Action,
 )
+from nudgeability.models.families.calls import json_call_outside_format
 
 FINISH_REASONS = ("eos", "stop_token", "stop_string", "length")
 ROLES = ("system", "user", "assistant", "tool", "observation")
@@ -365,27 +364,6 @@ class Family:
             raise FamilyError("continuation_ids: no complete tool call after the think-close")
         k, rest = found
         return list(ids[:k]) + self.encode(rest + self.render_tool_result(name, result, thinking))
-
-
-_JSON_CALL_START = re.compile(r'\{\s*"name"\s*:')
-
-
-def json_call_outside_format(text: str, declared: set[str]) -> str | None:
-    """The tool name when `text` holds a JSON object `{"name": <declared tool>, "arguments": {...}}`
-    written outside the family's call syntax (bare or in a code fence), else None."""
-    decoder = json.JSONDecoder()
-    for match in _JSON_CALL_START.finditer(text):
-        try:
-            obj, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
-        if (
-            isinstance(obj, dict)
-            and obj.get("name") in declared
-            and isinstance(obj.get("arguments"), (dict, str))
-        ):
-            return obj["name"]
-    return None
 
 
 def tool_names(tools: list | None) -> set[str]:
