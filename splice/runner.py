@@ -1,9 +1,9 @@
 """Running a prepared experiment: the phases, unit by unit, then the records file.
 
-    prepared = prepare(RunOptions(model="smollm2", task="musique", n=4))
+    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
-Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
+Order of work (splice/README.md): NT for all problems, then B, then oracle_B, then the arms. Each
 phase walks its units (seed, chunk) in order; a unit whose part file exists is skipped, so a run
 killed at any moment and started again finishes only the missing work. When every unit of this
 shard is stored, `records.jsonl` is assembled from the parts in canonical order (problems, then
@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
-from nudgeability.splice.conditions import get_condition
+from nudgeability.splice.conditions import ARM_BASES, get_condition
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -75,16 +75,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             max_batch_tokens=config.max_batch_tokens,
             progress=progress,
         )  # an inner bar per engine call: sequences done, prefill/decode tok/s
-        ctx = UnitContext(
-            config,
-            prepared.task,
-            prepared.family,
-            engine,
-            prepared.problems,
-            prepared.prompts,
-            prepared.conditions,
-            prepared.splices,
-        )
+        ctx = UnitContext(prepared, engine)
         computed = resumed = 0
         for phase in phases_of(prepared.conditions):
             units = units_of([phase], config.seeds, mine)
@@ -107,7 +98,7 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
     if unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))
-            for base in ("B", "oracle_B")
+            for base in ARM_BASES
             if ctx.arms_of[base]
         }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)

@@ -1,6 +1,6 @@
 """The committed action read after the final think-close marker.
 
-Kinds follow protocol.md "Actions": SELF (a final answer), TOOL (a well-formed call of a declared
+Kinds follow splice/README.md, "Actions": SELF (a final answer), TOOL (a well-formed call of a declared
 tool), OTHER (a completed commitment that is malformed, with a reason) and TRUNC (no completed
 commitment within the token budget, with a reason saying where the budget ran out).
 """
@@ -52,7 +52,8 @@ class Action:
     SELF carries `answer`; TOOL carries `tool_name`, `arguments` and any `narration` written beside
     the call; OTHER carries `reason` (one of
     OTHER_REASONS) and, when a call was seen, `tool_name`; TRUNC carries `reason` (one of
-    TRUNC_REASONS). The fields mirror `nudgeability.splice.records.ActionRecord`.
+    TRUNC_REASONS). Records store this dataclass as it is (`nudgeability.splice.records`), and
+    `nudgeability.stats.actions` codes its kinds as int8.
     """
 
     kind: str
@@ -74,14 +75,3 @@ class Action:
             raise ValueError(
                 f"Action.reason={self.reason!r} does not fit kind {self.kind}; expected one of {allowed}"
             )
-
-    def to_record(self) -> dict:
-        """The fields as a dict that `ActionRecord(**action.to_record())` accepts."""
-        return {
-            "kind": self.kind,
-            "answer": self.answer,
-            "tool_name": self.tool_name,
-            "arguments": self.arguments,
-            "reason": self.reason,
-            "narration": self.narration,
-        }

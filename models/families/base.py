@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from nudgeability.engine.sequence import FINISH_REASONS  # the engine owns why a sequence stopped
 from nudgeability.models.families.action import (
     BUDGET_AFTER_THINK,
     BUDGET_IN_ANSWER,
@@ -37,7 +38,6 @@ from nudgeability.models.families.action import (
 )
 from nudgeability.models.families.calls import json_call_outside_format
 
-FINISH_REASONS = ("eos", "stop_token", "stop_string", "length")
 ROLES = ("system", "user", "assistant", "tool", "observation")
 
 # A throwaway tool used only to ask a checkpoint's template whether it renders tools at all.

@@ -16,6 +16,8 @@ import io
 import math
 from collections.abc import Sequence
 
+from nudgeability.splice.conditions import PAIR_HEADERS, PAIRS, PRIMARY_PAIR
+
 from .across import across_experiments
 
 DAGGER = "†"
@@ -49,13 +51,8 @@ _CSV_COLUMNS = (
     "pooled_flips",
     "self_to_tool_share",
 )
-_PAIR_COLUMNS = (
-    ("second", "S 2nd"),
-    ("reviewer", "S rev"),
-    ("expert", "S exp"),
-    ("sealed", "S sealed"),
-    ("oracle", "S oracle"),
-)
+# The pairs besides the primary one, with their column headers (splice/conditions.py owns both).
+_PAIR_COLUMNS = tuple((name, PAIR_HEADERS[name]) for name in PAIRS if name != PRIMARY_PAIR)
 
 
 def _fmt(value: float, digits: int = 1) -> str:
