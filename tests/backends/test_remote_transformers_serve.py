@@ -79,9 +79,16 @@ def _args(url: str, model: str, out: Path, *extra) -> list:
     ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def key_in_env():
+    """The API key the runs name (transformers serve ignores it; it must never be written)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NUDGE_TEST_KEY", KEY)
+        yield
+
+
 @pytest.fixture(scope="module")
 def first_run(server, tmp_path_factory):
-    os.environ["NUDGE_TEST_KEY"] = KEY  # transformers serve ignores it; it must never be written
     out = tmp_path_factory.mktemp("remote") / "run"
     status, err = run_nudge(_args(server.url, server.model, out))
     assert status == 0, err
