@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nudgeability.models.atomic import atomic_write_text
 from nudgeability.splice.run_config import RunConfig, diff_configs
 
 if TYPE_CHECKING:
@@ -68,9 +68,7 @@ def sha256_file(path: str | Path, block: int = 1 << 23) -> str:
         known[key] = value
         try:  # best effort: another process may write at the same time; a lost entry is recomputed
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(known, sort_keys=True))
-            os.replace(tmp, cache)
+            atomic_write_text(cache, json.dumps(known, sort_keys=True))
         except OSError:
             pass
     return value

@@ -16,11 +16,11 @@ import copy
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nudgeability.models.atomic import atomic_directory, atomic_write_lines
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import chunk_bounds
 from nudgeability.splice.work_store import (
@@ -29,7 +29,6 @@ from nudgeability.splice.work_store import (
     RECORDS,
     TIMINGS,
     OutputDirError,
-    atomic_write_lines,
     manifest_text,
     read_manifest,
     split_lines,
@@ -67,9 +66,7 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     bases = [c for c in merged_manifest["config"]["conditions"] if c in ("NT", "B", "oracle_B")]
     seeds = merged_manifest["config"]["seeds"]
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         streams = {k: _Lines(d / RECORDS) for k, d in by_shard.items()}
         tally = [0]
 
@@ -102,10 +99,6 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
                 timings.extend(split_lines(path.read_text(encoding="utf-8")))
         atomic_write_lines(tmp / TIMINGS, timings)
         _link_parts([by_shard[k] / PARTS for k in sorted(by_shard)], tmp / PARTS)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return MergeResult(out, total, tally[0], tuple(provenance))
 
 

@@ -27,6 +27,7 @@ from nudgeability.models.quant.checkpoint import (
     QuantCheckpointError,
     ceil_div,
     quant_config_key,
+    quantised_linear,
 )
 
 QUANT_TYPES = ("nf4", "fp4")
@@ -151,13 +152,7 @@ class BnB4Scheme:
 
     def quantizes(self, name: str, module: nn.Module) -> bool:
         """Whether the checkpoint stores linear `name` in 4 bits (lm_head and `llm_int8_skip_modules` do not)."""
-        from transformers.quantizers.quantizers_utils import should_convert_module
-
-        return (
-            isinstance(module, nn.Linear)
-            and name.rsplit(".", 1)[-1] != "lm_head"
-            and should_convert_module(name, list(self.skip_modules) or None)
-        )
+        return quantised_linear(name, module, self.skip_modules)
 
     def load_linear(
         self, reader: CheckpointReader, name: str, linear: nn.Linear, device, dtype: torch.dtype

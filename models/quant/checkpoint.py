@@ -31,6 +31,18 @@ class QuantCheckpointError(ModelLoadError):
     """
 
 
+def quantised_linear(name: str, module: torch.nn.Module, skip_modules: tuple[str, ...]) -> bool:
+    """Whether a format that quantises every linear but lm_head and a skip list (FP8,
+    bitsandbytes) stores linear `name` quantised; the skip list is matched as transformers does."""
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    return (
+        isinstance(module, torch.nn.Linear)
+        and name.rsplit(".", 1)[-1] != "lm_head"
+        and should_convert_module(name, list(skip_modules) or None)
+    )
+
+
 class CheckpointReader:
     """Lazy access to the tensors of a checkpoint directory (close it, or use it as a context manager)."""
 
