@@ -57,6 +57,7 @@ class CheckpointReader:
         self._stack = contextlib.ExitStack()
         self._handles: dict[Path, object] = {}
         self._where: dict[str, Path] = {}
+        self.consumed: set[str] = set()  # every tensor read: the loader refuses any left unread
         for shard in self._shards():
             handle = self._stack.enter_context(safe_open(str(shard), framework="pt", device="cpu"))
             self._handles[shard] = handle
@@ -114,6 +115,7 @@ class CheckpointReader:
             raise QuantCheckpointError(
                 f"{self.directory}: tensor {name!r} is missing from the checkpoint"
             )
+        self.consumed.add(name)
         return self._handles[self._where[name]].get_tensor(name)
 
     def require(

@@ -180,6 +180,9 @@ class FP8Scheme:
         """Whether the checkpoint stores linear `name` in FP8 (lm_head and the skip list do not)."""
         return quantised_linear(name, module, self.modules_to_not_convert)
 
+    def unused_hint(self, key: str) -> str:
+        return ""
+
     def load_linear(
         self, reader: CheckpointReader, name: str, linear: nn.Linear, device, dtype: torch.dtype
     ) -> FP8BlockLinear:
