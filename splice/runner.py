@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
+from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -89,7 +90,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             units = units_of([phase], config.seeds, mine)
             with _PhaseBar(phase, units, chunks, progress) as bar:
                 for unit in units:
-                    if store.has(unit):
+                    if store.has(unit) and _sound(prepared, store, unit, chunks):
                         resumed += 1
                         bar.done(unit, None)
                         continue
@@ -99,6 +100,28 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
         tally = [0]
         path = store.write_records(_counted(_assemble(prepared, store, chunks, mine), tally))
         return RunResult(path.parent, tally[0], computed, resumed)
+
+
+def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]) -> bool:
+    """Whether a stored part can be reused; a damaged one is set aside, named in one line."""
+    ids = [prepared.problems[i].id for i in chunks[unit.chunk]]
+    bases = {}
+    if unit.phase == ARMS_PHASE:  # the base parts were checked (or recomputed) in earlier phases
+        for base in {c.parent for c in prepared.conditions if c.kind == "arm"}:
+            lines = store.read_part(Unit(base, unit.seed, unit.chunk))
+            bases[base] = {r["problem_id"]: r for r in map(json.loads, lines)}
+    problem = part_problem(
+        store.part_path(unit), expected_keys(unit, ids, prepared.conditions, bases)
+    )
+    if problem is None:
+        return True
+    moved = store.set_aside(unit)
+    print(
+        f"nudge run: warning: {store.part_path(unit)}: damaged part ({problem}); moved to "
+        f"{moved}, recomputing its unit",
+        file=sys.stderr,
+    )
+    return False
 
 
 def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
@@ -158,7 +181,8 @@ def _assemble(
                 key[1] in bases
             ):  # every base has a record; arms are absent when the base never closed
                 raise IncompleteRunError(
-                    f"{store.parts}: no record for {key}; remove the directory and run again"
+                    f"{store.parts}: no record for {key}; run the same command again: parts are "
+                    "checked on resume and a damaged one is recomputed"
                 )
         if found:
             raise IncompleteRunError(f"{store.parts}: unexpected records {sorted(found)[:3]}")

@@ -4,6 +4,7 @@
     out/parts/*.jsonl    one file per finished unit of work, written atomically
     out/timings.jsonl    one line per unit computed (clock figures never enter the records)
     out/records.jsonl    assembled from the parts at the end, atomically
+    out/damaged/         part files found damaged on resume, set aside (their units recomputed)
 
 Every file is written to a temporary name, fsynced and renamed into place (`models/atomic.py`),
 so a run killed at any moment leaves either a whole file or none: a resumed run skips the parts
@@ -35,6 +36,7 @@ MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 TIMINGS = "timings.jsonl"
 PARTS = "parts"
+DAMAGED = "damaged"
 
 
 class OutputDirError(ValueError):
@@ -128,6 +130,16 @@ class WorkStore:
     def write_part(self, unit: Unit, lines: list[str]) -> None:
         """Store a finished unit's record lines (possibly none) atomically."""
         atomic_write_lines(self.part_path(unit), lines)
+
+    def set_aside(self, unit: Unit) -> Path:
+        """Move a damaged part out of `parts/` (kept for inspection); return where it went."""
+        target_dir = self.root / DAMAGED
+        target_dir.mkdir(exist_ok=True)
+        number = 1
+        while (target := target_dir / f"{unit.name}.{number}.jsonl").exists():
+            number += 1
+        os.replace(self.part_path(unit), target)
+        return target
 
     def read_part(self, unit: Unit) -> list[str]:
         """The record lines of a finished unit."""
