@@ -6,6 +6,9 @@ directories, part files, records, merge output, stats.json, tables, figures) goe
 - `atomic_write_bytes` / `atomic_write_text` / `atomic_write_lines`: write a temporary file next to
   the target, fsync it, rename it over the target, fsync the directory. A kill or a full disk at
   any moment leaves the previous file intact (or no file).
+- `atomic_write_files({path: bytes, ...})`: the same for a set of files written together (tables
+  and stats.json, a report's figures): every temporary is written and fsynced before the first
+  rename, so a kill while writing leaves every previous file.
 - `atomic_directory(target)`: a context manager that yields a temporary directory next to
   `target`; on a clean exit it is renamed to `target`, on an exception it is removed.
 - `remove_temporaries(directory)`: delete the temporaries a killed writer left behind.
@@ -25,7 +28,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 TMP_MARK = ".tmp-"
@@ -84,6 +87,30 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 def atomic_write_lines(path: str | os.PathLike, lines: Iterable[str]) -> Path:
     """Write `lines` (each gets a trailing "\\n") to `path` atomically, as UTF-8."""
     return atomic_write_chunks(path, ((line + "\n").encode("utf-8") for line in lines))
+
+
+def atomic_write_files(files: Mapping[str | os.PathLike, bytes]) -> list[Path]:
+    """Write every `path: data` pair; all temporaries are complete before any rename. Returns the
+    paths in the order given."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=path.parent)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    for directory in dict.fromkeys(path.parent for _, path in staged):
+        fsync_directory(directory)
+    return [path for _, path in staged]
 
 
 @contextlib.contextmanager

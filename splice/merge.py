@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nudgeability.models.atomic import atomic_directory, atomic_write_lines
+from nudgeability.models.atomic import atomic_directory, atomic_write_lines, remove_temporaries
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import chunk_bounds
 from nudgeability.splice.work_store import (
@@ -56,6 +56,8 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     total, provenance = _check_shards(dirs, manifests)
     merged_manifest = _without_shard(manifests[0])
     out = Path(out).absolute()
+    if out.parent.is_dir():  # what a killed merge into `out` left (its process is gone)
+        remove_temporaries(out.parent, out.name, only_abandoned=True)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputDirError(
             f"{out}: already exists and is not empty; pass a new directory to merge into"

@@ -76,3 +76,17 @@ def test_only_abandoned_temporaries_are_removed(tmp_path):
 
 def test_temporaries_carry_the_writer_pid(tmp_path):
     assert temporary_prefix("x") == f".x.tmp-{os.getpid()}-"
+
+
+def test_files_written_together_replace_nothing_unless_all_are_written(tmp_path):
+    from nudgeability.models.atomic import atomic_write_files
+
+    first, second = tmp_path / "stats.json", tmp_path / "table.md"
+    first.write_text("old stats")
+    second.write_text("old table")
+    with pytest.raises(OSError):
+        atomic_write_files({first: b"new stats", tmp_path / "missing" / "x.md": b"x"})
+    assert first.read_text() == "old stats"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stats.json", "table.md"]
+    assert atomic_write_files({first: b"new stats", second: b"new table"}) == [first, second]
+    assert (first.read_text(), second.read_text()) == ("new stats", "new table")
