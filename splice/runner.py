@@ -20,9 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from nudgeability.engine import Engine
+from nudgeability.models.progress import progress_bar
 from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,
@@ -195,15 +194,15 @@ def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
 
 
 class _PhaseBar:
-    """A tqdm bar per phase: problems done (over all seeds), arms decoded, prompt and generated
+    """A progress bar per phase (tqdm on a terminal, plain lines in a log: models/progress.py): problems done (over all seeds), arms decoded, prompt and generated
     tokens per second of compute (resumed units count as done, with no tokens)."""
 
     def __init__(self, phase: str, units: list[Unit], chunks: list[range], enabled: bool):
         self.chunks = chunks
         self.arms = phase == ARMS_PHASE
         total = sum(len(chunks[unit.chunk]) for unit in units)
-        self.bar = tqdm(
-            total=total, desc=f"{phase:>8}", unit="problem", disable=not enabled, dynamic_ncols=True
+        self.bar = progress_bar(
+            total, f"{phase:>8}", "problem", enabled=enabled, dynamic_ncols=True
         )
         self.sequences = self.tokens = self.prefill = 0
         self.seconds = 0.0

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from nudgeability.models.loader import ModelLoadError
@@ -53,13 +53,24 @@ class CheckpointReader:
             raise QuantCheckpointError(
                 f"{self.directory}: not a checkpoint directory (no config.json)"
             )
-        self.config: dict = json.loads(self.config_path.read_text())
+        from nudgeability.models.preflight import read_config
+
+        self.config: dict = read_config(self.directory)
         self._stack = contextlib.ExitStack()
         self._handles: dict[Path, object] = {}
         self._where: dict[str, Path] = {}
         self.consumed: set[str] = set()  # every tensor read: the loader refuses any left unread
         for shard in self._shards():
-            handle = self._stack.enter_context(safe_open(str(shard), framework="pt", device="cpu"))
+            try:
+                handle = self._stack.enter_context(
+                    safe_open(str(shard), framework="pt", device="cpu")
+                )
+            except (SafetensorError, OSError) as exc:
+                self._stack.close()
+                raise QuantCheckpointError(
+                    f"{shard}: not a readable safetensors file ({exc}); it is truncated or "
+                    "damaged: download it again"
+                ) from None
             self._handles[shard] = handle
             for name in handle.keys():
                 self._where[name] = shard
