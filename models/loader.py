@@ -56,23 +56,22 @@ def resolve(spec: str | Path) -> ModelSource:
         return _source(text, path)
     if path.exists():
         raise ModelLoadError(f"{path}: expected a checkpoint directory or a .gguf file")
-    if _looks_like_a_path(text, path):
-        raise ModelLoadError(f"{path}: the path does not exist; check the --model argument")
+    missing = ModelLoadError(f"{path}: the path does not exist; check the --model argument")
+    if path.suffix in _FILE_SUFFIXES:
+        raise missing
     if text.count("/") == 1 and not text.startswith((".", "/", "~")):
-        return _source(text, _from_hf_cache(text))
+        if not Path(text.split("/", 1)[0]).expanduser().is_dir():
+            return _source(text, _from_hf_cache(text))
+        try:  # 'org' is also a local directory: a hub id only if it is in the cache
+            return _source(text, _from_hf_cache(text))
+        except ModelLoadError:
+            raise missing from None
     raise ModelLoadError(
         f"{text}: no such file or directory, and not a hub repo id of the form 'org/name'"
     )
 
 
 _FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".json", ".pt", ".pth")
-
-
-def _looks_like_a_path(text: str, path: Path) -> bool:
-    """A spec meant as a local path rather than a hub id 'org/name': it names a model file, or its
-    first component exists here (so 'org' would be a local directory)."""
-    first = Path(text.split("/", 1)[0]).expanduser()
-    return path.suffix in _FILE_SUFFIXES or ("/" in text and first.exists())
 
 
 def _converted(gguf: Path) -> Path:
