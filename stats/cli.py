@@ -1,10 +1,12 @@
 """`nudge stats` and `nudge report`: from run directories to stats.json, tables and figures.
 
 nudge stats RUN_DIR... [--label RUN_DIR=NAME]... [--out DIR] [--n-boot N] [--seed S]
+        [--min-s PP] [--min-l PP]
     joins the records (records.py), summarises each experiment (summary.py) and writes
-    DIR/table.md, table.csv, table.tex and DIR/stats.json, each atomically (a kill or a full disk
-    leaves the previous file). Runs of one model x task x decoding made with other settings are
-    refused unless labelled apart.
+    DIR/stats.json and DIR/table.md, table.csv, table.tex, together and atomically (a kill or a
+    full disk leaves the previous files). Runs of one model x task x decoding made with other
+    settings are refused unless labelled apart. --min-s / --min-l are the profile thresholds
+    (profiles.py; defaults 10 and 5 pp).
 nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
     one, or the file itself) or straight from run directories.
@@ -22,10 +24,11 @@ from nudgeability.models.atomic import atomic_write_files, remove_temporaries
 
 from .across import AcrossExperiments, across_experiments
 from .figures import draw_all
+from .profiles import DEFAULT_MIN_L, DEFAULT_MIN_S, ProfileRule
 from .records import RecordsError, load_experiments
+from .report_tables import render_csv, render_latex, render_markdown
 from .serialize import from_jsonable, to_jsonable
 from .summary import ExperimentSummary, summarize
-from .tables import render_csv, render_latex, render_markdown
 
 STATS_FILE = "stats.json"
 TABLE_FILES = ("table.md", "table.csv", "table.tex")
@@ -36,6 +39,7 @@ def summarize_run_dirs(
     run_dirs: Sequence[str | Path],
     n_boot: int = 20000,
     seed: int = 0,
+    profile_rule: ProfileRule | None = None,
     labels: Mapping[str | Path, str] | None = None,
 ) -> list[ExperimentSummary]:
     """Summaries of every experiment found in the run directories (see `load_experiments`).
@@ -51,7 +55,7 @@ def summarize_run_dirs(
                 "undefined (run the NT condition, with a task whose answers can be graded)",
                 file=sys.stderr,
             )
-        summaries.append(summarize(table, n_boot=n_boot, seed=seed))
+        summaries.append(summarize(table, n_boot=n_boot, seed=seed, profile_rule=profile_rule))
     return summaries
 
 
@@ -130,7 +134,11 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
 
 def _run_stats(args: argparse.Namespace) -> int:
     summaries = summarize_run_dirs(
-        args.run_dirs, n_boot=args.n_boot, seed=args.seed, labels=_labels(args.label)
+        args.run_dirs,
+        n_boot=args.n_boot,
+        seed=args.seed,
+        profile_rule=_rule(args),
+        labels=_labels(args.label),
     )
     for path in write_stats(summaries, args.run_dirs, args.out):
         print(path)
@@ -151,10 +159,44 @@ def _run_report(args: argparse.Namespace) -> int:
         else:
             run_dirs.append(source)
     if run_dirs:
-        summaries += summarize_run_dirs(run_dirs, n_boot=args.n_boot, seed=args.seed)
+        summaries += summarize_run_dirs(
+            run_dirs, n_boot=args.n_boot, seed=args.seed, profile_rule=_rule(args)
+        )
     for path in draw_all(summaries, args.out):
         print(path)
     return 0
+
+
+def _rule(args: argparse.Namespace) -> ProfileRule:
+    return ProfileRule(min_S=args.min_s, min_L=args.min_l)
+
+
+def _points(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of pp >= 0, got {text}")
+    return value
+
+
+def _add_profile_options(parser) -> None:
+    parser.add_argument(
+        "--min-s",
+        type=_points,
+        default=DEFAULT_MIN_S,
+        metavar="PP",
+        help=f"profiles: smallest |S| that counts as a large swing (default {DEFAULT_MIN_S:g} pp)",
+    )
+    parser.add_argument(
+        "--min-l",
+        type=_points,
+        default=DEFAULT_MIN_L,
+        metavar="PP",
+        help="profiles: smallest |L| that counts as selective or misdirected "
+        f"(default {DEFAULT_MIN_L:g} pp); 0 and 0 read the labels from the intervals alone",
+    )
 
 
 def _positive(text: str) -> int:
@@ -188,6 +230,7 @@ def register(subparsers) -> None:
         "--n-boot", type=_positive, default=20000, help="bootstrap replicates (default 20000)"
     )
     stats.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    _add_profile_options(stats)
     stats.set_defaults(func=_run_stats)
 
     report = subparsers.add_parser("report", help="draw the figures (PNG and PDF)")
@@ -204,4 +247,5 @@ def register(subparsers) -> None:
     report.add_argument(
         "--seed", type=int, default=0, help="bootstrap seed when reading run directories"
     )
+    _add_profile_options(report)
     report.set_defaults(func=_run_report)
