@@ -93,8 +93,9 @@ class LineProgress:
 def progress_bar(
     total: int, desc: str, unit: str, enabled: bool = True, leave: bool = True, **tqdm_options
 ):
-    """A tqdm bar when stderr is a terminal, else a `LineProgress`; disabled when not `enabled`."""
-    if is_terminal():
+    """A tqdm bar when stderr is a terminal (or in a notebook, where tqdm draws a widget), else a
+    `LineProgress`; disabled when not `enabled`."""
+    if is_terminal() or "ipykernel" in sys.modules:
         from tqdm.auto import tqdm
 
         return tqdm(
