@@ -28,7 +28,7 @@ MANIFEST_FORMAT = 1
 # what decides the records: a resumed run or a merged shard must match these exactly
 IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems", "inputs")
 # where the code came from: a difference is reported, not refused (a commit may change nothing)
-PROVENANCE_KEYS = ("versions", "git_commit")
+PROVENANCE_KEYS = ("versions", "git_commit", "threads")
 # distribution names whose versions can change the records
 VERSIONED = (
     "torch",

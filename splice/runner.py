@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
@@ -127,6 +128,7 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
             "generated_tokens": counts.generated_tokens,
             "seconds": round(seconds, 4),
             "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
+            "threads": torch.get_num_threads(),
         }
     )
     counts.seconds = seconds
