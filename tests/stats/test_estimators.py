@@ -1,4 +1,4 @@
-"""S, WT, WTrand and L against a brute-force loop written from protocol.md, and hand-worked tables."""
+"""S, WT, WTrand and L against a brute-force loop written from the definitions in stats/README.md, and hand-worked tables."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ import math
 
 import numpy as np
 import pytest
+from helpers.staged_kernels import statistics_from_sums
 
 from nudgeability.stats import NONE, OTHER, SELF, TOOL, TRUNC, contributions, sensitivity, targeting
-from nudgeability.stats.kernels import statistics_from_sums, statistics_from_sums_twin
+from nudgeability.stats.kernels import statistics_from_sums_twin
 
 COMPLETED = (SELF, TOOL, OTHER)
 DECISIVE = (SELF, TOOL)
 
 
 def reference(s, base, conf, doubt):
-    """protocol.md, one problem at a time in plain Python (no numpy arithmetic).
+    """stats/README.md, one problem at a time in plain Python (no numpy arithmetic).
 
     The final formulas are the protocol's, written literally; Python's int / int and numpy's
     float64 division are both correctly rounded, so equal counts give bit-equal statistics.
