@@ -4,8 +4,9 @@
     arms = engine.fork(prefix_ids, [suffix_a, suffix_b, ...], SamplingParams(max_new_tokens=48))
     outs = engine.generate([prompt_1, prompt_2, ...], SamplingParams(max_new_tokens=256))
 
-Each batch runs three phases: the prefixes of all its groups (one padded forward), the suffixes of
-all its arms (one padded forward), then one `step()` per new token over the arms still running.
+Each batch runs three phases: the prefixes of all its groups (one padded forward, in chunks), the
+suffixes of all its arms (one forward, packed back to back without padding), then one `step()` per
+new token over the arms still running. A step reads the device once: the chosen tokens.
 `generate` is the same machinery with one arm per group: the prompt is the prefix and the suffix
 is empty, so the prompt's last token becomes the arm's input (`scheduler.GroupShape.of`).
 """

@@ -1,14 +1,18 @@
 """Shared-prefix ("cascade") attention over a `ForkCache`.
 
 Registered with transformers' `AttentionInterface` as `nudge_fork`. In the arm phase each query
-attends to two key sets, computed separately and merged exactly through their log-sum-exp:
+attends to two key sets, computed separately and merged exactly through their log-sum-exps:
 
 1. **the group's prefix**, read once for all arms of the group: the arms are folded into the query
-   rows, `[G, kv, A*g*L, D] @ prefix_k[G, kv, D, T]`, so the prefix is never broadcast or copied
-   per arm;
-2. **the arm's own suffix slots**, a batched matmul with a causal-by-slot mask.
+   rows, `[G, kv, A*g, D]` against `prefix_k[G, kv, T, D]`, so the prefix is never broadcast or
+   copied per arm;
+2. **the arm's own suffix**: in a decode step, each row against its own static slots; in the
+   packed suffix prefill, the call's tokens against each other within an arm.
 
-Matmuls run in the storage dtype; softmax statistics in fp32. The prefix phase is plain causal
+Each part is one attention call that also returns its log-sum-exp (on CPU the fused flash kernel
+behind SDPA; elsewhere plain matmuls with fp32 softmax statistics), with an additive bias that the
+step builds once (`attention_layout`). Softmax over both key sets is then a convex mix of the two
+outputs, weighted by `sigmoid(lse_prefix - lse_suffix)`. The prefix phase is plain causal
 self-attention over the padded prefix batch, through SDPA.
 """
 
