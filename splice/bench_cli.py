@@ -77,9 +77,9 @@ def _run(args: argparse.Namespace) -> int:
     threads = set_threads(args.threads)
 
     import torch
-    from tqdm.auto import tqdm
 
     from nudgeability.models.loader import load_model
+    from nudgeability.models.progress import progress_bar
     from nudgeability.splice import bench
     from nudgeability.splice.prepare import _device as resolve_device
     from nudgeability.splice.run_config import DTYPES
@@ -104,14 +104,15 @@ def _run(args: argparse.Namespace) -> int:
     bandwidth = bench.bandwidth_gbs(torch.device(device), args.bandwidth_gbs)
     points = []
     grid = list(itertools.product(prefixes, arms))
-    bar = tqdm(grid, desc="bench", unit="point", disable=args.quiet)
-    for prefix, n in bar:
+    bar = progress_bar(len(grid), "bench", "point", enabled=not args.quiet)
+    for prefix, n in grid:
         bar.set_postfix(prefix=prefix, arms=n)
         point = bench.measure_point(
             model, tokenizer, n, prefix, args.new, baseline=args.baseline, bandwidth=bandwidth
         )
         points.append(point)
-        bar.write(_line(point))
+        bar.update(1)
+        print(_line(point), flush=True)  # results on stdout, the bar on stderr
     bar.close()
     meta = {
         "model": args.model,
