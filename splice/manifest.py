@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 MANIFEST_FORMAT = 1
 # what decides the records: a resumed run or a merged shard must match these exactly
 IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems", "inputs")
-# where the code came from, and the server URL of a remote run: a difference is reported, not
-# refused (a commit may change nothing; a server may move)
-PROVENANCE_KEYS = ("versions", "git_commit", "endpoint")
+# where the code came from, the server URL of a remote run, and the torch CPU thread count (set by
+# --threads): a difference is reported, not refused (a commit may change nothing; a server may move)
+PROVENANCE_KEYS = ("versions", "git_commit", "endpoint", "threads")
 # where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
 # copied elsewhere, reuses the stored records when every hash is the same.
 LOCATION_KEYS = (

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
 from nudgeability.models.progress import progress_bar
@@ -150,6 +152,7 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
             "retries": counts.retries,
             "seconds": round(seconds, 4),
             "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
+            "threads": torch.get_num_threads(),
         }
     )
     counts.seconds = seconds
