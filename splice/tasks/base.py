@@ -127,5 +127,10 @@ class Task(ABC):
         """The with-tool prompt with the tool swapped for `ask_expert`, a free correct worked answer."""
 
     @abstractmethod
+    def toolbox(self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1):
+        """The executable tools of this task and of its oracle (a `tools.Toolbox`), for the data
+        file in use (default: the shipped sample). `retrieve_k` widens MuSiQue's `retrieve`."""
+
+    @abstractmethod
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Grade a committed answer; `correct` is None when the answer cannot be graded."""

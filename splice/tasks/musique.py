@@ -29,6 +29,7 @@ from nudgeability.splice.tasks.scoring import (
     max_over_golds,
     token_f1,
 )
+from nudgeability.splice.tasks.tools import Toolbox, ask_expert, retrieve
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
 _INTRO = (
@@ -137,6 +138,26 @@ class MusiqueTask(Task):
                 {"role": "user", "content": _user_text(problem)},
             ],
             [function_tool(*ASK_EXPERT_TOOL)],
+        )
+
+    def toolbox(
+        self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1
+    ) -> Toolbox:
+        """`retrieve` (BM25 over the problem's own paragraphs, `retrieve_k` best) and `ask_expert`.
+
+        The paragraphs travel with each problem, so the data file is not read again.
+        """
+        if isinstance(retrieve_k, bool) or not isinstance(retrieve_k, int) or retrieve_k < 1:
+            raise ValueError(f"retrieve_k={retrieve_k!r}: must be a whole number >= 1")
+        return Toolbox(
+            functions={
+                "retrieve": lambda problem, args: retrieve(problem, args["query"], retrieve_k),
+                "ask_expert": lambda problem, args: ask_expert(problem),
+            },
+            declarations={
+                "retrieve": function_tool(*RETRIEVE_TOOL),
+                "ask_expert": function_tool(*ASK_EXPERT_TOOL),
+            },
         )
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:

@@ -4,7 +4,8 @@ Reads the official `strategyqa_train.json` format: one JSON array of records wit
 `question` and `answer` (bool) (plus `term`, `description`, `facts`, `decomposition` and sometimes
 `evidence`, which the prompts do not use: facts and decomposition would give the answer away).
 The tool is a scoped `search(query)` that returns evidence passages; calls are never executed
-during measurement, so the evidence corpus is not needed. The answer is parsed to yes/no
+during measurement. The optional resolution phase executes them on an index of the file's `facts`
+(a scoped stand-in for the web: see `tools.py`). The answer is parsed to yes/no
 (`scoring.parse_yes_no`) and compared with the boolean; anything else is ungradeable.
 """
 
@@ -24,6 +25,7 @@ from nudgeability.splice.tasks.base import (
 )
 from nudgeability.splice.tasks.reading import read_json_array, require
 from nudgeability.splice.tasks.scoring import parse_yes_no
+from nudgeability.splice.tasks.tools import SearchIndex, Toolbox, ask_expert
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
 _INTRO = "You answer yes/no questions that need several implicit reasoning steps."
@@ -122,6 +124,23 @@ class StrategyQATask(Task):
                 {"role": "user", "content": USER.format(question=problem.question)},
             ],
             [function_tool(*ASK_EXPERT_TOOL)],
+        )
+
+    def toolbox(
+        self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1
+    ) -> Toolbox:
+        """`search` (the top 3 of the file's `facts` by BM25) and `ask_expert`; `retrieve_k` is
+        MuSiQue's and is not used here. Raises `DataFileError` when the file has no `facts`."""
+        index = SearchIndex.from_file(self.default_data_path() if data_path is None else data_path)
+        return Toolbox(
+            functions={
+                "search": lambda problem, args: index.search(args["query"]),
+                "ask_expert": lambda problem, args: ask_expert(problem),
+            },
+            declarations={
+                "search": function_tool(*SEARCH_TOOL),
+                "ask_expert": function_tool(*ASK_EXPERT_TOOL),
+            },
         )
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
