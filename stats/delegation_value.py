@@ -5,7 +5,7 @@ finish; these estimators read the outcome. Every array is one entry per row (pro
 
 **Final outcome** of a row under condition c (`final_outcome`): 1 right, 0 wrong, -1 missing.
 
-    SELF          the answer as graded (an ungradeable answer is wrong)
+    SELF          the answer as graded (an ungradeable answer is wrong); -1 when not graded
     TOOL          the resolved answer as graded (ungradeable, a second call, or a truncated or
                   malformed resolution turn is wrong); -1 when the call has no resolution
     OTHER, TRUNC  wrong
@@ -128,15 +128,15 @@ class ToolAccuracy:
 
 def final_outcome(actions, answer_right) -> np.ndarray:
     """The final outcome (RIGHT, WRONG, MISSING) of each row from its action code and the grade of
-    its final answer: `answer_right` is 1 right, 0 wrong, -1 ungradeable, -2 no resolution (only
-    meaningful for TOOL). Rules in the module docstring."""
+    its final answer: `answer_right` is 1 right, 0 wrong, -1 ungradeable, -2 not available (a TOOL
+    call without resolution, a SELF answer without grade). Rules in the module docstring."""
     actions, answer_right = np.asarray(actions), np.asarray(answer_right)
     if actions.shape != answer_right.shape:
         raise ValueError(
             f"actions and answer_right differ in shape: {actions.shape}, {answer_right.shape}"
         )
     out = np.full(actions.shape, MISSING, dtype=np.int8)
-    answered = (actions == SELF) | ((actions == TOOL) & (answer_right != -2))
+    answered = ((actions == SELF) | (actions == TOOL)) & (answer_right != -2)
     out[answered] = np.where(answer_right[answered] == 1, RIGHT, WRONG)
     out[(actions == OTHER) | (actions == TRUNC)] = WRONG
     out[actions == NONE] = MISSING

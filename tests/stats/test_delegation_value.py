@@ -27,9 +27,9 @@ from nudgeability.stats.delegation_value import (
 
 
 def test_final_outcome_rules_by_hand():
-    actions = [SELF, SELF, SELF, TOOL, TOOL, TOOL, TOOL, OTHER, TRUNC, NONE]
-    answers = [1, 0, -1, 1, 0, -1, -2, 1, 1, 1]
-    assert final_outcome(actions, answers).tolist() == [1, 0, 0, 1, 0, 0, -1, 0, 0, -1]
+    actions = [SELF, SELF, SELF, SELF, TOOL, TOOL, TOOL, TOOL, OTHER, TRUNC, NONE]
+    answers = [1, 0, -1, -2, 1, 0, -1, -2, 1, 1, 1]
+    assert final_outcome(actions, answers).tolist() == [1, 0, 0, -1, 1, 0, 0, -1, 0, 0, -1]
 
 
 # ---------------------------------------------------------------- brute-force references
