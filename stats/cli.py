@@ -2,7 +2,8 @@
 
 nudge stats RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     joins the records (records.py), summarises each experiment (summary.py) and writes
-    DIR/stats.json and DIR/table.md, table.csv, table.tex.
+    DIR/stats.json and DIR/table.md, table.csv, table.tex; runs made with `nudge run --resolve`
+    add their delegation value (delegation_cli.py) to stats.json and delegation_value.md/csv/tex.
 nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
     one, or the file itself) or straight from run directories.
@@ -16,6 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .across import AcrossExperiments, across_experiments
+from .delegation_cli import (
+    draw_value,
+    summarize_value_run_dirs,
+    value_document,
+    value_files,
+    values_from_document,
+)
+from .delegation_summary import DelegationValueSummary
 from .figures import draw_all
 from .records import RecordsError, load_experiments
 from .serialize import from_jsonable, to_jsonable
@@ -34,8 +43,13 @@ def summarize_run_dirs(
     return [summarize(table, n_boot=n_boot, seed=seed) for table in load_experiments(run_dirs)]
 
 
-def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path]) -> dict:
-    """The content of stats.json: the experiments, and medians / Spearman rho per decoding config."""
+def stats_document(
+    summaries: Sequence[ExperimentSummary],
+    run_dirs: Sequence[str | Path],
+    values: Sequence[DelegationValueSummary] = (),
+) -> dict:
+    """The content of stats.json: the experiments, medians / Spearman rho per decoding config, and
+    the delegation value of the resolved experiments (if any)."""
     decodings = list(dict.fromkeys(s.decoding for s in summaries))
     across = {d: across_experiments([s for s in summaries if s.decoding == d]) for d in decodings}
     return {
@@ -43,21 +57,28 @@ def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[st
         "run_dirs": [str(p) for p in run_dirs],
         "experiments": to_jsonable(list(summaries)),
         "across": to_jsonable(across),
+        **value_document(values),
     }
 
 
 def write_stats(
-    summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path], out: str | Path
+    summaries: Sequence[ExperimentSummary],
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    values: Sequence[DelegationValueSummary] = (),
 ) -> list[Path]:
-    """Write stats.json and the three table files into `out`; return their paths."""
+    """Write stats.json and the table files into `out`; return their paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     contents = {
-        STATS_FILE: json.dumps(stats_document(summaries, run_dirs), indent=1, ensure_ascii=False)
+        STATS_FILE: json.dumps(
+            stats_document(summaries, run_dirs, values), indent=1, ensure_ascii=False
+        )
         + "\n",
         "table.md": render_markdown(summaries),
         "table.csv": render_csv(summaries),
         "table.tex": render_latex(summaries),
+        **value_files(values),
     }
     for name, text in contents.items():
         (out / name).write_text(text, encoding="utf-8")
@@ -82,6 +103,15 @@ def read_stats(path: str | Path) -> list[ExperimentSummary]:
         raise RecordsError(f"{file}: {exc}") from None
 
 
+def read_values(path: str | Path) -> list[DelegationValueSummary]:
+    """The delegation-value summaries stored in a stats.json ([] when it holds none)."""
+    file = Path(path) / STATS_FILE if Path(path).is_dir() else Path(path)
+    try:
+        return values_from_document(json.loads(file.read_text(encoding="utf-8")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordsError(f"{file}: {exc}") from None
+
+
 def read_across(path: str | Path) -> dict[str, AcrossExperiments]:
     """The per-decoding medians and Spearman rho stored in a stats.json."""
     file = Path(path) / STATS_FILE if Path(path).is_dir() else Path(path)
@@ -98,22 +128,26 @@ def _is_stats(path: Path) -> bool:
 
 def _run_stats(args: argparse.Namespace) -> int:
     summaries = summarize_run_dirs(args.run_dirs, n_boot=args.n_boot, seed=args.seed)
-    for path in write_stats(summaries, args.run_dirs, args.out):
+    values = summarize_value_run_dirs(args.run_dirs, n_boot=args.n_boot, seed=args.seed)
+    for path in write_stats(summaries, args.run_dirs, args.out, values):
         print(path)
     return 0
 
 
 def _run_report(args: argparse.Namespace) -> int:
     summaries: list[ExperimentSummary] = []
+    values: list[DelegationValueSummary] = []
     run_dirs = []
     for source in map(Path, args.sources):
         if _is_stats(source):
             summaries += read_stats(source)
+            values += read_values(source)
         else:
             run_dirs.append(source)
     if run_dirs:
         summaries += summarize_run_dirs(run_dirs, n_boot=args.n_boot, seed=args.seed)
-    for path in draw_all(summaries, args.out):
+        values += summarize_value_run_dirs(run_dirs, n_boot=args.n_boot, seed=args.seed)
+    for path in draw_all(summaries, args.out) + draw_value(values, args.out):
         print(path)
     return 0
 

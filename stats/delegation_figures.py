@@ -52,7 +52,9 @@ def plot_delegation_value(summaries: Sequence, out_dir: str | Path) -> list[Path
         found = [e.accuracy.get(c) for c in present]
         values = [a.accuracy if a is not None else np.nan for a in found]
         yerr = _whiskers(values, [a.ci if a is not None else None for a in found])
-        left.bar(x + i * width - 0.4 + width / 2, values, width, yerr=yerr, capsize=2, label=_name(e))
+        left.bar(
+            x + i * width - 0.4 + width / 2, values, width, yerr=yerr, capsize=2, label=_name(e)
+        )
     left.set_xticks(x, [_CONDITION_LABELS.get(c, c) for c in present], rotation=45, ha="right")
     left.set_ylabel("final accuracy (%)")
     left.set_ylim(0, 100)
