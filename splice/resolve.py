@@ -32,7 +32,7 @@ from nudgeability.splice.conditions import ARM_BASES, get_condition
 from nudgeability.splice.prompts import declared_tools, prompt_sha256
 from nudgeability.splice.records import ResolutionRecord, record_sha256
 from nudgeability.splice.tasks import Problem
-from nudgeability.splice.tasks.tools import ToolCallError, Toolbox
+from nudgeability.splice.tasks.tools import Toolbox, ToolCallError
 from nudgeability.splice.units import UnitContext, UnitCounts
 
 RESOLVE_PHASE = "resolve"
