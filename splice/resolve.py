@@ -35,7 +35,6 @@ from nudgeability.splice.tasks import Problem
 from nudgeability.splice.tasks.tools import Toolbox, ToolCallError
 from nudgeability.splice.units import UnitContext, UnitCounts
 
-RESOLVE_PHASE = "resolve"
 SEED_KEY_PREFIX = "resolve:"
 
 

@@ -4,6 +4,7 @@
     out/parts/*.jsonl    one file per finished unit of work, written atomically
     out/timings.jsonl    one line per unit computed (clock figures never enter the records)
     out/records.jsonl    assembled from the parts at the end, atomically
+    out/resolutions.jsonl  with `--resolve`: one resolution per TOOL record, assembled likewise
 
 Every file is written to a temporary name, fsynced and renamed into place, so a run killed at any
 moment leaves either a whole file or none: a resumed run skips the parts that exist and recomputes
@@ -30,6 +31,7 @@ except ImportError:  # pragma: no cover - Windows
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
+RESOLUTIONS = "resolutions.jsonl"
 TIMINGS = "timings.jsonl"
 PARTS = "parts"
 _TMP_PREFIX = ".tmp-"
@@ -170,9 +172,9 @@ class WorkStore:
         finally:
             os.close(fd)
 
-    def write_records(self, lines: Iterable[str]) -> Path:
-        """Write records.jsonl atomically from `lines`; returns its path."""
-        path = self.root / RECORDS
+    def write_records(self, lines: Iterable[str], name: str = RECORDS) -> Path:
+        """Write records.jsonl (or `name`, e.g. RESOLUTIONS) atomically from `lines`; its path."""
+        path = self.root / name
         atomic_write_lines(path, lines)
         return path
 
