@@ -1,6 +1,6 @@
 """Running a prepared experiment: the phases, unit by unit, then the records file.
 
-    prepared = prepare(RunOptions(model="smollm2", task="musique", n=4))
+    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
 Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
@@ -25,6 +25,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
+from nudgeability.splice.conditions import ARM_BASES
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     RESOLVE_PHASE,
@@ -79,16 +80,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             max_batch_tokens=config.max_batch_tokens,
             progress=progress,
         )  # an inner bar per engine call: sequences done, prefill/decode tok/s
-        ctx = UnitContext(
-            config,
-            prepared.task,
-            prepared.family,
-            engine,
-            prepared.problems,
-            prepared.prompts,
-            prepared.conditions,
-            prepared.splices,
-        )
+        ctx = UnitContext(prepared, engine)
         computed = resumed = 0
         for phase in phases_of(prepared.conditions, config.resolve):
             units = units_of([phase], config.seeds, mine)
@@ -120,7 +112,7 @@ def _compute(
     elif unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))
-            for base in ("B", "oracle_B")
+            for base in ARM_BASES
             if ctx.arms_of[base]
         }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)

@@ -27,9 +27,9 @@ from .delegation_cli import (
 from .delegation_summary import DelegationValueSummary
 from .figures import draw_all
 from .records import RecordsError, load_experiments
+from .report_tables import render_csv, render_latex, render_markdown
 from .serialize import from_jsonable, to_jsonable
 from .summary import ExperimentSummary, summarize
-from .tables import render_csv, render_latex, render_markdown
 
 STATS_FILE = "stats.json"
 TABLE_FILES = ("table.md", "table.csv", "table.tex")
