@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from nudgeability.engine import Completion, ForkRequest
 from nudgeability.models.families import SELF, FamilyError
-from nudgeability.splice.conditions import ARM_BASES, get_condition
+from nudgeability.splice.conditions import ARM_BASES, base_of, get_condition
 from nudgeability.splice.prompts import declared_tools, prompt_sha256
 from nudgeability.splice.records import ResolutionRecord, record_sha256
 from nudgeability.splice.tasks import Problem
-from nudgeability.splice.tasks.tools import Toolbox, ToolCallError
+from nudgeability.splice.tasks.tools import ToolCallError
 from nudgeability.splice.units import UnitContext, UnitCounts
 
 SEED_KEY_PREFIX = "resolve:"
@@ -50,8 +50,10 @@ class _Source:
 def thinking_opens_after_result(ctx: UnitContext) -> bool:
     """Whether the family's next-turn header leaves the thinking block open (GLM-Z1 writes
     `<think>`, Gemma 4 `<|channel>thought`), so the generated ids start inside the thinking."""
-    text = ctx.family.render_tool_result("tool", "result", thinking=True)
-    return text.rfind(ctx.family.think_open_text) > text.rfind(ctx.family.think_close_text)
+    text = ctx.prepared.family.render_tool_result("tool", "result", thinking=True)
+    return text.rfind(ctx.prepared.family.think_open_text) > text.rfind(
+        ctx.prepared.family.think_close_text
+    )
 
 
 def tool_record_sources(
@@ -72,14 +74,13 @@ def tool_record_sources(
             continue
         arm_record = json.loads(arm_line)
         if arm_record["action"]["kind"] == "TOOL":
-            after = list(ctx.splices[arm.code]) + arm_record["generated_ids"]
+            after = list(ctx.prepared.splices[arm.code]) + arm_record["generated_ids"]
             sources.append(_Source(arm_line, arm_record, after))
     return record, sources
 
 
 def run_resolve_unit(
     ctx: UnitContext,
-    toolbox: Toolbox,
     seed: int,
     indices: Sequence[int],
     parts: dict[str, list[str]],
@@ -102,7 +103,7 @@ def run_resolve_unit(
     requests, pending = [], []  # pending: (problem, source, tool output, prompt) per suffix
     done: dict[tuple[str, str], ResolutionRecord] = {}
     for i in indices:
-        problem = ctx.problems[i]
+        problem = ctx.prepared.problems[i]
         for base in ARM_BASES:
             if base not in base_lines or not base_lines[base]:
                 continue
@@ -112,11 +113,12 @@ def run_resolve_unit(
             if not sources:
                 continue
             prefix = (
-                list(ctx.prompts[i].for_base(base)) + record["generated_ids"][: record["boundary"]]
+                list(ctx.prepared.prompts[i].for_base(base))
+                + record["generated_ids"][: record["boundary"]]
             )
             suffixes, params, group = [], [], []
             for source in sources:
-                resolved = _prepare(ctx, toolbox, problem, source, prefix, limit)
+                resolved = _prepare(ctx, problem, source, prefix, limit)
                 if isinstance(resolved, ResolutionRecord):
                     done[(problem.id, source.record["condition"])] = resolved
                     continue
@@ -125,7 +127,10 @@ def run_resolve_unit(
                 code = source.record["condition"]
                 params.append(
                     ctx.params(
-                        seed, problem.id, SEED_KEY_PREFIX + code, ctx.config.max_new_tokens_arm
+                        seed,
+                        problem.id,
+                        SEED_KEY_PREFIX + code,
+                        ctx.prepared.config.max_new_tokens_arm,
                     )
                 )
                 group.append((problem, source, output, prefix + suffix))
@@ -149,19 +154,19 @@ def _context_limit(ctx: UnitContext) -> int | None:
     return getattr(config, "max_position_embeddings", None)
 
 
-def _prepare(ctx, toolbox, problem, source, prefix, limit):
+def _prepare(ctx, problem, source, prefix, limit):
     """(tool output, suffix ids), or the ResolutionRecord of a call that is not continued."""
     record = source.record
     action = record["action"]
     try:
-        output = toolbox.execute(problem, action["tool_name"], action["arguments"])
+        output = ctx.prepared.toolbox.execute(problem, action["tool_name"], action["arguments"])
     except ToolCallError as exc:
         return _unresolved(ctx, problem, source, None, f"not executed: {exc}")
     try:
-        suffix = ctx.family.continuation_ids(source.after_cut, output.name, output.text)
+        suffix = ctx.prepared.family.continuation_ids(source.after_cut, output.name, output.text)
     except FamilyError as exc:  # the parser saw a call that the cut cannot find: keep the reason
         return _unresolved(ctx, problem, source, output, f"not continued: {exc}")
-    needed = len(prefix) + len(suffix) + ctx.config.max_new_tokens_arm
+    needed = len(prefix) + len(suffix) + ctx.prepared.config.max_new_tokens_arm
     if limit is not None and needed > limit:
         return _unresolved(
             ctx,
@@ -178,7 +183,7 @@ def _unresolved(ctx, problem: Problem, source: _Source, output, reason: str) -> 
     record = source.record
     return ResolutionRecord(
         problem_id=problem.id,
-        task=ctx.task.name,
+        task=ctx.prepared.task.name,
         condition=record["condition"],
         seed=record["seed"],
         source_sha256=record_sha256(source.line),
@@ -204,14 +209,13 @@ def _resolved(
     generated = list(out.token_ids)
     # Read the turn as the family reads any commitment: after its final think-close. A turn that
     # starts outside the thinking block gets the close in front, so a direct answer counts.
-    read = generated if open_ else list(ctx.family.think_close_ids) + generated
-    base = get_condition(record["condition"])
-    tools = declared_tools(ctx.task, base.code if base.kind == "base" else base.parent)
-    action = ctx.family.parse_action(read, out.finish_reason, tools=tools)
-    grade = ctx.task.grade(problem, action.answer) if action.kind == SELF else None
+    read = generated if open_ else list(ctx.prepared.family.think_close_ids) + generated
+    tools = declared_tools(ctx.prepared.task, base_of(get_condition(record["condition"])))
+    action = ctx.prepared.family.parse_action(read, out.finish_reason, tools=tools)
+    grade = ctx.prepared.task.grade(problem, action.answer) if action.kind == SELF else None
     return ResolutionRecord(
         problem_id=problem.id,
-        task=ctx.task.name,
+        task=ctx.prepared.task.name,
         condition=record["condition"],
         seed=record["seed"],
         source_sha256=record_sha256(source.line),
@@ -223,7 +227,7 @@ def _resolved(
         prompt_tokens=len(prompt),
         prompt_sha256=prompt_sha256(prompt),
         generated_ids=generated,
-        text=ctx.family.decode(generated),
+        text=ctx.prepared.family.decode(generated),
         finish_reason=out.finish_reason,
         action=action,
         grade=grade,
@@ -233,8 +237,8 @@ def _resolved(
 def _in_canonical_order(ctx, indices, done: dict) -> list[ResolutionRecord]:
     ordered = []
     for i in indices:
-        for condition in ctx.conditions:
-            found = done.pop((ctx.problems[i].id, condition.code), None)
+        for condition in ctx.prepared.conditions:
+            found = done.pop((ctx.prepared.problems[i].id, condition.code), None)
             if found is not None:
                 ordered.append(found)
     return ordered

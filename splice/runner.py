@@ -106,9 +106,9 @@ def _compute(
 ) -> UnitCounts:
     start = time.perf_counter()
     if unit.phase == RESOLVE_PHASE:
-        stored = [p for p in phases_of(ctx.conditions) if p in ARM_BASES or p == ARMS_PHASE]
+        stored = [p for p in phases_of(prepared.conditions) if p in ARM_BASES or p == ARMS_PHASE]
         parts = {phase: store.read_part(Unit(phase, unit.seed, unit.chunk)) for phase in stored}
-        records, counts = run_resolve_unit(ctx, prepared.toolbox, unit.seed, indices, parts)
+        records, counts = run_resolve_unit(ctx, unit.seed, indices, parts)
     elif unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .figures import _CONDITION_LABELS, _name, _save
-from .table import CONDITIONS, PRIMARY_PAIR
+from nudgeability.splice.conditions import CONDITIONS, PRIMARY_PAIR, REPORT_ORDER
+
+from .figures import _name, _save
 
 VALUE_FIGURE = "delegation_value"
 
@@ -44,7 +45,8 @@ def plot_delegation_value(summaries: Sequence, out_dir: str | Path) -> list[Path
     out_dir.mkdir(parents=True, exist_ok=True)
     figure = Figure(figsize=(12.0, 4.8))
     left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
-    present = [c for c in CONDITIONS if any(c in e.accuracy for e in summaries)]
+    labels = {condition.code: condition.label for condition in CONDITIONS}
+    present = [c for c in REPORT_ORDER if any(c in e.accuracy for e in summaries)]
     present += sorted({c for e in summaries for c in e.accuracy} - set(present))
     width = 0.8 / max(len(summaries), 1)
     x = np.arange(len(present))
@@ -55,7 +57,7 @@ def plot_delegation_value(summaries: Sequence, out_dir: str | Path) -> list[Path
         left.bar(
             x + i * width - 0.4 + width / 2, values, width, yerr=yerr, capsize=2, label=_name(e)
         )
-    left.set_xticks(x, [_CONDITION_LABELS.get(c, c) for c in present], rotation=45, ha="right")
+    left.set_xticks(x, [labels.get(c, c) for c in present], rotation=45, ha="right")
     left.set_ylabel("final accuracy (%)")
     left.set_ylim(0, 100)
     left.set_title("Final accuracy per condition (tool results used)")

@@ -24,11 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .actions import NONE, SELF, TOOL, action_code
+from nudgeability.splice.conditions import NO_TOOL_BASE
+
+from .action_table import ExperimentLabel
+from .actions import NONE, SELF, TOOL, TRUNC, action_code
 from .delegation_summary import ValueTable
 from .delegation_value import final_outcome
 from .records import RecordsError, iter_records, read_run_dir
-from .table import ExperimentLabel
 
 RESOLUTIONS_FILE = "resolutions.jsonl"
 
@@ -63,7 +65,7 @@ def iter_resolutions(path: Path):
 def _resolved_right(resolution: dict) -> int:
     """The grade code of a resolution's final answer (module docstring)."""
     action = resolution.get("action") or {}
-    if not resolution["executed"] or action.get("kind") != "SELF":
+    if not resolution["executed"] or action_code(action.get("kind")) != SELF:
         return 0
     return _grade_code(resolution.get("grade"))
 
@@ -85,7 +87,7 @@ def load_value_tables(run_dirs: Sequence[str | Path]) -> list[ValueTable]:
             key = (resolution["problem_id"], resolution["condition"], resolution["seed"])
             if key in group["resolutions"]:
                 raise RecordsError(f"{resolutions}:{number}: a second resolution of {key}")
-            if group["records"].get(key, ("",))[0] != "TOOL":
+            if key not in group["records"] or action_code(group["records"][key][0]) != TOOL:
                 raise RecordsError(f"{resolutions}:{number}: {key} is not a TOOL record of the run")
             group["resolutions"][key] = resolution
     return [_table(g["label"], g["records"], g["resolutions"]) for g in groups.values()]
@@ -119,7 +121,7 @@ def _table(label: ExperimentLabel, records: dict, resolutions: dict) -> ValueTab
     s = np.full(n, -1, np.int8)
     for (problem_id, condition, seed), (kind, grade) in records.items():
         # the competence label, by records.py's rule: NT's grade unless NT was truncated
-        if condition == "NT" and kind != "TRUNC" and grade >= 0:
+        if condition == NO_TOOL_BASE and action_code(kind) != TRUNC and grade >= 0:
             s[row_of[(problem_id, seed)]] = grade
     return ValueTable(
         s=s,

@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nudgeability.splice.conditions import PAIRS, REPORT_ORDER
+
 from . import kernels
+from .action_table import ExperimentLabel, TableError
 from .bootstrap import percentile_interval
 from .contributions import aggregate_by_cluster, compress
 from .delegation_value import (
@@ -41,7 +44,6 @@ from .delegation_value import (
     value_swing,
 )
 from .sensitivity import swing
-from .table import CONDITIONS, PAIRS, ExperimentLabel, TableError
 from .targeting import STRATA
 
 
@@ -88,7 +90,8 @@ class ValueTable:
     def conditions(self) -> list[str]:
         """Conditions with both actions and outcomes, in report order (unknown codes last)."""
         present = [c for c in self.actions if c in self.final]
-        return sorted(present, key=lambda c: (CONDITIONS.index(c) if c in CONDITIONS else 99, c))
+        order = {code: k for k, code in enumerate(REPORT_ORDER)}
+        return sorted(present, key=lambda c: (order.get(c, len(order)), c))
 
     def pairs(self) -> list[str]:
         """The named (+, -) pairs (table.PAIRS) whose arms and base are all present."""

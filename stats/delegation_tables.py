@@ -15,7 +15,7 @@ import io
 import math
 from collections.abc import Sequence
 
-from .table import PAIRS
+from nudgeability.splice.conditions import PAIRS
 
 CSV_COLUMNS = (
     "section",

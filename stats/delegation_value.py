@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .actions import NONE, OTHER, SELF, TOOL, TRUNC, decisive
+from .actions import NONE, OTHER, SELF, TOOL, TRUNC, action_kind, decisive
 from .bootstrap import NAN_INTERVAL, Interval
 from .sensitivity import swing
 from .targeting import STRATA
@@ -257,7 +257,7 @@ def flip_value(s, base, conf, doubt, final_base, final_conf, final_doubt) -> Fli
     counts = flip_strata(s, base, conf, doubt, final_base, final_conf, final_doubt)
     helpful, harmful, helpful_rand, harmful_rand = flip_value_from_counts(counts)
     strata = tuple(
-        FlipStratum(polarity, "SELF" if b == SELF else "TOOL", *(int(x) for x in counts[j]))
+        FlipStratum(polarity, action_kind(b), *(int(x) for x in counts[j]))
         for j, (polarity, b) in enumerate(STRATA)
     )
     return FlipValue(

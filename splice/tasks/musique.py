@@ -26,7 +26,7 @@ from nudgeability.splice.tasks.scoring import (
     max_over_golds,
     token_f1,
 )
-from nudgeability.splice.tasks.tools import Toolbox, ask_expert, retrieve
+from nudgeability.splice.tasks.tools import retrieve
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
 _INTRO = (
@@ -114,25 +114,14 @@ class MusiqueTask(Task):
         )
         return USER.format(paragraphs=paragraphs, question=problem.question)
 
-    def toolbox(
-        self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1
-    ) -> Toolbox:
-        """`retrieve` (BM25 over the problem's own paragraphs, `retrieve_k` best) and `ask_expert`.
+    def tool_function(self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1):
+        """`retrieve`: BM25 over the problem's own paragraphs, the `retrieve_k` best (tools.py).
 
         The paragraphs travel with each problem, so the data file is not read again.
         """
         if isinstance(retrieve_k, bool) or not isinstance(retrieve_k, int) or retrieve_k < 1:
             raise ValueError(f"retrieve_k={retrieve_k!r}: must be a whole number >= 1")
-        return Toolbox(
-            functions={
-                "retrieve": lambda problem, args: retrieve(problem, args["query"], retrieve_k),
-                "ask_expert": lambda problem, args: ask_expert(problem),
-            },
-            declarations={
-                "retrieve": function_tool(*RETRIEVE_TOOL),
-                "ask_expert": function_tool(*ASK_EXPERT_TOOL),
-            },
-        )
+        return lambda problem, arguments: retrieve(problem, arguments["query"], retrieve_k)
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Official EM and F1, each maxed over the golds; correct ⇔ EM = 1.

@@ -22,7 +22,7 @@ from nudgeability.splice.tasks.base import (
 )
 from nudgeability.splice.tasks.reading import read_json_array, require
 from nudgeability.splice.tasks.scoring import parse_yes_no
-from nudgeability.splice.tasks.tools import SearchIndex, Toolbox, ask_expert
+from nudgeability.splice.tasks.tools import SearchIndex
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
 _INTRO = "You answer yes/no questions that need several implicit reasoning steps."
@@ -96,22 +96,11 @@ class StrategyQATask(Task):
         """The question alone."""
         return USER.format(question=problem.question)
 
-    def toolbox(
-        self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1
-    ) -> Toolbox:
-        """`search` (the top 3 of the file's `facts` by BM25) and `ask_expert`; `retrieve_k` is
-        MuSiQue's and is not used here. Raises `DataFileError` when the file has no `facts`."""
+    def tool_function(self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1):
+        """`search`: the top 3 of the data file's `facts` by BM25 (tools.py); `retrieve_k` is
+        MuSiQue's and is not used. Raises `DataFileError` when the file has no `facts`."""
         index = SearchIndex.from_file(self.default_data_path() if data_path is None else data_path)
-        return Toolbox(
-            functions={
-                "search": lambda problem, args: index.search(args["query"]),
-                "ask_expert": lambda problem, args: ask_expert(problem),
-            },
-            declarations={
-                "search": function_tool(*SEARCH_TOOL),
-                "ask_expert": function_tool(*ASK_EXPERT_TOOL),
-            },
-        )
+        return lambda problem, arguments: index.search(arguments["query"])
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Parsed yes/no against the gold bool: em = 1.0/0.0, f1 = None (undefined for yes/no).
