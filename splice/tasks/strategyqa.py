@@ -21,7 +21,7 @@ from nudgeability.splice.tasks.base import (
     Task,
 )
 from nudgeability.splice.tasks.reading import read_json_array, require
-from nudgeability.splice.tasks.scoring import parse_yes_no
+from nudgeability.splice.tasks.scoring import labelled_answer, parse_yes_no
 from nudgeability.splice.tasks.tools import SearchIndex
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
@@ -101,6 +101,10 @@ class StrategyQATask(Task):
         MuSiQue's and is not used. Raises `DataFileError` when the file has no `facts`."""
         index = SearchIndex.from_file(self.default_data_path() if data_path is None else data_path)
         return lambda problem, arguments: index.search(arguments["query"])
+
+    def holds_answer(self, text: str) -> bool:
+        """A labelled line whose span reads as yes/no (`Answer: yes`)."""
+        return parse_yes_no(labelled_answer(text)) is not None
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Parsed yes/no against the gold bool: em = 1.0/0.0, f1 = None (undefined for yes/no).
