@@ -211,7 +211,9 @@ def _resolved(
     # starts outside the thinking block gets the close in front, so a direct answer counts.
     read = generated if open_ else list(ctx.prepared.family.think_close_ids) + generated
     tools = declared_tools(ctx.prepared.task, base_of(get_condition(record["condition"])))
-    action = ctx.prepared.family.parse_action(read, out.finish_reason, tools=tools)
+    action = ctx.prepared.family.parse_action(
+        read, out.finish_reason, tools=tools, is_answer=ctx.prepared.task.holds_answer
+    )
     grade = ctx.prepared.task.grade(problem, action.answer) if action.kind == SELF else None
     return ResolutionRecord(
         problem_id=problem.id,
