@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nudgeability.engine import Completion, ForkRequest
+from nudgeability.engine.scheduler import GroupShape, batch_cost
 from nudgeability.models.families import SELF, FamilyError
 from nudgeability.splice.conditions import ARM_BASES, base_of, get_condition
 from nudgeability.splice.prompts import declared_tools, prompt_sha256
@@ -134,9 +135,17 @@ def run_resolve_unit(
                     )
                 )
                 group.append((problem, source, output, prefix + suffix))
-            if suffixes:
+            if not suffixes:
+                continue
+            budget = ctx.prepared.config.max_new_tokens_arm
+            shape = GroupShape.of(len(prefix), [len(x) for x in suffixes], [budget] * len(suffixes))
+            if _fits(ctx, shape):
                 requests.append(ForkRequest(prefix, suffixes, params))
                 pending.append(group)
+            else:  # over the KV budget together: one request each (each fits, see _prepare)
+                for suffix, param, one in zip(suffixes, params, group):
+                    requests.append(ForkRequest(prefix, [suffix], [param]))
+                    pending.append([one])
     counts = UnitCounts()
     if requests:
         for group, outs in zip(pending, ctx.engine.fork_many(requests)):
@@ -146,6 +155,11 @@ def run_resolve_unit(
                     ctx, problem, source, output, prompt, out, thinking_open
                 )
     return _in_canonical_order(ctx, indices, done), counts
+
+
+def _fits(ctx: UnitContext, shape: GroupShape) -> bool:
+    budget = ctx.prepared.config.max_batch_tokens
+    return budget is None or batch_cost([shape]) <= budget
 
 
 def _context_limit(ctx: UnitContext) -> int | None:
@@ -167,6 +181,16 @@ def _prepare(ctx, problem, source, prefix, limit):
     except FamilyError as exc:  # the parser saw a call that the cut cannot find: keep the reason
         return _unresolved(ctx, problem, source, output, f"not continued: {exc}")
     needed = len(prefix) + len(suffix) + ctx.prepared.config.max_new_tokens_arm
+    alone = GroupShape.of(len(prefix), [len(suffix)], [ctx.prepared.config.max_new_tokens_arm])
+    if not _fits(ctx, alone):
+        return _unresolved(
+            ctx,
+            problem,
+            source,
+            output,
+            f"not continued: it needs {batch_cost([alone])} KV token slots, more than "
+            f"--max-batch-tokens {ctx.prepared.config.max_batch_tokens}",
+        )
     if limit is not None and needed > limit:
         return _unresolved(
             ctx,
