@@ -26,6 +26,7 @@ import torch
 from helpers.tiny_runs import read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from nudgeability.engine.scheduler import GroupShape, batch_cost
 from nudgeability.models.families import Family, get_family
 from nudgeability.splice.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
@@ -157,8 +158,9 @@ def test_every_tool_record_gets_exactly_one_resolution(planted_run):
         assert r["source_sha256"] == hashlib.sha256(source.encode()).hexdigest()
 
 
-def test_resolutions_equal_hf_generate_on_their_full_prompt(planted_run):
-    model_dir, out, family, planted, _ = planted_run
+def _check_against_hf(model_dir, out, family) -> dict[tuple[str, str], tuple[int, list[int]]]:
+    """Check every resolution of `out` against HF `generate` on its full prompt rebuilt here;
+    return each (problem, base) group's prefix length and its executed suffixes' lengths."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     task = get_task("strategyqa")
     problems = {p.id: p for p in sample_problems(task.load(), N, 0)}
@@ -166,6 +168,7 @@ def test_resolutions_equal_hf_generate_on_their_full_prompt(planted_run):
     sentences = load_sentences()
     index = SearchIndex.from_file(task.default_data_path())
     checked = unresolved = 0
+    groups: dict[tuple[str, str], tuple[int, list[int]]] = {}
     for r in _resolutions(out):
         problem = problems[r["problem_id"]]
         code = r["condition"]
@@ -187,6 +190,7 @@ def test_resolutions_equal_hf_generate_on_their_full_prompt(planted_run):
             *(task.oracle(problem) if base_code == "oracle_B" else task.with_tool(problem))
         )
         ids = prompt + base["generated_ids"][: base["boundary"]]
+        prefix = len(ids)
         if code == base_code:
             ids += base["generated_ids"][base["boundary"] :]
         else:
@@ -213,8 +217,39 @@ def test_resolutions_equal_hf_generate_on_their_full_prompt(planted_run):
             )
         assert r["generated_ids"] == generated[0, len(ids) :].tolist(), code
         assert r["action"] is not None and r["executed"]
+        groups.setdefault((problem.id, base_code), (prefix, []))[1].append(len(ids) - prefix)
         checked += 1
     assert checked >= 3 and unresolved == 1
+    return groups
+
+
+def test_resolutions_equal_hf_generate_on_their_full_prompt(planted_run):
+    model_dir, out, family, _, _ = planted_run
+    _check_against_hf(model_dir, out, family)
+
+
+def test_a_kv_budget_too_small_for_a_group_runs_its_resolutions_one_by_one(planted_run, tmp_path):
+    model_dir, reference, family, _, parts = planted_run
+    groups = _check_against_hf(model_dir, reference, family).values()
+    single = max(
+        batch_cost([GroupShape.of(p, [n], [ARM_BUDGET])]) for p, sizes in groups for n in sizes
+    )
+    together = max(
+        batch_cost([GroupShape.of(p, sizes, [ARM_BUDGET] * len(sizes))]) for p, sizes in groups
+    )
+    assert together > single  # a group that must be split
+    out = tmp_path / "budget"
+    command = [*_command(model_dir, out), "--max-batch-tokens", str(single)]
+    assert run_nudge(command)[0] == 0
+    _replant(out, parts)
+    status, err = run_nudge(command)
+    assert status == 0, err
+    assert _check_against_hf(model_dir, out, family) == _check_against_hf(
+        model_dir, reference, family
+    )
+    assert (out / "resolutions.jsonl").read_bytes() == (
+        reference / "resolutions.jsonl"
+    ).read_bytes()
 
 
 def tokenizer_ids(family, text: str) -> list[int]:
