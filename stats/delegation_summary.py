@@ -79,6 +79,14 @@ class ValueTable:
                 raise TableError(
                     f"field {name}: length {np.shape(array)} does not match len(s) = {n}"
                 )
+        for kind, arrays, low, high in (
+            ("actions", self.actions, -1, 3),
+            ("final", self.final, -1, 1),
+        ):
+            for code, array in arrays.items():
+                array = np.asarray(array)
+                if array.size and (array.min() < low or array.max() > high):
+                    raise TableError(f"field {kind}[{code!r}]: codes must lie in {low}..{high}")
         if set(self.tool_resolved) != set(self.tool_right):
             raise TableError("fields tool_resolved and tool_right must name the same tools")
         if self.cluster is None:

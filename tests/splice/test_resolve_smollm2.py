@@ -1,7 +1,8 @@
 """`nudge run --resolve` on the real SmolLM2-135M-Instruct: it calls its tools on StrategyQA, each
 TOOL record gets one resolution, and a resolution equals HF `generate` on its full prompt alone.
 
-The full prompt is rebuilt here from the stored records: the rendered prompt, the base's reasoning,
+The full prompt is rebuilt here from the stored records: the rendered prompt (checked against the
+base record's hash), the base's reasoning,
 the arm's splice and generation cut where the call's `</tool_call>` ends (SmolLM2 spells it with
 several tokens, so the cut may fall inside a token, whose call text is then re-encoded), then the
 ChatML tool turn written out by hand and the family's assistant header with its `<think>`.
@@ -20,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import Family, get_family
 from nudgeability.models.smollm2 import converted_dir, find_gguf
+from nudgeability.splice.prompts import render
 from nudgeability.splice.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 from nudgeability.splice.tasks.tools import SearchIndex
@@ -90,8 +92,14 @@ def test_smollm2_resolutions(tmp_path):
         else:
             result = f"The answer is {'yes' if problem.gold else 'no'}."
         assert resolution["result_sha256"] == hashlib.sha256(result.encode()).hexdigest()
-        prompt = family.render(
-            *(task.oracle(problem) if base_code == "oracle_B" else task.with_tool(problem))
+        # the with-tool prompt with the ChatML family's demonstrations, as the run renders it;
+        # the base record's hash says it is the prompt the run used
+        prompt = render(
+            family, *(task.oracle(problem) if base_code == "oracle_B" else task.with_tool(problem))
+        )
+        assert (
+            hashlib.sha256(np.asarray(prompt, "<i4").tobytes()).hexdigest()
+            == (base["prompt_sha256"])
         )
         if code == base_code:
             after = base["generated_ids"][base["boundary"] :]

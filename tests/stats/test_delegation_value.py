@@ -225,6 +225,8 @@ def test_intervals_are_the_percentiles_of_estimates_on_resampled_problems():
 def test_value_table_rejects_arrays_of_another_length():
     with pytest.raises(ValueError, match=r"final\['conf'\]: length"):
         ValueTable(s=np.zeros(3), actions={"conf": np.zeros(3)}, final={"conf": np.zeros(2)})
+    with pytest.raises(ValueError, match=r"final\['conf'\]: codes must lie in -1..1"):
+        ValueTable(s=np.zeros(2), actions={"conf": np.zeros(2)}, final={"conf": np.array([0, 2])})
 
 
 # ---------------------------------------------------------------- planted effect: coverage
