@@ -17,11 +17,11 @@ import copy
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nudgeability.models.atomic import atomic_directory, atomic_write_lines, remove_temporaries
 from nudgeability.splice.conditions import BASE_CODES
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import chunk_bounds
@@ -32,7 +32,6 @@ from nudgeability.splice.work_store import (
     RESOLUTIONS,
     TIMINGS,
     OutputDirError,
-    atomic_write_lines,
     manifest_text,
     read_manifest,
     split_lines,
@@ -60,6 +59,8 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     total, provenance = _check_shards(dirs, manifests)
     merged_manifest = _without_shard(manifests[0])
     out = Path(out).absolute()
+    if out.parent.is_dir():  # what a killed merge into `out` left (its process is gone)
+        remove_temporaries(out.parent, out.name, only_abandoned=True)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputDirError(
             f"{out}: already exists and is not empty; pass a new directory to merge into"
@@ -70,9 +71,7 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     bases = [c for c in merged_manifest["config"]["conditions"] if c in BASE_CODES]
     seeds = merged_manifest["config"]["seeds"]
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         streams = {k: _Lines(d / RECORDS) for k, d in by_shard.items()}
         tally = [0]
 
@@ -116,10 +115,6 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
                 timings.extend(split_lines(path.read_text(encoding="utf-8")))
         atomic_write_lines(tmp / TIMINGS, timings)
         _link_parts([by_shard[k] / PARTS for k in sorted(by_shard)], tmp / PARTS)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return MergeResult(out, total, tally[0], tuple(provenance))
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from nudgeability.engine import Completion, ForkRequest
 from nudgeability.engine.scheduler import GroupShape, batch_cost
-from nudgeability.models.families import SELF, FamilyError
+from nudgeability.models.families import SELF, TOOL, FamilyError
 from nudgeability.splice.conditions import ARM_BASES, base_of, get_condition
 from nudgeability.splice.prompts import declared_tools, prompt_sha256
 from nudgeability.splice.records import ResolutionRecord, record_sha256
@@ -67,14 +67,14 @@ def tool_record_sources(
     record = json.loads(line)
     boundary = record["boundary"]
     sources = []
-    if record["action"]["kind"] == "TOOL" and boundary is not None:
+    if record["action"]["kind"] == TOOL and boundary is not None:
         sources.append(_Source(line, record, record["generated_ids"][boundary:]))
     for arm in ctx.arms_of[base]:
         arm_line = arm_lines.get((problem_id, arm.code))
         if arm_line is None:
             continue
         arm_record = json.loads(arm_line)
-        if arm_record["action"]["kind"] == "TOOL":
+        if arm_record["action"]["kind"] == TOOL:
             after = list(ctx.prepared.splices[arm.code]) + arm_record["generated_ids"]
             sources.append(_Source(arm_line, arm_record, after))
     return record, sources

@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from nudgeability.engine import Engine
+from nudgeability.models.families import TOOL
+from nudgeability.models.progress import progress_bar
 from nudgeability.splice.conditions import ARM_BASES, get_condition
+from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     RESOLVE_PHASE,
@@ -86,7 +87,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             units = units_of([phase], config.seeds, mine)
             with _PhaseBar(phase, units, chunks, progress) as bar:
                 for unit in units:
-                    if store.has(unit):
+                    if store.has(unit) and _sound(prepared, store, unit, chunks):
                         resumed += 1
                         bar.done(unit, None)
                         continue
@@ -99,6 +100,30 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             lines = _assemble_resolutions(prepared, store, chunks, mine)
             store.write_records(_counted(lines, resolved), RESOLUTIONS)
         return RunResult(path.parent, tally[0], computed, resumed, resolved[0])
+
+
+def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]) -> bool:
+    """Whether a stored part can be reused; a damaged one is set aside, named in one line."""
+    ids = [prepared.problems[i].id for i in chunks[unit.chunk]]
+    bases = {}
+    if unit.phase == ARMS_PHASE:  # the base parts were checked (or recomputed) in earlier phases
+        for base in {c.parent for c in prepared.conditions if c.kind == "arm"}:
+            lines = store.read_part(Unit(base, unit.seed, unit.chunk))
+            bases[base] = {r["problem_id"]: r for r in map(json.loads, lines)}
+    if unit.phase == RESOLVE_PHASE:  # one resolution per TOOL record of the chunk's parts
+        expected = _tool_keys(prepared, store, unit.seed, unit.chunk)
+    else:
+        expected = expected_keys(unit, ids, prepared.conditions, bases)
+    problem = part_problem(store.part_path(unit), expected)
+    if problem is None:
+        return True
+    moved = store.set_aside(unit)
+    print(
+        f"nudge run: warning: {store.part_path(unit)}: damaged part ({problem}); moved to "
+        f"{moved}, recomputing its unit",
+        file=sys.stderr,
+    )
+    return False
 
 
 def _compute(
@@ -166,7 +191,8 @@ def _assemble(
                 yield line
             elif code in bases:  # every base has a record
                 raise IncompleteRunError(
-                    f"{store.parts}: no record for {key}; remove the directory and run again"
+                    f"{store.parts}: no record for {key}; run the same command again: parts are "
+                    "checked on resume and a damaged one is recomputed"
                 )
             elif closed.get((problem_id, get_condition(code).parent, seed), False):
                 # An arm is absent only when its base never closed; this one's base did.
@@ -185,14 +211,10 @@ def _assemble_resolutions(
 ) -> Iterator[str]:
     """One resolution line per TOOL record of this shard, in the records' canonical order."""
     config = prepared.config
-    phases = phases_of(prepared.conditions)
     for chunk in mine:
         tool_keys = set()
-        for unit in units_of(phases, config.seeds, [chunk]):
-            for line in store.read_part(unit):
-                record = json.loads(line)
-                if record["action"]["kind"] == "TOOL":
-                    tool_keys.add((record["problem_id"], record["condition"], record["seed"]))
+        for seed in config.seeds:
+            tool_keys |= _tool_keys(prepared, store, seed, chunk)
         found: dict[tuple[str, str, int], str] = {}
         for unit in units_of([RESOLVE_PHASE], config.seeds, [chunk]):
             for line in store.read_part(unit):
@@ -215,6 +237,16 @@ def _assemble_resolutions(
                 yield found.pop(key)
 
 
+def _tool_keys(prepared: Prepared, store: WorkStore, seed: int, chunk: int) -> set:
+    """The (problem, condition, seed) keys of the TOOL records in a chunk's parts of one seed."""
+    keys = set()
+    for unit in units_of(phases_of(prepared.conditions), [seed], [chunk]):
+        for record in map(json.loads, store.read_part(unit)):
+            if record["action"]["kind"] == TOOL:
+                keys.add((record["problem_id"], record["condition"], record["seed"]))
+    return keys
+
+
 def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
     for line in lines:
         tally[0] += 1
@@ -222,15 +254,15 @@ def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
 
 
 class _PhaseBar:
-    """A tqdm bar per phase: problems done (over all seeds), arms decoded, prompt and generated
+    """A progress bar per phase (tqdm on a terminal, plain lines in a log: models/progress.py): problems done (over all seeds), arms decoded, prompt and generated
     tokens per second of compute (resumed units count as done, with no tokens)."""
 
     def __init__(self, phase: str, units: list[Unit], chunks: list[range], enabled: bool):
         self.chunks = chunks
         self.arms = phase == ARMS_PHASE
         total = sum(len(chunks[unit.chunk]) for unit in units)
-        self.bar = tqdm(
-            total=total, desc=f"{phase:>8}", unit="problem", disable=not enabled, dynamic_ncols=True
+        self.bar = progress_bar(
+            total, f"{phase:>8}", "problem", enabled=enabled, dynamic_ncols=True
         )
         self.sequences = self.tokens = self.prefill = 0
         self.seconds = 0.0

@@ -8,7 +8,7 @@ without resolutions add nothing, so the other outputs are unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .delegation_figures import plot_delegation_value
@@ -22,10 +22,15 @@ VALUE_FILES = ("delegation_value.md", "delegation_value.csv", "delegation_value.
 
 
 def summarize_value_run_dirs(
-    run_dirs: Sequence[str | Path], n_boot: int = 20000, seed: int = 0
+    run_dirs: Sequence[str | Path],
+    n_boot: int = 20000,
+    seed: int = 0,
+    labels: Mapping[str | Path, str] | None = None,
 ) -> list[DelegationValueSummary]:
     """The delegation-value summary of every experiment with resolutions in `run_dirs`."""
-    return [summarize_value(t, n_boot=n_boot, seed=seed) for t in load_value_tables(run_dirs)]
+    return [
+        summarize_value(t, n_boot=n_boot, seed=seed) for t in load_value_tables(run_dirs, labels)
+    ]
 
 
 def value_document(values: Sequence[DelegationValueSummary]) -> dict:

@@ -19,7 +19,7 @@ A directory without resolutions.jsonl gives no table (its TOOL outcomes would al
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,7 @@ from .action_table import ExperimentLabel
 from .actions import NONE, SELF, TOOL, TRUNC, action_code
 from .delegation_summary import ValueTable
 from .delegation_value import final_outcome
-from .records import RecordsError, iter_records, read_run_dir
+from .records import RecordsError, iter_records, labelled_run_dirs
 
 RESOLUTIONS_FILE = "resolutions.jsonl"
 
@@ -70,10 +70,13 @@ def _resolved_right(resolution: dict) -> int:
     return _grade_code(resolution.get("grade"))
 
 
-def load_value_tables(run_dirs: Sequence[str | Path]) -> list[ValueTable]:
-    """One ValueTable per experiment whose run directories hold resolutions (first-seen order)."""
+def load_value_tables(
+    run_dirs: Sequence[str | Path], labels: Mapping[str | Path, str] | None = None
+) -> list[ValueTable]:
+    """One ValueTable per experiment whose run directories hold resolutions (first-seen order);
+    `labels` keeps run directories apart as `load_experiments` does."""
     groups: dict[tuple, dict] = {}
-    for run_dir in map(read_run_dir, run_dirs):
+    for run_dir in labelled_run_dirs(run_dirs, labels):
         resolutions = run_dir.path / RESOLUTIONS_FILE
         if not resolutions.is_file():
             continue
