@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from nudgeability.engine import Engine
 from nudgeability.models.families import TOOL
 from nudgeability.models.progress import progress_bar
@@ -158,6 +160,7 @@ def _compute(
             "generated_tokens": counts.generated_tokens,
             "seconds": round(seconds, 4),
             "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
+            "threads": torch.get_num_threads(),
         }
     )
     counts.seconds = seconds
