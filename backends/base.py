@@ -37,6 +37,7 @@ class Backend(Protocol):
     continuation: str
     progress: bool  # show a bar per call
     retries: int  # requests retried so far (0 for the engine)
+    context_limit: int | None  # the model's positions, where known here (a server enforces its own)
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
@@ -74,6 +75,12 @@ class EngineBackend:
 
     def describe(self) -> None:
         return None
+
+    @property
+    def context_limit(self) -> int | None:
+        config = self.engine.model.config
+        config = getattr(config, "text_config", None) or config
+        return getattr(config, "max_position_embeddings", None)
 
     def close(self) -> None:
         pass

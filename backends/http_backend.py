@@ -57,6 +57,8 @@ class HttpBackend:
     def close(self) -> None:
         pass
 
+    context_limit = None  # the server refuses a prompt too long for it (HTTP 400, one line)
+
     @property
     def retries(self) -> int:
         return self.client.stats.retries

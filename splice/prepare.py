@@ -45,6 +45,7 @@ from nudgeability.splice.run_config import (
 )
 from nudgeability.splice.sentences import Sentences, load_sentences
 from nudgeability.splice.tasks import Problem, Task, get_task, sample_problems
+from nudgeability.splice.tasks.tools import Toolbox
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Prepared:
     prompts: list[ProblemPrompts]
     splices: dict[str, tuple[int, ...]]
     manifest: dict = field(repr=False)
+    toolbox: Toolbox | None = None  # the executable tools, when the run resolves its calls
     backend: Backend | None = None  # a server's (checked); None: the run builds the engine
 
 
@@ -100,6 +102,10 @@ def prepare(
         raise ConfigError(f"--max-batch-tokens {requested.max_batch_tokens}: must be >= 1")
     if requested.dtype not in DTYPES:
         raise ConfigError(f"--dtype {requested.dtype!r}: expected one of {', '.join(DTYPES)}")
+    if remote is not None and remote.api == "chat" and requested.resolve:
+        raise ConfigError(
+            "--resolve: a chat-level run cannot continue after a tool result; use --api completions"
+        )
     if remote is not None and requested.max_batch_tokens is not None:
         raise ConfigError("--max-batch-tokens: the engine's budget; a server batches on its own")
     device = "server" if remote is not None else _device(requested.device)
@@ -116,6 +122,11 @@ def prepare(
         )
     data = data.resolve()
     problems = sample_problems(task.load(data), requested.n, requested.sample_seed, source=data)
+    toolbox = None
+    if requested.resolve:  # StrategyQA's search index is read now: a bad file fails before output
+        if isinstance(requested.retrieve_k, bool) or requested.retrieve_k < 1:
+            raise ConfigError(f"--retrieve-k {requested.retrieve_k}: must be >= 1")
+        toolbox = task.toolbox(data, retrieve_k=requested.retrieve_k)
 
     backend = tokenizer = None
     if remote is not None:
@@ -175,6 +186,8 @@ def prepare(
         chunk_size=requested.chunk_size,
         max_batch_tokens=requested.max_batch_tokens,
         shard=requested.shard,
+        resolve=requested.resolve,
+        retrieve_k=requested.retrieve_k,
     )
     manifest = build_manifest(config, [p.id for p in problems], source, sentences.sha256)
     if backend is not None:
@@ -190,6 +203,7 @@ def prepare(
         prompts,
         splices,
         manifest,
+        toolbox,
         backend,
     )
 
