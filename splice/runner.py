@@ -7,12 +7,12 @@ Order of work (protocol.md): NT for all problems, then B, then oracle_B, then th
 phase walks its units (seed, chunk) in order; a unit whose part file exists is skipped, so a run
 killed at any moment and started again finishes only the missing work. When every unit of this
 shard is stored, `records.jsonl` is assembled from the parts in canonical order (problems, then
-conditions, then seeds) and written atomically. The same config gives the same bytes.
+conditions, then seeds) and written atomically; then the manifest is sealed with the hashes of
+records.jsonl and the parts (last, atomically). The same config gives the same bytes.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -23,10 +23,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
+from nudgeability.splice.assemble import assemble_records
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
-    canonical_keys,
     chunk_bounds,
     phases_of,
     shard_chunks,
@@ -35,10 +35,6 @@ from nudgeability.splice.plan import (
 from nudgeability.splice.prepare import Prepared
 from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.work_store import WorkStore
-
-
-class IncompleteRunError(RuntimeError):
-    """The parts of a run do not add up to its records (a bug or a tampered directory)."""
 
 
 @dataclass(frozen=True)
@@ -68,22 +64,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
                 "last bits from an uninterrupted run",
                 file=sys.stderr,
             )
-        engine = Engine(
-            prepared.loaded.model,
-            prepared.loaded.tokenizer,
-            max_batch_tokens=config.max_batch_tokens,
-            progress=progress,
-        )  # an inner bar per engine call: sequences done, prefill/decode tok/s
-        ctx = UnitContext(
-            config,
-            prepared.task,
-            prepared.family,
-            engine,
-            prepared.problems,
-            prepared.prompts,
-            prepared.conditions,
-            prepared.splices,
-        )
+        ctx = unit_context(prepared, progress=progress)
         computed = resumed = 0
         for phase in phases_of(prepared.conditions):
             units = units_of([phase], config.seeds, mine)
@@ -93,15 +74,42 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
                         resumed += 1
                         bar.done(unit, None)
                         continue
-                    counts = _compute(ctx, store, unit, list(chunks[unit.chunk]))
+                    counts = compute_unit(ctx, store, unit, list(chunks[unit.chunk]))
                     computed += 1
                     bar.done(unit, counts)
         tally = [0]
-        path = store.write_records(_counted(_assemble(prepared, store, chunks, mine), tally))
+        ids = [problem.id for problem in prepared.problems]
+        lines = assemble_records(
+            ids, prepared.conditions, config.seeds, chunks, mine, store.read_part, store.parts
+        )
+        path = store.write_records(_counted(lines, tally))
+        store.seal()
         return RunResult(path.parent, tally[0], computed, resumed)
 
 
-def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
+def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
+    """What every unit of the run needs, with an engine on the prepared model (also used by
+    `nudge verify` to replay units exactly as the run computed them)."""
+    engine = Engine(
+        prepared.loaded.model,
+        prepared.loaded.tokenizer,
+        max_batch_tokens=prepared.config.max_batch_tokens,
+        progress=progress,
+    )  # an inner bar per engine call: sequences done, prefill/decode tok/s
+    return UnitContext(
+        prepared.config,
+        prepared.task,
+        prepared.family,
+        engine,
+        prepared.problems,
+        prepared.prompts,
+        prepared.conditions,
+        prepared.splices,
+    )
+
+
+def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
+    """Compute one unit into `store` (an arms unit reads its bases' parts from `store`)."""
     start = time.perf_counter()
     if unit.phase == ARMS_PHASE:
         base_lines = {
@@ -131,37 +139,6 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
     )
     counts.seconds = seconds
     return counts
-
-
-def _assemble(
-    prepared: Prepared, store: WorkStore, chunks: list[range], mine: list[int]
-) -> Iterator[str]:
-    """The record lines of this shard in canonical order, chunk by chunk (never all in memory)."""
-    config = prepared.config
-    phases = phases_of(prepared.conditions)
-    bases = {condition.code for condition in prepared.conditions if condition.kind == "base"}
-    for chunk in mine:
-        found: dict[tuple[str, str, int], str] = {}
-        for unit in units_of(phases, config.seeds, [chunk]):
-            for line in store.read_part(unit):
-                record = json.loads(line)
-                key = (record["problem_id"], record["condition"], record["seed"])
-                if key in found:
-                    raise IncompleteRunError(f"{store.part_path(unit)}: record {key} appears twice")
-                found[key] = line
-        ids = [prepared.problems[i].id for i in chunks[chunk]]
-        for key in canonical_keys(ids, prepared.conditions, config.seeds):
-            line = found.pop(key, None)
-            if line is not None:
-                yield line
-            elif (
-                key[1] in bases
-            ):  # every base has a record; arms are absent when the base never closed
-                raise IncompleteRunError(
-                    f"{store.parts}: no record for {key}; remove the directory and run again"
-                )
-        if found:
-            raise IncompleteRunError(f"{store.parts}: unexpected records {sorted(found)[:3]}")
 
 
 def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:

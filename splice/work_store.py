@@ -4,6 +4,7 @@
     out/parts/*.jsonl    one file per finished unit of work, written atomically
     out/timings.jsonl    one line per unit computed (clock figures never enter the records)
     out/records.jsonl    assembled from the parts at the end, atomically
+    out/manifest.json    rewritten last, atomically, with the seal (hashes of records and parts)
 
 Every file is written to a temporary name, fsynced and renamed into place, so a run killed at any
 moment leaves either a whole file or none: a resumed run skips the parts that exist and recomputes
@@ -19,7 +20,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from nudgeability.splice.manifest import compare_manifests
+from nudgeability.splice.manifest import SEAL_KEY, compare_manifests, seal_of
 from nudgeability.splice.plan import Unit
 from nudgeability.splice.run_config import ConfigChangedError
 
@@ -72,6 +73,11 @@ def split_lines(text: str) -> list[str]:
     U+2028, U+0085 and kin unescaped, which `str.splitlines` would wrongly split at."""
     lines = text.split("\n")
     return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def part_path(root: Path, unit: Unit) -> Path:
+    """Where a run directory stores a finished unit's records."""
+    return Path(root) / PARTS / f"{unit.name}.jsonl"
 
 
 def manifest_text(manifest: dict) -> str:
@@ -146,7 +152,7 @@ class WorkStore:
 
     # ----- parts ----------------------------------------------------------------------------------
     def part_path(self, unit: Unit) -> Path:
-        return self.parts / f"{unit.name}.jsonl"
+        return part_path(self.root, unit)
 
     def has(self, unit: Unit) -> bool:
         """Whether the unit finished (its part file exists, whole)."""
@@ -175,6 +181,15 @@ class WorkStore:
         path = self.root / RECORDS
         atomic_write_lines(path, lines)
         return path
+
+    def seal(self) -> None:
+        """Rewrite the manifest with the seal of records.jsonl and every part file, atomically.
+
+        Called last, when records.jsonl is written: the stored manifest (the one the run started
+        with, whatever code resumes it) is kept, and only its seal is replaced."""
+        manifest = read_manifest(self.root)
+        manifest[SEAL_KEY] = seal_of(self.root / RECORDS, sorted(self.parts.glob("*.jsonl")))
+        atomic_write_lines(self.root / MANIFEST, [manifest_text(manifest)])
 
 
 def _create(out: Path, manifest: dict) -> None:

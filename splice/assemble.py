@@ -1,0 +1,60 @@
+"""Assembling a run's records file from its part files, in canonical order.
+
+The runner writes `records.jsonl` with `assemble_records`, and `nudge verify` re-assembles the
+stored parts with the same function to check that the records file is exactly their
+concatenation in canonical order: one owner of the order, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from nudgeability.splice.conditions import Condition
+from nudgeability.splice.plan import Unit, canonical_keys, phases_of, units_of
+
+
+class IncompleteRunError(RuntimeError):
+    """The parts of a run do not add up to its records (a bug or a tampered directory)."""
+
+
+def assemble_records(
+    problem_ids: Sequence[str],
+    conditions: Sequence[Condition],
+    seeds: Sequence[int],
+    chunks: Sequence[range],
+    mine: Sequence[int],
+    read_part: Callable[[Unit], list[str]],
+    parts_dir: Path,
+) -> Iterator[str]:
+    """The record lines of the chunks `mine`, chunk by chunk (never all in memory).
+
+    `read_part(unit)` gives a stored unit's lines. Within a chunk, records follow
+    `canonical_keys`; every base has a record, arms are absent where the base never closed.
+    Raises `IncompleteRunError` naming `parts_dir` and the key when parts are missing or doubled.
+    """
+    phases = phases_of(conditions)
+    bases = {condition.code for condition in conditions if condition.kind == "base"}
+    for chunk in mine:
+        found: dict[tuple[str, str, int], str] = {}
+        for unit in units_of(phases, seeds, [chunk]):
+            for line in read_part(unit):
+                record = json.loads(line)
+                key = (record["problem_id"], record["condition"], record["seed"])
+                if key in found:
+                    raise IncompleteRunError(
+                        f"{parts_dir / (unit.name + '.jsonl')}: record {key} appears twice"
+                    )
+                found[key] = line
+        ids = [problem_ids[i] for i in chunks[chunk]]
+        for key in canonical_keys(ids, conditions, seeds):
+            line = found.pop(key, None)
+            if line is not None:
+                yield line
+            elif key[1] in bases:  # every base has a record; arms are absent when it never closed
+                raise IncompleteRunError(
+                    f"{parts_dir}: no record for {key}; remove the directory and run again"
+                )
+        if found:
+            raise IncompleteRunError(f"{parts_dir}: unexpected records {sorted(found)[:3]}")

@@ -1,0 +1,192 @@
+"""Replaying units of a stored run with the runner's own code, compared byte for byte.
+
+The manifest's config is resolved again by `prepare` (the same validation, problem draw, prompts
+and splice ids as `nudge run`), and each chosen unit is computed by the runner's `compute_unit`
+into a temporary directory, then compared with the stored part file line by line. An arms unit
+forks from its bases' stored records, as the runner's does (they are copied into the temporary
+directory). Nothing is written into the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from nudgeability.splice.conditions import CONDITIONS
+from nudgeability.splice.manifest import compare_manifests
+from nudgeability.splice.plan import ARMS_PHASE, Unit
+from nudgeability.splice.records import Record
+from nudgeability.splice.verify import StoredRun
+from nudgeability.splice.work_store import WorkStore, part_path, split_lines
+
+# what a moved input changes in the manifest besides its hashes: ignored when it is given again
+_MOVED_KEYS = {
+    "model": (
+        "config.model",
+        "config.model_label",
+        "experiment.model",
+        "inputs.checkpoint.directory",
+        "inputs.checkpoint.gguf.path",
+    ),
+    "data": ("config.data", "inputs.data.path"),
+    "sentences": ("config.sentences", "inputs.sentences.path"),
+}
+_ARM_BASES = tuple(sorted({c.parent for c in CONDITIONS if c.kind == "arm"}))
+
+
+class ReplayError(ValueError):
+    """The stored run cannot be rebuilt here; the message says why."""
+
+
+@dataclass(frozen=True)
+class UnitReplay:
+    """One replayed unit: `difference` is None when the bytes are identical."""
+
+    unit: Unit
+    difference: str | None
+
+
+def choose_units(units: Sequence[Unit], sample: int | None, seed: int) -> list[Unit]:
+    """`sample` units drawn with `seed` (all of them when `sample` is None), in order of work."""
+    if sample is None or sample >= len(units):
+        return list(units)
+    chosen = set(random.Random(seed).sample(range(len(units)), sample))
+    return [unit for i, unit in enumerate(units) if i in chosen]
+
+
+def replay_units(
+    run: StoredRun,
+    units: Sequence[Unit],
+    *,
+    model: str | None = None,
+    data: str | None = None,
+    sentences: str | None = None,
+) -> list[UnitReplay]:
+    """Recompute `units` with the manifest's configuration and compare each with its part file.
+
+    Raises `ReplayError` when the configuration no longer resolves to the stored run (another
+    problem draw, family, inputs...), naming the differing manifest keys.
+    """
+    from nudgeability.splice.prepare import prepare
+    from nudgeability.splice.runner import compute_unit, unit_context
+
+    overrides = {"model": model, "data": data, "sentences": sentences}
+    try:
+        prepared = prepare(_options(run.manifest["config"], overrides))
+    except (ValueError, OSError) as exc:
+        raise ReplayError(f"the manifest's configuration cannot be rebuilt here: {exc}") from None
+    moved = tuple(key for name, value in overrides.items() if value for key in _MOVED_KEYS[name])
+    differences = [
+        line
+        for line in compare_manifests(run.manifest, prepared.manifest, ("stored", "here"))[0]
+        if not line.startswith(moved)
+    ]
+    if differences:
+        raise ReplayError(
+            f"the manifest's configuration resolves to another run here ({len(differences)} "
+            f"difference(s): {'; '.join(differences)})"
+        )
+    ctx = unit_context(prepared, progress=False)
+    scratch = Path(tempfile.mkdtemp(prefix="nudge-verify-"))
+    try:
+        with WorkStore.open(scratch / "replay", run.manifest) as store:
+            results = []
+            for unit in units:
+                stored = part_path(run.root, unit)
+                if not stored.is_file():
+                    results.append(UnitReplay(unit, f"{stored}: missing; nothing to compare"))
+                    continue
+                if unit.phase == ARMS_PHASE:
+                    for base in _ARM_BASES:
+                        source = part_path(run.root, Unit(base, unit.seed, unit.chunk))
+                        if source.is_file():
+                            shutil.copyfile(
+                                source, store.part_path(Unit(base, unit.seed, unit.chunk))
+                            )
+                compute_unit(ctx, store, unit, list(run.chunks[unit.chunk]))
+                results.append(UnitReplay(unit, _unit_difference(stored, store.part_path(unit))))
+            return results
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _options(config: dict, overrides: dict[str, str | None]):
+    """The `RunOptions` that resolve to a stored config (its resolved values, given again)."""
+    from nudgeability.splice.prepare import RunOptions
+
+    return RunOptions(
+        model=overrides["model"] or config["model"],
+        task=config["task"],
+        data=overrides["data"] or config["data"],
+        n=config["n"],
+        seed=config["sample_seed"],
+        decoding=config["decoding"],
+        seeds=None if config["decoding"] == "greedy" else tuple(config["seeds"]),
+        conditions=",".join(config["conditions"]),
+        max_new_tokens=(config["max_new_tokens"], config["max_new_tokens_arm"]),
+        family=config["family"],
+        sentences=overrides["sentences"] or config["sentences"],
+        dtype=config["dtype"],
+        device=config["device"],
+        max_batch_tokens=config["max_batch_tokens"],
+        chunk_size=config["chunk_size"],
+        shard=None if config["shard"] is None else tuple(config["shard"]),
+    )
+
+
+def _unit_difference(stored: Path, replayed: Path) -> str | None:
+    """None when the two part files hold the same bytes; else the first differing record."""
+    if stored.read_bytes() == replayed.read_bytes():
+        return None
+    ours = split_lines(stored.read_text(encoding="utf-8"))
+    theirs = split_lines(replayed.read_text(encoding="utf-8"))
+    for number, (line, again) in enumerate(zip(ours, theirs), 1):
+        if line != again:
+            return f"{stored}:{number}: {first_difference(line, again)}"
+    return f"{stored}: holds {len(ours)} records, the replay {len(theirs)}"
+
+
+def first_difference(stored: str, replayed: str) -> str:
+    """The record's key and its first differing field, in the record schema's field order."""
+    try:
+        a, b = json.loads(stored), json.loads(replayed)
+    except json.JSONDecodeError:
+        return "the stored line is not valid JSON"
+    key = tuple(b.get(name) for name in ("problem_id", "condition", "seed"))
+    order = [f.name for f in fields(Record)]
+    for name in order + sorted((set(a) | set(b)) - set(order)):
+        path = _first_path(a.get(name), b.get(name), name)
+        if path is not None:
+            return f"record {key}: first differing field {path}"
+    return f"record {key}: same values, other bytes (formatting)"
+
+
+def _first_path(a: object, b: object, path: str) -> str | None:
+    """Where two JSON values first differ, e.g. 'generated_ids[7]: stored 12, replayed 40'."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = _first_path(a.get(key), b.get(key), f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _first_path(x, y, f"{path}[{i}]")
+            if found is not None:
+                return found
+        if len(a) != len(b):
+            return f"{path}: stored {len(a)} items, replayed {len(b)}"
+        return None
+    if a != b or type(a) is not type(b):
+        return f"{path}: stored {_short(a)}, replayed {_short(b)}"
+    return None
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
