@@ -9,18 +9,17 @@ directory). Nothing is written into the run directory.
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from nudgeability.splice.conditions import CONDITIONS
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import ARMS_PHASE, Unit
-from nudgeability.splice.records import Record
+from nudgeability.splice.record_diff import first_difference
 from nudgeability.splice.verify import StoredRun
 from nudgeability.splice.work_store import WorkStore, part_path, split_lines
 
@@ -149,44 +148,3 @@ def _unit_difference(stored: Path, replayed: Path) -> str | None:
         if line != again:
             return f"{stored}:{number}: {first_difference(line, again)}"
     return f"{stored}: holds {len(ours)} records, the replay {len(theirs)}"
-
-
-def first_difference(stored: str, replayed: str) -> str:
-    """The record's key and its first differing field, in the record schema's field order."""
-    try:
-        a, b = json.loads(stored), json.loads(replayed)
-    except json.JSONDecodeError:
-        return "the stored line is not valid JSON"
-    key = tuple(b.get(name) for name in ("problem_id", "condition", "seed"))
-    order = [f.name for f in fields(Record)]
-    for name in order + sorted((set(a) | set(b)) - set(order)):
-        path = _first_path(a.get(name), b.get(name), name)
-        if path is not None:
-            return f"record {key}: first differing field {path}"
-    return f"record {key}: same values, other bytes (formatting)"
-
-
-def _first_path(a: object, b: object, path: str) -> str | None:
-    """Where two JSON values first differ, e.g. 'generated_ids[7]: stored 12, replayed 40'."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            found = _first_path(a.get(key), b.get(key), f"{path}.{key}")
-            if found is not None:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list):
-        for i, (x, y) in enumerate(zip(a, b)):
-            found = _first_path(x, y, f"{path}[{i}]")
-            if found is not None:
-                return found
-        if len(a) != len(b):
-            return f"{path}: stored {len(a)} items, replayed {len(b)}"
-        return None
-    if a != b or type(a) is not type(b):
-        return f"{path}: stored {_short(a)}, replayed {_short(b)}"
-    return None
-
-
-def _short(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:57] + "..."

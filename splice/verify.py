@@ -39,6 +39,7 @@ from nudgeability.splice.plan import (
     shard_chunks,
     units_of,
 )
+from nudgeability.splice.record_diff import first_difference
 from nudgeability.splice.work_store import (
     MANIFEST,
     PARTS,
@@ -260,8 +261,13 @@ def _key_problems(
             )
         else:
             where[key] = number
-    wanted = set(expected)
     parents = {c.code: c.parent for c in CONDITIONS}
+    for key in expected:
+        if key not in where:
+            parent = parents.get(key[1])
+            why = "" if parent is None else f", though its base {parent} closed its thinking"
+            problems.append(f"{path}: no record for {key}{why}")
+    wanted = set(expected)
     for number, key in enumerate(keys, 1):
         if key in wanted:
             continue
@@ -271,13 +277,10 @@ def _key_problems(
                 f"{path}:{number}: arm record {key}, but its base {base[1]} never closed its "
                 f"thinking (line {where[base]}: boundary null)"
             )
+        elif base[1] is not None and base not in boundaries:
+            problems.append(f"{path}:{number}: arm record {key}, but no record of its base")
         else:
             problems.append(f"{path}:{number}: record {key} is not in the manifest's plan")
-    for key in expected:
-        if key not in where:
-            parent = parents.get(key[1])
-            why = "" if parent is None else f", though its base {parent} closed its thinking"
-            problems.append(f"{path}: no record for {key}{why}")
     if not problems and Counter(keys) == Counter(expected) and keys != expected:
         number = next(i for i, (a, b) in enumerate(zip(keys, expected)) if a != b)
         problems.append(
@@ -320,8 +323,8 @@ def _part_problems(run: StoredRun, path: Path) -> list[str]:
     try:
         for number, (line, ours) in enumerate(zip(stored, assembled, strict=True), 1):
             if line != ours:
-                key = tuple(json.loads(ours)[k] for k in ("problem_id", "condition", "seed"))
-                return [f"{path}:{number}: differs from record {key} of the part files"]
+                diff = first_difference(ours, line, ("parts", "records.jsonl"))
+                return [f"{path}:{number}: differs from the part files: {diff}"]
     except ValueError as exc:  # strict zip: one side longer; or JSON / a part's duplicates
         if isinstance(exc, json.JSONDecodeError):
             return [f"{run.root / PARTS}: a part file holds a line that is not JSON ({exc.msg})"]
@@ -345,7 +348,7 @@ def check_integrity(run: StoredRun) -> Check:
     problems = []
     records = run.root / RECORDS
     stored_records = seal.get("records", {})
-    problems += _compare_file(RECORDS, records, stored_records) if records.is_file() else []
+    problems += _compare_file("records file", records, stored_records) if records.is_file() else []
     if not records.is_file():
         problems.append(f"{records}: missing, though the manifest is sealed")
     sealed_parts = seal.get("parts", {})
