@@ -98,6 +98,9 @@ def _replay(run: StoredRun, args: argparse.Namespace, overrides: dict) -> Check:
     chosen = choose_units(units, sample, seed)
     how = "every unit" if args.all else f"{len(chosen)} of {len(units)} units (--seed {seed})"
     print(f"replay: regenerating {how}: {', '.join(u.name for u in chosen)}", file=sys.stderr)
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # the weight-loading bar: the check lines are the output
     try:
         results = replay_units(run, chosen, **overrides)
     except ReplayError as exc:
