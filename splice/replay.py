@@ -34,6 +34,7 @@ _MOVED_KEYS = {
     ),
     "data": ("config.data", "inputs.data.path"),
     "sentences": ("config.sentences", "inputs.sentences.path"),
+    "device": ("config.device",),
 }
 _ARM_BASES = tuple(sorted({c.parent for c in CONDITIONS if c.kind == "arm"}))
 
@@ -65,16 +66,19 @@ def replay_units(
     model: str | None = None,
     data: str | None = None,
     sentences: str | None = None,
+    device: str | None = None,
 ) -> list[UnitReplay]:
     """Recompute `units` with the manifest's configuration and compare each with its part file.
 
-    Raises `ReplayError` when the configuration no longer resolves to the stored run (another
-    problem draw, family, inputs...), naming the differing manifest keys.
+    `model`, `data`, `sentences` give moved inputs again; `device` replays on another device than
+    the run's (whose floating-point results may differ in the last bits). Raises `ReplayError`
+    when the configuration no longer resolves to the stored run (another problem draw, family,
+    inputs...), naming the differing manifest keys.
     """
     from nudgeability.splice.prepare import prepare
     from nudgeability.splice.runner import compute_unit, unit_context
 
-    overrides = {"model": model, "data": data, "sentences": sentences}
+    overrides = {"model": model, "data": data, "sentences": sentences, "device": device}
     try:
         prepared = prepare(_options(run.manifest["config"], overrides))
     except (ValueError, OSError) as exc:
@@ -131,7 +135,7 @@ def _options(config: dict, overrides: dict[str, str | None]):
         family=config["family"],
         sentences=overrides["sentences"] or config["sentences"],
         dtype=config["dtype"],
-        device=config["device"],
+        device=overrides["device"] or config["device"],
         max_batch_tokens=config["max_batch_tokens"],
         chunk_size=config["chunk_size"],
         shard=None if config["shard"] is None else tuple(config["shard"]),

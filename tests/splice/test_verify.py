@@ -240,3 +240,17 @@ def test_not_a_run_directory_is_one_line(tmp_path):
         f"nudge verify: error: {tmp_path / 'manifest.json'}: missing; "
         f"{tmp_path} is not a run directory written by `nudge run`"
     )
+
+
+def test_a_sampled_run_with_two_seeds_verifies_with_every_unit_replayed(made, tmp_path):
+    out = tmp_path / "sampled"
+    status, err = run_nudge(
+        ["run", "--model", made["model"], "--data", made["data"], "--sentences"]
+        + [made["sentences"], "--decoding", "sampled", "--seeds", "0,1", "--out", out, *RUN_ARGS]
+    )
+    assert status == 0, err
+    status, lines = verify(out, "--all")
+    assert status == 0, lines
+    parts = sorted(p.stem for p in (out / "parts").glob("*.jsonl"))
+    assert len(parts) == 12  # NT, B, arms x 2 seeds x 2 chunks
+    assert sorted(line_of(lines, "replay").rsplit(": ", 1)[1].split(", ")) == parts
