@@ -132,7 +132,8 @@ def check_inputs(
     problems = []
     for name, override in (("data", data), ("sentences", sentences)):
         stored = inputs.get(name, {})
-        problems.extend(_compare_file(f"{name} file", override or stored.get("path"), stored))
+        path = override or stored.get("path")
+        problems.extend(_compare_file(f"{name} file", path, stored, f"--{name}"))
     stored = inputs.get("checkpoint", {})
     spec = model or run.manifest["config"]["model"]
     try:
@@ -156,7 +157,7 @@ def check_inputs(
         if (gguf is None) != (source.gguf is None):
             problems.append(f"checkpoint {spec}: GGUF {source.gguf}, the manifest says {gguf}")
         elif gguf is not None:
-            problems.extend(_compare_file("checkpoint GGUF", source.gguf, gguf))
+            problems.extend(_compare_file("checkpoint GGUF", source.gguf, gguf, "--model"))
     now = {"versions": package_versions(), "git_commit": git_commit()}
     _, changed = compare_manifests(
         {k: run.manifest.get(k) for k in now}, now, ("the run had", "this checkout has")
@@ -170,9 +171,12 @@ def check_inputs(
     return Check("inputs", OK, detail, tuple(changed))
 
 
-def _compare_file(what: str, path: str | Path | None, stored: dict) -> list[str]:
+def _compare_file(what: str, path: str | Path | None, stored: dict, flag: str = "") -> list[str]:
+    """[] when the file's bytes hash to `stored["sha256"]`; else the one-line problem (a missing
+    input names the `flag` that gives its new place)."""
     if path is None or not Path(path).is_file():
-        return [f"{what} {path}: missing; give its new place with the matching option"]
+        hint = f"; if it moved, pass its new place with {flag}" if flag else ""
+        return [f"{what} {path}: missing{hint}"]
     digest = sha256_file(path, cached=False)
     if digest != stored.get("sha256"):
         return [
