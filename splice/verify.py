@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 from nudgeability.splice.assemble import IncompleteRunError, assemble_records
@@ -47,7 +48,6 @@ from nudgeability.splice.work_store import (
     OutputDirError,
     part_path,
     read_manifest,
-    split_lines,
 )
 
 OK, FAIL, UNSEALED, SKIPPED = "ok", "FAIL", "unsealed", "skipped"
@@ -196,7 +196,7 @@ def check_completeness(run: StoredRun) -> Check:
         return Check("completeness", FAIL, f"{path}: missing; the run did not finish")
     try:
         keys, boundaries = _read_keys(path)
-    except ValueError as exc:
+    except _Unreadable as exc:
         return Check("completeness", FAIL, str(exc))
     expected = list(_expected_keys(run, boundaries))
     problems = _key_problems(path, keys, expected, boundaries)
@@ -214,10 +214,19 @@ def check_completeness(run: StoredRun) -> Check:
     )
 
 
+class _Unreadable(ValueError):
+    """A line of a records or part file that is not UTF-8 or not JSON; the message names it."""
+
+
 def _lines(path: Path) -> Iterator[str]:
-    with path.open(encoding="utf-8", newline="") as handle:  # split at "\n" only
-        for line in handle:
-            yield line[:-1] if line.endswith("\n") else line
+    """A JSONL file's lines, split at "\n" only (a text may hold U+2028), decoded one by one."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _Unreadable(f"{path}:{number}: not valid UTF-8 (a damaged line)") from None
+            yield text[:-1] if text.endswith("\n") else text
 
 
 Key = tuple[str, str, int]
@@ -232,12 +241,13 @@ def _read_keys(path: Path) -> tuple[list[Key], dict[Key, int | None]]:
         try:
             record = json.loads(line)
             key = (record["problem_id"], record["condition"], record["seed"])
+            hash(key)  # a tampered field could hold a list
             if record["condition"] in _BASE_CODES:
                 boundaries.setdefault(key, record["boundary"])
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            raise _Unreadable(f"{path}:{number}: not valid JSON ({exc.msg})") from None
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{number}: record without field {exc}") from None
+            raise _Unreadable(f"{path}:{number}: not a record (field {exc})") from None
         keys.append(key)
     return keys, boundaries
 
@@ -312,7 +322,15 @@ def _part_problems(run: StoredRun, path: Path) -> list[str]:
         return problems
 
     def read_part(unit: Unit) -> list[str]:
-        return split_lines(part_path(run.root, unit).read_text(encoding="utf-8"))
+        lines = list(_lines(part_path(run.root, unit)))
+        for number, line in enumerate(lines, 1):
+            try:
+                json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise _Unreadable(
+                    f"{part_path(run.root, unit)}:{number}: not valid JSON ({exc.msg})"
+                ) from None
+        return lines
 
     assembled = assemble_records(
         run.problem_ids,
@@ -323,17 +341,16 @@ def _part_problems(run: StoredRun, path: Path) -> list[str]:
         read_part,
         run.root / PARTS,
     )
-    stored = _lines(path)
     try:
-        for number, (line, ours) in enumerate(zip(stored, assembled, strict=True), 1):
+        for number, (line, ours) in enumerate(zip_longest(_lines(path), assembled), 1):
+            if ours is None:
+                return [f"{path}:{number}: one record more than the part files assemble to"]
+            if line is None:
+                return [f"{path}: ends at line {number - 1}; the part files hold more records"]
             if line != ours:
                 diff = first_difference(ours, line, ("parts", "records.jsonl"))
                 return [f"{path}:{number}: differs from the part files: {diff}"]
-    except ValueError as exc:  # strict zip: one side longer; or JSON / a part's duplicates
-        if isinstance(exc, json.JSONDecodeError):
-            return [f"{run.root / PARTS}: a part file holds a line that is not JSON ({exc.msg})"]
-        return [f"{path}: holds another number of records than the part files assemble to"]
-    except IncompleteRunError as exc:
+    except (_Unreadable, IncompleteRunError) as exc:
         return [str(exc)]
     return []
 

@@ -254,3 +254,45 @@ def test_a_sampled_run_with_two_seeds_verifies_with_every_unit_replayed(made, tm
     parts = sorted(p.stem for p in (out / "parts").glob("*.jsonl"))
     assert len(parts) == 12  # NT, B, arms x 2 seeds x 2 chunks
     assert sorted(line_of(lines, "replay").rsplit(": ", 1)[1].split(", ")) == parts
+
+
+def test_an_arm_where_its_base_never_closed_fails(made, tmp_path):
+    run = copy_run(made, tmp_path)
+    lines = (run / "records.jsonl").read_text(encoding="utf-8").split("\n")[:-1]
+    records = [json.loads(line) for line in lines]
+    open_b = [r["problem_id"] for r in records if r["condition"] == "B" and r["boundary"] is None]
+    assert open_b, "the fixture run needs a B that never closed its thinking"
+    arm = next(r for r in records if r["condition"] == "conf")
+    forged = dict(arm, problem_id=open_b[0])
+    at = max(i for i, r in enumerate(records) if r["problem_id"] == open_b[0])  # after its NT, B
+    lines.insert(at + 1, json.dumps(forged, sort_keys=True, separators=(",", ":")))
+    b_line = 1 + next(
+        i for i, r in enumerate(records) if r["problem_id"] == open_b[0] and r["condition"] == "B"
+    )
+    (run / "records.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    status, out = verify(run, "--sample", 0)
+    assert status == 1
+    assert line_of(out, "completeness") == (
+        f"completeness: FAIL: {run / 'records.jsonl'}:{at + 2}: arm record "
+        f"{(open_b[0], 'conf', 0)}, but its base B never closed its thinking "
+        f"(line {b_line}: boundary null)"
+    )
+
+
+def test_records_out_of_order_or_truncated_fail(made, tmp_path):
+    run = copy_run(made, tmp_path)
+    swapped = _edit_lines(
+        run / "records.jsonl", lambda lines: lines.__setitem__(slice(0, 2), lines[1::-1])
+    )
+    status, out = verify(run, "--sample", 0)
+    assert status == 1
+    assert f"records.jsonl:1: record {_key(swapped[0])} is out of canonical order" in line_of(
+        out, "completeness"
+    )
+    text = (made["run"] / "records.jsonl").read_bytes()
+    (run / "records.jsonl").write_bytes(text[:-20])  # cut inside the last record (and char)
+    status, out = verify(run, "--sample", 0)
+    last = text.count(b"\n")
+    assert line_of(out, "completeness").startswith(
+        f"completeness: FAIL: {run / 'records.jsonl'}:{last}: not valid "  # UTF-8 or JSON
+    )
