@@ -95,6 +95,7 @@ def replay_units(
             f"difference(s): {'; '.join(differences)})"
         )
     ctx = unit_context(prepared, progress=False)
+    ctx_bases = [base for base in _ARM_BASES if ctx.arms_of[base]]
     scratch = Path(tempfile.mkdtemp(prefix="nudge-verify-"))
     try:
         with WorkStore.open(scratch / "replay", run.manifest) as store:
@@ -104,13 +105,20 @@ def replay_units(
                 if not stored.is_file():
                     results.append(UnitReplay(unit, f"{stored}: missing; nothing to compare"))
                     continue
-                if unit.phase == ARMS_PHASE:
-                    for base in _ARM_BASES:
-                        source = part_path(run.root, Unit(base, unit.seed, unit.chunk))
-                        if source.is_file():
-                            shutil.copyfile(
-                                source, store.part_path(Unit(base, unit.seed, unit.chunk))
-                            )
+                if unit.phase == ARMS_PHASE:  # forked from the stored bases, as the run did
+                    bases = [Unit(base, unit.seed, unit.chunk) for base in ctx_bases]
+                    missing = [
+                        part_path(run.root, b)
+                        for b in bases
+                        if not part_path(run.root, b).is_file()
+                    ]
+                    if missing:
+                        results.append(
+                            UnitReplay(unit, f"{missing[0]}: missing; cannot fork the arms")
+                        )
+                        continue
+                    for base in bases:
+                        shutil.copyfile(part_path(run.root, base), store.part_path(base))
                 compute_unit(ctx, store, unit, list(run.chunks[unit.chunk]))
                 results.append(UnitReplay(unit, _unit_difference(stored, store.part_path(unit))))
             return results
