@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from nudgeability.splice.conditions import Condition
+from nudgeability.splice.conditions import BASE_CODES, Condition
 
-BASE_PHASES = ("NT", "B", "oracle_B")
+BASE_PHASES = BASE_CODES
 ARMS_PHASE = "arms"
 
 

@@ -10,18 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-ACTION_KINDS = ("SELF", "TOOL", "OTHER", "TRUNC")
+# The committed action read after the final think-close marker: the family parser's own dataclass
+# (kind, answer, tool_name, arguments, reason), stored as it is. `ActionRecord` is its name here.
+from nudgeability.models.families.action import ACTION_KINDS, Action
 
-
-@dataclass(frozen=True)
-class ActionRecord:
-    """The committed action read after the final think-close marker."""
-
-    kind: str  # one of ACTION_KINDS
-    answer: str | None = None  # SELF: the answer text
-    tool_name: str | None = None  # TOOL (and OTHER with a call): the called name
-    arguments: dict | None = None  # TOOL: the parsed arguments
-    reason: str | None = None  # OTHER / TRUNC: why
+ActionRecord = Action
+__all__ = ["ACTION_KINDS", "Action", "ActionRecord", "GradeRecord", "Record"]
 
 
 @dataclass(frozen=True)

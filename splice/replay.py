@@ -13,13 +13,14 @@ import random
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from nudgeability.splice.conditions import CONDITIONS
+from nudgeability.splice.conditions import ARM_BASES
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import ARMS_PHASE, Unit
 from nudgeability.splice.record_diff import first_difference
+from nudgeability.splice.run_config import RunConfig
 from nudgeability.splice.verify import StoredRun
 from nudgeability.splice.work_store import WorkStore, part_path, split_lines
 
@@ -36,7 +37,6 @@ _MOVED_KEYS = {
     "sentences": ("config.sentences", "inputs.sentences.path"),
     "device": ("config.device",),
 }
-_ARM_BASES = tuple(sorted({c.parent for c in CONDITIONS if c.kind == "arm"}))
 
 
 class ReplayError(ValueError):
@@ -80,7 +80,7 @@ def replay_units(
 
     overrides = {"model": model, "data": data, "sentences": sentences, "device": device}
     try:
-        prepared = prepare(_options(run.manifest["config"], overrides))
+        prepared = prepare(_requested(run.manifest["config"], overrides))
     except (ValueError, OSError) as exc:
         raise ReplayError(f"the manifest's configuration cannot be rebuilt here: {exc}") from None
     moved = tuple(key for name, value in overrides.items() if value for key in _MOVED_KEYS[name])
@@ -95,7 +95,7 @@ def replay_units(
             f"difference(s): {'; '.join(differences)})"
         )
     ctx = unit_context(prepared, progress=False)
-    ctx_bases = [base for base in _ARM_BASES if ctx.arms_of[base]]
+    ctx_bases = [base for base in ARM_BASES if ctx.arms_of[base]]
     scratch = Path(tempfile.mkdtemp(prefix="nudge-verify-"))
     try:
         with WorkStore.open(scratch / "replay", run.manifest) as store:
@@ -126,28 +126,10 @@ def replay_units(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _options(config: dict, overrides: dict[str, str | None]):
-    """The `RunOptions` that resolve to a stored config (its resolved values, given again)."""
-    from nudgeability.splice.prepare import RunOptions
-
-    return RunOptions(
-        model=overrides["model"] or config["model"],
-        task=config["task"],
-        data=overrides["data"] or config["data"],
-        n=config["n"],
-        seed=config["sample_seed"],
-        decoding=config["decoding"],
-        seeds=None if config["decoding"] == "greedy" else tuple(config["seeds"]),
-        conditions=",".join(config["conditions"]),
-        max_new_tokens=(config["max_new_tokens"], config["max_new_tokens_arm"]),
-        family=config["family"],
-        sentences=overrides["sentences"] or config["sentences"],
-        dtype=config["dtype"],
-        device=overrides["device"] or config["device"],
-        max_batch_tokens=config["max_batch_tokens"],
-        chunk_size=config["chunk_size"],
-        shard=None if config["shard"] is None else tuple(config["shard"]),
-    )
+def _requested(config: dict, overrides: dict[str, str | None]) -> RunConfig:
+    """The stored (resolved) config, asked for again, with the inputs given anew (if any)."""
+    stored = RunConfig.from_dict(config)
+    return replace(stored, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def _unit_difference(stored: Path, replayed: Path) -> str | None:

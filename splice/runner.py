@@ -1,6 +1,6 @@
 """Running a prepared experiment: the phases, unit by unit, then the records file.
 
-    prepared = prepare(RunOptions(model="smollm2", task="musique", n=4))
+    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
 Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
 from nudgeability.splice.assemble import assemble_records
+from nudgeability.splice.conditions import ARM_BASES
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -96,16 +97,7 @@ def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
         max_batch_tokens=prepared.config.max_batch_tokens,
         progress=progress,
     )  # an inner bar per engine call: sequences done, prefill/decode tok/s
-    return UnitContext(
-        prepared.config,
-        prepared.task,
-        prepared.family,
-        engine,
-        prepared.problems,
-        prepared.prompts,
-        prepared.conditions,
-        prepared.splices,
-    )
+    return UnitContext(prepared, engine)
 
 
 def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
@@ -114,7 +106,7 @@ def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[i
     if unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))
-            for base in ("B", "oracle_B")
+            for base in ARM_BASES
             if ctx.arms_of[base]
         }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)

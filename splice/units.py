@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
-from nudgeability.models.families import SELF, Family
-from nudgeability.splice.conditions import Condition
-from nudgeability.splice.prompts import ProblemPrompts, declared_tools, prompt_sha256
-from nudgeability.splice.records import ActionRecord, Record
-from nudgeability.splice.run_config import RunConfig
-from nudgeability.splice.tasks import Problem, Task
+from nudgeability.models.families import SELF
+from nudgeability.splice.conditions import ARM_BASES, NO_TOOL_BASE, Condition
+from nudgeability.splice.prepare import Prepared
+from nudgeability.splice.prompts import declared_tools, prompt_sha256
+from nudgeability.splice.records import Record
+from nudgeability.splice.tasks import Problem
 
 
 @dataclass
@@ -48,33 +48,27 @@ class UnitCounts:
 class UnitContext:
     """What every unit of one run needs; built once per run."""
 
-    config: RunConfig
-    task: Task
-    family: Family
+    prepared: Prepared  # the config, task, family, problems, prompts, conditions and splices
     engine: Engine
-    problems: Sequence[Problem]
-    prompts: Sequence[ProblemPrompts]  # aligned with problems
-    conditions: Sequence[Condition]
-    splices: dict[str, tuple[int, ...]]  # arm code -> ids appended at the cut
     arms_of: dict[str, list[Condition]] = field(
         init=False
     )  # base code -> its arms, canonical order
 
     def __post_init__(self) -> None:
         self.arms_of = {
-            base: [c for c in self.conditions if c.kind == "arm" and c.parent == base]
-            for base in ("B", "oracle_B")
+            base: [c for c in self.prepared.conditions if c.kind == "arm" and c.parent == base]
+            for base in ARM_BASES
         }
 
     def params(self, seed: int, problem_id: str, code: str, budget: int) -> SamplingParams:
         """Sampling settings of one sequence; its random stream is keyed by (seed, problem, condition)."""
         return SamplingParams(
             max_new_tokens=budget,
-            temperature=self.config.temperature,
-            top_p=self.config.top_p,
+            temperature=self.prepared.config.temperature,
+            top_p=self.prepared.config.top_p,
             seed_key=(seed, problem_id, code),
-            stop_token_ids=tuple(self.family.stop_token_ids),
-            stop_strings=tuple(self.family.stop_strings),
+            stop_token_ids=tuple(self.prepared.family.stop_token_ids),
+            stop_strings=tuple(self.prepared.family.stop_strings),
         )
 
 
@@ -82,15 +76,16 @@ def run_base_unit(
     ctx: UnitContext, base: str, seed: int, indices: Sequence[int]
 ) -> tuple[list[Record], UnitCounts]:
     """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each."""
-    prompts = [list(ctx.prompts[i].for_base(base)) for i in indices]
+    prompts = [list(ctx.prepared.prompts[i].for_base(base)) for i in indices]
     params = [
-        ctx.params(seed, ctx.problems[i].id, base, ctx.config.max_new_tokens) for i in indices
+        ctx.params(seed, ctx.prepared.problems[i].id, base, ctx.prepared.config.max_new_tokens)
+        for i in indices
     ]
     outs = ctx.engine.generate(prompts, params)
     counts, records = UnitCounts(), []
     for i, prompt, out in zip(indices, prompts, outs):
         counts.add(out, shared=False)
-        records.append(base_record(ctx, ctx.problems[i], base, seed, prompt, out))
+        records.append(base_record(ctx, ctx.prepared.problems[i], base, seed, prompt, out))
     return records, counts
 
 
@@ -99,15 +94,17 @@ def base_record(
 ) -> Record:
     """The record of a base run: its boundary (B, oracle_B), action and grade."""
     generated = list(out.token_ids)
-    tools = declared_tools(ctx.task, base)
-    boundary = None if base == "NT" else ctx.family.find_boundary(generated)
-    action = ctx.family.parse_action(generated[boundary or 0 :], out.finish_reason, tools=tools)
+    tools = declared_tools(ctx.prepared.task, base)
+    boundary = None if base == NO_TOOL_BASE else ctx.prepared.family.find_boundary(generated)
+    action = ctx.prepared.family.parse_action(
+        generated[boundary or 0 :], out.finish_reason, tools=tools
+    )
     grade = None
-    if base == "NT" or action.kind == SELF:
-        grade = ctx.task.grade(problem, action.answer)
+    if base == NO_TOOL_BASE or action.kind == SELF:
+        grade = ctx.prepared.task.grade(problem, action.answer)
     return Record(
         problem_id=problem.id,
-        task=ctx.task.name,
+        task=ctx.prepared.task.name,
         condition=base,
         sentence_id=None,
         seed=seed,
@@ -116,9 +113,9 @@ def base_record(
         prefix_tokens=None,
         boundary=boundary,
         generated_ids=generated,
-        text=ctx.family.decode(generated),
+        text=ctx.prepared.family.decode(generated),
         finish_reason=out.finish_reason,
-        action=ActionRecord(**action.to_record()),
+        action=action,
         grade=grade,
     )
 
@@ -146,8 +143,8 @@ def run_arms_unit(
         bases[base] = {record["problem_id"]: record for record in map(json.loads, lines)}
     requests, groups = [], []
     for i in indices:
-        problem = ctx.problems[i]
-        for base in ("B", "oracle_B"):
+        problem = ctx.prepared.problems[i]
+        for base in ARM_BASES:
             arms = ctx.arms_of[base]
             if not arms:
                 continue
@@ -155,10 +152,10 @@ def run_arms_unit(
             if record["boundary"] is None:
                 continue
             reasoning = record["generated_ids"][: record["boundary"]]
-            prefix = list(ctx.prompts[i].for_base(base)) + reasoning
-            suffixes = [list(ctx.splices[arm.code]) for arm in arms]
+            prefix = list(ctx.prepared.prompts[i].for_base(base)) + reasoning
+            suffixes = [list(ctx.prepared.splices[arm.code]) for arm in arms]
             params = [
-                ctx.params(seed, problem.id, arm.code, ctx.config.max_new_tokens_arm)
+                ctx.params(seed, problem.id, arm.code, ctx.prepared.config.max_new_tokens_arm)
                 for arm in arms
             ]
             requests.append(ForkRequest(prefix, suffixes, params))
@@ -172,10 +169,10 @@ def run_arms_unit(
             records.append(
                 arm_record(
                     ctx,
-                    ctx.problems[group.index],
+                    ctx.prepared.problems[group.index],
                     arm,
                     seed,
-                    ctx.prompts[group.index].for_base(group.base),
+                    ctx.prepared.prompts[group.index].for_base(group.base),
                     group.prefix_tokens,
                     out,
                 )
@@ -194,14 +191,14 @@ def arm_record(
 ) -> Record:
     """The record of one arm: the action read from its splice ids plus its generation."""
     generated = list(out.token_ids)
-    action = ctx.family.parse_action(
-        list(ctx.splices[arm.code]) + generated,
+    action = ctx.prepared.family.parse_action(
+        list(ctx.prepared.splices[arm.code]) + generated,
         out.finish_reason,
-        tools=declared_tools(ctx.task, arm.parent),
+        tools=declared_tools(ctx.prepared.task, arm.parent),
     )
     return Record(
         problem_id=problem.id,
-        task=ctx.task.name,
+        task=ctx.prepared.task.name,
         condition=arm.code,
         sentence_id=arm.sentence_id,
         seed=seed,
@@ -210,8 +207,8 @@ def arm_record(
         prefix_tokens=prefix_tokens,
         boundary=None,
         generated_ids=generated,
-        text=ctx.family.decode(generated),
+        text=ctx.prepared.family.decode(generated),
         finish_reason=out.finish_reason,
-        action=ActionRecord(**action.to_record()),
+        action=action,
         grade=None,
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from nudgeability.splice.assemble import IncompleteRunError, assemble_records
 from nudgeability.splice.conditions import (
+    BASE_CODES,
     CONDITIONS,
     Condition,
     UnknownConditionError,
@@ -230,7 +231,6 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 Key = tuple[str, str, int]
-_BASE_CODES = frozenset(c.code for c in CONDITIONS if c.kind == "base")
 
 
 def _read_keys(path: Path) -> tuple[list[Key], dict[Key, int | None]]:
@@ -242,7 +242,7 @@ def _read_keys(path: Path) -> tuple[list[Key], dict[Key, int | None]]:
             record = json.loads(line)
             key = (record["problem_id"], record["condition"], record["seed"])
             hash(key)  # a tampered field could hold a list
-            if record["condition"] in _BASE_CODES:
+            if record["condition"] in BASE_CODES:
                 boundaries.setdefault(key, record["boundary"])
         except json.JSONDecodeError as exc:
             raise _Unreadable(f"{path}:{number}: not valid JSON ({exc.msg})") from None
