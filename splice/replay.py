@@ -95,35 +95,35 @@ def replay_units(
             f"difference(s): {'; '.join(differences)})"
         )
     ctx = unit_context(prepared, progress=False)
-    ctx_bases = [base for base in ARM_BASES if ctx.arms_of[base]]
+    bases = [base for base in ARM_BASES if ctx.arms_of[base]]
     scratch = Path(tempfile.mkdtemp(prefix="nudge-verify-"))
     try:
         with WorkStore.open(scratch / "replay", run.manifest) as store:
             results = []
             for unit in units:
                 stored = part_path(run.root, unit)
-                if not stored.is_file():
-                    results.append(UnitReplay(unit, f"{stored}: missing; nothing to compare"))
+                problem = _stage(run, store, unit, bases) if stored.is_file() else "missing"
+                if problem is not None:
+                    results.append(UnitReplay(unit, f"{stored}: {problem}; nothing to compare"))
                     continue
-                if unit.phase == ARMS_PHASE:  # forked from the stored bases, as the run did
-                    bases = [Unit(base, unit.seed, unit.chunk) for base in ctx_bases]
-                    missing = [
-                        part_path(run.root, b)
-                        for b in bases
-                        if not part_path(run.root, b).is_file()
-                    ]
-                    if missing:
-                        results.append(
-                            UnitReplay(unit, f"{missing[0]}: missing; cannot fork the arms")
-                        )
-                        continue
-                    for base in bases:
-                        shutil.copyfile(part_path(run.root, base), store.part_path(base))
                 compute_unit(ctx, store, unit, list(run.chunks[unit.chunk]))
                 results.append(UnitReplay(unit, _unit_difference(stored, store.part_path(unit))))
             return results
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stage(run: StoredRun, store: WorkStore, unit: Unit, bases: list[str]) -> str | None:
+    """Copy the stored base parts an arms unit forks from (as the run did) into `store`; what
+    prevents the replay, or None."""
+    if unit.phase != ARMS_PHASE:
+        return None
+    for base in bases:
+        source = part_path(run.root, Unit(base, unit.seed, unit.chunk))
+        if not source.is_file():
+            return f"its base part {source} is missing"
+        shutil.copyfile(source, store.part_path(Unit(base, unit.seed, unit.chunk)))
+    return None
 
 
 def _requested(config: dict, overrides: dict[str, str | None]) -> RunConfig:
