@@ -11,11 +11,11 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from nudgeability.splice.conditions import Condition
-from nudgeability.splice.plan import Unit, canonical_keys, phases_of, units_of
+from nudgeability.splice.conditions import Condition, get_condition
+from nudgeability.splice.plan import ARMS_PHASE, Unit, canonical_keys, phases_of, units_of
 
 
-class IncompleteRunError(RuntimeError):
+class IncompleteRunError(ValueError):
     """The parts of a run do not add up to its records (a bug or a tampered directory)."""
 
 
@@ -31,7 +31,7 @@ def assemble_records(
     """The record lines of the chunks `mine`, chunk by chunk (never all in memory).
 
     `read_part(unit)` gives a stored unit's lines. Within a chunk, records follow
-    `canonical_keys`; every base has a record, arms are absent where the base never closed.
+    `canonical_keys`; every base has a record, an arm is absent only where its base never closed.
     Raises `IncompleteRunError` naming `parts_dir` and the key when parts are missing or doubled.
     """
     phases = phases_of(conditions)
@@ -48,13 +48,25 @@ def assemble_records(
                     )
                 found[key] = line
         ids = [problem_ids[i] for i in chunks[chunk]]
+        closed: dict[tuple[str, str, int], bool] = {}  # (problem, base, seed) -> base closed
         for key in canonical_keys(ids, conditions, seeds):
             line = found.pop(key, None)
+            problem_id, code, seed = key
             if line is not None:
+                if code in bases:
+                    closed[key] = json.loads(line)["boundary"] is not None
                 yield line
-            elif key[1] in bases:  # every base has a record; arms are absent when it never closed
+            elif code in bases:  # every base has a record
                 raise IncompleteRunError(
                     f"{parts_dir}: no record for {key}; remove the directory and run again"
+                )
+            elif closed.get((problem_id, get_condition(code).parent, seed), False):
+                # An arm is absent only when its base never closed; this one's base did.
+                unit = Unit(ARMS_PHASE, seed, chunk)
+                raise IncompleteRunError(
+                    f"{parts_dir / (unit.name + '.jsonl')}: unit {unit.name} has no record for "
+                    f"arm {code} of problem {problem_id} (seed {seed}), though its base closed "
+                    "its thinking; delete that part file and run again to recompute the unit"
                 )
         if found:
             raise IncompleteRunError(f"{parts_dir}: unexpected records {sorted(found)[:3]}")

@@ -3,7 +3,7 @@
     prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
-Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
+Order of work (splice/README.md): NT for all problems, then B, then oracle_B, then the arms. Each
 phase walks its units (seed, chunk) in order; a unit whose part file exists is skipped, so a run
 killed at any moment and started again finishes only the missing work. When every unit of this
 shard is stored, `records.jsonl` is assembled from the parts in canonical order (problems, then

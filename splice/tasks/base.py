@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from nudgeability.splice.records import GradeRecord
+from nudgeability.splice.tasks.scoring import labelled_answer
 
 Messages = list[dict]
 Tools = list[dict]
@@ -162,3 +163,9 @@ class Task(ABC):
     @abstractmethod
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Grade a committed answer; `correct` is None when the answer cannot be graded."""
+
+    def holds_answer(self, text: str) -> bool:
+        """Whether `text` holds an answer in this task's format: a labelled line (`Answer: …`)
+        with a non-empty span. The families call it on the text beside a tool call, to tell an
+        answer (OTHER, call_and_answer) from narration (TOOL); see splice/README.md."""
+        return labelled_answer(text) is not None
