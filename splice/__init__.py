@@ -10,7 +10,8 @@
 - plan.py, units.py, runner.py, work_store.py, merge.py: the resumable, shardable runner;
   assemble.py: records.jsonl from the part files, in canonical order (runner and audit);
   manifest.py: the manifest, its input hashes and the seal of a finished run's files;
-- verify.py (inputs, completeness, integrity), replay.py (units recomputed by the runner's own
-  code), record_diff.py (first differing field), verify_cli.py: `nudge verify`, the audit;
+- verify.py (the plan of a stored run, completeness), verify_hashes.py (inputs, integrity),
+  replay.py (units recomputed by the runner's own code), record_diff.py (first differing field),
+  verify_cli.py: `nudge verify`, the audit;
 - records.py: the record schema (the action field is models/families/action.py's `Action`).
 """

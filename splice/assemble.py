@@ -58,7 +58,8 @@ def assemble_records(
                 yield line
             elif code in bases:  # every base has a record
                 raise IncompleteRunError(
-                    f"{parts_dir}: no record for {key}; remove the directory and run again"
+                    f"{parts_dir}: no record for {key}; run the same command again: parts are "
+                    "checked on resume and a damaged one is recomputed"
                 )
             elif closed.get((problem_id, get_condition(code).parent, seed), False):
                 # An arm is absent only when its base never closed; this one's base did.

@@ -24,19 +24,9 @@ from nudgeability.splice.run_config import RunConfig
 from nudgeability.splice.verify import StoredRun
 from nudgeability.splice.work_store import WorkStore, part_path, split_lines
 
-# what a moved input changes in the manifest besides its hashes: ignored when it is given again
-_MOVED_KEYS = {
-    "model": (
-        "config.model",
-        "config.model_label",
-        "experiment.model",
-        "inputs.checkpoint.directory",
-        "inputs.checkpoint.gguf.path",
-    ),
-    "data": ("config.data", "inputs.data.path"),
-    "sentences": ("config.sentences", "inputs.sentences.path"),
-    "device": ("config.device",),
-}
+# compare_manifests ignores where the inputs are (manifest.LOCATION_KEYS); replaying on another
+# device than the run's (--device) changes the config's device too
+_DEVICE_KEY = "config.device"
 
 
 class ReplayError(ValueError):
@@ -83,11 +73,10 @@ def replay_units(
         prepared = prepare(_requested(run.manifest["config"], overrides))
     except (ValueError, OSError) as exc:
         raise ReplayError(f"the manifest's configuration cannot be rebuilt here: {exc}") from None
-    moved = tuple(key for name, value in overrides.items() if value for key in _MOVED_KEYS[name])
     differences = [
         line
         for line in compare_manifests(run.manifest, prepared.manifest, ("stored", "here"))[0]
-        if not line.startswith(moved)
+        if not (device and line.startswith(_DEVICE_KEY + ":"))
     ]
     if differences:
         raise ReplayError(

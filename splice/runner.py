@@ -13,6 +13,7 @@ records.jsonl and the parts (last, atomically). The same config gives the same b
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -20,11 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from nudgeability.engine import Engine
+from nudgeability.models.progress import progress_bar
 from nudgeability.splice.assemble import assemble_records
 from nudgeability.splice.conditions import ARM_BASES
+from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -71,7 +72,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             units = units_of([phase], config.seeds, mine)
             with _PhaseBar(phase, units, chunks, progress) as bar:
                 for unit in units:
-                    if store.has(unit):
+                    if store.has(unit) and _sound(prepared, store, unit, chunks):
                         resumed += 1
                         bar.done(unit, None)
                         continue
@@ -86,6 +87,28 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
         path = store.write_records(_counted(lines, tally))
         store.seal()
         return RunResult(path.parent, tally[0], computed, resumed)
+
+
+def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]) -> bool:
+    """Whether a stored part can be reused; a damaged one is set aside, named in one line."""
+    ids = [prepared.problems[i].id for i in chunks[unit.chunk]]
+    bases = {}
+    if unit.phase == ARMS_PHASE:  # the base parts were checked (or recomputed) in earlier phases
+        for base in {c.parent for c in prepared.conditions if c.kind == "arm"}:
+            lines = store.read_part(Unit(base, unit.seed, unit.chunk))
+            bases[base] = {r["problem_id"]: r for r in map(json.loads, lines)}
+    problem = part_problem(
+        store.part_path(unit), expected_keys(unit, ids, prepared.conditions, bases)
+    )
+    if problem is None:
+        return True
+    moved = store.set_aside(unit)
+    print(
+        f"nudge run: warning: {store.part_path(unit)}: damaged part ({problem}); moved to "
+        f"{moved}, recomputing its unit",
+        file=sys.stderr,
+    )
+    return False
 
 
 def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
@@ -140,15 +163,15 @@ def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
 
 
 class _PhaseBar:
-    """A tqdm bar per phase: problems done (over all seeds), arms decoded, prompt and generated
+    """A progress bar per phase (tqdm on a terminal, plain lines in a log: models/progress.py): problems done (over all seeds), arms decoded, prompt and generated
     tokens per second of compute (resumed units count as done, with no tokens)."""
 
     def __init__(self, phase: str, units: list[Unit], chunks: list[range], enabled: bool):
         self.chunks = chunks
         self.arms = phase == ARMS_PHASE
         total = sum(len(chunks[unit.chunk]) for unit in units)
-        self.bar = tqdm(
-            total=total, desc=f"{phase:>8}", unit="problem", disable=not enabled, dynamic_ncols=True
+        self.bar = progress_bar(
+            total, f"{phase:>8}", "problem", enabled=enabled, dynamic_ncols=True
         )
         self.sequences = self.tokens = self.prefill = 0
         self.seconds = 0.0

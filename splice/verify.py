@@ -1,9 +1,10 @@
-"""Auditing a finished run directory: its inputs, completeness and integrity (replay: replay.py).
+"""Auditing a finished run directory: the run's plan, the check results, and completeness.
 
     run = open_run("runs/smollm2-strategyqa-greedy")
     checks = [check_inputs(run), check_completeness(run), check_integrity(run)]
 
-Each check reads the run directory and never writes to it, and returns one `Check`: a status and
+`check_inputs` and `check_integrity` (hashes) live in verify_hashes.py, the replay in replay.py,
+the command in verify_cli.py. Each check reads the run directory and never writes to it, and returns one `Check`: a status and
 one line naming the first problem found (and how many there are in all), so that an auditor sees
 the cause at once. The plan (problems, conditions, seeds, chunks, this shard's units) is rebuilt
 from the manifest with the runner's own plan code (`plan.py`, `assemble.py`), never a copy.
@@ -26,14 +27,9 @@ from nudgeability.splice.conditions import (
     UnknownConditionError,
     parse_conditions,
 )
-from nudgeability.splice.manifest import (
-    SEAL_KEY,
-    compare_manifests,
-    git_commit,
-    package_versions,
-    sha256_file,
-)
+from nudgeability.splice.part_check import expected_keys, part_problem, read_records
 from nudgeability.splice.plan import (
+    ARMS_PHASE,
     Unit,
     canonical_keys,
     chunk_bounds,
@@ -114,77 +110,10 @@ def open_run(root: str | Path) -> StoredRun:
     return StoredRun(root, manifest, problems, conditions, seeds, chunks, mine)
 
 
-def _summary(problems: list[str], what: str) -> str:
+def summary(problems: list[str], what: str) -> str:
     """The first problem, and how many there are in all."""
     more = f" (and {len(problems) - 1} more {what})" if len(problems) > 1 else ""
     return problems[0] + more
-
-
-# ----- 1. inputs -----------------------------------------------------------------------------------
-def check_inputs(
-    run: StoredRun, model: str | None = None, data: str | None = None, sentences: str | None = None
-) -> Check:
-    """Re-hash the checkpoint, data and sentences files (from the bytes, never a cached hash)
-    and compare them with the manifest; `model`, `data`, `sentences` give moved files again.
-    Package versions and the git commit that differ are warnings."""
-    from nudgeability.models.loader import resolve
-
-    inputs = run.manifest.get("inputs", {})
-    problems = []
-    for name, override in (("data", data), ("sentences", sentences)):
-        stored = inputs.get(name, {})
-        path = override or stored.get("path")
-        problems.extend(_compare_file(f"{name} file", path, stored, f"--{name}"))
-    stored = inputs.get("checkpoint", {})
-    spec = model or run.manifest["config"]["model"]
-    try:
-        source = resolve(spec)
-    except (ValueError, OSError) as exc:
-        problems.append(f"checkpoint {spec}: cannot be found here ({exc}); pass it with --model")
-        source = None
-    if source is not None:
-        files = {path.name: path for path in source.files}
-        stored_files = stored.get("files", {})
-        for name in sorted(set(files) | set(stored_files)):
-            if name not in files:
-                problems.append(f"checkpoint file {source.directory / name}: missing")
-            elif name not in stored_files:
-                problems.append(f"checkpoint file {files[name]}: not in the manifest")
-            else:
-                problems.extend(
-                    _compare_file("checkpoint file", files[name], {"sha256": stored_files[name]})
-                )
-        gguf = stored.get("gguf")
-        if (gguf is None) != (source.gguf is None):
-            problems.append(f"checkpoint {spec}: GGUF {source.gguf}, the manifest says {gguf}")
-        elif gguf is not None:
-            problems.extend(_compare_file("checkpoint GGUF", source.gguf, gguf, "--model"))
-    now = {"versions": package_versions(), "git_commit": git_commit()}
-    _, changed = compare_manifests(
-        {k: run.manifest.get(k) for k in now}, now, ("the run had", "this checkout has")
-    )
-    if problems:
-        return Check("inputs", FAIL, _summary(problems, "input problems"), tuple(changed))
-    count = len(stored.get("files", {})) + (stored.get("gguf") is not None)
-    detail = (
-        f"checkpoint ({count} files), data and sentences files re-hashed: equal to the manifest"
-    )
-    return Check("inputs", OK, detail, tuple(changed))
-
-
-def _compare_file(what: str, path: str | Path | None, stored: dict, flag: str = "") -> list[str]:
-    """[] when the file's bytes hash to `stored["sha256"]`; else the one-line problem (a missing
-    input names the `flag` that gives its new place)."""
-    if path is None or not Path(path).is_file():
-        hint = f"; if it moved, pass its new place with {flag}" if flag else ""
-        return [f"{what} {path}: missing{hint}"]
-    digest = sha256_file(path, cached=False)
-    if digest != stored.get("sha256"):
-        return [
-            f"{what} {path}: sha256 {digest[:12]}…, the manifest recorded "
-            f"{str(stored.get('sha256'))[:12]}… (the file changed)"
-        ]
-    return []
 
 
 # ----- 2. completeness -----------------------------------------------------------------------------
@@ -204,7 +133,7 @@ def check_completeness(run: StoredRun) -> Check:
     if not problems:
         problems = _part_problems(run, path)
     if problems:
-        return Check("completeness", FAIL, _summary(problems, "problems"))
+        return Check("completeness", FAIL, summary(problems, "problems"))
     arms = sum(1 for key in keys if key not in boundaries)
     return Check(
         "completeness",
@@ -318,19 +247,12 @@ def _part_problems(run: StoredRun, path: Path) -> list[str]:
         for extra in sorted((run.root / PARTS).glob("*.jsonl"))
         if extra.name not in names
     ]
+    problems += _unsound_parts(run, units)
     if problems:
         return problems
 
     def read_part(unit: Unit) -> list[str]:
-        lines = list(_lines(part_path(run.root, unit)))
-        for number, line in enumerate(lines, 1):
-            try:
-                json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise _Unreadable(
-                    f"{part_path(run.root, unit)}:{number}: not valid JSON ({exc.msg})"
-                ) from None
-        return lines
+        return list(_lines(part_path(run.root, unit)))  # each one checked by _unsound_parts
 
     assembled = assemble_records(
         run.problem_ids,
@@ -355,36 +277,27 @@ def _part_problems(run: StoredRun, path: Path) -> list[str]:
     return []
 
 
-# ----- 3. integrity --------------------------------------------------------------------------------
-def check_integrity(run: StoredRun) -> Check:
-    """records.jsonl and every part file against the sha256 sealed in the manifest."""
-    seal = run.manifest.get(SEAL_KEY)
-    if seal is None:
-        return Check(
-            "integrity",
-            UNSEALED,
-            f"{run.root / MANIFEST} holds no seal (a run made before sealing existed, or one "
-            "that never finished): the records cannot be checked against hashes",
-        )
+def _unsound_parts(run: StoredRun, units: list[Unit]) -> list[str]:
+    """Each part checked as a resume checks it (`part_check.py`): UTF-8, JSON records, exactly
+    its unit's keys (an arms unit's from its base parts' boundaries)."""
     problems = []
-    records = run.root / RECORDS
-    stored_records = seal.get("records", {})
-    problems += _compare_file("records file", records, stored_records) if records.is_file() else []
-    if not records.is_file():
-        problems.append(f"{records}: missing, though the manifest is sealed")
-    sealed_parts = seal.get("parts", {})
-    present = {path.name: path for path in (run.root / PARTS).glob("*.jsonl")}
-    for name in sorted(set(sealed_parts) | set(present)):
-        if name not in present:
-            problems.append(f"{run.root / PARTS / name}: missing, though the seal lists it")
-        elif name not in sealed_parts:
-            problems.append(f"{present[name]}: not in the manifest's seal")
-        else:
-            problems += _compare_file("part file", present[name], {"sha256": sealed_parts[name]})
-    if problems:
-        return Check("integrity", FAIL, _summary(problems, "integrity problems"))
-    return Check(
-        "integrity",
-        OK,
-        f"records.jsonl and {len(sealed_parts)} part files match the sha256 sealed in the manifest",
-    )
+    damaged: set[Unit] = set()
+    for unit in units:
+        path = part_path(run.root, unit)
+        if not path.is_file():
+            continue
+        ids = [run.problem_ids[i] for i in run.chunks[unit.chunk]]
+        bases = {}
+        if unit.phase == ARMS_PHASE:
+            parents = {c.parent for c in run.conditions if c.kind == "arm"}
+            base_units = [Unit(base, unit.seed, unit.chunk) for base in sorted(parents)]
+            if any(b in damaged or not part_path(run.root, b).is_file() for b in base_units):
+                continue  # its bases are reported; the arms cannot be checked against them
+            for base, base_unit in zip(sorted(parents), base_units):
+                records, _ = read_records(part_path(run.root, base_unit))
+                bases[base] = {record["problem_id"]: record for record in records}
+        problem = part_problem(path, expected_keys(unit, ids, run.conditions, bases))
+        if problem is not None:
+            damaged.add(unit)
+            problems.append(f"{path}: {problem}")
+    return problems

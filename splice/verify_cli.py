@@ -24,10 +24,9 @@ from nudgeability.splice.verify import (
     Check,
     StoredRun,
     check_completeness,
-    check_inputs,
-    check_integrity,
     open_run,
 )
+from nudgeability.splice.verify_hashes import check_inputs, check_integrity
 
 DEFAULT_SAMPLE = 2
 
