@@ -14,6 +14,8 @@ from dataclasses import fields
 
 from nudgeability.splice.records import Record
 
+_ABSENT = object()  # a field one record has and the other lacks (not the same as null)
+
 
 def first_difference(
     stored: str, replayed: str, labels: tuple[str, str] = ("stored", "replayed")
@@ -29,7 +31,7 @@ def first_difference(
     key = tuple(a.get(name) for name in ("problem_id", "condition", "seed"))
     order = [f.name for f in fields(Record)]
     for name in order + sorted((set(a) | set(b)) - set(order)):
-        path = _first_path(a.get(name), b.get(name), name, labels)
+        path = _first_path(a.get(name, _ABSENT), b.get(name, _ABSENT), name, labels)
         if path is not None:
             return f"record {key}: first differing field {path}"
     return f"record {key}: same values, other bytes (formatting)"
@@ -39,7 +41,7 @@ def _first_path(a: object, b: object, path: str, labels: tuple[str, str]) -> str
     """Where two JSON values first differ, e.g. 'generated_ids[7]: stored 12, replayed 40'."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
-            found = _first_path(a.get(key), b.get(key), f"{path}.{key}", labels)
+            found = _first_path(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{path}.{key}", labels)
             if found is not None:
                 return found
         return None
@@ -57,5 +59,7 @@ def _first_path(a: object, b: object, path: str, labels: tuple[str, str]) -> str
 
 
 def _short(value: object) -> str:
+    if value is _ABSENT:
+        return "absent"
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
