@@ -9,12 +9,14 @@ directory). Nothing is written into the run directory.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nudgeability.splice.conditions import ARM_BASES
 from nudgeability.splice.manifest import compare_manifests
@@ -23,6 +25,9 @@ from nudgeability.splice.record_diff import first_difference
 from nudgeability.splice.run_config import RunConfig
 from nudgeability.splice.verify import StoredRun
 from nudgeability.splice.work_store import WorkStore, part_path, split_lines
+
+if TYPE_CHECKING:
+    from nudgeability.splice.units import UnitContext
 
 # compare_manifests ignores where the inputs are (manifest.LOCATION_KEYS); replaying on another
 # device than the run's (--device) changes the config's device too
@@ -66,7 +71,7 @@ def replay_units(
     inputs...), naming the differing manifest keys.
     """
     from nudgeability.splice.prepare import prepare
-    from nudgeability.splice.runner import compute_unit, unit_context
+    from nudgeability.splice.runner import unit_context
 
     overrides = {"model": model, "data": data, "sentences": sentences, "device": device}
     try:
@@ -84,6 +89,31 @@ def replay_units(
             f"difference(s): {'; '.join(differences)})"
         )
     ctx = unit_context(prepared, progress=False)
+    with _threads_of(run.manifest):
+        return _replay(run, units, ctx)
+
+
+@contextlib.contextmanager
+def _threads_of(manifest: dict):
+    """torch's CPU threads as the run had them (the manifest's `threads`, when recorded): another
+    count can change how a CPU sums, and so the last bits of a logit."""
+    import torch
+
+    from nudgeability.engine.threads import set_threads
+
+    before = torch.get_num_threads()
+    stored = manifest.get("threads")
+    set_threads(stored if isinstance(stored, int) and stored >= 1 else None)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _replay(run: StoredRun, units: Sequence[Unit], ctx: UnitContext) -> list[UnitReplay]:
+    """Each unit computed by the runner into a scratch directory and compared with its part."""
+    from nudgeability.splice.runner import compute_unit
+
     bases = [base for base in ARM_BASES if ctx.arms_of[base]]
     scratch = Path(tempfile.mkdtemp(prefix="nudge-verify-"))
     try:
