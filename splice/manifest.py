@@ -208,12 +208,20 @@ def build_manifest(
     }
 
 
-def seal_of(records: Path, parts: list[Path]) -> dict:
-    """The `seal` of a finished run: sha256 and line count of its records file, sha256 of each
-    part file (by name). Hashes are always read from the bytes, never from the cache."""
-    with open(records, "rb") as handle:
-        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 23), b""))
-    return {
-        "records": {"sha256": sha256_file(records, cached=False), "lines": lines},
+def seal_of(records: Path, parts: list[Path], resolutions: Path | None = None) -> dict:
+    """The `seal` of a finished run: sha256 and line count of its records file (and of its
+    resolutions file, when the run has one), sha256 of each part file (by name). Hashes are
+    always read from the bytes, never from the cache."""
+    seal = {
+        "records": _sealed_lines(records),
         "parts": {part.name: sha256_file(part, cached=False) for part in sorted(parts)},
     }
+    if resolutions is not None and resolutions.is_file():
+        seal["resolutions"] = _sealed_lines(resolutions)
+    return seal
+
+
+def _sealed_lines(path: Path) -> dict:
+    with open(path, "rb") as handle:
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 23), b""))
+    return {"sha256": sha256_file(path, cached=False), "lines": lines}

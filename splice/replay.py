@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nudgeability.splice.conditions import ARM_BASES
+from nudgeability.splice.conditions import BASE_CODES
 from nudgeability.splice.manifest import compare_manifests
-from nudgeability.splice.plan import ARMS_PHASE, Unit
+from nudgeability.splice.plan import Unit, phases_of
 from nudgeability.splice.record_diff import first_difference
 from nudgeability.splice.run_config import RunConfig
 from nudgeability.splice.verify import StoredRun
@@ -114,14 +114,14 @@ def _replay(run: StoredRun, units: Sequence[Unit], ctx: UnitContext) -> list[Uni
     """Each unit computed by the runner into a scratch directory and compared with its part."""
     from nudgeability.splice.runner import compute_unit
 
-    bases = [base for base in ARM_BASES if ctx.arms_of[base]]
+    phases = phases_of(run.conditions, bool(run.manifest["config"].get("resolve")))
     scratch = Path(tempfile.mkdtemp(prefix="nudge-verify-"))
     try:
         with WorkStore.open(scratch / "replay", run.manifest) as store:
             results = []
             for unit in units:
                 stored = part_path(run.root, unit)
-                problem = _stage(run, store, unit, bases) if stored.is_file() else "missing"
+                problem = _stage(run, store, unit, phases) if stored.is_file() else "missing"
                 if problem is not None:
                     results.append(UnitReplay(unit, f"{stored}: {problem}; nothing to compare"))
                     continue
@@ -132,16 +132,16 @@ def _replay(run: StoredRun, units: Sequence[Unit], ctx: UnitContext) -> list[Uni
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _stage(run: StoredRun, store: WorkStore, unit: Unit, bases: list[str]) -> str | None:
-    """Copy the stored base parts an arms unit forks from (as the run did) into `store`; what
-    prevents the replay, or None."""
-    if unit.phase != ARMS_PHASE:
+def _stage(run: StoredRun, store: WorkStore, unit: Unit, phases: list[str]) -> str | None:
+    """Copy the stored parts a unit builds on (an arms unit its bases, a resolve unit the chunk's
+    records), as the run read them, into `store`; what prevents the replay, or None."""
+    if unit.phase in BASE_CODES:
         return None
-    for base in bases:
-        source = part_path(run.root, Unit(base, unit.seed, unit.chunk))
+    for phase in phases[: phases.index(unit.phase)]:
+        source = part_path(run.root, Unit(phase, unit.seed, unit.chunk))
         if not source.is_file():
-            return f"its base part {source} is missing"
-        shutil.copyfile(source, store.part_path(Unit(base, unit.seed, unit.chunk)))
+            return f"the part it builds on, {source}, is missing"
+        shutil.copyfile(source, store.part_path(Unit(phase, unit.seed, unit.chunk)))
     return None
 
 

@@ -65,13 +65,21 @@ class RunConfig:
     chunk_size: int = DEFAULT_CHUNK_SIZE  # problems per unit of work (and per base batch)
     max_batch_tokens: int | None = None  # the engine's KV budget per batch; None: one per unit
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
+    resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)
+    retrieve_k: int = 1  # paragraphs MuSiQue's `retrieve` returns in the resolution phase
 
     def to_dict(self) -> dict:
-        """The config as plain JSON values (tuples become lists)."""
+        """The config as plain JSON values (tuples become lists).
+
+        A run without the resolution phase leaves out `resolve` and `retrieve_k`, so its manifest
+        is the one earlier versions wrote, and their runs still resume.
+        """
         data = asdict(self)
         for key, value in data.items():
             if isinstance(value, tuple):
                 data[key] = list(value)
+        if not self.resolve:
+            del data["resolve"], data["retrieve_k"]
         return data
 
     @classmethod

@@ -30,6 +30,7 @@ from nudgeability.splice.conditions import (
 from nudgeability.splice.part_check import expected_keys, part_problem, read_records
 from nudgeability.splice.plan import (
     ARMS_PHASE,
+    RESOLVE_PHASE,
     Unit,
     canonical_keys,
     chunk_bounds,
@@ -82,7 +83,8 @@ class StoredRun:
 
     def units(self) -> list[Unit]:
         """This run's units of work, in order of work."""
-        return units_of(phases_of(self.conditions), self.seeds, self.mine)
+        resolve = bool(self.manifest["config"].get("resolve"))
+        return units_of(phases_of(self.conditions, resolve), self.seeds, self.mine)
 
 
 def open_run(root: str | Path) -> StoredRun:
@@ -284,7 +286,7 @@ def _unsound_parts(run: StoredRun, units: list[Unit]) -> list[str]:
     damaged: set[Unit] = set()
     for unit in units:
         path = part_path(run.root, unit)
-        if not path.is_file():
+        if not path.is_file() or unit.phase == RESOLVE_PHASE:  # resolutions: not records
             continue
         ids = [run.problem_ids[i] for i in run.chunks[unit.chunk]]
         bases = {}

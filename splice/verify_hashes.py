@@ -19,7 +19,7 @@ from nudgeability.splice.manifest import (
     sha256_file,
 )
 from nudgeability.splice.verify import FAIL, OK, UNSEALED, Check, StoredRun, summary
-from nudgeability.splice.work_store import MANIFEST, PARTS, RECORDS
+from nudgeability.splice.work_store import MANIFEST, PARTS, RECORDS, RESOLUTIONS
 
 
 # ----- inputs --------------------------------------------------------------------------------------
@@ -106,6 +106,9 @@ def check_integrity(run: StoredRun) -> Check:
     problems += _compare_file("records file", records, stored_records) if records.is_file() else []
     if not records.is_file():
         problems.append(f"{records}: missing, though the manifest is sealed")
+    resolutions = run.root / RESOLUTIONS  # a run made with --resolve
+    if "resolutions" in seal or resolutions.is_file():
+        problems += _compare_file("resolutions file", resolutions, seal.get("resolutions", {}))
     sealed_parts = seal.get("parts", {})
     present = {path.name: path for path in (run.root / PARTS).glob("*.jsonl")}
     for name in sorted(set(sealed_parts) | set(present)):

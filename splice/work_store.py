@@ -4,6 +4,7 @@
     out/parts/*.jsonl    one file per finished unit of work, written atomically
     out/timings.jsonl    one line per unit computed (clock figures never enter the records)
     out/records.jsonl    assembled from the parts at the end, atomically
+    out/resolutions.jsonl  with `--resolve`: one resolution per TOOL record, assembled likewise
     out/damaged/         part files found damaged on resume, set aside (their units recomputed)
     out/manifest.json    rewritten last, atomically, with the seal (hashes of records and parts)
 
@@ -35,6 +36,7 @@ except ImportError:  # pragma: no cover - Windows
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
+RESOLUTIONS = "resolutions.jsonl"
 TIMINGS = "timings.jsonl"
 PARTS = "parts"
 DAMAGED = "damaged"
@@ -161,9 +163,9 @@ class WorkStore:
         finally:
             os.close(fd)
 
-    def write_records(self, lines: Iterable[str]) -> Path:
-        """Write records.jsonl atomically from `lines`; returns its path."""
-        path = self.root / RECORDS
+    def write_records(self, lines: Iterable[str], name: str = RECORDS) -> Path:
+        """Write records.jsonl (or `name`, e.g. RESOLUTIONS) atomically from `lines`; its path."""
+        path = self.root / name
         atomic_write_lines(path, lines)
         return path
 
@@ -173,7 +175,8 @@ class WorkStore:
         Called last, when records.jsonl is written: the stored manifest (the one the run started
         with, whatever code resumes it) is kept, and only its seal is replaced."""
         manifest = read_manifest(self.root)
-        manifest[SEAL_KEY] = seal_of(self.root / RECORDS, sorted(self.parts.glob("*.jsonl")))
+        parts = sorted(self.parts.glob("*.jsonl"))
+        manifest[SEAL_KEY] = seal_of(self.root / RECORDS, parts, self.root / RESOLUTIONS)
         atomic_write_lines(self.root / MANIFEST, [manifest_text(manifest)])
 
 

@@ -246,22 +246,18 @@ def table_from_records(
     )
 
 
-def load_experiments(
+def labelled_run_dirs(
     run_dirs: Sequence[str | Path], labels: Mapping[str | Path, str] | None = None
-) -> list[ExperimentTable]:
-    """One ExperimentTable per distinct (model, task, decoding) among the run directories, in
-    order of first appearance. `labels` maps run directories to a name that keeps them as their
-    own rows ("model (name)"). Raises RecordsError naming the file and line of any bad record,
-    or the differing keys of runs that cannot be pooled."""
+) -> list[RunDir]:
+    """The run directories read (read_run_dir), each named in `labels` renamed "model (name)" so
+    that it stays an experiment of its own. RecordsError for no directory or an unknown label."""
     if not run_dirs:
         raise RecordsError("no run directory given")
     named = {Path(d).resolve(): name for d, name in (labels or {}).items()}
     unknown = set(named) - {Path(d).resolve() for d in run_dirs}
     if unknown:
         raise RecordsError(f"--label {sorted(unknown)[0]}: not one of the run directories given")
-    groups: dict[tuple[str, str, str], tuple[ExperimentLabel, dict]] = {}
-    asked: dict[tuple[str, str, str], set[str]] = {}
-    first: dict[tuple[str, str, str], RunDir] = {}
+    found = []
     for run_dir in map(read_run_dir, run_dirs):
         name = named.get(run_dir.path.resolve())
         if name is not None:
@@ -269,6 +265,21 @@ def load_experiments(
                 run_dir,
                 label=replace(run_dir.label, model=f"{run_dir.label.model} ({name})"),
             )
+        found.append(run_dir)
+    return found
+
+
+def load_experiments(
+    run_dirs: Sequence[str | Path], labels: Mapping[str | Path, str] | None = None
+) -> list[ExperimentTable]:
+    """One ExperimentTable per distinct (model, task, decoding) among the run directories, in
+    order of first appearance. `labels` maps run directories to a name that keeps them as their
+    own rows ("model (name)"). Raises RecordsError naming the file and line of any bad record,
+    or the differing keys of runs that cannot be pooled."""
+    groups: dict[tuple[str, str, str], tuple[ExperimentLabel, dict]] = {}
+    asked: dict[tuple[str, str, str], set[str]] = {}
+    first: dict[tuple[str, str, str], RunDir] = {}
+    for run_dir in labelled_run_dirs(run_dirs, labels):
         _check_poolable(first.setdefault(run_dir.label.key, run_dir), run_dir)
         label, seen = groups.setdefault(run_dir.label.key, (run_dir.label, {}))
         asked.setdefault(run_dir.label.key, set()).update(run_dir.conditions)
