@@ -15,8 +15,8 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from nudgeability.stats.actions import OTHER, SELF, TOOL
-from nudgeability.stats.grounding import grounded_arm, replicate_weights, retained_rows
 from nudgeability.stats.bootstrap import percentile_interval
+from nudgeability.stats.grounding import grounded_arm, replicate_weights, retained_rows
 from nudgeability.stats.signals import auroc_weighted, crossfit, identity_fit
 
 EXPERIMENTS = 1000
