@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from nudgeability.engine.fork_cache import StepContext
-from nudgeability.engine.sampler import uniform_stream
+from nudgeability.engine.sampler import token_uncertainty, uniform_stream
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.sequence import Sequence
 
@@ -44,6 +44,8 @@ class Batch:
                 )
                 if return_logits:
                     seq.logits = []
+                if params.token_stats:
+                    seq.logprobs, seq.entropies = [], []
                 self.seqs.append(seq)
         self.prefix_lengths = torch.tensor([len(p) for p in self.prefixes], device=device)
         self.p_max = max(len(p) for p in self.prefixes)
@@ -162,6 +164,23 @@ class Batch:
     def sampling_inputs(self, rows: list[int]):
         row_t = torch.tensor(rows, device=self.device)
         return self.temperature[row_t], self.top_p[row_t], self.uniforms[row_t, self.step_index]
+
+    def record_uncertainty(self, rows: list[int], tokens, logits: torch.Tensor) -> None:
+        """Append each scheduled row's token log-probability and entropy (rows that asked)."""
+        wanted = [i for i, row in enumerate(rows) if self.seqs[row].logprobs is not None]
+        if not wanted:
+            return
+        index = torch.tensor(wanted, device=logits.device)
+        logprob, entropy = token_uncertainty(logits[index], tokens[index])
+        for i, lp, h in zip(wanted, logprob.tolist(), entropy.tolist()):
+            self.seqs[rows[i]].logprobs.append(lp)
+            self.seqs[rows[i]].entropies.append(h)
+
+    def keep_hidden(self, rows: list[int], hidden: torch.Tensor) -> None:
+        """Store the hidden state [hidden] of each row that asked for it (float16, CPU)."""
+        for i, row in enumerate(rows):
+            if self.seqs[row].params.return_hidden:
+                self.seqs[row].hidden = hidden[i].to(torch.float16).cpu()
 
     def postprocess(self, rows: list[int], tokens: list[int], logits: torch.Tensor) -> None:
         """Append each scheduled row's new token, and finish rows that hit a stop condition."""

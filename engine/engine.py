@@ -183,6 +183,7 @@ class Engine:
         ids, positions, cache.ctx = batch.suffix_inputs(self.pad_id)
         hidden = self.runner.forward(cache, ids, positions)
         last = hidden[torch.arange(batch.num_rows, device=hidden.device), batch.last_hidden_index()]
+        batch.keep_hidden(batch.active, last)
         self._sample_and_record(batch, batch.active, last)
         self.stats.suffix_tokens += ids.numel()
         self.stats.forward_calls += 1
@@ -219,6 +220,7 @@ class Engine:
         logits = self.runner.logits(hidden)
         temperature, top_p, uniforms = batch.sampling_inputs(rows)
         tokens = sample(logits, temperature, top_p, uniforms)
+        batch.record_uncertainty(rows, tokens, logits)
         batch.postprocess(rows, tokens.tolist(), logits)
 
     # --- validation ---------------------------------------------------------------------------
