@@ -27,7 +27,9 @@ class UnknownConditionError(ValueError):
 class Condition:
     """One run of a problem.
 
-    kind: "base" (NT, B, oracle_B: generated from the prompt) or "arm" (forked from `parent`).
+    kind: "base" (NT, B, oracle_B: generated from the prompt), "arm" (forked from `parent`) or
+        "samples" (`consistency`: K unaided samples per problem for the self-consistency signal,
+        run when `--consistency-samples K` asks for them, never the competence label).
     polarity: "+" confidence, "-" doubt, "0" neutral, None for bases and the empty splice.
     voice: who the sentence speaks as ("first", "second", "reviewer", "expert"), None if no voice.
     sealed: the think-close marker follows the sentence at once.
@@ -139,6 +141,14 @@ CONDITIONS: tuple[Condition, ...] = (
         oracle=True,
         parent="oracle_B",
     ),
+)
+CONSISTENCY = "consistency"
+# Not in CONDITIONS: it is not a run the conditions list selects but part of the uncertainty
+# signals (splice/signals.py), added by `--consistency-samples K`.
+CONSISTENCY_CONDITION = Condition(
+    CONSISTENCY,
+    "K unaided samples at temperature 1.0, top-p 0.95: the self-consistency signal",
+    "samples",
 )
 CONDITION_CODES: tuple[str, ...] = tuple(condition.code for condition in CONDITIONS)
 

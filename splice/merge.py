@@ -23,6 +23,7 @@ from pathlib import Path
 
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import chunk_bounds
+from nudgeability.splice.signals import SIGNALS_DIR
 from nudgeability.splice.work_store import (
     MANIFEST,
     PARTS,
@@ -102,6 +103,10 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
                 timings.extend(split_lines(path.read_text(encoding="utf-8")))
         atomic_write_lines(tmp / TIMINGS, timings)
         _link_parts([by_shard[k] / PARTS for k in sorted(by_shard)], tmp / PARTS)
+        # the hidden states the B records point at (signals/<unit>.npy; unit names are unique)
+        _link_parts(
+            [by_shard[k] / SIGNALS_DIR for k in sorted(by_shard)], tmp / SIGNALS_DIR, "*.npy"
+        )
         os.replace(tmp, out)
     finally:
         if tmp.exists():
@@ -194,12 +199,12 @@ class _Lines:
             )
 
 
-def _link_parts(sources: list[Path], target: Path) -> None:
+def _link_parts(sources: list[Path], target: Path, pattern: str = "*.jsonl") -> None:
     target.mkdir()
     for source in sources:
         if not source.is_dir():
             continue
-        for part in sorted(source.glob("*.jsonl")):
+        for part in sorted(source.glob(pattern)):
             try:
                 os.link(part, target / part.name)
             except OSError:

@@ -19,7 +19,12 @@ from nudgeability.models.families import KNOWN_FAMILIES, Family, detect_family
 from nudgeability.models.loader import LoadedModel, load_model
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
-from nudgeability.splice.conditions import Condition, UnknownConditionError, parse_conditions
+from nudgeability.splice.conditions import (
+    CONSISTENCY_CONDITION,
+    Condition,
+    UnknownConditionError,
+    parse_conditions,
+)
 from nudgeability.splice.manifest import build_manifest
 from nudgeability.splice.prompts import ProblemPrompts, base_of, render_prompts
 from nudgeability.splice.run_config import (
@@ -55,6 +60,8 @@ class RunOptions:
     max_batch_tokens: int | None = None
     chunk_size: int = DEFAULT_CHUNK_SIZE
     shard: tuple[int, int] | None = None
+    consistency_samples: int = 0  # K unaided samples per problem (self-consistency signal)
+    signals: bool = True  # B's token uncertainty and hidden state at the cut
 
 
 @dataclass
@@ -96,6 +103,10 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
         raise ConfigError("--max-new-tokens: budgets must be >= 1")
     if options.chunk_size < 1:
         raise ConfigError(f"--chunk-size {options.chunk_size}: must be >= 1")
+    if options.consistency_samples < 0:
+        raise ConfigError(
+            f"--consistency-samples {options.consistency_samples}: must be >= 0 (0: none)"
+        )
     if options.max_batch_tokens is not None and options.max_batch_tokens < 1:
         raise ConfigError(f"--max-batch-tokens {options.max_batch_tokens}: must be >= 1")
     if options.dtype not in DTYPES:
@@ -159,8 +170,12 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
         chunk_size=options.chunk_size,
         max_batch_tokens=options.max_batch_tokens,
         shard=options.shard,
+        consistency_samples=options.consistency_samples,
+        signals=options.signals,
     )
     manifest = build_manifest(config, [p.id for p in problems], loaded.source, sentences.sha256)
+    if options.consistency_samples:  # the samples run right after NT (plan.BASE_PHASES)
+        conditions = [conditions[0], CONSISTENCY_CONDITION, *conditions[1:]]
     return Prepared(
         config, task, problems, conditions, sentences, loaded, family, prompts, splices, manifest
     )

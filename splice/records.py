@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 
 ACTION_KINDS = ("SELF", "TOOL", "OTHER", "TRUNC")
+OPTIONAL_FIELDS = ("sample", "signals")  # written only when set
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,22 @@ class Record:
     finish_reason: str  # "eos" | "stop_token" | "stop_string" | "length"
     action: ActionRecord
     grade: GradeRecord | None  # NT always; B / oracle_B when the action is SELF; else None
+    # The self-consistency samples (condition `consistency`): which of the K samples, 0..K-1.
+    sample: int | None = None
+    # The uncertainty signals (see `Signals`): on B, its token uncertainty up to the cut and the
+    # reference of its hidden state; on a consistency sample, its answer key. None elsewhere.
+    signals: dict | None = None
 
     def to_json(self) -> str:
-        """One line of JSON with sorted keys: the byte-exact form written to records.jsonl."""
-        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        """One line of JSON with sorted keys: the byte-exact form written to records.jsonl.
+
+        `sample` and `signals` are left out when None, so records of runs without signals keep
+        the bytes they always had."""
+        data = asdict(self)
+        for key in OPTIONAL_FIELDS:
+            if data[key] is None:
+                del data[key]
+        return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
     @staticmethod
     def from_dict(data: dict) -> Record:

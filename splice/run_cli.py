@@ -97,6 +97,20 @@ def register(subparsers) -> None:
         help="problems per unit of work: the resume and shard granularity "
         f"(default: {DEFAULT_CHUNK_SIZE})",
     )
+    run.add_argument(
+        "--consistency-samples",
+        type=int,
+        default=0,
+        metavar="K",
+        help="K unaided samples per problem at T=1.0, top-p 0.95 for the self-consistency signal "
+        "(default: 0, none)",
+    )
+    run.add_argument(
+        "--no-signals",
+        dest="signals",
+        action="store_false",
+        help="do not store B's token uncertainty and hidden state at the cut",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=_run)
 
@@ -134,6 +148,8 @@ def options_from_args(args: argparse.Namespace):
         max_batch_tokens=args.max_batch_tokens,
         chunk_size=args.chunk_size,
         shard=None if args.shard is None else parse_shard(args.shard),
+        consistency_samples=args.consistency_samples,
+        signals=args.signals,
     )
 
 

@@ -59,6 +59,8 @@ class RunConfig:
     chunk_size: int  # problems per unit of work (and per base batch)
     max_batch_tokens: int | None  # the engine's KV budget per batch; None = one batch per unit
     shard: tuple[int, int] | None  # (k, n): this run computes chunk i when i % n == k - 1
+    consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
+    signals: bool = True  # B's token uncertainty and hidden state at the cut (splice/signals.py)
 
     def to_dict(self) -> dict:
         """The config as plain JSON values (tuples become lists)."""

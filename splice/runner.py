@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
+from nudgeability.splice.conditions import CONSISTENCY
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -33,7 +34,14 @@ from nudgeability.splice.plan import (
     units_of,
 )
 from nudgeability.splice.prepare import Prepared
-from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
+from nudgeability.splice.signals import SIGNALS_DIR
+from nudgeability.splice.units import (
+    UnitContext,
+    UnitCounts,
+    run_arms_unit,
+    run_base_unit,
+    run_consistency_unit,
+)
 from nudgeability.splice.work_store import WorkStore
 
 
@@ -110,8 +118,14 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
             if ctx.arms_of[base]
         }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)
+    elif unit.phase == CONSISTENCY:
+        records, counts = run_consistency_unit(ctx, unit.phase, unit.seed, indices)
     else:
-        records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices)
+        # the hidden states' side file is written before the part: a stored part has its states
+        signals = (store.root / SIGNALS_DIR / f"{unit.name}.npy", unit.name)
+        records, counts = run_base_unit(
+            ctx, unit.phase, unit.seed, indices, signals if ctx.config.signals else None
+        )
     seconds = time.perf_counter() - start
     store.write_part(unit, [record.to_json() for record in records])
     store.append_timing(
@@ -139,18 +153,24 @@ def _assemble(
     """The record lines of this shard in canonical order, chunk by chunk (never all in memory)."""
     config = prepared.config
     phases = phases_of(prepared.conditions)
-    bases = {condition.code for condition in prepared.conditions if condition.kind == "base"}
+    bases = {c.code for c in prepared.conditions if c.kind in ("base", "samples")}
     for chunk in mine:
         found: dict[tuple[str, str, int], str] = {}
         for unit in units_of(phases, config.seeds, [chunk]):
             for line in store.read_part(unit):
                 record = json.loads(line)
-                key = (record["problem_id"], record["condition"], record["seed"])
+                key = (
+                    record["problem_id"],
+                    record["condition"],
+                    record["seed"],
+                    record.get("sample"),
+                )
                 if key in found:
                     raise IncompleteRunError(f"{store.part_path(unit)}: record {key} appears twice")
                 found[key] = line
         ids = [prepared.problems[i].id for i in chunks[chunk]]
-        for key in canonical_keys(ids, prepared.conditions, config.seeds):
+        samples = config.consistency_samples
+        for key in canonical_keys(ids, prepared.conditions, config.seeds, samples):
             line = found.pop(key, None)
             if line is not None:
                 yield line

@@ -13,9 +13,11 @@ always graded; B and oracle_B when they answer (SELF).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
 from nudgeability.models.families import SELF, Family
@@ -23,6 +25,13 @@ from nudgeability.splice.conditions import Condition
 from nudgeability.splice.prompts import ProblemPrompts, declared_tools, prompt_sha256
 from nudgeability.splice.records import ActionRecord, Record
 from nudgeability.splice.run_config import RunConfig
+from nudgeability.splice.signals import (
+    CONSISTENCY_TEMPERATURE,
+    CONSISTENCY_TOP_P,
+    hidden_reference,
+    token_uncertainty,
+    write_hidden,
+)
 from nudgeability.splice.tasks import Problem, Task
 
 
@@ -66,7 +75,9 @@ class UnitContext:
             for base in ("B", "oracle_B")
         }
 
-    def params(self, seed: int, problem_id: str, code: str, budget: int) -> SamplingParams:
+    def params(
+        self, seed: int, problem_id: str, code: str, budget: int, *, token_stats: bool = False
+    ) -> SamplingParams:
         """Sampling settings of one sequence; its random stream is keyed by (seed, problem, condition)."""
         return SamplingParams(
             max_new_tokens=budget,
@@ -75,22 +86,102 @@ class UnitContext:
             seed_key=(seed, problem_id, code),
             stop_token_ids=tuple(self.family.stop_token_ids),
             stop_strings=tuple(self.family.stop_strings),
+            token_stats=token_stats,
         )
 
 
 def run_base_unit(
-    ctx: UnitContext, base: str, seed: int, indices: Sequence[int]
+    ctx: UnitContext,
+    base: str,
+    seed: int,
+    indices: Sequence[int],
+    signals_file: tuple[Path, str] | None = None,
 ) -> tuple[list[Record], UnitCounts]:
-    """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each."""
+    """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each.
+
+    With `signals_file` = (path, unit name) and base B, the records carry B's uncertainty signals
+    and the hidden states at the cut are written to `path` (splice/signals.py).
+    """
+    with_signals = signals_file is not None and base == "B"
     prompts = [list(ctx.prompts[i].for_base(base)) for i in indices]
     params = [
-        ctx.params(seed, ctx.problems[i].id, base, ctx.config.max_new_tokens) for i in indices
+        ctx.params(
+            seed, ctx.problems[i].id, base, ctx.config.max_new_tokens, token_stats=with_signals
+        )
+        for i in indices
     ]
     outs = ctx.engine.generate(prompts, params)
     counts, records = UnitCounts(), []
     for i, prompt, out in zip(indices, prompts, outs):
         counts.add(out, shared=False)
         records.append(base_record(ctx, ctx.problems[i], base, seed, prompt, out))
+    if with_signals:
+        records = _with_signals(ctx, records, prompts, outs, *signals_file)
+    return records, counts
+
+
+def _with_signals(
+    ctx: UnitContext,
+    records: list[Record],
+    prompts: list[list[int]],
+    outs: list[Completion],
+    path: Path,
+    unit_name: str,
+) -> list[Record]:
+    """B's records with their token uncertainty up to the cut and the reference of their hidden
+    state at the cut; one engine pass over prompt + reasoning gives the hidden states."""
+    closed = [j for j, record in enumerate(records) if record.boundary is not None]
+    rows = {j: row for row, j in enumerate(closed)}
+    if closed:
+        cut = [prompts[j] + records[j].generated_ids[: records[j].boundary] for j in closed]
+        states = ctx.engine.generate(cut, SamplingParams(max_new_tokens=1, return_hidden=True))
+        write_hidden(path, [state.hidden.float().numpy() for state in states])
+    out = []
+    for j, (record, completion) in enumerate(zip(records, outs)):
+        summary = token_uncertainty(completion.logprobs, completion.entropies, record.boundary)
+        if summary is not None:
+            summary["hidden"] = hidden_reference(unit_name, rows[j])
+        out.append(dataclasses.replace(record, signals=summary))
+    return out
+
+
+def run_consistency_unit(
+    ctx: UnitContext, code: str, seed: int, indices: Sequence[int]
+) -> tuple[list[Record], UnitCounts]:
+    """The K unaided self-consistency samples of each problem at `indices`, one batched generate.
+
+    Sample k of a problem decodes at temperature 1.0, top-p 0.95 from its own stream, keyed by
+    (seed, problem, code, k); its record is read and graded as NT's and carries its answer key.
+    """
+    samples = ctx.config.consistency_samples
+    prompts, params, owners = [], [], []
+    for i in indices:
+        prompt = list(ctx.prompts[i].for_base("NT"))
+        for k in range(samples):
+            prompts.append(prompt)
+            params.append(
+                dataclasses.replace(
+                    ctx.params(seed, ctx.problems[i].id, code, ctx.config.max_new_tokens),
+                    temperature=CONSISTENCY_TEMPERATURE,
+                    top_p=CONSISTENCY_TOP_P,
+                    seed_key=(seed, ctx.problems[i].id, code, k),
+                )
+            )
+            owners.append((i, k))
+    counts, records = UnitCounts(), []
+    if not prompts:
+        return records, counts
+    for (i, k), prompt, out in zip(owners, prompts, ctx.engine.generate(prompts, params)):
+        counts.add(out, shared=False)
+        record = base_record(ctx, ctx.problems[i], "NT", seed, prompt, out)
+        records.append(
+            dataclasses.replace(
+                record,
+                condition=code,
+                sample=k,
+                signals={"answer_key": ctx.task.answer_key(record.action.answer)},
+            )
+        )
     return records, counts
 
 

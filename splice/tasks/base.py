@@ -129,3 +129,8 @@ class Task(ABC):
     @abstractmethod
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Grade a committed answer; `correct` is None when the answer cannot be graded."""
+
+    @abstractmethod
+    def answer_key(self, answer_text: str | None) -> str | None:
+        """The answer normalised as grading compares it, so that two answers agree exactly when
+        their keys are equal (self-consistency); None when the answer cannot be read."""
