@@ -2,7 +2,8 @@
 
 nudge stats RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     joins the records (records.py), summarises each experiment (summary.py) and writes
-    DIR/stats.json and DIR/table.md, table.csv, table.tex.
+    DIR/stats.json and DIR/table.md, table.csv, table.tex; when the runs stored uncertainty
+    signals, also DIR/grounding.json, grounding.md, grounding.csv (grounding_report.py).
 nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
     one, or the file itself) or straight from run directories.
@@ -96,24 +97,51 @@ def _is_stats(path: Path) -> bool:
     )
 
 
+def ground_run_dirs(
+    run_dirs: Sequence[str | Path], n_boot: int = 20000, seed: int = 0, folds: int = 5
+) -> list:
+    """Grounded-nudge summaries (grounding_summary.ground) of the experiments that stored signals."""
+    from .grounding_summary import ground
+    from .signal_records import load_signals
+
+    out = []
+    for table in load_experiments(run_dirs):
+        rows = list(zip(table.problem_ids, table.seed.tolist()))
+        data = load_signals(run_dirs, table.label.key, rows)
+        result = ground(table, data, folds=folds, n_boot=n_boot, seed=seed)
+        if result is not None:
+            out.append(result)
+    return out
+
+
 def _run_stats(args: argparse.Namespace) -> int:
+    from .grounding_report import write_grounding
+
     summaries = summarize_run_dirs(args.run_dirs, n_boot=args.n_boot, seed=args.seed)
     for path in write_stats(summaries, args.run_dirs, args.out):
+        print(path)
+    grounding = ground_run_dirs(args.run_dirs, args.n_boot, args.seed, args.folds)
+    for path in write_grounding(grounding, args.out):
         print(path)
     return 0
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    from .grounding_report import draw_grounding, read_grounding
+
     summaries: list[ExperimentSummary] = []
+    grounding = []
     run_dirs = []
     for source in map(Path, args.sources):
         if _is_stats(source):
             summaries += read_stats(source)
+            grounding += read_grounding(source if source.is_dir() else source.parent)
         else:
             run_dirs.append(source)
     if run_dirs:
         summaries += summarize_run_dirs(run_dirs, n_boot=args.n_boot, seed=args.seed)
-    for path in draw_all(summaries, args.out):
+        grounding += ground_run_dirs(run_dirs, args.n_boot, args.seed)
+    for path in draw_all(summaries, args.out) + draw_grounding(grounding, args.out):
         print(path)
     return 0
 
@@ -122,6 +150,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _at_least_two(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2, got {text}")
     return value
 
 
@@ -141,6 +176,12 @@ def register(subparsers) -> None:
         "--n-boot", type=_positive, default=20000, help="bootstrap replicates (default 20000)"
     )
     stats.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    stats.add_argument(
+        "--folds",
+        type=_at_least_two,
+        default=5,
+        help="cross-fitting folds of the grounded-nudge signals (default 5)",
+    )
     stats.set_defaults(func=_run_stats)
 
     report = subparsers.add_parser("report", help="draw the figures (PNG and PDF)")
