@@ -14,9 +14,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 POLARITY_NAMES = MappingProxyType({"+": "confidence", "-": "doubt"})
 VOICES = ("first", "second", "reviewer", "expert")
+NO_TOOL_BASE = "NT"  # the unaided base: its graded answer is the competence label
+TOOL_BASE = "B"  # the with-tool base: the reasoning prefix most arms fork from
+ORACLE_BASE = "oracle_B"  # the base whose tool is ask_expert
+PRIMARY_PAIR = "first"
+# The column header of each +/- pair in the report's controls table (stats/report_tables.py).
+PAIR_HEADERS = MappingProxyType(
+    {
+        "first": "S",
+        "second": "S 2nd",
+        "reviewer": "S rev",
+        "expert": "S exp",
+        "sealed": "S sealed",
+        "oracle": "S oracle",
+    }
+)
 
 
 class UnknownConditionError(ValueError):
@@ -35,6 +51,8 @@ class Condition:
     sealed: the think-close marker follows the sentence at once.
     oracle: the prompt declares `ask_expert` instead of the task's tool.
     parent: the base an arm forks from ("B" or "oracle_B"); None for bases.
+    pair: the +/- contrast a confidence or doubt arm belongs to (a key of PAIR_HEADERS).
+    label: the short name figures print under the condition.
     """
 
     code: str
@@ -45,6 +63,8 @@ class Condition:
     sealed: bool = False
     oracle: bool = False
     parent: str | None = None
+    pair: str | None = None
+    label: str = ""
 
     @property
     def sentence_id(self) -> str | None:
@@ -55,8 +75,13 @@ class Condition:
             return f"{self.voice}.{POLARITY_NAMES[self.polarity]}"
         return None
 
+    @property
+    def is_control(self) -> bool:
+        """An arm without a confidence or doubt sentence (empty, neutral)."""
+        return self.kind == "arm" and self.polarity not in POLARITY_NAMES
 
-def _voice_arms(voice: str) -> tuple[Condition, ...]:
+
+def _voice_arms(voice: str, tag: str) -> tuple[Condition, ...]:
     return tuple(
         Condition(
             f"{short}_{voice}",
@@ -64,20 +89,36 @@ def _voice_arms(voice: str) -> tuple[Condition, ...]:
             "arm",
             polarity,
             voice,
-            parent="B",
+            parent=TOOL_BASE,
+            pair=voice,
+            label=f"{glyph} {tag}",
         )
-        for short, name, polarity in (("conf", "confidence", "+"), ("doubt", "doubt", "-"))
+        for short, name, polarity, glyph in (
+            ("conf", "confidence", "+", "+"),
+            ("doubt", "doubt", "-", "−"),
+        )
     )
 
 
 CONDITIONS: tuple[Condition, ...] = (
-    Condition("NT", "unaided base: no tool; its graded answer is the competence label", "base"),
-    Condition("B", "with-tool base: gives the reasoning prefix and the base action", "base"),
+    Condition(
+        NO_TOOL_BASE,
+        "unaided base: no tool; its graded answer is the competence label",
+        "base",
+        label="NT",
+    ),
+    Condition(
+        TOOL_BASE,
+        "with-tool base: gives the reasoning prefix and the base action",
+        "base",
+        label="B",
+    ),
     Condition(
         "empty",
         "B's prefix cut before think-close, regenerated with nothing inserted",
         "arm",
-        parent="B",
+        parent=TOOL_BASE,
+        label="∅",
     ),
     Condition(
         "conf",
@@ -85,7 +126,9 @@ CONDITIONS: tuple[Condition, ...] = (
         "arm",
         "+",
         "first",
-        parent="B",
+        parent=TOOL_BASE,
+        pair="first",
+        label="+",
     ),
     Condition(
         "doubt",
@@ -93,12 +136,21 @@ CONDITIONS: tuple[Condition, ...] = (
         "arm",
         "-",
         "first",
-        parent="B",
+        parent=TOOL_BASE,
+        pair="first",
+        label="−",
     ),
-    Condition("neutral", "neutral sentence, open continuation", "arm", "0", parent="B"),
-    *_voice_arms("second"),
-    *_voice_arms("reviewer"),
-    *_voice_arms("expert"),
+    Condition(
+        "neutral",
+        "neutral sentence, open continuation",
+        "arm",
+        "0",
+        parent=TOOL_BASE,
+        label="0",
+    ),
+    *_voice_arms("second", "2nd"),
+    *_voice_arms("reviewer", "rev"),
+    *_voice_arms("expert", "exp"),
     Condition(
         "sealed_conf",
         "first-person confidence sentence, then think-close at once",
@@ -106,7 +158,9 @@ CONDITIONS: tuple[Condition, ...] = (
         "+",
         "first",
         sealed=True,
-        parent="B",
+        parent=TOOL_BASE,
+        pair="sealed",
+        label="+ sealed",
     ),
     Condition(
         "sealed_doubt",
@@ -115,13 +169,16 @@ CONDITIONS: tuple[Condition, ...] = (
         "-",
         "first",
         sealed=True,
-        parent="B",
+        parent=TOOL_BASE,
+        pair="sealed",
+        label="− sealed",
     ),
     Condition(
-        "oracle_B",
+        ORACLE_BASE,
         "oracle base: the with-tool prompt with ask_expert as the tool",
         "base",
         oracle=True,
+        label="oracle B",
     ),
     Condition(
         "oracle_conf",
@@ -130,7 +187,9 @@ CONDITIONS: tuple[Condition, ...] = (
         "+",
         "first",
         oracle=True,
-        parent="oracle_B",
+        parent=ORACLE_BASE,
+        pair="oracle",
+        label="oracle +",
     ),
     Condition(
         "oracle_doubt",
@@ -139,7 +198,9 @@ CONDITIONS: tuple[Condition, ...] = (
         "-",
         "first",
         oracle=True,
-        parent="oracle_B",
+        parent=ORACLE_BASE,
+        pair="oracle",
+        label="oracle −",
     ),
 )
 CONSISTENCY = "consistency"
@@ -149,8 +210,55 @@ CONSISTENCY_CONDITION = Condition(
     CONSISTENCY,
     "K unaided samples at temperature 1.0, top-p 0.95: the self-consistency signal",
     "samples",
+    label="SC",
 )
 CONDITION_CODES: tuple[str, ...] = tuple(condition.code for condition in CONDITIONS)
+BASE_CODES: tuple[str, ...] = tuple(c.code for c in CONDITIONS if c.kind == "base")
+ARM_BASES: tuple[str, ...] = tuple(
+    code for code in BASE_CODES if any(c.parent == code for c in CONDITIONS)
+)  # the bases arms fork from ("B", "oracle_B"), in canonical order
+# What generates from a prompt, in order of work: the bases, with the consistency samples right
+# after NT (they use NT's unaided prompt).
+PROMPT_PHASES: tuple[str, ...] = (BASE_CODES[0], CONSISTENCY, *BASE_CODES[1:])
+
+
+def _report_order() -> tuple[str, ...]:
+    # Each base, then its controls (empty, neutral), then its confidence and doubt arms.
+    order: list[str] = []
+    for base in BASE_CODES:
+        arms = [c for c in CONDITIONS if c.parent == base]
+        order += [base, *(c.code for c in arms if c.is_control)]
+        order += [c.code for c in arms if not c.is_control]
+    return tuple(order)
+
+
+REPORT_ORDER: tuple[str, ...] = _report_order()  # the order reports and figures list conditions
+
+
+class Pair(NamedTuple):
+    """A +/- contrast: the confidence arm, the doubt arm and the base both fork from."""
+
+    plus: str
+    minus: str
+    base: str
+
+
+def _pairs() -> dict[str, Pair]:
+    signed: dict[str, dict[str, Condition]] = {}
+    for condition in CONDITIONS:
+        if condition.pair is not None:
+            signed.setdefault(condition.pair, {})[condition.polarity or ""] = condition
+    pairs = {}
+    for name, arms in signed.items():
+        plus, minus = arms.get("+"), arms.get("-")
+        if name not in PAIR_HEADERS or plus is None or minus is None or plus.parent != minus.parent:
+            raise AssertionError(f"pair {name!r} needs a header, a + and a - arm on one base")
+        pairs[name] = Pair(plus.code, minus.code, plus.parent)
+    return pairs
+
+
+# name -> (confidence arm, doubt arm, base), in order of first appearance in CONDITIONS.
+PAIRS: MappingProxyType[str, Pair] = MappingProxyType(_pairs())
 
 PRESETS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -172,6 +280,11 @@ PRESETS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
         "all": CONDITION_CODES,
     }
 )
+
+
+def base_of(condition: Condition) -> str:
+    """The base whose prompt a condition uses: itself for a base, its parent for an arm."""
+    return condition.code if condition.kind == "base" else condition.parent
 
 
 def get_condition(code: str) -> Condition:
@@ -203,7 +316,7 @@ def parse_conditions(spec: str | Iterable[str]) -> list[Condition]:
         codes = preset if preset is not None else (get_condition(name).code,)
         for code in codes:
             condition = get_condition(code)
-            wanted.update({condition.code, "NT"})
+            wanted.update({condition.code, NO_TOOL_BASE})
             if condition.parent is not None:
                 wanted.add(condition.parent)
     return [condition for condition in CONDITIONS if condition.code in wanted]

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nudgeability.splice.conditions import BASE_CODES
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import chunk_bounds
 from nudgeability.splice.signals import SIGNALS_DIR
@@ -65,7 +66,7 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     by_shard = {manifest["config"]["shard"][0]: d for manifest, d in zip(manifests, dirs)}
     problems = merged_manifest["problems"]
     chunks = chunk_bounds(len(problems), merged_manifest["config"]["chunk_size"])
-    bases = [c for c in merged_manifest["config"]["conditions"] if c in ("NT", "B", "oracle_B")]
+    bases = [c for c in merged_manifest["config"]["conditions"] if c in BASE_CODES]
     seeds = merged_manifest["config"]["seeds"]
 
     out.parent.mkdir(parents=True, exist_ok=True)

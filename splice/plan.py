@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from nudgeability.splice.conditions import Condition
+from nudgeability.splice.conditions import PROMPT_PHASES, Condition
 
-BASE_PHASES = ("NT", "consistency", "B", "oracle_B")  # consistency: the K unaided samples
+BASE_PHASES = PROMPT_PHASES  # NT, consistency (the K unaided samples), B, oracle_B
 ARMS_PHASE = "arms"
 
 

@@ -1,6 +1,6 @@
 """Everything a run checks and resolves before it touches the output directory.
 
-`prepare(options)` validates the user's choices in order of cost (decoding, conditions, budgets,
+`prepare(config)` validates the user's choices in order of cost (decoding, conditions, budgets,
 sentences, data and the problem draw, then the model, its family and the prompts) and returns a
 `Prepared` experiment: the resolved `RunConfig`, the problems, their rendered prompts, the splice
 ids of every arm and the manifest. A bad input raises a one-line ValueError (or OSError) naming
@@ -21,16 +21,16 @@ from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
 from nudgeability.splice.conditions import (
     CONSISTENCY_CONDITION,
+    NO_TOOL_BASE,
+    ORACLE_BASE,
     Condition,
     UnknownConditionError,
+    base_of,
     parse_conditions,
 )
 from nudgeability.splice.manifest import build_manifest
-from nudgeability.splice.prompts import ProblemPrompts, base_of, render_prompts
+from nudgeability.splice.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.run_config import (
-    DEFAULT_CHUNK_SIZE,
-    DEFAULT_MAX_NEW_TOKENS,
-    DEFAULT_N,
     DTYPES,
     ConfigError,
     RunConfig,
@@ -38,30 +38,6 @@ from nudgeability.splice.run_config import (
 )
 from nudgeability.splice.sentences import Sentences, load_sentences
 from nudgeability.splice.tasks import Problem, Task, get_task, sample_problems
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The user's choices, as `nudge run` takes them (None = the default)."""
-
-    model: str = SMOLLM2
-    task: str = "musique"
-    data: str | None = None  # default: the task's shipped sample
-    n: int | None = DEFAULT_N  # None: every problem of the file
-    seed: int = 0  # the problem draw
-    decoding: str = "greedy"
-    seeds: tuple[int, ...] | None = None  # decoding seeds (sampled only)
-    conditions: str = "all"
-    max_new_tokens: tuple[int, int] = DEFAULT_MAX_NEW_TOKENS  # (bases, arms)
-    family: str | None = None  # default: detected
-    sentences: str | None = None  # default: the shipped sentences.toml
-    dtype: str = "float32"
-    device: str | None = None  # default: cuda if available, else cpu
-    max_batch_tokens: int | None = None
-    chunk_size: int = DEFAULT_CHUNK_SIZE
-    shard: tuple[int, int] | None = None
-    consistency_samples: int = 0  # K unaided samples per problem (self-consistency signal)
-    signals: bool = True  # B's token uncertainty and hidden state at the cut
 
 
 @dataclass
@@ -88,58 +64,63 @@ def model_label(spec: str) -> str:
     return path.stem if path.is_file() else path.resolve().name
 
 
-def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
-    """Validate and resolve `options` (see the module docstring); creates no file.
+def prepare(requested: RunConfig, loaded: LoadedModel | None = None) -> Prepared:
+    """Validate and resolve the run `requested` asks for (see the module docstring); creates no file.
 
-    `loaded` reuses a model already in memory (it must be the one `options.model` names).
+    `loaded` reuses a model already in memory (it must be the one `requested.model` names).
     """
-    temperature, top_p, seeds = resolve_decoding(options.decoding, options.seeds)
+    temperature, top_p, seeds = resolve_decoding(requested.decoding, requested.seeds)
+    if (requested.temperature, requested.top_p) not in ((None, None), (temperature, top_p)):
+        raise ConfigError(
+            f"temperature/top_p: --decoding {requested.decoding} uses {temperature}/{top_p}; "
+            "leave them unset"
+        )
     try:
-        conditions = parse_conditions(options.conditions)
+        conditions = parse_conditions(requested.conditions)
     except UnknownConditionError as exc:
         raise ConfigError(f"--conditions: {exc}") from None
-    base_budget, arm_budget = options.max_new_tokens
+    base_budget, arm_budget = requested.max_new_tokens, requested.max_new_tokens_arm
     if min(base_budget, arm_budget) < 1:
         raise ConfigError("--max-new-tokens: budgets must be >= 1")
-    if options.chunk_size < 1:
-        raise ConfigError(f"--chunk-size {options.chunk_size}: must be >= 1")
-    if options.consistency_samples < 0:
+    if requested.chunk_size < 1:
+        raise ConfigError(f"--chunk-size {requested.chunk_size}: must be >= 1")
+    if requested.consistency_samples < 0:
         raise ConfigError(
-            f"--consistency-samples {options.consistency_samples}: must be >= 0 (0: none)"
+            f"--consistency-samples {requested.consistency_samples}: must be >= 0 (0: none)"
         )
-    if options.max_batch_tokens is not None and options.max_batch_tokens < 1:
-        raise ConfigError(f"--max-batch-tokens {options.max_batch_tokens}: must be >= 1")
-    if options.dtype not in DTYPES:
-        raise ConfigError(f"--dtype {options.dtype!r}: expected one of {', '.join(DTYPES)}")
-    device = _device(options.device)
-    if options.family is not None and options.family not in KNOWN_FAMILIES:
+    if requested.max_batch_tokens is not None and requested.max_batch_tokens < 1:
+        raise ConfigError(f"--max-batch-tokens {requested.max_batch_tokens}: must be >= 1")
+    if requested.dtype not in DTYPES:
+        raise ConfigError(f"--dtype {requested.dtype!r}: expected one of {', '.join(DTYPES)}")
+    device = _device(requested.device)
+    if requested.family is not None and requested.family not in KNOWN_FAMILIES:
         raise ConfigError(
-            f"--family {options.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
+            f"--family {requested.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
         )
-    sentences = load_sentences(options.sentences)
-    task = get_task(options.task)
-    data = Path(options.data) if options.data is not None else task.default_data_path()
+    sentences = load_sentences(requested.sentences)
+    task = get_task(requested.task)
+    data = Path(requested.data) if requested.data is not None else task.default_data_path()
     if not data.is_file():
         raise FileNotFoundError(
             f"{data}: no such data file; pass an official {task.name} file with --data"
         )
     data = data.resolve()
-    problems = sample_problems(task.load(data), options.n, options.seed, source=data)
+    problems = sample_problems(task.load(data), requested.n, requested.sample_seed, source=data)
 
-    spec = _model_spec(options.model)
+    spec = _model_spec(requested.model)
     if loaded is None:
         try:
-            loaded = load_model(spec, device=device, dtype=getattr(torch, options.dtype))
+            loaded = load_model(spec, device=device, dtype=getattr(torch, requested.dtype))
         except EmbeddedModelMissing as exc:
-            raise ConfigError(f"--model {options.model}: {exc}") from None
-    family = detect_family(loaded.source.directory, loaded.tokenizer, override=options.family)
-    oracle = any(condition.code == "oracle_B" for condition in conditions)
+            raise ConfigError(f"--model {requested.model}: {exc}") from None
+    family = detect_family(loaded.source.directory, loaded.tokenizer, override=requested.family)
+    oracle = any(condition.code == ORACLE_BASE for condition in conditions)
     prompts = [render_prompts(task, family, problem, oracle) for problem in problems]
     splices = _splices(family, sentences, conditions)
     _check_context(loaded, data, problems, prompts, conditions, splices, base_budget, arm_budget)
-    if options.max_batch_tokens is not None:
+    if requested.max_batch_tokens is not None:
         _check_batch_budget(
-            options.max_batch_tokens,
+            requested.max_batch_tokens,
             data,
             problems,
             prompts,
@@ -151,15 +132,15 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
 
     config = RunConfig(
         model=spec,
-        model_label=model_label(spec),
+        model_label=requested.model_label or model_label(spec),
         family=family.name,
-        dtype=options.dtype,
+        dtype=requested.dtype,
         device=device,
         task=task.name,
         data=str(data),
         n=len(problems),
-        sample_seed=options.seed,
-        decoding=options.decoding,
+        sample_seed=requested.sample_seed,
+        decoding=requested.decoding,
         temperature=temperature,
         top_p=top_p,
         seeds=tuple(seeds),
@@ -167,15 +148,15 @@ def prepare(options: RunOptions, loaded: LoadedModel | None = None) -> Prepared:
         max_new_tokens=base_budget,
         max_new_tokens_arm=arm_budget,
         sentences=str(Path(sentences.source).resolve()),
-        chunk_size=options.chunk_size,
-        max_batch_tokens=options.max_batch_tokens,
-        shard=options.shard,
-        consistency_samples=options.consistency_samples,
-        signals=options.signals,
+        chunk_size=requested.chunk_size,
+        max_batch_tokens=requested.max_batch_tokens,
+        shard=requested.shard,
+        consistency_samples=requested.consistency_samples,
+        signals=requested.signals,
     )
-    manifest = build_manifest(config, [p.id for p in problems], loaded.source, sentences.sha256)
-    if options.consistency_samples:  # the samples run right after NT (plan.BASE_PHASES)
+    if requested.consistency_samples:  # the samples run right after NT (plan.BASE_PHASES)
         conditions = [conditions[0], CONSISTENCY_CONDITION, *conditions[1:]]
+    manifest = build_manifest(config, [p.id for p in problems], loaded.source, sentences.sha256)
     return Prepared(
         config, task, problems, conditions, sentences, loaded, family, prompts, splices, manifest
     )
@@ -232,7 +213,7 @@ def _check_context(
         for base in sorted(bases):
             # an arm continues at most base_budget - 1 reasoning tokens, then its splice and budget
             needed = len(prompt.for_base(base)) + base_budget
-            if base != "NT" and arms:
+            if base != NO_TOOL_BASE and arms:
                 needed += longest_splice + arm_budget
             if needed > limit:
                 raise ConfigError(

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 
 from nudgeability.models.families import Family
-from nudgeability.splice.conditions import Condition
+from nudgeability.splice.conditions import NO_TOOL_BASE, ORACLE_BASE, TOOL_BASE
 from nudgeability.splice.tasks import Problem, Task
 
 
@@ -26,7 +26,9 @@ class ProblemPrompts:
 
     def for_base(self, base: str) -> tuple[int, ...]:
         """The prompt of a base run: 'NT', 'B' or 'oracle_B'."""
-        prompt = {"NT": self.unaided, "B": self.with_tool, "oracle_B": self.oracle}[base]
+        prompt = {NO_TOOL_BASE: self.unaided, TOOL_BASE: self.with_tool, ORACLE_BASE: self.oracle}[
+            base
+        ]
         if prompt is None:
             raise ValueError(
                 f"no {base} prompt was rendered: the oracle conditions are not in this run"
@@ -34,14 +36,11 @@ class ProblemPrompts:
         return prompt
 
 
-def base_of(condition: Condition) -> str:
-    """The base whose prompt a condition uses: itself for a base, its parent for an arm."""
-    return condition.code if condition.kind == "base" else condition.parent
-
-
 def declared_tools(task: Task, base: str) -> tuple[str, ...] | None:
     """The tool names the prompt of `base` declares (None for the unaided prompt)."""
-    return {"NT": None, "B": task.tool_names, "oracle_B": task.oracle_tool_names}[base]
+    return {NO_TOOL_BASE: None, TOOL_BASE: task.tool_names, ORACLE_BASE: task.oracle_tool_names}[
+        base
+    ]
 
 
 def render_prompts(task: Task, family: Family, problem: Problem, oracle: bool) -> ProblemPrompts:

@@ -10,19 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-ACTION_KINDS = ("SELF", "TOOL", "OTHER", "TRUNC")
+# The committed action read after the final think-close marker: the family parser's own dataclass
+# (kind, answer, tool_name, arguments, reason), stored as it is. `ActionRecord` is its name here.
+from nudgeability.models.families.action import ACTION_KINDS, Action
+
+ActionRecord = Action
 OPTIONAL_FIELDS = ("sample", "signals")  # written only when set
-
-
-@dataclass(frozen=True)
-class ActionRecord:
-    """The committed action read after the final think-close marker."""
-
-    kind: str  # one of ACTION_KINDS
-    answer: str | None = None  # SELF: the answer text
-    tool_name: str | None = None  # TOOL (and OTHER with a call): the called name
-    arguments: dict | None = None  # TOOL: the parsed arguments
-    reason: str | None = None  # OTHER / TRUNC: why
+__all__ = ["ACTION_KINDS", "Action", "ActionRecord", "GradeRecord", "Record"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +52,8 @@ class Record:
     grade: GradeRecord | None  # NT always; B / oracle_B when the action is SELF; else None
     # The self-consistency samples (condition `consistency`): which of the K samples, 0..K-1.
     sample: int | None = None
-    # The uncertainty signals (see `Signals`): on B, its token uncertainty up to the cut and the
-    # reference of its hidden state; on a consistency sample, its answer key. None elsewhere.
+    # The uncertainty signals (splice/signals.py): on B, its token uncertainty up to the cut and
+    # the reference of its hidden state; on a consistency sample, its answer key. None elsewhere.
     signals: dict | None = None
 
     def to_json(self) -> str:

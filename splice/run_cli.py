@@ -17,10 +17,8 @@ from nudgeability.splice.run_config import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_N,
-    parse_max_new_tokens,
-    parse_n,
-    parse_seeds,
-    parse_shard,
+    ConfigError,
+    RunConfig,
 )
 
 _DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
@@ -127,20 +125,20 @@ def register(subparsers) -> None:
     merge.set_defaults(func=_merge)
 
 
-def options_from_args(args: argparse.Namespace):
-    """The `RunOptions` of parsed `nudge run` arguments (ConfigError naming a bad flag)."""
-    from nudgeability.splice.prepare import RunOptions
-
-    return RunOptions(
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run `nudge run`'s arguments ask for, unresolved (ConfigError naming a bad flag)."""
+    base_budget, arm_budget = parse_max_new_tokens(args.max_new_tokens)
+    return RunConfig(
         model=args.model,
         task=args.task,
         data=args.data,
         n=parse_n(args.n),
-        seed=args.seed,
+        sample_seed=args.seed,
         decoding=args.decoding,
         seeds=None if args.seeds is None else parse_seeds(args.seeds),
-        conditions=args.conditions,
-        max_new_tokens=parse_max_new_tokens(args.max_new_tokens),
+        conditions=tuple(args.conditions.split(",")),
+        max_new_tokens=base_budget,
+        max_new_tokens_arm=arm_budget,
         family=args.family,
         sentences=args.sentences,
         dtype=args.dtype,
@@ -165,9 +163,9 @@ def _run(args: argparse.Namespace) -> int:
     from nudgeability.splice.prepare import prepare
     from nudgeability.splice.runner import run
 
-    options = options_from_args(args)
+    requested = config_from_args(args)
     with _quiet_transformers(args.quiet):
-        prepared = prepare(options)
+        prepared = prepare(requested)
     config = prepared.config
     out = (
         Path(args.out)
@@ -213,3 +211,51 @@ def _merge(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+# ----- parsing the compact command-line values (ConfigError naming the flag) ----------------------------------------------------
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """`--seeds 0,1,2` -> (0, 1, 2): distinct non-negative integers, in the order given."""
+    try:
+        seeds = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--seeds {text!r}: expected comma-separated whole numbers, e.g. 0,1,2"
+        ) from None
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {text!r}: seeds must be distinct and >= 0")
+    return seeds
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`--shard K/N` -> (K, N) with 1 <= K <= N."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard {text!r}: expected K/N, e.g. 1/4") from None
+    if not 1 <= k <= n:
+        raise ConfigError(f"--shard {text!r}: need 1 <= K <= N")
+    return k, n
+
+
+def parse_max_new_tokens(text: str) -> tuple[int, int]:
+    """`--max-new-tokens BASE[,ARM]` -> (base, arm); ARM defaults to BASE."""
+    try:
+        parts = [int(part) for part in text.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or any(part < 1 for part in parts):
+        raise ConfigError(
+            f"--max-new-tokens {text!r}: expected BASE or BASE,ARM, positive whole numbers"
+        )
+    return parts[0], parts[-1]
+
+
+def parse_n(text: str) -> int | None:
+    """`--n 25` -> 25; `--n all` -> None (every problem of the file)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--n {text!r}: expected a positive whole number or 'all'") from None

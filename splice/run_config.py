@@ -1,20 +1,23 @@
-"""The fully resolved configuration of one `nudge run`, and its canonical JSON form.
+"""The configuration of one `nudge run`, as asked and as resolved, and its canonical JSON form.
 
 A `RunConfig` holds every setting that can change a record: the model and its family, the task,
 data file and problem draw, the decoding, the conditions, the token budgets, the sentences file,
 the dtype and device, and the batching (chunk size and KV budget: batch composition can change
-floating-point results in the last bits). Paths are absolute. Its canonical JSON (sorted keys)
-is stored in the run's manifest; a later run against the same `--out` must resolve to the same
-config, and `diff_configs` names every key that differs.
-
-This module also parses the compact command-line values (`--seeds 0,1,2`, `--shard 2/4`,
-`--max-new-tokens 512,256`), raising `ConfigError` (a ValueError) that names the flag.
+floating-point results in the last bits). As the user asks for a run (`nudge run`'s flags, parsed
+in run_cli.py, or `RunConfig(...)` in Python) a field may be None, meaning "the default"; and
+`conditions` may hold presets. `prepare` (prepare.py) returns the resolved config: no None left
+but where the setting is genuinely absent (`max_batch_tokens`, `shard`), paths absolute,
+conditions as codes in canonical order, `n` the number of problems drawn. Its canonical JSON
+(sorted keys) is stored in the run's manifest; a later run against the same `--out` must resolve
+to the same config, and `diff_configs` names every key that differs.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+
+from nudgeability.models.smollm2 import ALIAS as DEFAULT_MODEL  # the embedded model
 
 DECODINGS = ("greedy", "sampled")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -37,28 +40,31 @@ class ConfigChangedError(ConfigError):
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Every setting that decides the records of a run (see the module docstring)."""
+    """Every setting that decides the records of a run (see the module docstring).
 
-    model: str  # the model spec: 'smollm2', an absolute checkpoint directory or .gguf, or a repo id
-    model_label: str  # the experiment's model name in the manifest (stats joins runs by it)
-    family: str  # the resolved model family (detected or given)
-    dtype: str
-    device: str
-    task: str
-    data: str  # absolute path of the data file
-    n: int  # problems drawn
-    sample_seed: int  # the seed of the problem draw
-    decoding: str  # "greedy" | "sampled"
-    temperature: float
-    top_p: float
-    seeds: tuple[int, ...]  # decoding seeds; (0,) for greedy
-    conditions: tuple[str, ...]  # condition codes, canonical order
-    max_new_tokens: int  # budget of the bases (NT, B, oracle_B)
-    max_new_tokens_arm: int  # budget of each arm's continuation after the splice
-    sentences: str  # absolute path of the sentences file
-    chunk_size: int  # problems per unit of work (and per base batch)
-    max_batch_tokens: int | None  # the engine's KV budget per batch; None = one batch per unit
-    shard: tuple[int, int] | None  # (k, n): this run computes chunk i when i % n == k - 1
+    The defaults run the embedded demo; None is resolved by `prepare` as the comment says.
+    """
+
+    model: str = DEFAULT_MODEL  # 'smollm2', a checkpoint directory or .gguf, or a repo id
+    model_label: str | None = None  # the experiment's model name (stats joins runs by it)
+    family: str | None = None  # the model family; None: detected
+    dtype: str = "float32"
+    device: str | None = None  # None: cuda if available, else cpu
+    task: str = "musique"
+    data: str | None = None  # the data file; None: the task's shipped sample
+    n: int | None = DEFAULT_N  # problems to draw (None: all); resolved: problems drawn
+    sample_seed: int = 0  # the seed of the problem draw
+    decoding: str = "greedy"  # "greedy" | "sampled"
+    temperature: float | None = None  # None: the decoding's
+    top_p: float | None = None  # None: the decoding's
+    seeds: tuple[int, ...] | None = None  # decoding seeds; None: (0,) greedy, (0, 1, 2) sampled
+    conditions: tuple[str, ...] = ("all",)  # codes and presets; resolved: codes, canonical order
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS[0]  # budget of the bases (NT, B, oracle_B)
+    max_new_tokens_arm: int = DEFAULT_MAX_NEW_TOKENS[1]  # each arm's budget after the splice
+    sentences: str | None = None  # the sentences file; None: the shipped sentences.toml
+    chunk_size: int = DEFAULT_CHUNK_SIZE  # problems per unit of work (and per base batch)
+    max_batch_tokens: int | None = None  # the engine's KV budget per batch; None: one per unit
+    shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
     signals: bool = True  # B's token uncertainty and hidden state at the cut (splice/signals.py)
 
@@ -111,54 +117,6 @@ def diff_configs(
 def _short(value: object) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-# ----- parsing the compact command-line values ----------------------------------------------------
-def parse_seeds(text: str) -> tuple[int, ...]:
-    """`--seeds 0,1,2` -> (0, 1, 2): distinct non-negative integers, in the order given."""
-    try:
-        seeds = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise ConfigError(
-            f"--seeds {text!r}: expected comma-separated whole numbers, e.g. 0,1,2"
-        ) from None
-    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds {text!r}: seeds must be distinct and >= 0")
-    return seeds
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """`--shard K/N` -> (K, N) with 1 <= K <= N."""
-    try:
-        k, n = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise ConfigError(f"--shard {text!r}: expected K/N, e.g. 1/4") from None
-    if not 1 <= k <= n:
-        raise ConfigError(f"--shard {text!r}: need 1 <= K <= N")
-    return k, n
-
-
-def parse_max_new_tokens(text: str) -> tuple[int, int]:
-    """`--max-new-tokens BASE[,ARM]` -> (base, arm); ARM defaults to BASE."""
-    try:
-        parts = [int(part) for part in text.split(",")]
-    except ValueError:
-        parts = []
-    if len(parts) not in (1, 2) or any(part < 1 for part in parts):
-        raise ConfigError(
-            f"--max-new-tokens {text!r}: expected BASE or BASE,ARM, positive whole numbers"
-        )
-    return parts[0], parts[-1]
-
-
-def parse_n(text: str) -> int | None:
-    """`--n 25` -> 25; `--n all` -> None (every problem of the file)."""
-    if text.strip().lower() == "all":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"--n {text!r}: expected a positive whole number or 'all'") from None
 
 
 def resolve_decoding(

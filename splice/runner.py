@@ -1,6 +1,6 @@
 """Running a prepared experiment: the phases, unit by unit, then the records file.
 
-    prepared = prepare(RunOptions(model="smollm2", task="musique", n=4))
+    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
 Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
-from nudgeability.splice.conditions import CONSISTENCY
+from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -34,14 +34,9 @@ from nudgeability.splice.plan import (
     units_of,
 )
 from nudgeability.splice.prepare import Prepared
+from nudgeability.splice.signal_units import run_consistency_unit
 from nudgeability.splice.signals import SIGNALS_DIR
-from nudgeability.splice.units import (
-    UnitContext,
-    UnitCounts,
-    run_arms_unit,
-    run_base_unit,
-    run_consistency_unit,
-)
+from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.work_store import WorkStore
 
 
@@ -82,16 +77,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             max_batch_tokens=config.max_batch_tokens,
             progress=progress,
         )  # an inner bar per engine call: sequences done, prefill/decode tok/s
-        ctx = UnitContext(
-            config,
-            prepared.task,
-            prepared.family,
-            engine,
-            prepared.problems,
-            prepared.prompts,
-            prepared.conditions,
-            prepared.splices,
-        )
+        ctx = UnitContext(prepared, engine)
         computed = resumed = 0
         for phase in phases_of(prepared.conditions):
             units = units_of([phase], config.seeds, mine)
@@ -114,7 +100,7 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
     if unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))
-            for base in ("B", "oracle_B")
+            for base in ARM_BASES
             if ctx.arms_of[base]
         }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)
@@ -123,9 +109,8 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
     else:
         # the hidden states' side file is written before the part: a stored part has its states
         signals = (store.root / SIGNALS_DIR / f"{unit.name}.npy", unit.name)
-        records, counts = run_base_unit(
-            ctx, unit.phase, unit.seed, indices, signals if ctx.config.signals else None
-        )
+        wanted = signals if ctx.prepared.config.signals else None
+        records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices, wanted)
     seconds = time.perf_counter() - start
     store.write_part(unit, [record.to_json() for record in records])
     store.append_timing(

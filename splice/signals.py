@@ -20,11 +20,15 @@ Small summaries only, never logits (stats/signal_records.py reads them back):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from nudgeability.engine import Completion, Engine, SamplingParams
+from nudgeability.splice.records import Record
 
 SIGNALS_DIR = "signals"
 CONSISTENCY_TEMPERATURE = 1.0
@@ -69,3 +73,29 @@ def write_hidden(path: str | os.PathLike, states: np.ndarray) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def with_b_signals(
+    engine: Engine,
+    records: list[Record],
+    prompts: list[list[int]],
+    outs: list[Completion],
+    path: Path,
+    unit_name: str,
+) -> list[Record]:
+    """B's records with their token uncertainty up to the cut and the reference of their hidden
+    state at the cut; one engine pass over prompt + reasoning gives the hidden states, which are
+    written to `path` (rows: the closed B's in unit order)."""
+    closed = [j for j, record in enumerate(records) if record.boundary is not None]
+    rows = {j: row for row, j in enumerate(closed)}
+    if closed:
+        cut = [prompts[j] + records[j].generated_ids[: records[j].boundary] for j in closed]
+        states = engine.generate(cut, SamplingParams(max_new_tokens=1, return_hidden=True))
+        write_hidden(path, np.stack([state.hidden.float().numpy() for state in states]))
+    out = []
+    for j, (record, completion) in enumerate(zip(records, outs)):
+        summary = token_uncertainty(completion.logprobs, completion.entropies, record.boundary)
+        if summary is not None:
+            summary["hidden"] = hidden_reference(unit_name, rows[j])
+        out.append(dataclasses.replace(record, signals=summary))
+    return out

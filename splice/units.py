@@ -13,26 +13,19 @@ always graded; B and oracle_B when they answer (SELF).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
-from nudgeability.models.families import SELF, Family
-from nudgeability.splice.conditions import Condition
-from nudgeability.splice.prompts import ProblemPrompts, declared_tools, prompt_sha256
-from nudgeability.splice.records import ActionRecord, Record
-from nudgeability.splice.run_config import RunConfig
-from nudgeability.splice.signals import (
-    CONSISTENCY_TEMPERATURE,
-    CONSISTENCY_TOP_P,
-    hidden_reference,
-    token_uncertainty,
-    write_hidden,
-)
-from nudgeability.splice.tasks import Problem, Task
+from nudgeability.models.families import SELF
+from nudgeability.splice.conditions import ARM_BASES, NO_TOOL_BASE, TOOL_BASE, Condition
+from nudgeability.splice.prepare import Prepared
+from nudgeability.splice.prompts import declared_tools, prompt_sha256
+from nudgeability.splice.records import Record
+from nudgeability.splice.signals import with_b_signals
+from nudgeability.splice.tasks import Problem
 
 
 @dataclass
@@ -57,22 +50,16 @@ class UnitCounts:
 class UnitContext:
     """What every unit of one run needs; built once per run."""
 
-    config: RunConfig
-    task: Task
-    family: Family
+    prepared: Prepared  # the config, task, family, problems, prompts, conditions and splices
     engine: Engine
-    problems: Sequence[Problem]
-    prompts: Sequence[ProblemPrompts]  # aligned with problems
-    conditions: Sequence[Condition]
-    splices: dict[str, tuple[int, ...]]  # arm code -> ids appended at the cut
     arms_of: dict[str, list[Condition]] = field(
         init=False
     )  # base code -> its arms, canonical order
 
     def __post_init__(self) -> None:
         self.arms_of = {
-            base: [c for c in self.conditions if c.kind == "arm" and c.parent == base]
-            for base in ("B", "oracle_B")
+            base: [c for c in self.prepared.conditions if c.kind == "arm" and c.parent == base]
+            for base in ARM_BASES
         }
 
     def params(
@@ -80,13 +67,13 @@ class UnitContext:
     ) -> SamplingParams:
         """Sampling settings of one sequence; its random stream is keyed by (seed, problem, condition)."""
         return SamplingParams(
-            max_new_tokens=budget,
-            temperature=self.config.temperature,
-            top_p=self.config.top_p,
-            seed_key=(seed, problem_id, code),
-            stop_token_ids=tuple(self.family.stop_token_ids),
-            stop_strings=tuple(self.family.stop_strings),
             token_stats=token_stats,
+            max_new_tokens=budget,
+            temperature=self.prepared.config.temperature,
+            top_p=self.prepared.config.top_p,
+            seed_key=(seed, problem_id, code),
+            stop_token_ids=tuple(self.prepared.family.stop_token_ids),
+            stop_strings=tuple(self.prepared.family.stop_strings),
         )
 
 
@@ -100,88 +87,22 @@ def run_base_unit(
     """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each.
 
     With `signals_file` = (path, unit name) and base B, the records carry B's uncertainty signals
-    and the hidden states at the cut are written to `path` (splice/signals.py).
+    and the hidden states at the cut go to `path` (splice/signals.py).
     """
-    with_signals = signals_file is not None and base == "B"
-    prompts = [list(ctx.prompts[i].for_base(base)) for i in indices]
+    with_signals = signals_file is not None and base == TOOL_BASE
+    prompts = [list(ctx.prepared.prompts[i].for_base(base)) for i in indices]
+    budget = ctx.prepared.config.max_new_tokens
     params = [
-        ctx.params(
-            seed, ctx.problems[i].id, base, ctx.config.max_new_tokens, token_stats=with_signals
-        )
+        ctx.params(seed, ctx.prepared.problems[i].id, base, budget, token_stats=with_signals)
         for i in indices
     ]
     outs = ctx.engine.generate(prompts, params)
     counts, records = UnitCounts(), []
     for i, prompt, out in zip(indices, prompts, outs):
         counts.add(out, shared=False)
-        records.append(base_record(ctx, ctx.problems[i], base, seed, prompt, out))
+        records.append(base_record(ctx, ctx.prepared.problems[i], base, seed, prompt, out))
     if with_signals:
-        records = _with_signals(ctx, records, prompts, outs, *signals_file)
-    return records, counts
-
-
-def _with_signals(
-    ctx: UnitContext,
-    records: list[Record],
-    prompts: list[list[int]],
-    outs: list[Completion],
-    path: Path,
-    unit_name: str,
-) -> list[Record]:
-    """B's records with their token uncertainty up to the cut and the reference of their hidden
-    state at the cut; one engine pass over prompt + reasoning gives the hidden states."""
-    closed = [j for j, record in enumerate(records) if record.boundary is not None]
-    rows = {j: row for row, j in enumerate(closed)}
-    if closed:
-        cut = [prompts[j] + records[j].generated_ids[: records[j].boundary] for j in closed]
-        states = ctx.engine.generate(cut, SamplingParams(max_new_tokens=1, return_hidden=True))
-        write_hidden(path, [state.hidden.float().numpy() for state in states])
-    out = []
-    for j, (record, completion) in enumerate(zip(records, outs)):
-        summary = token_uncertainty(completion.logprobs, completion.entropies, record.boundary)
-        if summary is not None:
-            summary["hidden"] = hidden_reference(unit_name, rows[j])
-        out.append(dataclasses.replace(record, signals=summary))
-    return out
-
-
-def run_consistency_unit(
-    ctx: UnitContext, code: str, seed: int, indices: Sequence[int]
-) -> tuple[list[Record], UnitCounts]:
-    """The K unaided self-consistency samples of each problem at `indices`, one batched generate.
-
-    Sample k of a problem decodes at temperature 1.0, top-p 0.95 from its own stream, keyed by
-    (seed, problem, code, k); its record is read and graded as NT's and carries its answer key.
-    """
-    samples = ctx.config.consistency_samples
-    prompts, params, owners = [], [], []
-    for i in indices:
-        prompt = list(ctx.prompts[i].for_base("NT"))
-        for k in range(samples):
-            prompts.append(prompt)
-            params.append(
-                dataclasses.replace(
-                    ctx.params(seed, ctx.problems[i].id, code, ctx.config.max_new_tokens),
-                    temperature=CONSISTENCY_TEMPERATURE,
-                    top_p=CONSISTENCY_TOP_P,
-                    seed_key=(seed, ctx.problems[i].id, code, k),
-                )
-            )
-            owners.append((i, k))
-    counts, records = UnitCounts(), []
-    if not prompts:
-        return records, counts
-    for (i, k), prompt, out in zip(owners, prompts, ctx.engine.generate(prompts, params)):
-        counts.add(out, shared=False)
-        record = base_record(ctx, ctx.problems[i], "NT", seed, prompt, out)
-        records.append(
-            dataclasses.replace(
-                record,
-                condition=code,
-                sample=k,
-                signals={"answer_key": ctx.task.answer_key(record.action.answer)},
-            )
-        )
+        records = with_b_signals(ctx.engine, records, prompts, outs, *signals_file)
     return records, counts
 
 
@@ -190,15 +111,17 @@ def base_record(
 ) -> Record:
     """The record of a base run: its boundary (B, oracle_B), action and grade."""
     generated = list(out.token_ids)
-    tools = declared_tools(ctx.task, base)
-    boundary = None if base == "NT" else ctx.family.find_boundary(generated)
-    action = ctx.family.parse_action(generated[boundary or 0 :], out.finish_reason, tools=tools)
+    tools = declared_tools(ctx.prepared.task, base)
+    boundary = None if base == NO_TOOL_BASE else ctx.prepared.family.find_boundary(generated)
+    action = ctx.prepared.family.parse_action(
+        generated[boundary or 0 :], out.finish_reason, tools=tools
+    )
     grade = None
-    if base == "NT" or action.kind == SELF:
-        grade = ctx.task.grade(problem, action.answer)
+    if base == NO_TOOL_BASE or action.kind == SELF:
+        grade = ctx.prepared.task.grade(problem, action.answer)
     return Record(
         problem_id=problem.id,
-        task=ctx.task.name,
+        task=ctx.prepared.task.name,
         condition=base,
         sentence_id=None,
         seed=seed,
@@ -207,9 +130,9 @@ def base_record(
         prefix_tokens=None,
         boundary=boundary,
         generated_ids=generated,
-        text=ctx.family.decode(generated),
+        text=ctx.prepared.family.decode(generated),
         finish_reason=out.finish_reason,
-        action=ActionRecord(**action.to_record()),
+        action=action,
         grade=grade,
     )
 
@@ -237,8 +160,8 @@ def run_arms_unit(
         bases[base] = {record["problem_id"]: record for record in map(json.loads, lines)}
     requests, groups = [], []
     for i in indices:
-        problem = ctx.problems[i]
-        for base in ("B", "oracle_B"):
+        problem = ctx.prepared.problems[i]
+        for base in ARM_BASES:
             arms = ctx.arms_of[base]
             if not arms:
                 continue
@@ -246,10 +169,10 @@ def run_arms_unit(
             if record["boundary"] is None:
                 continue
             reasoning = record["generated_ids"][: record["boundary"]]
-            prefix = list(ctx.prompts[i].for_base(base)) + reasoning
-            suffixes = [list(ctx.splices[arm.code]) for arm in arms]
+            prefix = list(ctx.prepared.prompts[i].for_base(base)) + reasoning
+            suffixes = [list(ctx.prepared.splices[arm.code]) for arm in arms]
             params = [
-                ctx.params(seed, problem.id, arm.code, ctx.config.max_new_tokens_arm)
+                ctx.params(seed, problem.id, arm.code, ctx.prepared.config.max_new_tokens_arm)
                 for arm in arms
             ]
             requests.append(ForkRequest(prefix, suffixes, params))
@@ -263,10 +186,10 @@ def run_arms_unit(
             records.append(
                 arm_record(
                     ctx,
-                    ctx.problems[group.index],
+                    ctx.prepared.problems[group.index],
                     arm,
                     seed,
-                    ctx.prompts[group.index].for_base(group.base),
+                    ctx.prepared.prompts[group.index].for_base(group.base),
                     group.prefix_tokens,
                     out,
                 )
@@ -285,14 +208,14 @@ def arm_record(
 ) -> Record:
     """The record of one arm: the action read from its splice ids plus its generation."""
     generated = list(out.token_ids)
-    action = ctx.family.parse_action(
-        list(ctx.splices[arm.code]) + generated,
+    action = ctx.prepared.family.parse_action(
+        list(ctx.prepared.splices[arm.code]) + generated,
         out.finish_reason,
-        tools=declared_tools(ctx.task, arm.parent),
+        tools=declared_tools(ctx.prepared.task, arm.parent),
     )
     return Record(
         problem_id=problem.id,
-        task=ctx.task.name,
+        task=ctx.prepared.task.name,
         condition=arm.code,
         sentence_id=arm.sentence_id,
         seed=seed,
@@ -301,8 +224,8 @@ def arm_record(
         prefix_tokens=prefix_tokens,
         boundary=None,
         generated_ids=generated,
-        text=ctx.family.decode(generated),
+        text=ctx.prepared.family.decode(generated),
         finish_reason=out.finish_reason,
-        action=ActionRecord(**action.to_record()),
+        action=action,
         grade=None,
     )

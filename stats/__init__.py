@@ -1,13 +1,17 @@
 """nudgeability.stats: every estimator of the paper as pure functions over int8 arrays.
 
 Arrays: `s` (1 unaided correct, 0 wrong, -1 unknown) and action arrays coded SELF=0, TOOL=1,
-OTHER=2, TRUNC=3, -1 = no arm (see actions.py). An experiment is an ExperimentTable (table.py);
-records.py joins run directories into tables; summarize() gives every estimate with its 95%
-bootstrap interval; tables.py and figures.py render them; cli.py adds `nudge stats` and
-`nudge report`. Definitions follow ../shared/reference/protocol.md; each file states its own.
+OTHER=2, TRUNC=3, -1 = no arm (actions.py codes the kinds of models/families/action.py). An
+experiment is an ExperimentTable, the per-problem action table (action_table.py); its conditions,
+their report order and the +/- pairs come from nudgeability.splice.conditions. records.py joins
+run directories into tables; summarize() gives every estimate with its 95% bootstrap interval
+(numba kernels and numpy twins in kernels.py); report_tables.py (Markdown, CSV, LaTeX) and
+figures.py render them; cli.py adds `nudge stats` and `nudge report`. Definitions follow
+../shared/reference/protocol.md; each file states its own.
 """
 
 from .across import AcrossExperiments, Medians, across_experiments, spearman
+from .action_table import CONDITIONS, PAIRS, ExperimentLabel, ExperimentTable, TableError
 from .actions import NONE, OTHER, SELF, TOOL, TRUNC, UNKNOWN, action_code, codes_from_kinds
 from .bootstrap import (
     BootstrapResult,
@@ -36,7 +40,6 @@ from .mcnemar import McNemar, mcnemar
 from .records import RecordsError, load_experiments, table_from_records
 from .sensitivity import Sensitivity, sensitivity
 from .summary import ExperimentSummary, PairSummary, profile_label, summarize
-from .table import CONDITIONS, PAIRS, ExperimentLabel, ExperimentTable, TableError
 from .targeting import Stratum, Targeting, targeting
 
 __all__ = [

@@ -18,16 +18,19 @@ from collections.abc import Iterable
 
 import numpy as np
 
-SELF = 0
-TOOL = 1
-OTHER = 2
-TRUNC = 3
+from nudgeability.models.families import action as kinds
+
+# The kind strings are owned by the family parser (models/families/action.py); a kind's code is
+# its index there, so a kind added there gets a code here.
+KINDS = kinds.ACTION_KINDS
+_CODE_OF_KIND = {kind: code for code, kind in enumerate(KINDS)}
+SELF = _CODE_OF_KIND[kinds.SELF]
+TOOL = _CODE_OF_KIND[kinds.TOOL]
+OTHER = _CODE_OF_KIND[kinds.OTHER]
+TRUNC = _CODE_OF_KIND[kinds.TRUNC]
 NONE = -1
 
 UNKNOWN = -1  # competence label s_i when NT is truncated or cannot be graded
-
-KINDS = ("SELF", "TOOL", "OTHER", "TRUNC")
-_CODE_OF_KIND = {kind: code for code, kind in enumerate(KINDS)}
 _KIND_OF_CODE = {code: kind for kind, code in _CODE_OF_KIND.items()} | {NONE: "NONE"}
 
 

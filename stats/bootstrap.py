@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import kernels
+from .action_table import PAIRS, ExperimentTable, TableError
 from .contributions import aggregate_by_cluster, compress, contributions
-from .table import PAIRS, ExperimentTable, TableError
 
 
 @dataclass(frozen=True)

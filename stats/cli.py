@@ -19,9 +19,9 @@ from pathlib import Path
 from .across import AcrossExperiments, across_experiments
 from .figures import draw_all
 from .records import RecordsError, load_experiments
+from .report_tables import render_csv, render_latex, render_markdown
 from .serialize import from_jsonable, to_jsonable
 from .summary import ExperimentSummary, summarize
-from .tables import render_csv, render_latex, render_markdown
 
 STATS_FILE = "stats.json"
 TABLE_FILES = ("table.md", "table.csv", "table.tex")

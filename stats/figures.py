@@ -20,28 +20,13 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .table import CONDITIONS
+from nudgeability.splice.conditions import CONDITIONS as ALL_CONDITIONS
+
+from .action_table import CONDITIONS
 
 FORMATS = ("png", "pdf")
 _TASK_MARKERS = ("o", "s", "^", "D", "v")
-_CONDITION_LABELS = {
-    "B": "B",
-    "empty": "∅",
-    "neutral": "0",
-    "conf": "+",
-    "doubt": "−",
-    "conf_second": "+ 2nd",
-    "doubt_second": "− 2nd",
-    "conf_reviewer": "+ rev",
-    "doubt_reviewer": "− rev",
-    "conf_expert": "+ exp",
-    "doubt_expert": "− exp",
-    "sealed_conf": "+ sealed",
-    "sealed_doubt": "− sealed",
-    "oracle_B": "oracle B",
-    "oracle_conf": "oracle +",
-    "oracle_doubt": "oracle −",
-}
+_CONDITION_LABELS = {c.code: c.label for c in ALL_CONDITIONS}
 
 
 def _name(e) -> str:

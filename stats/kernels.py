@@ -11,8 +11,11 @@ floor(x * n / 2**32) (non-uniform by a relative error below n / 2**32, 2.3e-7 at
 below the Monte Carlo error). Hence results depend on the seed only, never on the thread count or
 on how replicates are split between threads, and the numpy twins reproduce the kernels bit for bit.
 
-Every kernel `name` has a twin `name_twin` taking the same arguments; given the same indices (or
-seed), both return identical arrays. The kernels are compiled on first use and cached on disk.
+The fused kernel `bootstrap_statistics` has a twin `bootstrap_statistics_twin` taking the same
+arguments, built from the staged twins below (draw the indices, sum the rows, evaluate the
+statistics); given the same seed, both return identical arrays. The numba versions of the stages,
+which the library never calls, live with the tests that check the fused kernel against them
+(tests/helpers/staged_kernels.py). The kernels are compiled on first use and cached on disk.
 """
 
 from __future__ import annotations
@@ -78,24 +81,10 @@ def _mix_twin(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(parallel=True, cache=True)
-def draw_indices(n_units, n_boot, key):
-    """Resample indices (n_boot, n_units) int64 for stream `key` (see seed_key)."""
-    out = np.empty((n_boot, n_units), dtype=np.int64)
-    half = (n_units + 1) // 2
-    for r in numba.prange(n_boot):
-        for j in range(half):
-            word = _word(key, r * half + j)
-            out[r, 2 * j] = _scale(word >> _SHIFT32, n_units)
-            if 2 * j + 1 < n_units:
-                out[r, 2 * j + 1] = _scale(word & _LOW32, n_units)
-    return out
-
-
 def draw_indices_twin(
     n_units: int, n_boot: int, key: np.uint64, first_replicate: int = 0
 ) -> np.ndarray:
-    """numpy twin of draw_indices; `first_replicate` lets callers draw in chunks."""
+    """Resample indices (n_boot, n_units) int64 for stream `key` (see seed_key); `first_replicate` lets callers draw in chunks."""
     half = (n_units + 1) // 2
     r = np.arange(first_replicate, first_replicate + n_boot, dtype=np.uint64)[:, None]
     position = r * np.uint64(half) + np.arange(half, dtype=np.uint64)[None, :]
@@ -109,21 +98,8 @@ def draw_indices_twin(
 # ---------------------------------------------------------------- sums and statistics
 
 
-@numba.njit(parallel=True, cache=True)
-def sums_from_indices(contrib, indices):
-    """Column sums of the resampled rows: out[r] = sum_j contrib[indices[r, j]]; int64."""
-    n_boot, n_cols = indices.shape[0], contrib.shape[1]
-    out = np.zeros((n_boot, n_cols), dtype=np.int64)
-    for r in numba.prange(n_boot):
-        for j in range(indices.shape[1]):
-            row = indices[r, j]
-            for c in range(n_cols):
-                out[r, c] += contrib[row, c]
-    return out
-
-
 def sums_from_indices_twin(contrib: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """numpy twin of sums_from_indices (integer sums, so exact in any order)."""
+    """Column sums of the resampled rows: out[r] = sum_j contrib[indices[r, j]]; int64 (exact)."""
     return contrib[indices].sum(axis=1, dtype=np.int64)
 
 
@@ -151,17 +127,9 @@ def _statistics_into(sums, out):
         out[1] = out[2] = out[3] = np.nan
 
 
-@numba.njit(parallel=True, cache=True)
-def statistics_from_sums(sums):
-    """(n, 4) float64 of S, WT, WTrand, L from (n, N_COLUMNS) count sums."""
-    out = np.empty((sums.shape[0], N_STATISTICS), dtype=np.float64)
-    for r in numba.prange(sums.shape[0]):
-        _statistics_into(sums[r], out[r])
-    return out
-
-
 def statistics_from_sums_twin(sums: np.ndarray) -> np.ndarray:
-    """numpy twin of statistics_from_sums, built from the estimators' own formulas."""
+    """(n, 4) float64 of S, WT, WTrand, L from (n, N_COLUMNS) count sums, by the estimators'
+    own formulas (the kernel's `_statistics_into` repeats their float operations in order)."""
     sums = np.asarray(sums, dtype=np.int64)
     out = np.empty((sums.shape[0], N_STATISTICS), dtype=np.float64)
     out[:, 0] = swing(sums[:, TOOL_MINUS], sums[:, TOOL_PLUS], sums[:, IN_S])
@@ -225,7 +193,7 @@ def bootstrap_statistics(types, unit_type, n_boot, key):
 
     `types` (K, N_COLUMNS) holds the distinct contribution rows and `unit_type` (n,) the type of
     each resampling unit (problem or cluster; uint16 when K < 2**16 keeps it small in cache);
-    replicate r draws n units with draw_indices' stream.
+    replicate r draws n units with draw_indices_twin's stream.
     """
     n_units, n_types, n_cols = unit_type.shape[0], types.shape[0], types.shape[1]
     out = np.empty((n_boot, N_STATISTICS), dtype=np.float64)

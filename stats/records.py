@@ -28,9 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .actions import NONE, SELF, TRUNC, action_code, competence_code
-from .table import ExperimentLabel, ExperimentTable
+from nudgeability.splice.conditions import BASE_CODES, CONDITIONS, NO_TOOL_BASE, TOOL_BASE
 
+from .action_table import ExperimentLabel, ExperimentTable
+from .actions import NONE, SELF, TRUNC, action_code, competence_code
+
+_PARENTS = {condition.code: condition.parent for condition in CONDITIONS}
 _REQUIRED = ("problem_id", "task", "condition", "seed", "action")
 
 
@@ -170,26 +173,28 @@ def table_from_records(
         )
     rows = sorted(by_key, key=lambda key: (problems[key[0]], key[1]))
     conditions = sorted(
-        ({c for arms in by_key.values() for c in arms} | set(conditions)) - {"NT", "B"}
+        ({c for arms in by_key.values() for c in arms} | set(conditions))
+        - {NO_TOOL_BASE, TOOL_BASE}
     )
     s, base = np.full(len(rows), -1, np.int8), np.full(len(rows), NONE, np.int8)
     arms = {c: np.full(len(rows), NONE, np.int8) for c in conditions}
-    graded = ["B"] + (["oracle_B"] if "oracle_B" in conditions else [])
+    graded = [TOOL_BASE] + [code for code in BASE_CODES if code in conditions]
     correct = {name: np.full(len(rows), -1, np.int8) for name in graded}
     for i, key in enumerate(rows):
         found = by_key[key]
-        nt = found.get("NT")
+        nt = found.get(NO_TOOL_BASE)
         if nt is not None and action_code(nt["action"]["kind"]) != TRUNC:
             s[i] = _graded(nt)
-        if "B" in found:
-            base[i] = action_code(found["B"]["action"]["kind"])
+        if TOOL_BASE in found:
+            base[i] = action_code(found[TOOL_BASE]["action"]["kind"])
         for name in graded:
             record = found.get(name)
             if record is not None and action_code(record["action"]["kind"]) == SELF:
                 correct[name][i] = _graded(record)
         for c in conditions:
-            spliced_from = "oracle_B" if c.startswith("oracle_") and c != "oracle_B" else "B"
-            if c in found and (c == "oracle_B" or _closed(found.get(spliced_from))):
+            # A base has no parent; a code this version does not know is taken as a fork of B.
+            parent = _PARENTS.get(c, TOOL_BASE)
+            if c in found and (parent is None or _closed(found.get(parent))):
                 arms[c][i] = action_code(found[c]["action"]["kind"])
     return ExperimentTable(
         s=s,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .action_table import CONDITIONS, PAIRS, PRIMARY_PAIR, ExperimentTable, TableError
 from .bootstrap import BootstrapResult, Interval, bootstrap, bootstrap_clustered, pair_arrays
 from .diagnostics import (
     ControlDeltas,
@@ -26,7 +27,6 @@ from .diagnostics import (
 )
 from .mcnemar import McNemar, mcnemar
 from .sensitivity import sensitivity
-from .table import CONDITIONS, PAIRS, PRIMARY_PAIR, ExperimentTable, TableError
 from .targeting import Stratum, targeting
 
 PROFILES = ("inert", "contrarian", "compliant", "selective", "misdirected")

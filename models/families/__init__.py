@@ -1,5 +1,8 @@
 """Model families: prompts with tools, the think boundary, the splice and action parsing.
 
+action.py owns the action kinds, their OTHER/TRUNC reasons and the `Action` dataclass that
+records store as they are; the finish reasons are the engine's (engine/sequence.py).
+
 fam = get_family("qwen3", tokenizer)            # or detect_family(model_dir, tokenizer)
 prompt = fam.render(messages, tools=tools)       # ids, generation prompt included
 b = fam.find_boundary(generated)                 # first think-close, or None

@@ -47,7 +47,8 @@ class Action:
 
     SELF carries `answer`; TOOL carries `tool_name` and `arguments`; OTHER carries `reason` (one of
     OTHER_REASONS) and, when a call was seen, `tool_name`; TRUNC carries `reason` (one of
-    TRUNC_REASONS). The fields mirror `nudgeability.splice.records.ActionRecord`.
+    TRUNC_REASONS). Records store this dataclass as it is (`nudgeability.splice.records`), and
+    `nudgeability.stats.actions` codes its kinds as int8.
     """
 
     kind: str
@@ -66,13 +67,3 @@ class Action:
             raise ValueError(
                 f"Action.reason={self.reason!r} does not fit kind {self.kind}; expected one of {allowed}"
             )
-
-    def to_record(self) -> dict:
-        """The fields as a dict that `ActionRecord(**action.to_record())` accepts."""
-        return {
-            "kind": self.kind,
-            "answer": self.answer,
-            "tool_name": self.tool_name,
-            "arguments": self.arguments,
-            "reason": self.reason,
-        }

@@ -16,6 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from nudgeability.engine.sequence import FINISH_REASONS  # the engine owns why a sequence stopped
 from nudgeability.models.families.action import (
     BUDGET_AFTER_THINK,
     BUDGET_IN_ANSWER,
@@ -34,7 +35,6 @@ from nudgeability.models.families.action import (
     Action,
 )
 
-FINISH_REASONS = ("eos", "stop_token", "stop_string", "length")
 ROLES = ("system", "user", "assistant", "tool", "observation")
 
 # A throwaway tool used only to ask a checkpoint's template whether it renders tools at all.

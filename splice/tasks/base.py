@@ -21,6 +21,14 @@ from nudgeability.splice.records import GradeRecord
 Messages = list[dict]
 Tools = list[dict]
 
+# The oracle control's tool, the same for every task: a free, correct worked answer.
+ASK_EXPERT_USE = "it returns a correct worked answer to a question, at no cost."
+ASK_EXPERT_TOOL = (
+    "ask_expert",
+    "Ask an expert, who returns a correct worked answer to the question at no cost.",
+    {"question": "The question to ask the expert."},
+)
+
 # The shipped samples (see splice/data/README.md for provenance and licences).
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
@@ -93,14 +101,20 @@ def function_tool(name: str, description: str, parameters: dict[str, str]) -> di
 class Task(ABC):
     """A task: loads its official file, builds the prompts and grades answers.
 
-    Subclasses set `name`, `tool_names`, `data_filename` and implement `load`, the three prompt
-    methods and `grade`. The oracle tool is always `ask_expert`.
+    Subclasses set `name`, `tool_names`, `data_filename`, their prompt wording (`system_unaided`,
+    `system_with_tool` with `{tool}` and `{tool_use}` slots, the scoped `tool` as
+    `(name, description, parameters)` and its `tool_use` line) and implement `load`, `user_text`
+    and `grade`. The oracle tool is always `ask_expert` (ASK_EXPERT_TOOL).
     """
 
     name: ClassVar[str]
     tool_names: ClassVar[tuple[str, ...]]
-    oracle_tool_names: ClassVar[tuple[str, ...]] = ("ask_expert",)
+    oracle_tool_names: ClassVar[tuple[str, ...]] = (ASK_EXPERT_TOOL[0],)
     data_filename: ClassVar[str]
+    system_unaided: ClassVar[str]
+    system_with_tool: ClassVar[str]
+    tool: ClassVar[tuple[str, str, dict[str, str]]]
+    tool_use: ClassVar[str]
 
     def default_data_path(self) -> Path:
         """The shipped sample of this task (the embedded default of `nudge run`)."""
@@ -115,16 +129,35 @@ class Task(ABC):
         """
 
     @abstractmethod
+    def user_text(self, problem: Problem) -> str:
+        """The user turn of every prompt: the question (and the task's context)."""
+
     def unaided_messages(self, problem: Problem) -> Messages:
         """System and user messages of the unaided prompt: no tool is mentioned or declared."""
+        return [
+            {"role": "system", "content": self.system_unaided},
+            {"role": "user", "content": self.user_text(problem)},
+        ]
 
-    @abstractmethod
     def with_tool(self, problem: Problem) -> tuple[Messages, Tools]:
-        """Messages and tool declarations of the with-tool prompt (the task's scoped tool)."""
+        """The same user turn; the system turn offers the task's tool, declared as a function tool."""
+        return self._tool_prompt(problem, self.tool, self.tool_use)
 
-    @abstractmethod
     def oracle(self, problem: Problem) -> tuple[Messages, Tools]:
         """The with-tool prompt with the tool swapped for `ask_expert`, a free correct worked answer."""
+        return self._tool_prompt(problem, ASK_EXPERT_TOOL, ASK_EXPERT_USE)
+
+    def _tool_prompt(
+        self, problem: Problem, tool: tuple[str, str, dict[str, str]], tool_use: str
+    ) -> tuple[Messages, Tools]:
+        system = self.system_with_tool.format(tool=tool[0], tool_use=tool_use)
+        return (
+            [
+                {"role": "system", "content": system},
+                {"role": "user", "content": self.user_text(problem)},
+            ],
+            [function_tool(*tool)],
+        )
 
     @abstractmethod
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:

@@ -15,11 +15,8 @@ from nudgeability.splice.records import GradeRecord
 from nudgeability.splice.tasks.base import (
     DataFileError,
     EmptyDatasetError,
-    Messages,
     Problem,
     Task,
-    Tools,
-    function_tool,
 )
 from nudgeability.splice.tasks.reading import read_jsonl, require
 from nudgeability.splice.tasks.scoring import (
@@ -46,16 +43,10 @@ SYSTEM_WITH_TOOL = (
     f"`{{tool}}`."
 )
 RETRIEVE_USE = "it returns the most relevant of the supplied paragraphs for a query."
-ASK_EXPERT_USE = "it returns a correct worked answer to a question, at no cost."
 RETRIEVE_TOOL = (
     "retrieve",
     "Return the most relevant of the supplied paragraphs for a query.",
     {"query": "What to look for in the supplied paragraphs."},
-)
-ASK_EXPERT_TOOL = (
-    "ask_expert",
-    "Ask an expert, who returns a correct worked answer to the question at no cost.",
-    {"question": "The question to ask the expert."},
 )
 PARAGRAPH = "Paragraph {number}: {title}\n{text}"
 USER = "{paragraphs}\n\nQuestion: {question}"
@@ -68,8 +59,12 @@ class MusiqueTask(Task):
     """MuSiQue-Ans. `id_prefix` keeps the ids that start with it (None keeps every record)."""
 
     name = "musique"
-    tool_names = ("retrieve",)
+    tool_names = (RETRIEVE_TOOL[0],)
     data_filename = "musique_ans_dev_sample.jsonl"
+    system_unaided = SYSTEM_UNAIDED
+    system_with_tool = SYSTEM_WITH_TOOL
+    tool = RETRIEVE_TOOL
+    tool_use = RETRIEVE_USE
 
     def __init__(self, id_prefix: str | None = TWO_HOP_PREFIX):
         self.id_prefix = id_prefix
@@ -111,34 +106,13 @@ class MusiqueTask(Task):
             )
         return problems
 
-    def unaided_messages(self, problem: Problem) -> Messages:
-        """The question and its paragraphs, with the answer format; no tool."""
-        return [
-            {"role": "system", "content": SYSTEM_UNAIDED},
-            {"role": "user", "content": _user_text(problem)},
-        ]
-
-    def with_tool(self, problem: Problem) -> tuple[Messages, Tools]:
-        """The same user turn; the system turn offers `retrieve`, declared as a function tool."""
-        system = SYSTEM_WITH_TOOL.format(tool="retrieve", tool_use=RETRIEVE_USE)
-        return (
-            [
-                {"role": "system", "content": system},
-                {"role": "user", "content": _user_text(problem)},
-            ],
-            [function_tool(*RETRIEVE_TOOL)],
+    def user_text(self, problem: Problem) -> str:
+        """The numbered paragraphs, then the question."""
+        paragraphs = "\n\n".join(
+            PARAGRAPH.format(number=number, title=title, text=text)
+            for number, (title, text) in enumerate(problem.context, start=1)
         )
-
-    def oracle(self, problem: Problem) -> tuple[Messages, Tools]:
-        """The with-tool prompt with `ask_expert` in place of `retrieve`."""
-        system = SYSTEM_WITH_TOOL.format(tool="ask_expert", tool_use=ASK_EXPERT_USE)
-        return (
-            [
-                {"role": "system", "content": system},
-                {"role": "user", "content": _user_text(problem)},
-            ],
-            [function_tool(*ASK_EXPERT_TOOL)],
-        )
+        return USER.format(paragraphs=paragraphs, question=problem.question)
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Official EM and F1, each maxed over the golds; correct ⇔ EM = 1.
@@ -159,14 +133,6 @@ class MusiqueTask(Task):
         if span is None or not answer_tokens(span):
             return None
         return normalize_answer(span)
-
-
-def _user_text(problem: Problem) -> str:
-    paragraphs = "\n\n".join(
-        PARAGRAPH.format(number=number, title=title, text=text)
-        for number, (title, text) in enumerate(problem.context, start=1)
-    )
-    return USER.format(paragraphs=paragraphs, question=problem.question)
 
 
 def _problem(record: object, path: str | os.PathLike, line: int) -> Problem:

@@ -16,11 +16,8 @@ from nudgeability.splice.records import GradeRecord
 from nudgeability.splice.tasks.base import (
     DataFileError,
     EmptyDatasetError,
-    Messages,
     Problem,
     Task,
-    Tools,
-    function_tool,
 )
 from nudgeability.splice.tasks.reading import read_json_array, require
 from nudgeability.splice.tasks.scoring import parse_yes_no
@@ -35,16 +32,10 @@ SYSTEM_WITH_TOOL = (
     f"`{{tool}}`."
 )
 SEARCH_USE = "it searches a scoped web index and returns evidence passages for a query."
-ASK_EXPERT_USE = "it returns a correct worked answer to a question, at no cost."
 SEARCH_TOOL = (
     "search",
     "Search a scoped web index and return evidence passages relevant to the query.",
     {"query": "The search query."},
-)
-ASK_EXPERT_TOOL = (
-    "ask_expert",
-    "Ask an expert, who returns a correct worked answer to the question at no cost.",
-    {"question": "The question to ask the expert."},
 )
 USER = "Question: {question}"
 # ---------------------------------------------------------------------------------------------------
@@ -54,8 +45,12 @@ class StrategyQATask(Task):
     """StrategyQA (train split): yes/no questions, gold is a bool."""
 
     name = "strategyqa"
-    tool_names = ("search",)
+    tool_names = (SEARCH_TOOL[0],)
     data_filename = "strategyqa_train.json"
+    system_unaided = SYSTEM_UNAIDED
+    system_with_tool = SYSTEM_WITH_TOOL
+    tool = SEARCH_TOOL
+    tool_use = SEARCH_USE
 
     def load(self, path: str | os.PathLike | None = None) -> list[Problem]:
         """Read an official StrategyQA JSON array into problems, in file order.
@@ -95,34 +90,9 @@ class StrategyQATask(Task):
             )
         return problems
 
-    def unaided_messages(self, problem: Problem) -> Messages:
-        """The question with the yes/no answer format; no tool."""
-        return [
-            {"role": "system", "content": SYSTEM_UNAIDED},
-            {"role": "user", "content": USER.format(question=problem.question)},
-        ]
-
-    def with_tool(self, problem: Problem) -> tuple[Messages, Tools]:
-        """The same user turn; the system turn offers `search`, declared as a function tool."""
-        system = SYSTEM_WITH_TOOL.format(tool="search", tool_use=SEARCH_USE)
-        return (
-            [
-                {"role": "system", "content": system},
-                {"role": "user", "content": USER.format(question=problem.question)},
-            ],
-            [function_tool(*SEARCH_TOOL)],
-        )
-
-    def oracle(self, problem: Problem) -> tuple[Messages, Tools]:
-        """The with-tool prompt with `ask_expert` in place of `search`."""
-        system = SYSTEM_WITH_TOOL.format(tool="ask_expert", tool_use=ASK_EXPERT_USE)
-        return (
-            [
-                {"role": "system", "content": system},
-                {"role": "user", "content": USER.format(question=problem.question)},
-            ],
-            [function_tool(*ASK_EXPERT_TOOL)],
-        )
+    def user_text(self, problem: Problem) -> str:
+        """The question alone."""
+        return USER.format(question=problem.question)
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Parsed yes/no against the gold bool: em = 1.0/0.0, f1 = None (undefined for yes/no).

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from nudgeability.models.families import Action
-from nudgeability.splice.records import ACTION_KINDS, ActionRecord
+from nudgeability.splice.records import GradeRecord, Record
 
 
-def test_action_converts_to_an_action_record_field_for_field():
+def test_a_record_stores_the_action_field_for_field_and_reads_it_back():
     action = Action("TOOL", tool_name="retrieve", arguments={"query": "Emma"})
-    record = ActionRecord(**action.to_record())
-    assert record == ActionRecord(kind="TOOL", tool_name="retrieve", arguments={"query": "Emma"})
-
-
-def test_action_kinds_match_the_record_schema():
-    from nudgeability.models.families.action import ACTION_KINDS as FAMILY_KINDS
-
-    assert FAMILY_KINDS == ACTION_KINDS
+    record = Record(
+        "p", "musique", "B", None, 0, 3, "0" * 64, None, 1, [1, 2], "ab", "eos", action, None
+    )
+    line = json.loads(record.to_json())
+    assert line["action"] == {
+        "kind": "TOOL",
+        "answer": None,
+        "tool_name": "retrieve",
+        "arguments": {"query": "Emma"},
+        "reason": None,
+    }
+    assert Record.from_dict(line).action == action
+    assert Record.from_dict(line | {"grade": {"em": 1.0, "f1": 1.0, "correct": True}}).grade == (
+        GradeRecord(1.0, 1.0, True)
+    )
 
 
 @pytest.mark.parametrize(

@@ -13,15 +13,8 @@ from nudgeability.splice.plan import (
     shard_chunks,
     units_of,
 )
-from nudgeability.splice.run_config import (
-    ConfigError,
-    diff_configs,
-    parse_max_new_tokens,
-    parse_n,
-    parse_seeds,
-    parse_shard,
-    resolve_decoding,
-)
+from nudgeability.splice.run_cli import parse_max_new_tokens, parse_n, parse_seeds, parse_shard
+from nudgeability.splice.run_config import ConfigError, diff_configs, resolve_decoding
 
 
 def test_flag_values_parse_as_documented():

@@ -149,6 +149,10 @@ def planted():
 # ---------------------------------------------------------------- run directories
 
 
+# A reason the runner would give these kinds (the join reads only the kind).
+_REASONS = {"OTHER": "empty_commitment", "TRUNC": "budget_in_thinking"}
+
+
 def record_line(
     problem_id: str,
     condition: str,
@@ -177,7 +181,9 @@ def record_line(
         generated_ids=[1, 2, 3],
         text="...",
         finish_reason="eos",
-        action=ActionRecord(kind=kind, answer="x" if kind == "SELF" else None),
+        action=ActionRecord(
+            kind=kind, answer="x" if kind == "SELF" else None, reason=_REASONS.get(kind)
+        ),
         grade=GradeRecord(em=float(bool(correct)), f1=float(bool(correct)), correct=correct)
         if graded
         else None,

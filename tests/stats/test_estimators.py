@@ -6,9 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from helpers.staged_kernels import statistics_from_sums
 
 from nudgeability.stats import NONE, OTHER, SELF, TOOL, TRUNC, contributions, sensitivity, targeting
-from nudgeability.stats.kernels import statistics_from_sums, statistics_from_sums_twin
+from nudgeability.stats.kernels import statistics_from_sums_twin
 
 COMPLETED = (SELF, TOOL, OTHER)
 DECISIVE = (SELF, TOOL)

@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
+from helpers.staged_kernels import draw_indices
 from sklearn.metrics import roc_auc_score
 
 from nudgeability.stats import kernels
@@ -192,7 +193,7 @@ def test_agreement_of_samples_with_their_majority():
 def test_replicate_weights_are_the_bootstrap_kernel_draws_over_problems():
     cluster = np.array([0, 0, 1, 2, 2, 2, 3])
     weights = np.concatenate(list(replicate_weights(cluster, 300, seed=9)))
-    drawn = kernels.draw_indices(4, 300, kernels.seed_key(9))  # the numba kernel
+    drawn = draw_indices(4, 300, kernels.seed_key(9))  # the staged numba kernel of the same stream
     for r in range(300):
         counts = np.bincount(drawn[r], minlength=4)
         assert weights[r].tolist() == counts[cluster].tolist()
@@ -209,7 +210,7 @@ def test_intervals_equal_a_brute_force_resampling_loop():
     score = rng.normal(size=n) + s
     cluster = np.arange(n)
     keep = retained_rows(s, base, conf, doubt)
-    drawn = kernels.draw_indices(n, n_boot, kernels.seed_key(seed))
+    drawn = draw_indices(n, n_boot, kernels.seed_key(seed))
     da, lift, area = [], [], []
     for r in range(n_boot):
         rows = drawn[r]

@@ -20,37 +20,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Every condition code the runner writes, in the order reports list them.
-CONDITIONS = (
-    "NT",
-    "B",
-    "empty",
-    "neutral",
-    "conf",
-    "doubt",
-    "conf_second",
-    "doubt_second",
-    "conf_reviewer",
-    "doubt_reviewer",
-    "conf_expert",
-    "doubt_expert",
-    "sealed_conf",
-    "sealed_doubt",
-    "oracle_B",
-    "oracle_conf",
-    "oracle_doubt",
-)
+from nudgeability.splice.conditions import PAIRS, PRIMARY_PAIR, REPORT_ORDER, TOOL_BASE
 
-# The paired (+, -) contrasts: name -> (confidence arm, doubt arm, base condition).
-PAIRS = {
-    "first": ("conf", "doubt", "B"),
-    "second": ("conf_second", "doubt_second", "B"),
-    "reviewer": ("conf_reviewer", "doubt_reviewer", "B"),
-    "expert": ("conf_expert", "doubt_expert", "B"),
-    "sealed": ("sealed_conf", "sealed_doubt", "B"),
-    "oracle": ("oracle_conf", "oracle_doubt", "oracle_B"),
-}
-PRIMARY_PAIR = "first"
+# Every condition code the runner writes, in the order reports list them (owned by
+# splice/conditions.py, like the pairs: name -> (confidence arm, doubt arm, base condition)).
+CONDITIONS = REPORT_ORDER
+__all__ = [
+    "CONDITIONS",
+    "PAIRS",
+    "PRIMARY_PAIR",
+    "ExperimentLabel",
+    "ExperimentTable",
+    "TableError",
+]
 
 
 class TableError(ValueError):
@@ -112,7 +94,7 @@ class ExperimentTable:
         checked |= {f"arms[{c!r}]": a for c, a in arms.items()} | {
             f"correct[{c!r}]": a for c, a in correct.items()
         }
-        if "B" in arms:
+        if TOOL_BASE in arms:
             raise TableError("field arms['B']: the with-tool base goes in `base`, not in `arms`")
         cluster = np.arange(n, dtype=np.int64) if self.cluster is None else np.asarray(self.cluster)
         seed = np.zeros(n, dtype=np.int64) if self.seed is None else np.asarray(self.seed)
@@ -142,7 +124,7 @@ class ExperimentTable:
 
     def actions(self, condition: str) -> np.ndarray | None:
         """The action array of a condition code ('B' is the base); None when absent."""
-        return self.base if condition == "B" else self.arms.get(condition)
+        return self.base if condition == TOOL_BASE else self.arms.get(condition)
 
     def has_pair(self, pair: str) -> bool:
         """Whether both arms and the base of a named pair (see PAIRS) are present."""

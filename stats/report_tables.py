@@ -14,6 +14,8 @@ import io
 import math
 from collections.abc import Sequence
 
+from nudgeability.splice.conditions import PAIR_HEADERS, PAIRS, PRIMARY_PAIR
+
 from .across import across_experiments
 
 DAGGER = "†"
@@ -44,13 +46,8 @@ _CSV_COLUMNS = (
     "spearman_S_L",
     "seed",
 )
-_PAIR_COLUMNS = (
-    ("second", "S 2nd"),
-    ("reviewer", "S rev"),
-    ("expert", "S exp"),
-    ("sealed", "S sealed"),
-    ("oracle", "S oracle"),
-)
+# The pairs besides the primary one, with their column headers (splice/conditions.py owns both).
+_PAIR_COLUMNS = tuple((name, PAIR_HEADERS[name]) for name in PAIRS if name != PRIMARY_PAIR)
 
 
 def _fmt(value: float, digits: int = 1) -> str:

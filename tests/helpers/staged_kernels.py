@@ -1,0 +1,56 @@
+"""The staged numba kernels of the bootstrap (draw, sum, evaluate), moved out of the library.
+
+The library runs only the fused kernel `nudgeability.stats.kernels.bootstrap_statistics` and the
+staged numpy twins; these numba stages are the tests' second route to the same numbers: each is
+checked against its numpy twin, and the fused kernel against the chain of the three.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from nudgeability.stats.kernels import (
+    _LOW32,
+    _SHIFT32,
+    N_STATISTICS,
+    _scale,
+    _statistics_into,
+    _word,
+)
+
+
+@numba.njit(parallel=True, cache=True)
+def draw_indices(n_units, n_boot, key):
+    """Resample indices (n_boot, n_units) int64 for stream `key` (see seed_key)."""
+    out = np.empty((n_boot, n_units), dtype=np.int64)
+    half = (n_units + 1) // 2
+    for r in numba.prange(n_boot):
+        for j in range(half):
+            word = _word(key, r * half + j)
+            out[r, 2 * j] = _scale(word >> _SHIFT32, n_units)
+            if 2 * j + 1 < n_units:
+                out[r, 2 * j + 1] = _scale(word & _LOW32, n_units)
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def sums_from_indices(contrib, indices):
+    """Column sums of the resampled rows: out[r] = sum_j contrib[indices[r, j]]; int64."""
+    n_boot, n_cols = indices.shape[0], contrib.shape[1]
+    out = np.zeros((n_boot, n_cols), dtype=np.int64)
+    for r in numba.prange(n_boot):
+        for j in range(indices.shape[1]):
+            row = indices[r, j]
+            for c in range(n_cols):
+                out[r, c] += contrib[row, c]
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def statistics_from_sums(sums):
+    """(n, 4) float64 of S, WT, WTrand, L from (n, N_COLUMNS) count sums."""
+    out = np.empty((sums.shape[0], N_STATISTICS), dtype=np.float64)
+    for r in numba.prange(sums.shape[0]):
+        _statistics_into(sums[r], out[r])
+    return out
