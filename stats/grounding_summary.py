@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nudgeability.splice.conditions import PAIRS, PRIMARY_PAIR
+
 from .bootstrap import NAN_INTERVAL, Interval, percentile_interval
 from .grounding import (
     GroundedArm,
@@ -101,7 +103,8 @@ def ground(
 ) -> GroundingSummary | None:
     """The grounding results of an experiment table; None when it has no signal or no conf and
     doubt arms. Every row gets its fold from its problem (table.cluster)."""
-    conf, doubt = table.actions("conf"), table.actions("doubt")
+    plus, minus, base = PAIRS[PRIMARY_PAIR]  # conf, doubt, B: the first-person pair
+    conf, doubt = table.actions(plus), table.actions(minus)
     if conf is None or doubt is None or not (data.raw or data.hidden is not None):
         return None
     s, cluster = table.s, table.cluster
@@ -125,7 +128,7 @@ def ground(
         probe_ci = percentile_interval(np.concatenate(boots))
     retained = retained_rows(s, table.base, conf, doubt, *(fits[n].score for n in order))
     policies = policy_accuracies(
-        s, {"B": table.base, "conf": conf, "doubt": doubt}, retained, cluster, n_boot, seed
+        s, {base: table.base, plus: conf, minus: doubt}, retained, cluster, n_boot, seed
     )
     grounded = {
         name: grounded_arm(

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+from nudgeability.splice.conditions import CONSISTENCY, TOOL_BASE
+
 from .records import RecordsError, iter_records, read_run_dir
 
-CONSISTENCY = "consistency"  # the condition code of the unaided samples (splice/conditions.py)
 TOKEN_SIGNALS = ("entropy_mean", "entropy_max", "nll_mean")
 
 
@@ -62,7 +63,7 @@ def load_signals(run_dirs, label_key: tuple[str, str, str], rows: list[tuple[str
                 raise RecordsError(f"{path}:{number}: field signals must be an object")
             if record["condition"] == CONSISTENCY:
                 keys.setdefault(i, []).append(signals.get("answer_key"))
-            elif record["condition"] == "B":
+            elif record["condition"] == TOOL_BASE:
                 for name in TOKEN_SIGNALS:
                     if signals.get(name) is not None:
                         raw[name][i] = float(signals[name])
