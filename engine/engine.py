@@ -6,8 +6,8 @@
 
 Each batch runs three phases: the prefixes of all its groups (one padded forward), the suffixes of
 all its arms (one padded forward), then one `step()` per new token over the arms still running.
-`generate` is the same machinery with one arm per group: the prompt minus its last token is the
-prefix, the last token the suffix.
+`generate` is the same machinery with one arm per group: the prompt is the prefix and the suffix
+is empty, so the prompt's last token becomes the arm's input (`scheduler.GroupShape.of`).
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ class Engine:
         per = self._per_item(params, len(prompts), "prompt")
         for i, prompt in enumerate(prompts):
             self._check_ids(prompt, f"prompt {i}", allow_empty=False)
-        groups = [(list(p[:-1]), [(list(p[-1:]), sp)]) for p, sp in zip(prompts, per)]
+        self._check_stop_strings(per)
+        groups = [(list(p), [([], sp)]) for p, sp in zip(prompts, per)]
         outs = [arms[0] for arms in self._run(groups, return_logits)]
         for out in outs:  # a prompt is one sequence: report all of it as its own prefill
             out.prefill_tokens += out.shared_prefill_tokens
@@ -134,6 +135,7 @@ class Engine:
             if not isinstance(req.suffixes, (list, tuple)) or not req.suffixes:
                 raise EngineInputError(f"{where}the suffix list is empty: give at least one arm")
             per = self._per_item(req.params, len(req.suffixes), "suffix")
+            self._check_stop_strings(per, where)
             for j, suffix in enumerate(req.suffixes):
                 self._check_ids(suffix, f"{where}suffix {j}", allow_empty=True)
             groups.append((list(req.prefix_ids), [(list(s), p) for s, p in zip(req.suffixes, per)]))
@@ -145,10 +147,8 @@ class Engine:
             for j, (suffix, params) in enumerate(arms):
                 self._check_context(len(prefix) + len(suffix) + params.max_new_tokens, g, j)
         shapes = [
-            GroupShape(
-                len(prefix),
-                tuple(max(len(s), 1) for s, _ in arms),
-                tuple(p.max_new_tokens for _, p in arms),
+            GroupShape.of(
+                len(prefix), [len(s) for s, _ in arms], [p.max_new_tokens for _, p in arms]
             )
             for prefix, arms in groups
         ]
@@ -159,6 +159,7 @@ class Engine:
             for batch_groups in plan_batches(shapes, self.max_batch_tokens):
                 batch = Batch(
                     [groups[i] for i in batch_groups],
+                    [shapes[i] for i in batch_groups],
                     self.runner.device,
                     self.eos_ids,
                     self.tokenizer,
@@ -233,6 +234,14 @@ class Engine:
                 f"give one SamplingParams, or a list of {count} (one per {what}); got {len(params)}"
             )
         return params
+
+    def _check_stop_strings(self, params: list[SamplingParams], where: str = "") -> None:
+        # Stop strings are matched on decoded text, which needs the tokenizer.
+        if self.tokenizer is None and any(p.stop_strings for p in params):
+            raise EngineInputError(
+                f"{where}stop_strings need a tokenizer: build the Engine with Engine(model, tokenizer), "
+                "or use stop_token_ids"
+            )
 
     def _check_ids(self, ids, what: str, allow_empty: bool) -> None:
         if not isinstance(ids, (list, tuple)):

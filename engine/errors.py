@@ -3,3 +3,7 @@
 
 class EngineInputError(ValueError):
     """A request the engine cannot run as given; the message says what is wrong."""
+
+
+class UnsupportedModelError(ValueError):
+    """A model whose architecture the engine cannot run; the message says which feature."""

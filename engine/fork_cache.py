@@ -10,7 +10,7 @@ Layout, per attention layer:
   tokens and written by index (gpt-fast style). A finished arm keeps its row; it simply stops being
   scheduled.
 
-`update` returns a `KVHandle` instead of tensors. HF passes it untouched to the attention function
+`update` returns a handle (`PrefixKV` or `ArmKV`) instead of tensors. HF passes it untouched to the attention function
 (`shared_prefix_attention`), which reads the prefix once for all arms of a group and each arm's own
 suffix, and merges the two by log-sum-exp. Gemma 4's KV-shared layers receive the producing layer's
 handle, so the handle carries its storage rather than a layer index.
@@ -18,37 +18,12 @@ handle, so the handle carries its storage rather than a layer index.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache
 
-
-@dataclass
-class StepContext:
-    """Positions of the current forward call, shared by every layer (masks are built once per window).
-
-    Prefix phase: `lengths[G]` real prefix lengths of the padded `[G, P_max]` batch, computed in
-    chunks of positions [chunk_start, chunk_end).
-    Arm phase: the scheduled `rows[n]` (static suffix rows), their query slots `q_slots[n, L]`, the
-    group of each row and the padded (group, arm) layout used to fold arms into query rows.
-    """
-
-    phase: str  # "prefix" | "arms"
-    lengths: torch.Tensor  # [G] prefix lengths (both phases)
-    prefix_max: int = 0  # prefix phase: P_max, the padded prefix length
-    chunk_start: int = 0  # prefix phase: first position of this call's chunk
-    rows: torch.Tensor | None = None  # [n] suffix rows scheduled in this call
-    rows_are_all: bool = False  # rows == arange(N): read suffix storage as a view, no gather
-    q_slots: torch.Tensor | None = None  # [n, L] suffix slot of each query token
-    hw: int = 0  # suffix high-water mark: slots [0, hw) may be read
-    group_lo: int = 0  # groups [group_lo, group_hi) hold the scheduled rows
-    group_hi: int = 0
-    arms_per_group: int = 0  # A: padded arms per group in the folded layout
-    fold_index: torch.Tensor | None = None  # [n] row -> (group - group_lo) * A + arm
-    fold_is_identity: bool = False  # fold_index == arange(n): fold and unfold are plain views
-    row_group: torch.Tensor | None = None  # [n] group of each scheduled row
-    masks: dict = field(default_factory=dict)  # cache of masks keyed by (kind, window, T)
+from nudgeability.engine.attention_layout import ArmStep, PrefixStep
 
 
 @dataclass
@@ -57,24 +32,31 @@ class LayerKV:
 
     prefix_k: torch.Tensor | None = None  # [G, kv, T, D]
     prefix_v: torch.Tensor | None = None
-    prefix_start: torch.Tensor | None = (
-        None  # [G] position of prefix slot 0 (negative: leading slots invalid)
-    )
+    # [G] position of prefix slot 0 (negative: leading slots invalid)
+    prefix_start: torch.Tensor | None = None
     suffix_k: torch.Tensor | None = None  # [N, kv, S_cap, D]
     suffix_v: torch.Tensor | None = None
 
 
-@dataclass
-class KVHandle:
-    """What `ForkCache.update` returns in place of key/value tensors."""
+@dataclass(frozen=True)
+class PrefixKV:
+    """What `ForkCache.update` returns in the prefix phase: the keys/values this chunk attends to,
+    positions [key_start, chunk end)."""
 
-    ctx: StepContext
+    step: PrefixStep
+    window: int | None
+    keys: torch.Tensor
+    values: torch.Tensor
+    key_start: int
+
+
+@dataclass(frozen=True)
+class ArmKV:
+    """What `ForkCache.update` returns in the arm phase: the layer's prefix and suffix storage."""
+
+    step: ArmStep
     layer: LayerKV
     window: int | None
-    # prefix phase only: the keys/values this chunk attends to, positions [key_start, chunk end)
-    keys: torch.Tensor | None = None
-    values: torch.Tensor | None = None
-    key_start: int = 0
 
 
 class _LayerFlags:
@@ -93,7 +75,7 @@ class ForkCache(Cache):
         self.storage = [LayerKV() for _ in layer_windows]
         self.num_rows = num_rows
         self.suffix_capacity = suffix_capacity
-        self.ctx: StepContext | None = None
+        self.ctx: PrefixStep | ArmStep | None = None  # the step of the current forward call
 
     # HF would derive positions from the cache length when none are given; with ragged arms that
     # silently gives wrong positions, so the engine always passes position_ids and this refuses.
@@ -104,7 +86,10 @@ class ForkCache(Cache):
         ctx = self.ctx
         layer = self.storage[layer_idx]
         window = self.windows[layer_idx]
-        if ctx.phase == "prefix":
+        if isinstance(ctx, ArmStep):
+            self._write_suffix(layer, key_states, value_states, ctx)
+            handle = ArmKV(ctx, layer, window)
+        else:
             c0, c1 = ctx.chunk_start, ctx.chunk_start + key_states.shape[2]
             if layer.prefix_k is None:
                 shape = (*key_states.shape[:2], ctx.prefix_max, key_states.shape[3])
@@ -116,17 +101,8 @@ class ForkCache(Cache):
             layer.prefix_k[:, :, c0:c1] = key_states
             layer.prefix_v[:, :, c0:c1] = value_states
             k0 = 0 if window is None else max(0, c0 - window + 1)
-            handle = KVHandle(
-                ctx,
-                layer,
-                window,
-                keys=layer.prefix_k[:, :, k0:c1],
-                values=layer.prefix_v[:, :, k0:c1],
-                key_start=k0,
-            )
-        else:
-            self._write_suffix(layer, key_states, value_states, ctx)
-            handle = KVHandle(ctx, layer, window)
+            keys, values = layer.prefix_k[:, :, k0:c1], layer.prefix_v[:, :, k0:c1]
+            handle = PrefixKV(ctx, window, keys, values, key_start=k0)
         return handle, handle
 
     def finish_prefix(self, lengths: torch.Tensor) -> None:
@@ -142,16 +118,16 @@ class ForkCache(Cache):
             layer.prefix_k, layer.prefix_v = k.gather(2, idx), v.gather(2, idx)
             layer.prefix_start = start
 
-    def _write_suffix(self, layer: LayerKV, k: torch.Tensor, v: torch.Tensor, ctx: StepContext):
+    def _write_suffix(self, layer: LayerKV, k: torch.Tensor, v: torch.Tensor, step: ArmStep):
         if layer.suffix_k is None:
             # Sized lazily: Gemma 4 layers differ in head count and head size.
             shape = (self.num_rows, k.shape[1], self.suffix_capacity, k.shape[3])
             layer.suffix_k = k.new_zeros(shape)
             layer.suffix_v = v.new_zeros(shape)
-        rows = ctx.rows[:, None].expand_as(ctx.q_slots)
+        rows = step.fold.rows[:, None].expand_as(step.q_slots)
         # advanced indices around a slice: the indexed result is [n, L, kv, D]
-        layer.suffix_k[rows, :, ctx.q_slots] = k.transpose(1, 2)
-        layer.suffix_v[rows, :, ctx.q_slots] = v.transpose(1, 2)
+        layer.suffix_k[rows, :, step.q_slots] = k.transpose(1, 2)
+        layer.suffix_v[rows, :, step.q_slots] = v.transpose(1, 2)
 
     # --- accounting, used by the tests and the benchmarks ---------------------------------------
     def prefix_tensors(self) -> list[torch.Tensor]:

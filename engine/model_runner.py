@@ -7,6 +7,7 @@ from contextlib import contextmanager
 import torch
 
 from nudgeability.engine import shared_prefix_attention
+from nudgeability.engine.errors import UnsupportedModelError
 from nudgeability.engine.fork_cache import ForkCache
 
 
@@ -24,7 +25,7 @@ class ModelRunner:
         config = model.config
         self.softcap = getattr(config, "final_logit_softcapping", None)
         if getattr(config, "attn_logit_softcapping", None):
-            raise ValueError(
+            raise UnsupportedModelError(
                 f"{config.model_type}: attention logit soft-capping is not supported by the engine"
             )
         types = (

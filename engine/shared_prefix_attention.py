@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from nudgeability.engine.fork_cache import KVHandle, StepContext
+from nudgeability.engine.attention_layout import ArmStep, prefix_hidden, suffix_hidden
+from nudgeability.engine.fork_cache import ArmKV, PrefixKV
 
 NAME = "nudge_fork"
 PREFILL_WINDOW_BLOCK = 1024  # queries per SDPA call on sliding-window layers in prefill
@@ -28,27 +29,26 @@ PREFIX_SCORE_ELEMENTS = 1 << 22  # fp32 prefix scores held at once by the arms (
 def shared_prefix_attention(
     module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
 ):
-    """HF attention-interface entry point; `key` is the `KVHandle` returned by `ForkCache.update`."""
-    handle: KVHandle = key
-    if not isinstance(handle, KVHandle):
+    """HF attention-interface entry point; `key` is the handle returned by `ForkCache.update`."""
+    handle = key
+    if not isinstance(handle, (PrefixKV, ArmKV)):
         raise RuntimeError("nudge_fork attention needs a ForkCache; use nudgeability.engine.Engine")
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     window = kwargs.get("sliding_window", handle.window)
     if window is None:
         window = handle.window
-    if handle.ctx.phase == "prefix":
-        out = _causal_self_attention(
-            query,
-            handle.keys,
-            handle.values,
-            scaling,
-            window,
-            handle.ctx.chunk_start,
-            handle.key_start,
-        )
-    else:
-        out = _arm_attention(query, handle, scaling, window)
+    if isinstance(handle, ArmKV):
+        return _arm_attention(query, handle, scaling, window), None
+    out = _causal_self_attention(
+        query,
+        handle.keys,
+        handle.values,
+        scaling,
+        window,
+        handle.step.chunk_start,
+        handle.key_start,
+    )
     return out, None
 
 
@@ -91,8 +91,8 @@ def _causal_self_attention(
     return out.transpose(1, 2)
 
 
-def _arm_attention(q, handle: KVHandle, scaling: float, window: int | None) -> torch.Tensor:
-    ctx, layer = handle.ctx, handle.layer
+def _arm_attention(q, handle: ArmKV, scaling: float, window: int | None) -> torch.Tensor:
+    ctx, layer = handle.step, handle.layer
     n, h, length, d = q.shape
     kv = layer.suffix_k.shape[1]
     g = h // kv
@@ -100,14 +100,14 @@ def _arm_attention(q, handle: KVHandle, scaling: float, window: int | None) -> t
     q = q.reshape(n, kv, gl, d)
 
     # Suffix part: each arm against its own slots [0, hw).
-    if ctx.rows_are_all:
+    if ctx.fold.rows_are_all:
         ks, vs = layer.suffix_k[:, :, : ctx.hw], layer.suffix_v[:, :, : ctx.hw]
     else:
-        ks = layer.suffix_k[:, :, : ctx.hw].index_select(0, ctx.rows)
-        vs = layer.suffix_v[:, :, : ctx.hw].index_select(0, ctx.rows)
+        ks = layer.suffix_k[:, :, : ctx.hw].index_select(0, ctx.fold.rows)
+        vs = layer.suffix_v[:, :, : ctx.hw].index_select(0, ctx.fold.rows)
     # Scores are updated in place: they are the largest transient of a step.
     s = torch.matmul(q, ks.transpose(-1, -2)).float().mul_(scaling)  # [n, kv, gl, hw]
-    s = s.view(n, kv, g, length, ctx.hw).masked_fill_(_suffix_hidden(ctx, window), float("-inf"))
+    s = s.view(n, kv, g, length, ctx.hw).masked_fill_(suffix_hidden(ctx, window), float("-inf"))
     m_s = s.amax(dim=-1, keepdim=True)  # finite: every query sees its own slot
     e = s.sub_(m_s).exp_()
     l_s = e.sum(dim=-1, keepdim=True).view(n, kv, gl, 1)
@@ -124,22 +124,23 @@ def _arm_attention(q, handle: KVHandle, scaling: float, window: int | None) -> t
     return out.to(q.dtype).view(n, kv, g, length, d).reshape(n, h, length, d).transpose(1, 2)
 
 
-def _prefix_part(q, layer, ctx: StepContext, scaling, window, g: int, length: int):
+def _prefix_part(q, layer, ctx: ArmStep, scaling, window, g: int, length: int):
     """Unnormalised prefix attention of the scheduled rows, as ([n,kv,gl,D], max [n,kv,gl,1], sum)."""
     n, kv, gl, d = q.shape
-    groups, arms = ctx.group_hi - ctx.group_lo, ctx.arms_per_group
-    pk = layer.prefix_k[ctx.group_lo : ctx.group_hi]  # a view: the prefix is never copied
-    pv = layer.prefix_v[ctx.group_lo : ctx.group_hi]
+    fold = ctx.fold
+    groups, arms = fold.group_hi - fold.group_lo, fold.arms_per_group
+    pk = layer.prefix_k[fold.group_lo : fold.group_hi]  # a view: the prefix is never copied
+    pv = layer.prefix_v[fold.group_lo : fold.group_hi]
     t = pk.shape[2]
     # Fold: [n, kv, gl, D] -> [groups, kv, arms*gl, D] (zero rows for absent arms).
-    if ctx.fold_is_identity:
+    if fold.is_identity:
         folded = q.view(groups, arms, kv, gl, d)
     else:
         folded = q.new_zeros(groups * arms, kv, gl, d)
-        folded[ctx.fold_index] = q
+        folded[fold.index] = q
         folded = folded.view(groups, arms, kv, gl, d)
     folded = folded.transpose(1, 2).reshape(groups, kv, arms * gl, d)
-    hidden = _prefix_hidden(ctx, layer, window, g, length, t)
+    hidden = prefix_hidden(ctx, layer.prefix_start, window, g, length, t)
     rows = arms * gl
     o = torch.empty(groups, kv, rows, d, dtype=torch.float32, device=q.device)
     m = torch.empty(groups, kv, rows, 1, dtype=torch.float32, device=q.device)
@@ -163,46 +164,9 @@ def _prefix_part(q, layer, ctx: StepContext, scaling, window, g: int, length: in
             .transpose(1, 2)
             .reshape(groups * arms, kv, gl, x.shape[-1])
         )
-        return x if ctx.fold_is_identity else x[ctx.fold_index]
+        return x if fold.is_identity else x[fold.index]
 
     return unfold(o), unfold(m), unfold(lse)
-
-
-def _suffix_hidden(ctx: StepContext, window) -> torch.Tensor:
-    """[n, 1, 1, L, hw], True where hidden: key slot j is visible to query slot i when j <= i (and i - j < W)."""
-    key = ("suffix", window)
-    if key not in ctx.masks:
-        j = torch.arange(ctx.hw, device=ctx.q_slots.device)
-        i = ctx.q_slots[:, :, None]
-        visible = j <= i
-        if window is not None:
-            visible &= (i - j) < window
-        ctx.masks[key] = ~visible[:, None, None]
-    return ctx.masks[key]
-
-
-def _prefix_hidden(ctx: StepContext, layer, window, g: int, length: int, t: int) -> torch.Tensor:
-    """[groups, 1, arms*g*L, T] (or [groups, 1, 1, T] for full layers), True where a prefix slot is hidden."""
-    key = ("prefix", window, t)
-    if key in ctx.masks:
-        return ctx.masks[key]
-    lo, hi = ctx.group_lo, ctx.group_hi
-    start = layer.prefix_start[lo:hi]
-    kpos = start[:, None] + torch.arange(t, device=start.device)  # [groups, T]
-    valid = (kpos >= 0) & (kpos < ctx.lengths[lo:hi, None])
-    if window is None:
-        mask = valid[:, None, None, :]
-    else:
-        groups, arms = hi - lo, ctx.arms_per_group
-        qpos = ctx.q_slots + ctx.lengths[ctx.row_group][:, None]  # [n, L] absolute positions
-        folded = qpos.new_zeros(groups * arms, length)
-        folded[ctx.fold_index] = qpos
-        folded = (
-            folded.view(groups, arms, 1, length).expand(groups, arms, g, length).reshape(groups, -1)
-        )
-        mask = (valid[:, None, :] & ((folded[:, :, None] - kpos[:, None, :]) < window))[:, None]
-    ctx.masks[key] = ~mask
-    return ctx.masks[key]
 
 
 AttentionInterface.register(NAME, shared_prefix_attention)

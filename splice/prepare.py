@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from nudgeability.engine.scheduler import GroupShape, batch_cost
+from nudgeability.engine import GroupShape, batch_cost
 from nudgeability.models.families import KNOWN_FAMILIES, Family, detect_family
 from nudgeability.models.loader import LoadedModel, load_model
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
@@ -228,19 +228,19 @@ def _check_batch_budget(
 ) -> None:
     """Refuse up front a KV budget that one problem's largest engine group could exceed mid-run.
 
-    A base is a group of one sequence; an arms group's prefix is the prompt plus at most
-    `base_budget - 1` reasoning tokens, with one row per arm.
+    A base is a prompt run alone (an empty suffix); an arms group's prefix is the prompt plus at
+    most `base_budget - 1` reasoning tokens, with one suffix (the splice) per arm.
     """
     for problem, prompt in zip(problems, prompts):
         shapes = {}
         for base in sorted({base_of(condition) for condition in conditions}):
             length = len(prompt.for_base(base))
-            shapes[base] = GroupShape(length - 1, (1,), (base_budget,))
+            shapes[base] = GroupShape.of(length, (0,), (base_budget,))
             arms = [c for c in conditions if c.kind == "arm" and c.parent == base]
             if arms:
-                shapes[f"{base} arms"] = GroupShape(
+                shapes[f"{base} arms"] = GroupShape.of(
                     length + base_budget - 1,
-                    tuple(max(len(splices[c.code]), 1) for c in arms),
+                    [len(splices[c.code]) for c in arms],
                     (arm_budget,) * len(arms),
                 )
         for name, shape in shapes.items():

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from nudgeability.engine import Engine, EngineInputError, SamplingParams
+from nudgeability.engine import (
+    Engine,
+    EngineInputError,
+    ForkRequest,
+    SamplingParams,
+    UnsupportedModelError,
+)
 from nudgeability.models.tiny import tiny_model
 
 
@@ -63,3 +69,24 @@ def test_bad_sampling_params_are_refused(kwargs, message):
 
 def test_engine_errors_are_value_errors():
     assert issubclass(EngineInputError, ValueError)
+
+
+def test_stop_strings_without_a_tokenizer_are_refused_before_any_forward(engine):
+    calls = engine.stats.forward_calls
+    with pytest.raises(EngineInputError, match="stop_strings need a tokenizer"):
+        engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=4, stop_strings=("x",)))
+    with pytest.raises(EngineInputError, match="request 1: stop_strings need a tokenizer"):
+        engine.fork_many(
+            [
+                ForkRequest([5, 6], [[7]], SamplingParams(max_new_tokens=2)),
+                ForkRequest([5, 6], [[7]], SamplingParams(max_new_tokens=2, stop_strings=("x",))),
+            ]
+        )
+    assert engine.stats.forward_calls == calls
+
+
+def test_attention_soft_capping_is_refused_with_a_typed_error():
+    model = tiny_model("llama")
+    model.config.attn_logit_softcapping = 50.0
+    with pytest.raises(UnsupportedModelError, match="attention logit soft-capping"):
+        Engine(model)

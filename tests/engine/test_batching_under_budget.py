@@ -62,10 +62,62 @@ def test_every_planned_batch_fits_the_budget_and_covers_every_group_once():
     plan = plan_batches(shapes, 900)
     assert sorted(i for b in plan for i in b) == list(range(len(shapes)))
     assert all(batch_cost([shapes[i] for i in b]) <= 900 for b in plan)
-    # cost by hand for one batch: 2 groups padded to 300, 4 rows of (5 + 8) slots
-    assert batch_cost([shapes[1], shapes[4]]) == 2 * 300 + 4 * 13
+    # cost by hand for one batch: 2 groups padded to 300, 4 rows of 5 + 8 - 1 slots (the last new
+    # token is sampled, never written)
+    assert batch_cost([shapes[1], shapes[4]]) == 2 * 300 + 4 * 12
 
 
 def test_a_group_larger_than_the_budget_is_refused():
     with pytest.raises(EngineInputError, match="raise the budget"):
         plan_batches([GroupShape(1000, (5,), (10,))], 500)
+
+
+def test_an_empty_suffix_moves_the_prefix_last_token_into_every_arm_of_its_group():
+    # by hand: prefix 10 with suffixes (0, 3) runs as prefix 9 with suffixes (1, 4)
+    assert GroupShape.of(10, (0, 3), (5, 5)) == GroupShape(9, (1, 4), (5, 5), borrowed=1)
+    assert GroupShape.of(10, (2, 3), (5, 5)) == GroupShape(10, (2, 3), (5, 5))
+    prefix, suffixes = GroupShape.of(4, (0, 2), (1, 1)).split([1, 2, 3, 4], [[], [8, 9]])
+    assert (prefix, suffixes) == ([1, 2, 3], [[4], [4, 8, 9]])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma4"])
+def test_batch_cost_is_exactly_the_kv_slots_the_engine_allocates(arch, monkeypatch):
+    """Count the token slots of every cache the engine builds (prefix before sliding layers are
+    cut, suffix rows x slots) and compare with the budget's cost of the same batch."""
+    import nudgeability.engine.engine as engine_module
+    from nudgeability.engine.fork_cache import ForkCache
+
+    made = []
+
+    class CountingCache(ForkCache):
+        def finish_prefix(self, lengths):
+            layer = next(s for s in self.storage if s.prefix_k is not None)
+            self.prefix_slots = layer.prefix_k.shape[0] * layer.prefix_k.shape[2]
+            made.append(self)
+            super().finish_prefix(lengths)
+
+        def suffix_slots(self):
+            layer = next(s for s in self.storage if s.suffix_k is not None)
+            return layer.suffix_k.shape[0] * layer.suffix_k.shape[2]
+
+    monkeypatch.setattr(engine_module, "ForkCache", CountingCache)
+    budget = 700
+    engine = Engine(tiny_model(arch, seed=1), max_batch_tokens=budget)
+    empty_arm = ForkRequest(
+        random_ids(40, seed=9), [[], random_ids(3, seed=8)], SamplingParams(max_new_tokens=6)
+    )
+    requests = _requests() + [empty_arm]
+    shapes = [
+        GroupShape.of(
+            len(r.prefix_ids),
+            [len(s) for s in r.suffixes],
+            [r.params.max_new_tokens] * len(r.suffixes),
+        )
+        for r in requests
+    ]
+    engine.fork_many(requests)
+    plan = plan_batches(shapes, budget)
+    assert len(plan) == len(made) >= 2
+    for batch_groups, cache in zip(plan, made):
+        cost = batch_cost([shapes[i] for i in batch_groups])
+        assert cache.prefix_slots + cache.suffix_slots() == cost <= budget

@@ -7,6 +7,7 @@ from helpers.engine_reference import random_ids
 
 import nudgeability.engine.engine as engine_module
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.engine.attention_layout import ArmStep
 from nudgeability.engine.fork_cache import ForkCache
 from nudgeability.models.tiny import tiny_model
 
@@ -24,7 +25,7 @@ def caches(monkeypatch):
 
         def update(self, key_states, value_states, layer_idx, *args, **kwargs):
             out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
-            if self.ctx.phase == "arms" and layer_idx == 0:
+            if isinstance(self.ctx, ArmStep) and layer_idx == 0:
                 self.pointers_per_step.append([t.data_ptr() for t in self.prefix_tensors()])
             return out
 
