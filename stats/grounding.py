@@ -94,26 +94,48 @@ def grounding_lift(conf, doubt, s, says_right, retained) -> float:
 # ---------------------------------------------------------------- bootstrap weights
 
 
-def replicate_weights(cluster: np.ndarray, n_boot: int, seed: int) -> Iterator[np.ndarray]:
-    """Chunks of (replicates, rows) float64 weights: replicate r counts each row as often as its
-    cluster (problem) is drawn. The draws are the statistics bootstrap's own SplitMix64 stream
-    (kernels.draw_indices_twin), so a seed means the same resamples everywhere."""
-    clusters, unit = np.unique(np.asarray(cluster), return_inverse=True)
-    n_units = len(clusters)
-    chunk = max(1, _CHUNK_ENTRIES // max(n_units, 1))
-    key = kernels.seed_key(seed)
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        drawn = kernels.draw_indices_twin(n_units, stop - start, key, first_replicate=start)
-        offsets = (np.arange(stop - start) * n_units)[:, None]
-        counts = np.bincount((drawn + offsets).ravel(), minlength=(stop - start) * n_units)
-        yield counts.reshape(stop - start, n_units)[:, unit].astype(np.float64)
+@dataclass(frozen=True, eq=False)
+class Resamples:
+    """The problem-level bootstrap of one experiment, drawn once and shared by every estimator.
+
+    counts[r, u]: how often replicate r draws problem (cluster) u, from the statistics bootstrap's
+    own SplitMix64 stream (kernels.draw_counts, or its numpy twin); replicate r counts each row
+    as often as its problem is drawn.
+    """
+
+    counts: np.ndarray  # (n_boot, n_units) int32
+    unit: np.ndarray  # (rows,) the problem index of each row
+
+    @classmethod
+    def draw(cls, cluster, n_boot: int, seed: int, *, engine: str = "numba") -> Resamples:
+        if engine not in ("numba", "numpy"):
+            raise ValueError(f"engine must be 'numba' or 'numpy', got {engine!r}")
+        clusters, unit = np.unique(np.asarray(cluster), return_inverse=True)
+        draw = kernels.draw_counts if engine == "numba" else kernels.draw_counts_twin
+        return cls(draw(len(clusters), int(n_boot), kernels.seed_key(seed)), unit)
+
+    @property
+    def n_boot(self) -> int:
+        return len(self.counts)
+
+    def weights(self) -> Iterator[np.ndarray]:
+        """Chunks of (replicates, rows) float32 row weights (about 2**22 entries each). Counts
+        are small integers, so float32 holds them, and their sums below 2**24, exactly."""
+        chunk = max(1, _CHUNK_ENTRIES // max(len(self.unit), 1))
+        one_row_per_unit = len(self.unit) == self.counts.shape[1] and np.array_equal(
+            self.unit, np.arange(len(self.unit))
+        )
+        for start in range(0, self.n_boot, chunk):
+            counts = self.counts[start : start + chunk]
+            yield (counts if one_row_per_unit else counts[:, self.unit]).astype(np.float32)
 
 
 def _weighted_share(weights: np.ndarray, hits: np.ndarray, retained: np.ndarray) -> np.ndarray:
-    total = weights @ retained.astype(np.float64)
+    # integer-valued sums, exact in the weights' float32, divided in float64
+    total = (weights @ retained.astype(weights.dtype)).astype(np.float64)
+    hit = (weights @ (hits * retained).astype(weights.dtype)).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, (weights @ (hits * retained)) / total, np.nan)
+        return np.where(total > 0, hit / total, np.nan)
 
 
 @dataclass(frozen=True)
@@ -142,13 +164,13 @@ class GroundedArm:
 
 
 def policy_accuracies(
-    s, actions: dict[str, np.ndarray], retained, cluster, n_boot: int = 20000, seed: int = 0
+    s, actions: dict[str, np.ndarray], retained, resamples: Resamples
 ) -> dict[str, PolicyAccuracy]:
     """Delegation accuracy of each named action array on the retained rows, with intervals."""
     retained = np.asarray(retained, dtype=bool)
     hits = {name: matches_ideal(a, s) for name, a in actions.items()}
     replicates = {name: [] for name in actions}
-    for weights in replicate_weights(cluster, n_boot, seed):
+    for weights in resamples.weights():
         for name, h in hits.items():
             replicates[name].append(_weighted_share(weights, h, retained))
     return {
@@ -163,7 +185,7 @@ def policy_accuracies(
 
 
 def grounded_arm(
-    signal: str, s, conf, doubt, says_right, retained, cluster, n_boot: int = 20000, seed: int = 0
+    signal: str, s, conf, doubt, says_right, retained, resamples: Resamples
 ) -> GroundedArm:
     """The grounded arm of one signal, its sham and lift, with problem-bootstrap intervals."""
     retained = np.asarray(retained, dtype=bool)
@@ -172,7 +194,7 @@ def grounded_arm(
     grounded = grounded_actions(conf, doubt, given)
     g = matches_ideal(grounded, s)
     acc, sham = [], []
-    for weights in replicate_weights(cluster, n_boot, seed):
+    for weights in resamples.weights():
         q = _weighted_share(weights, given.astype(np.int64), retained)
         acc.append(_weighted_share(weights, g, retained))
         sham.append(

@@ -18,9 +18,9 @@ from .bootstrap import NAN_INTERVAL, Interval, percentile_interval
 from .grounding import (
     GroundedArm,
     PolicyAccuracy,
+    Resamples,
     grounded_arm,
     policy_accuracies,
-    replicate_weights,
     retained_rows,
 )
 from .signal_records import SignalData
@@ -28,7 +28,7 @@ from .signals import (
     DEFAULT_FOLDS,
     SIGNALS,
     auroc,
-    auroc_weighted,
+    auroc_replicates,
     crossfit,
     ece,
     ece_weighted,
@@ -75,16 +75,16 @@ class GroundingSummary:
         return next(iter(self.policies.values())).n if self.policies else 0
 
 
-def signal_quality(name: str, score, s, cluster, n_boot: int, seed: int) -> SignalQuality:
+def signal_quality(name: str, score, s, resamples: Resamples) -> SignalQuality:
     """AUROC with its problem-bootstrap interval and the ROC curve of one oriented score."""
     score, s = np.asarray(score, dtype=np.float64), np.asarray(s)
     used = (s >= 0) & np.isfinite(score)
-    boots = [auroc_weighted(score, s, w) for w in replicate_weights(cluster, n_boot, seed)]
+    boots = auroc_replicates(score, s, resamples)
     fpr, tpr = roc_curve(score, s)
     return SignalQuality(
         signal=name,
         auroc=auroc(score, s),
-        auroc_ci=percentile_interval(np.concatenate(boots)) if boots else NAN_INTERVAL,
+        auroc_ci=percentile_interval(boots),
         n=int(used.sum()),
         n_right=int((used & (s == 1)).sum()),
         fpr=tuple(float(x) for x in fpr),
@@ -117,23 +117,20 @@ def ground(
             data.hidden, s, cluster, fit=logistic_probe_fit(), k=folds, seed=fold_seed
         )
     order = [name for name in SIGNALS if name in fits]
-    quality = {
-        name: signal_quality(name, fits[name].score, s, cluster, n_boot, seed) for name in order
-    }
+    resamples = Resamples.draw(cluster, n_boot, seed)  # one draw for every interval below
+    quality = {name: signal_quality(name, fits[name].score, s, resamples) for name in order}
     probe_ece, probe_ci = float("nan"), NAN_INTERVAL
     if "probe" in fits:
         prob = fits["probe"].score
         probe_ece = ece(prob, s)
-        boots = [ece_weighted(prob, s, w) for w in replicate_weights(cluster, n_boot, seed)]
+        boots = [ece_weighted(prob, s, w) for w in resamples.weights()]
         probe_ci = percentile_interval(np.concatenate(boots))
     retained = retained_rows(s, table.base, conf, doubt, *(fits[n].score for n in order))
     policies = policy_accuracies(
-        s, {base: table.base, plus: conf, minus: doubt}, retained, cluster, n_boot, seed
+        s, {base: table.base, plus: conf, minus: doubt}, retained, resamples
     )
     grounded = {
-        name: grounded_arm(
-            name, s, conf, doubt, fits[name].says_right, retained, cluster, n_boot, seed
-        )
+        name: grounded_arm(name, s, conf, doubt, fits[name].says_right, retained, resamples)
         for name in order
     }
     label = table.label

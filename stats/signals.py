@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
+
 # name -> (orientation, description): score = orientation * raw value
 SIGNALS = {
     "entropy_mean": (-1.0, "mean token entropy of B's reasoning up to the cut (negated)"),
@@ -53,6 +55,24 @@ def auroc(score: np.ndarray, s: np.ndarray, weight: np.ndarray | None = None) ->
     score, s = np.asarray(score, dtype=np.float64), np.asarray(s)
     w = np.ones(len(s)) if weight is None else np.asarray(weight, dtype=np.float64)
     return float(auroc_weighted(score, s, w[None, :])[0])
+
+
+def auroc_replicates(score: np.ndarray, s: np.ndarray, resamples) -> np.ndarray:
+    """AUROC in every bootstrap replicate of `resamples` (grounding.Resamples), by the numba
+    kernel kernels.weighted_auroc (whose numpy twin is auroc_weighted)."""
+    keep = (np.asarray(s) >= 0) & np.isfinite(score)
+    score, s, unit = (
+        np.asarray(score, dtype=np.float64)[keep],
+        np.asarray(s)[keep],
+        resamples.unit[keep],
+    )
+    order = np.argsort(score, kind="stable")
+    score = score[order]
+    level_end = np.append(np.flatnonzero(score[1:] != score[:-1]) + 1, len(score)).astype(np.int64)
+    if not len(score):
+        return np.full(resamples.n_boot, np.nan)
+    right = (s[order] == 1).astype(np.int8)
+    return kernels.weighted_auroc(resamples.counts, unit[order].astype(np.int64), right, level_end)
 
 
 def auroc_weighted(score: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -103,7 +123,8 @@ def ece(prob: np.ndarray, s: np.ndarray, weight: np.ndarray | None = None) -> fl
 def ece_weighted(prob: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """ECE for each row of `weights` (replicates x rows); bins [0, .1), ..., [.9, 1]."""
     keep = (np.asarray(s) >= 0) & np.isfinite(prob)
-    prob, s, weights = np.asarray(prob)[keep], np.asarray(s)[keep], weights[:, keep]
+    prob, s = np.asarray(prob)[keep], np.asarray(s)[keep]
+    weights = np.asarray(weights, dtype=np.float64)[:, keep]
     bins = np.minimum((prob * ECE_BINS).astype(np.int64), ECE_BINS - 1)
     onehot = np.zeros((len(prob), ECE_BINS))
     onehot[np.arange(len(prob)), bins] = 1.0

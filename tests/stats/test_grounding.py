@@ -16,18 +16,19 @@ from nudgeability.stats import kernels
 from nudgeability.stats.actions import NONE, OTHER, SELF, TOOL, TRUNC
 from nudgeability.stats.bootstrap import percentile_interval
 from nudgeability.stats.grounding import (
+    Resamples,
     delegation_accuracy,
     grounded_actions,
     grounded_arm,
     grounding_lift,
     policy_accuracies,
-    replicate_weights,
     retained_rows,
     sham_expectation,
 )
 from nudgeability.stats.signal_records import agreement
 from nudgeability.stats.signals import (
     auroc,
+    auroc_replicates,
     auroc_weighted,
     crossfit,
     ece,
@@ -190,9 +191,12 @@ def test_agreement_of_samples_with_their_majority():
 # ---------------------------------------------------------------- bootstrap intervals
 
 
-def test_replicate_weights_are_the_bootstrap_kernel_draws_over_problems():
+def test_resamples_are_the_bootstrap_stream_draws_counted_per_problem():
     cluster = np.array([0, 0, 1, 2, 2, 2, 3])
-    weights = np.concatenate(list(replicate_weights(cluster, 300, seed=9)))
+    resamples = Resamples.draw(cluster, 300, seed=9)
+    twin = Resamples.draw(cluster, 300, seed=9, engine="numpy")
+    assert np.array_equal(resamples.counts, twin.counts)  # the numba kernel and its twin
+    weights = np.concatenate(list(resamples.weights()))
     drawn = draw_indices(4, 300, kernels.seed_key(9))  # the staged numba kernel of the same stream
     for r in range(300):
         counts = np.bincount(drawn[r], minlength=4)
@@ -222,14 +226,13 @@ def test_intervals_equal_a_brute_force_resampling_loop():
             da.append(delegation_accuracy(conf[rows], s[rows], k))
             lift.append(grounding_lift(conf[rows], doubt[rows], s[rows], says_right[rows], k))
         area.append(brute_auroc(score[rows], s[rows]))
-    arm = grounded_arm("x", s, conf, doubt, says_right, keep, cluster, n_boot, seed)
-    acc = policy_accuracies(s, {"conf": conf}, keep, cluster, n_boot, seed)["conf"]
+    resamples = Resamples.draw(cluster, n_boot, seed)
+    arm = grounded_arm("x", s, conf, doubt, says_right, keep, resamples)
+    acc = policy_accuracies(s, {"conf": conf}, keep, resamples)["conf"]
     for got, values in ((acc.ci, da), (arm.lift_ci, lift)):
         want = percentile_interval(np.array(values))
         assert (got.low, got.high) == pytest.approx((want.low, want.high), abs=1e-9)
-    boots = np.concatenate(
-        [auroc_weighted(score, s, w) for w in replicate_weights(cluster, n_boot, seed)]
-    )
+    boots = np.concatenate([auroc_weighted(score, s, w) for w in resamples.weights()])
     want = percentile_interval(np.array(area))
     got = percentile_interval(boots)
     assert (got.low, got.high) == pytest.approx((want.low, want.high), abs=1e-9)
@@ -299,3 +302,16 @@ def test_thresholds_are_training_fold_medians():
         others = score[(fit.fold != f)]
         assert np.all(fit.threshold[fit.fold == f] == np.median(others))
     assert np.array_equal(fit.says_right, score >= fit.threshold)
+
+
+def test_auroc_kernel_equals_its_numpy_twin_in_every_replicate():
+    rng = np.random.default_rng(15)
+    for n in (1, 2, 7, 60):
+        cluster = np.repeat(np.arange(n), 2)  # two seeds per problem
+        score = rng.integers(0, 5, 2 * n).astype(float)
+        score[rng.random(2 * n) < 0.1] = np.nan
+        s = rng.choice([-1, 0, 1], 2 * n)
+        resamples = Resamples.draw(cluster, 300, seed=n)
+        kernel = auroc_replicates(score, s, resamples)
+        twin = np.concatenate([auroc_weighted(score, s, w) for w in resamples.weights()])
+        assert np.array_equal(kernel, twin, equal_nan=True)

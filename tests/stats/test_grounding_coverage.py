@@ -16,7 +16,7 @@ from scipy.stats import norm
 
 from nudgeability.stats.actions import OTHER, SELF, TOOL
 from nudgeability.stats.bootstrap import percentile_interval
-from nudgeability.stats.grounding import grounded_arm, replicate_weights, retained_rows
+from nudgeability.stats.grounding import Resamples, grounded_arm, retained_rows
 from nudgeability.stats.signals import auroc_weighted, crossfit, identity_fit
 
 EXPERIMENTS = 1000
@@ -72,8 +72,9 @@ def test_intervals_cover_true_auroc_and_true_lift_in_at_least_93_percent():
         s, signal, conf, doubt = sample(rng, PROBLEMS)
         fit = crossfit(signal, s, cluster, fit=identity_fit, k=5, seed=k)
         keep = retained_rows(s, conf, conf, doubt)
-        arm = grounded_arm("x", s, conf, doubt, fit.says_right, keep, cluster, REPLICATES, k)
-        boots = [auroc_weighted(signal, s, w) for w in replicate_weights(cluster, REPLICATES, k)]
+        resamples = Resamples.draw(cluster, REPLICATES, k)
+        arm = grounded_arm("x", s, conf, doubt, fit.says_right, keep, resamples)
+        boots = [auroc_weighted(signal, s, w) for w in resamples.weights()]
         covered_auroc += percentile_interval(np.concatenate(boots)).covers(true_auroc)
         covered_lift += arm.lift_ci.covers(true_lift)
         lifts.append(arm.lift)
