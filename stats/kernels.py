@@ -15,7 +15,10 @@ The fused kernel `bootstrap_statistics` has a twin `bootstrap_statistics_twin` t
 arguments, built from the staged twins below (draw the indices, sum the rows, evaluate the
 statistics); given the same seed, both return identical arrays. The numba versions of the stages,
 which the library never calls, live with the tests that check the fused kernel against them
-(tests/helpers/staged_kernels.py). The kernels are compiled on first use and cached on disk.
+(tests/helpers/staged_kernels.py). The grounded-nudge estimators (grounding.py) use two more:
+`draw_counts` (the same stream's draws counted per unit, twin `draw_counts_twin`) and
+`weighted_auroc` (AUROC per replicate, twin `signals.auroc_weighted`). The kernels are compiled
+on first use and cached on disk.
 """
 
 from __future__ import annotations
