@@ -107,7 +107,7 @@ _SPECS = {
             '<|"|>',
         ),
         added=(),
-        template="gemma4.jinja",
+        template="gemma4_e2b.jinja",
         eos="<eos>",
         pad="<pad>",
         bos="<bos>",

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 
 # The committed action read after the final think-close marker: the family parser's own dataclass
-# (kind, answer, tool_name, arguments, reason), stored as it is. `ActionRecord` is its name here.
+# (kind, answer, tool_name, arguments, reason, narration), stored as it is. `ActionRecord` is its name here.
 from nudgeability.models.families.action import ACTION_KINDS, Action
 
 ActionRecord = Action

@@ -3,7 +3,7 @@
     prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
-Order of work (protocol.md): NT for all problems, then B, then oracle_B, then the arms. Each
+Order of work (splice/README.md): NT for all problems, then B, then oracle_B, then the arms. Each
 phase walks its units (seed, chunk) in order; a unit whose part file exists is skipped, so a run
 killed at any moment and started again finishes only the missing work. When every unit of this
 shard is stored, `records.jsonl` is assembled from the parts in canonical order (problems, then
@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from nudgeability.engine import Engine
-from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY
+from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY, get_condition
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -40,7 +40,7 @@ from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, ru
 from nudgeability.splice.work_store import WorkStore
 
 
-class IncompleteRunError(RuntimeError):
+class IncompleteRunError(ValueError):
     """The parts of a run do not add up to its records (a bug or a tampered directory)."""
 
 
@@ -154,16 +154,26 @@ def _assemble(
                     raise IncompleteRunError(f"{store.part_path(unit)}: record {key} appears twice")
                 found[key] = line
         ids = [prepared.problems[i].id for i in chunks[chunk]]
+        closed: dict[tuple[str, str, int], bool] = {}  # (problem, base, seed) -> base closed
         samples = config.consistency_samples
         for key in canonical_keys(ids, prepared.conditions, config.seeds, samples):
             line = found.pop(key, None)
+            problem_id, code, seed, _ = key
             if line is not None:
+                if code in bases:
+                    closed[key[:3]] = json.loads(line)["boundary"] is not None
                 yield line
-            elif (
-                key[1] in bases
-            ):  # every base has a record; arms are absent when the base never closed
+            elif code in bases:  # every base has a record
                 raise IncompleteRunError(
                     f"{store.parts}: no record for {key}; remove the directory and run again"
+                )
+            elif closed.get((problem_id, get_condition(code).parent, seed), False):
+                # An arm is absent only when its base never closed; this one's base did.
+                unit = Unit(ARMS_PHASE, seed, chunk)
+                raise IncompleteRunError(
+                    f"{store.part_path(unit)}: unit {unit.name} has no record for arm {code} of "
+                    f"problem {problem_id} (seed {seed}), though its base closed its thinking; "
+                    "delete that part file and run again to recompute the unit"
                 )
         if found:
             raise IncompleteRunError(f"{store.parts}: unexpected records {sorted(found)[:3]}")

@@ -114,7 +114,10 @@ def base_record(
     tools = declared_tools(ctx.prepared.task, base)
     boundary = None if base == NO_TOOL_BASE else ctx.prepared.family.find_boundary(generated)
     action = ctx.prepared.family.parse_action(
-        generated[boundary or 0 :], out.finish_reason, tools=tools
+        generated[boundary or 0 :],
+        out.finish_reason,
+        tools=tools,
+        is_answer=ctx.prepared.task.holds_answer,
     )
     grade = None
     if base == NO_TOOL_BASE or action.kind == SELF:
@@ -212,6 +215,7 @@ def arm_record(
         list(ctx.prepared.splices[arm.code]) + generated,
         out.finish_reason,
         tools=declared_tools(ctx.prepared.task, arm.parent),
+        is_answer=ctx.prepared.task.holds_answer,
     )
     return Record(
         problem_id=problem.id,

@@ -6,8 +6,8 @@ experiment is an ExperimentTable, the per-problem action table (action_table.py)
 their report order and the +/- pairs come from nudgeability.splice.conditions. records.py joins
 run directories into tables; summarize() gives every estimate with its 95% bootstrap interval
 (numba kernels and numpy twins in kernels.py); report_tables.py (Markdown, CSV, LaTeX) and
-figures.py render them; cli.py adds `nudge stats` and `nudge report`. Definitions follow
-../shared/reference/protocol.md; each file states its own.
+figures.py render them; cli.py adds `nudge stats` and `nudge report`. Definitions are in
+stats/README.md; each file states its own; profiles.py holds the profile rule.
 """
 
 from .across import AcrossExperiments, Medians, across_experiments, spearman
@@ -37,9 +37,10 @@ from .diagnostics import (
     oracle_diagnostics,
 )
 from .mcnemar import McNemar, mcnemar
+from .profiles import PROFILES, ProfileRule, profile_label
 from .records import RecordsError, load_experiments, table_from_records
 from .sensitivity import Sensitivity, sensitivity
-from .summary import ExperimentSummary, PairSummary, profile_label, summarize
+from .summary import ExperimentSummary, PairSummary, summarize
 from .targeting import Stratum, Targeting, targeting
 
 __all__ = [
@@ -86,6 +87,8 @@ __all__ = [
     "ExperimentSummary",
     "PairSummary",
     "profile_label",
+    "PROFILES",
+    "ProfileRule",
     "across_experiments",
     "AcrossExperiments",
     "Medians",

@@ -1,6 +1,6 @@
 """Across experiments: medians of S, WT and L per task and pooled; Spearman rho between S and L.
 
-protocol.md, "Across experiments". Medians summarise experiment-level estimates (not pooled
+stats/README.md, "Across experiments". Medians summarise experiment-level estimates (not pooled
 problem rows). Callers pass the experiments of one decoding config: the paper does not pool the
 sampled-decoding check with the greedy campaign.
 """
@@ -54,12 +54,20 @@ def nanmedian(values: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Medians:
-    """Medians of S (pp), WT (fraction) and L (pp) over n experiments."""
+    """Medians of S (pp), WT (fraction) and L (pp) over n experiments, and the flip events of those
+    experiments pooled: `flips` in all, `self_to_tool` of them SELF->TOOL (primary pair)."""
 
     S: float
     WT: float
     L: float
     n: int
+    self_to_tool: int = 0
+    flips: int = 0
+
+    @property
+    def share_self_to_tool(self) -> float:
+        """The pooled SELF->TOOL share of flips (the paper's 72%); NaN with no flip."""
+        return self.self_to_tool / self.flips if self.flips else float("nan")
 
 
 @dataclass(frozen=True)
@@ -72,14 +80,19 @@ class AcrossExperiments:
 
 
 def across_experiments(experiments: Sequence) -> AcrossExperiments:
-    """Summarise experiments (objects with .task, .S, .WT, .L, e.g. ExperimentSummary)."""
+    """Summarise experiments (objects with .task, .S, .WT, .L and, when known, .flips, a
+    FlipComposition; e.g. ExperimentSummary). Flip events are pooled by summing counts, so each
+    experiment weighs by its number of flips, unlike the medians."""
 
     def medians(group) -> Medians:
+        compositions = [e.flips for e in group if getattr(e, "flips", None) is not None]
         return Medians(
             nanmedian([e.S for e in group]),
             nanmedian([e.WT for e in group]),
             nanmedian([e.L for e in group]),
             len(group),
+            sum(c.self_to_tool_well + c.self_to_tool_ill for c in compositions),
+            sum(c.flips for c in compositions),
         )
 
     tasks = list(dict.fromkeys(e.task for e in experiments))

@@ -1,6 +1,6 @@
 """Nonparametric bootstrap: 95% percentile intervals for S, WT, WTrand and L.
 
-protocol.md, "Uncertainty": resample whole problems with replacement, with all their arms;
+stats/README.md, "Intervals": resample whole problems with replacement, with all their arms;
 recompute S, WT, WTrand and L in each of 20,000 replicates; report the 2.5% and 97.5% percentiles
 (linear interpolation, as numpy.percentile and scipy.stats.bootstrap(method='percentile')).
 For the sampled-decoding check, `bootstrap_clustered` resamples problems with all their seeds.

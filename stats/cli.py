@@ -1,9 +1,10 @@
 """`nudge stats` and `nudge report`: from run directories to stats.json, tables and figures.
 
-nudge stats RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
+nudge stats RUN_DIR... [--out DIR] [--n-boot N] [--seed S] [--min-s PP] [--min-l PP]
     joins the records (records.py), summarises each experiment (summary.py) and writes
-    DIR/stats.json and DIR/table.md, table.csv, table.tex; when the runs stored uncertainty
-    signals, also DIR/grounding.json, grounding.md, grounding.csv (grounding_report.py).
+    DIR/stats.json and DIR/table.md, table.csv, table.tex. --min-s / --min-l are the profile
+    thresholds (profiles.py; defaults 10 and 5 pp). When the runs stored uncertainty signals,
+    also DIR/grounding.json, grounding.md, grounding.csv (grounding_report.py; --folds).
 nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
     one, or the file itself) or straight from run directories.
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from .across import AcrossExperiments, across_experiments
 from .figures import draw_all
+from .profiles import DEFAULT_MIN_L, DEFAULT_MIN_S, ProfileRule
 from .records import RecordsError, load_experiments
 from .report_tables import render_csv, render_latex, render_markdown
 from .serialize import from_jsonable, to_jsonable
@@ -29,10 +31,16 @@ SCHEMA_VERSION = 1
 
 
 def summarize_run_dirs(
-    run_dirs: Sequence[str | Path], n_boot: int = 20000, seed: int = 0
+    run_dirs: Sequence[str | Path],
+    n_boot: int = 20000,
+    seed: int = 0,
+    profile_rule: ProfileRule | None = None,
 ) -> list[ExperimentSummary]:
     """Summaries of every experiment found in the run directories."""
-    return [summarize(table, n_boot=n_boot, seed=seed) for table in load_experiments(run_dirs)]
+    return [
+        summarize(table, n_boot=n_boot, seed=seed, profile_rule=profile_rule)
+        for table in load_experiments(run_dirs)
+    ]
 
 
 def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path]) -> dict:
@@ -117,7 +125,9 @@ def ground_run_dirs(
 def _run_stats(args: argparse.Namespace) -> int:
     from .grounding_report import write_grounding
 
-    summaries = summarize_run_dirs(args.run_dirs, n_boot=args.n_boot, seed=args.seed)
+    summaries = summarize_run_dirs(
+        args.run_dirs, n_boot=args.n_boot, seed=args.seed, profile_rule=_rule(args)
+    )
     for path in write_stats(summaries, args.run_dirs, args.out):
         print(path)
     grounding = ground_run_dirs(args.run_dirs, args.n_boot, args.seed, args.folds)
@@ -139,11 +149,45 @@ def _run_report(args: argparse.Namespace) -> int:
         else:
             run_dirs.append(source)
     if run_dirs:
-        summaries += summarize_run_dirs(run_dirs, n_boot=args.n_boot, seed=args.seed)
+        summaries += summarize_run_dirs(
+            run_dirs, n_boot=args.n_boot, seed=args.seed, profile_rule=_rule(args)
+        )
         grounding += ground_run_dirs(run_dirs, args.n_boot, args.seed)
     for path in draw_all(summaries, args.out) + draw_grounding(grounding, args.out):
         print(path)
     return 0
+
+
+def _rule(args: argparse.Namespace) -> ProfileRule:
+    return ProfileRule(min_S=args.min_s, min_L=args.min_l)
+
+
+def _points(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of pp >= 0, got {text}")
+    return value
+
+
+def _add_profile_options(parser) -> None:
+    parser.add_argument(
+        "--min-s",
+        type=_points,
+        default=DEFAULT_MIN_S,
+        metavar="PP",
+        help=f"profiles: smallest |S| that counts as a large swing (default {DEFAULT_MIN_S:g} pp)",
+    )
+    parser.add_argument(
+        "--min-l",
+        type=_points,
+        default=DEFAULT_MIN_L,
+        metavar="PP",
+        help="profiles: smallest |L| that counts as selective or misdirected "
+        f"(default {DEFAULT_MIN_L:g} pp); 0 and 0 read the labels from the intervals alone",
+    )
 
 
 def _positive(text: str) -> int:
@@ -182,6 +226,7 @@ def register(subparsers) -> None:
         default=5,
         help="cross-fitting folds of the grounded-nudge signals (default 5)",
     )
+    _add_profile_options(stats)
     stats.set_defaults(func=_run_stats)
 
     report = subparsers.add_parser("report", help="draw the figures (PNG and PDF)")
@@ -198,4 +243,5 @@ def register(subparsers) -> None:
     report.add_argument(
         "--seed", type=int, default=0, help="bootstrap seed when reading run directories"
     )
+    _add_profile_options(report)
     report.set_defaults(func=_run_report)

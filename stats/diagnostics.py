@@ -1,6 +1,6 @@
 """Supporting diagnostics: Gamma, delegation rates and controls, flip composition, Dself/Rself, oracle.
 
-Conventions shared by all (protocol.md, "Supporting diagnostics"), where the protocol leaves a
+Conventions shared by all (stats/README.md, "Supporting diagnostics"), where the protocol leaves a
 choice open they are fixed here:
 - a *delegation rate* is #TOOL / #completed (SELF, TOOL or OTHER): OTHER counts as not-TOOL and
   TRUNC or missing arms are dropped, as for S;

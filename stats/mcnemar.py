@@ -1,6 +1,6 @@
 """McNemar's test on the paired (+, -) TOOL indicators over I_S.
 
-protocol.md, "McNemar": over the problems with both arms completed, count the discordant pairs
+stats/README.md, "Intervals": over the problems with both arms completed, count the discordant pairs
 
     b = #(A_+ = TOOL, A_- != TOOL)      c = #(A_+ != TOOL, A_- = TOOL)
 

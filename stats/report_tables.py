@@ -3,7 +3,9 @@
 One row per experiment: S, WT and L with their 95% intervals, WTrand, the retained counts n_S and
 n_WT, the flip events F and well-targeted flips H, and the profile label; a dagger marks an L
 whose interval excludes 0. Below, per decoding config: the medians of S, WT and L per task and
-pooled, and Spearman's rho between S and L across the experiments. WT is shown in percent.
+pooled, Spearman's rho between S and L across the experiments, and the SELF->TOOL share of all
+flip events pooled over the experiments; then the profile rule with its thresholds. WT is shown
+in percent.
 Markdown and LaTeX round to one decimal; the CSV keeps full precision.
 """
 
@@ -45,6 +47,9 @@ _CSV_COLUMNS = (
     "n_experiments",
     "spearman_S_L",
     "seed",
+    "self_to_tool_flips",
+    "pooled_flips",
+    "self_to_tool_share",
 )
 # The pairs besides the primary one, with their column headers (splice/conditions.py owns both).
 _PAIR_COLUMNS = tuple((name, PAIR_HEADERS[name]) for name in PAIRS if name != PRIMARY_PAIR)
@@ -56,6 +61,17 @@ def _fmt(value: float, digits: int = 1) -> str:
 
 def _ci(interval, scale: float = 1.0) -> str:
     return f"[{_fmt(interval.low * scale)}, {_fmt(interval.high * scale)}]"
+
+
+def _pooled_share(medians) -> str:
+    """The pooled SELF->TOOL share of flips in percent, with its counts."""
+    return f"{_fmt(100 * medians.share_self_to_tool)} ({medians.self_to_tool}/{medians.flips})"
+
+
+def profile_rules(summaries: Sequence) -> list[str]:
+    """The profile rule(s) the labels were read with, one line each (stats/profiles.py)."""
+    rules = dict.fromkeys(e.profile_rule for e in summaries)
+    return [rule.describe() for rule in rules]
 
 
 def _by_decoding(summaries: Sequence) -> dict[str, list]:
@@ -81,17 +97,20 @@ def render_markdown(summaries: Sequence) -> str:
         )
     lines += [
         "",
-        "| Median | Decoding | Experiments | S (pp) | WT (%) | L (pp) | Spearman ρ(S, L) |",
-        "|---|---|---|---|---|---|---|",
+        "| Median | Decoding | Experiments | S (pp) | WT (%) | L (pp) | Spearman ρ(S, L) "
+        "| SELF→TOOL (% of pooled flips) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for decoding, group in _by_decoding(summaries).items():
         across = across_experiments(group)
         for name, m in across.medians.items():
             rho = _fmt(across.spearman_S_L, 2) if name == "pooled" else ""
             lines.append(
-                f"| {name} | {decoding} | {m.n} | {_fmt(m.S)} | {_fmt(100 * m.WT)} | {_fmt(m.L)} | {rho} |"
+                f"| {name} | {decoding} | {m.n} | {_fmt(m.S)} | {_fmt(100 * m.WT)} | {_fmt(m.L)} | {rho} "
+                f"| {_pooled_share(m)} |"
             )
     lines += ["", f"{DAGGER} L's 95% bootstrap interval excludes 0."]
+    lines += ["", *profile_rules(summaries)]
     seeded = [e for e in summaries if e.per_seed]
     if seeded:
         lines += [
@@ -219,6 +238,9 @@ def csv_rows(summaries: Sequence) -> list[dict]:
                     "L": m.L,
                     "n_experiments": m.n,
                     "spearman_S_L": across.spearman_S_L if name == "pooled" else "",
+                    "self_to_tool_flips": m.self_to_tool,
+                    "pooled_flips": m.flips,
+                    "self_to_tool_share": m.share_self_to_tool,
                 }
             )
     return rows
@@ -268,11 +290,13 @@ def render_latex(summaries: Sequence) -> str:
                     if name == "pooled"
                     else ""
                 )
+                + f"; SELF$\\to$TOOL {_fmt(100 * m.share_self_to_tool)}\\% of {m.flips} pooled flips"
                 + "} \\\\"
             )
     lines += [
         "\\bottomrule",
         "\\end{tabular}",
         "% $^\\dagger$: the 95% bootstrap interval of L excludes 0.",
+        *("% " + rule for rule in profile_rules(summaries)),
     ]
     return "\n".join(lines) + "\n"

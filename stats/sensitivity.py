@@ -1,6 +1,6 @@
 """Sensitivity S: how far doubt moves delegation relative to confidence, in percentage points.
 
-Definition (protocol.md, "Sensitivity"):
+Definition (stats/README.md, "Sensitivity S"):
 
     I_S = problems with both a completed + arm and a completed - arm (SELF, TOOL or OTHER;
           TRUNC and missing arms are dropped)

@@ -6,7 +6,6 @@ well-targeted flips H; Gamma; Dself and Rself; rho, omega and Phi of the oracle 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .action_table import CONDITIONS, PAIRS, PRIMARY_PAIR, ExperimentTable, TableError
@@ -26,10 +25,9 @@ from .diagnostics import (
     oracle_diagnostics,
 )
 from .mcnemar import McNemar, mcnemar
+from .profiles import ProfileRule
 from .sensitivity import sensitivity
 from .targeting import Stratum, targeting
-
-PROFILES = ("inert", "contrarian", "compliant", "selective", "misdirected")
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ class ExperimentSummary:
     boot_seed: int
     clustered: bool
     primary: PairSummary
-    profile: str
+    profile: str  # read with `profile_rule` (profiles.py)
     pairs: dict[str, PairSummary]
     per_seed: dict[int, PairSummary]
     unaided_accuracy: Rate
@@ -86,6 +84,7 @@ class ExperimentSummary:
     controls: ControlDeltas
     self_answers: SelfAnswerTransitions | None
     oracle: OracleDiagnostics | None
+    profile_rule: ProfileRule = ProfileRule()
 
     # The paper's headline names, read from the primary (first-person) pair.
     S = property(lambda self: self.primary.S)
@@ -100,35 +99,7 @@ class ExperimentSummary:
     n_WT = property(lambda self: self.primary.n_WT)
     F = property(lambda self: self.primary.F)
     H = property(lambda self: self.primary.H)
-
-
-def profile_label(S_ci: Interval, L_ci: Interval) -> str:
-    """The response profile of an experiment, read operationally from the 95% intervals.
-
-    protocol.md names five profiles (inert S ~ 0, contrarian S < 0, compliant large S with
-    L ~ 0, selective L > 0, misdirected L < 0). "~ 0" is read as "the interval contains 0":
-
-        contrarian    S's interval lies entirely below 0
-        inert         S's interval contains 0
-        then, with S's interval entirely above 0:
-        selective     L's interval lies entirely above 0
-        misdirected   L's interval lies entirely below 0
-        compliant     L's interval contains 0, or L is undefined (no flip)
-
-    S is read first because targeting is only meaningful once the sentence moves behaviour.
-    "undetermined" is returned when S's interval is undefined (no retained problem).
-    """
-    if math.isnan(S_ci.low) or math.isnan(S_ci.high):
-        return "undetermined"
-    if S_ci.high < 0:
-        return "contrarian"
-    if S_ci.low <= 0:
-        return "inert"
-    if L_ci.low > 0:
-        return "selective"
-    if L_ci.high < 0:
-        return "misdirected"
-    return "compliant"
+    flips = property(lambda self: self.primary.flips)
 
 
 def summarize_pair(table: ExperimentTable, pair: str, boot: BootstrapResult) -> PairSummary:
@@ -159,8 +130,15 @@ def summarize_pair(table: ExperimentTable, pair: str, boot: BootstrapResult) -> 
     )
 
 
-def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> ExperimentSummary:
+def summarize(
+    table: ExperimentTable,
+    n_boot: int = 20000,
+    seed: int = 0,
+    profile_rule: ProfileRule | None = None,
+) -> ExperimentSummary:
     """Every point estimate, 95% percentile interval and retained count of one experiment.
+
+    The profile is read with `profile_rule` (default thresholds: profiles.py).
 
     Every pair present in the table is summarised (first person, voices, sealed, oracle); the
     primary pair (conf, doubt) is required. Tables with several seeds per problem are pooled and
@@ -184,6 +162,7 @@ def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> Exp
             rows = table.for_seed(value)
             per_seed[value] = summarize_pair(rows, PRIMARY_PAIR, bootstrap(rows, n_boot, seed))
     primary = pairs[PRIMARY_PAIR]
+    rule = profile_rule or ProfileRule()
     known = table.s >= 0
     oracle_base = table.actions("oracle_B")
     base_correct = table.correct.get("B")
@@ -198,7 +177,7 @@ def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> Exp
         boot_seed=int(seed),
         clustered=table.is_clustered,
         primary=primary,
-        profile=profile_label(primary.S_ci, primary.L_ci),
+        profile=rule.label(primary.S, primary.S_ci, primary.L, primary.L_ci),
         pairs=pairs,
         per_seed=per_seed,
         unaided_accuracy=Rate(int((table.s == 1).sum()), int(known.sum())),
@@ -213,4 +192,5 @@ def summarize(table: ExperimentTable, n_boot: int = 20000, seed: int = 0) -> Exp
         oracle=None
         if oracle_base is None
         else oracle_diagnostics(table.s, table.base, oracle_base),
+        profile_rule=rule,
     )

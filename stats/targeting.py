@@ -1,6 +1,6 @@
 """Targeting: are the flips induced by the sentence the competence-appropriate ones? WT, WTrand, L.
 
-Definitions (protocol.md, "Flips" and "Targeting"). For polarity nu in {+, -}, problem i is
+Definitions (stats/README.md, "Flips and targeting"). For polarity nu in {+, -}, problem i is
 *eligible* when s_i is known, A_B(i) in {SELF, TOOL} and A_nu(i) in {SELF, TOOL}; transitions that
 involve OTHER or TRUNC (or a missing arm) are left out of numerator and denominator alike.
 

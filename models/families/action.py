@@ -1,6 +1,6 @@
 """The committed action read after the final think-close marker.
 
-Kinds follow protocol.md "Actions": SELF (a final answer), TOOL (a well-formed call of a declared
+Kinds follow splice/README.md, "Actions": SELF (a final answer), TOOL (a well-formed call of a declared
 tool), OTHER (a completed commitment that is malformed, with a reason) and TRUNC (no completed
 commitment within the token budget, with a reason saying where the budget ran out).
 """
@@ -18,7 +18,10 @@ ACTION_KINDS = (SELF, TOOL, OTHER, TRUNC)
 # OTHER reasons: a commitment was completed but is malformed.
 UNDECLARED_TOOL = "undeclared_tool"  # a call of a name the prompt did not declare
 UNPARSABLE_ARGUMENTS = "unparsable_arguments"  # a call whose name or arguments cannot be read
-CALL_AND_ANSWER = "call_and_answer"  # a tool call and answer text both
+CALL_AND_ANSWER = "call_and_answer"  # a tool call and an answer in the task's format both
+# A declared tool's call written as bare or fenced JSON, outside the family's call syntax: a
+# commitment to delegate that no serving stack would execute (see models/README.md).
+CALL_OUTSIDE_FORMAT = "call_outside_format"
 EMPTY_COMMITMENT = "empty_commitment"  # the turn ended with nothing after the think-close
 THINK_NEVER_CLOSED = "think_never_closed"  # the turn ended inside the thinking block
 THINK_REOPENED = (
@@ -28,6 +31,7 @@ OTHER_REASONS = (
     UNDECLARED_TOOL,
     UNPARSABLE_ARGUMENTS,
     CALL_AND_ANSWER,
+    CALL_OUTSIDE_FORMAT,
     EMPTY_COMMITMENT,
     THINK_NEVER_CLOSED,
     THINK_REOPENED,
@@ -45,7 +49,8 @@ TRUNC_REASONS = (BUDGET_IN_THINKING, BUDGET_AFTER_THINK, BUDGET_IN_ANSWER, BUDGE
 class Action:
     """One committed action.
 
-    SELF carries `answer`; TOOL carries `tool_name` and `arguments`; OTHER carries `reason` (one of
+    SELF carries `answer`; TOOL carries `tool_name`, `arguments` and any `narration` written beside
+    the call; OTHER carries `reason` (one of
     OTHER_REASONS) and, when a call was seen, `tool_name`; TRUNC carries `reason` (one of
     TRUNC_REASONS). Records store this dataclass as it is (`nudgeability.splice.records`), and
     `nudgeability.stats.actions` codes its kinds as int8.
@@ -56,6 +61,9 @@ class Action:
     tool_name: str | None = None
     arguments: dict | None = None
     reason: str | None = None
+    # TOOL / OTHER with a call: the text written beside the call(s) ("Let me look that up."),
+    # stripped; None when there was none.
+    narration: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ACTION_KINDS:

@@ -1,6 +1,6 @@
 """What every chat/think/tool format provides, and the machinery the formats share.
 
-A `Family` wraps one tokenizer and knows one format (formats.md section 1): how to render a prompt
+A `Family` wraps one tokenizer and knows one format (models/README.md): how to render a prompt
 that declares tools, which marker closes the thinking block, where to cut the reasoning, what to
 append at the cut, and how to read the committed action after the final think-close.
 
@@ -13,6 +13,7 @@ piece). The boundary is the index of the token in which the marker's first chara
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -23,6 +24,7 @@ from nudgeability.models.families.action import (
     BUDGET_IN_THINKING,
     BUDGET_IN_TOOL_CALL,
     CALL_AND_ANSWER,
+    CALL_OUTSIDE_FORMAT,
     EMPTY_COMMITMENT,
     OTHER,
     SELF,
@@ -34,6 +36,7 @@ from nudgeability.models.families.action import (
     UNPARSABLE_ARGUMENTS,
     Action,
 )
+from nudgeability.models.families.calls import json_call_outside_format
 
 ROLES = ("system", "user", "assistant", "tool", "observation")
 
@@ -59,6 +62,7 @@ class ParsedCall:
 
     name: str | None
     arguments: dict | None
+    end: int | None = None  # offset in the scanned text just past the call; None if never closed
 
 
 @dataclass
@@ -93,7 +97,9 @@ class Family:
     separator: ClassVar[str] = "\n"
     sentence_suffix: ClassVar[str] = "\n"
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, config: dict | None = None) -> None:
+        """`config` is the checkpoint's config.json as a dict, when known; a family that needs it
+        to choose between template variants reads it (Gemma 4)."""
         self.tokenizer = tokenizer
         self.think_open_ids: list[int] = self.encode(self.think_open_text)
         self.think_close_ids: list[int] = self.encode(self.think_close_text)
@@ -177,7 +183,7 @@ class Family:
     def own_text(
         self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
     ) -> str:
-        """The family's own renderer, following the documented format (formats.md section 1)."""
+        """The family's own renderer, following the format documented in models/README.md."""
         raise NotImplementedError
 
     def demonstrations(self, tools: list[dict] | None = None) -> list[dict]:
@@ -221,16 +227,26 @@ class Family:
         """Tool calls in the commitment `text` (what follows the final think-close)."""
         raise NotImplementedError
 
-    def parse_action(self, ids: list[int], finish_reason: str, tools: list | None = None) -> Action:
+    def parse_action(
+        self,
+        ids: list[int],
+        finish_reason: str,
+        tools: list | None = None,
+        is_answer: Callable[[str], bool] | None = None,
+    ) -> Action:
         """The action committed after the final think-close in `ids`.
 
         `ids` is what follows the cut: for B, generated[boundary:]; for an arm, splice ids + the
         arm's generation. `tools` are the declared tool names (or tool dicts); None declares none.
+        `is_answer(text)` says whether text holds an answer in the task's answer format (the task
+        supplies it: `Task.holds_answer`); without it no text counts as an answer beside a call.
         The turn counts as ended when `finish_reason` is not "length" or an end-of-turn marker
-        follows the close. Reading order: no close -> TRUNC/OTHER; a think block reopened and not
-        closed -> TRUNC/OTHER; calls -> OTHER when answer text sits beside them, when a name is not
-        declared or when a call cannot be read, else TOOL (the first call); text -> SELF; nothing ->
-        OTHER (ended) or TRUNC.
+        follows the close. Reading order (models/README.md, "Actions"): no close -> TRUNC/OTHER;
+        a think block reopened and not closed -> TRUNC/OTHER; calls -> OTHER(call_and_answer) when
+        the text beside them holds an answer, OTHER when a name is not declared or a call cannot be
+        read, else TOOL (the first call), keeping the text beside it as `narration`; a declared
+        tool's call written as JSON outside the call syntax -> OTHER(call_outside_format); other
+        text -> SELF; nothing -> OTHER (ended) or TRUNC.
         """
         if finish_reason not in FINISH_REASONS:
             raise FamilyError(
@@ -261,27 +277,93 @@ class Family:
         if scan.open_call and not ended:
             return Action(TRUNC, reason=BUDGET_IN_TOOL_CALL)
         residual = scan.residual.strip()
+        answered = bool(residual) and is_answer is not None and is_answer(residual)
         if scan.calls:
-            first = scan.calls[0]
-            if residual:
-                return Action(OTHER, tool_name=first.name, reason=CALL_AND_ANSWER)
+            first, narration = scan.calls[0], residual or None
+            if answered:
+                return Action(
+                    OTHER, tool_name=first.name, reason=CALL_AND_ANSWER, narration=narration
+                )
             for call in scan.calls:
                 if call.name is None:
-                    return Action(OTHER, reason=UNPARSABLE_ARGUMENTS)
+                    return Action(OTHER, reason=UNPARSABLE_ARGUMENTS, narration=narration)
                 if call.name not in declared:
-                    return Action(OTHER, tool_name=call.name, reason=UNDECLARED_TOOL)
+                    return Action(
+                        OTHER, tool_name=call.name, reason=UNDECLARED_TOOL, narration=narration
+                    )
                 if call.arguments is None:
-                    return Action(OTHER, tool_name=call.name, reason=UNPARSABLE_ARGUMENTS)
-            return Action(TOOL, tool_name=first.name, arguments=first.arguments)
-        if residual:
-            return (
-                Action(SELF, answer=residual) if ended else Action(TRUNC, reason=BUDGET_IN_ANSWER)
+                    return Action(
+                        OTHER, tool_name=call.name, reason=UNPARSABLE_ARGUMENTS, narration=narration
+                    )
+            return Action(
+                TOOL, tool_name=first.name, arguments=first.arguments, narration=narration
             )
+        if residual:
+            if not ended:
+                return Action(TRUNC, reason=BUDGET_IN_ANSWER)
+            outside = json_call_outside_format(residual, declared)
+            if outside is not None:
+                reason = CALL_AND_ANSWER if answered else CALL_OUTSIDE_FORMAT
+                return Action(OTHER, tool_name=outside, reason=reason, narration=residual)
+            return Action(SELF, answer=residual)
         return (
             Action(OTHER, reason=EMPTY_COMMITMENT)
             if ended
             else Action(TRUNC, reason=BUDGET_AFTER_THINK)
         )
+
+    # ----- tool results (the resolution phase) ------------------------------------------------
+    def render_tool_result(self, name: str, result: str, thinking: bool = True) -> str:
+        """The text the real chat template writes after a tool call, up to the model's next turn.
+
+        It starts right after the call's closing text (`</tool_call>`, `<tool_call|>`, or GLM's
+        closing `}`) and holds: the end of the assistant turn, the tool-result turn carrying
+        `result` for the tool called `name`, and the header of the model's next turn, exactly as
+        the template renders `[..., assistant with the call, tool result]` with
+        `add_generation_prompt=True` and this `thinking` setting. models/README.md ("Tool
+        results") shows it per family.
+        """
+        raise NotImplementedError
+
+    def call_end(self, ids: list[int]) -> tuple[int, str] | None:
+        """Where the first complete tool call after the final think-close in `ids` ends.
+
+        Returns `(k, rest)`: `ids[:k]` are the whole tokens that end at or before the call's last
+        character, and `rest` is the call text that lies in token `k` when the call ends inside it
+        (usually ""). None when `ids` hold no complete call after a think-close.
+        """
+        ids = list(ids)
+        text = self.decode(ids)
+        close = text.rfind(self.think_close_text)
+        if close < 0:
+            return None
+        start = close + len(self.think_close_text)
+        calls = [c for c in self.scan_calls(text[start:]).calls if c.end is not None]
+        if not calls:
+            return None
+        end = start + calls[0].end
+        pieces = self.tokenizer.decode(
+            [[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+        offset = 0
+        for k, piece in enumerate(pieces):
+            if offset + len(piece) > end:
+                return k, text[offset:end]
+            offset += len(piece)
+        return len(ids), ""
+
+    def continuation_ids(
+        self, ids: list[int], name: str, result: str, thinking: bool = True
+    ) -> list[int]:
+        """`ids` cut just after their first complete tool call, then the tool-result turn and the
+        next turn's header (`render_tool_result`), as ids: the prompt of a resolution, to be put
+        after whatever preceded `ids`. A call that ends inside a token keeps its own text re-encoded.
+        Raises FamilyError when `ids` hold no complete call."""
+        found = self.call_end(ids)
+        if found is None:
+            raise FamilyError("continuation_ids: no complete tool call after the think-close")
+        k, rest = found
+        return list(ids[:k]) + self.encode(rest + self.render_tool_result(name, result, thinking))
 
 
 def tool_names(tools: list | None) -> set[str]:

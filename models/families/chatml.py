@@ -1,6 +1,8 @@
 """Generic ChatML (SmolLM2 and other models with no think or tool format of their own).
 
-Turns are `<|im_start|>{role}\\n…<|im_end|>\\n`. Thinking and tool calls are written as plain text,
+Turns are `<|im_start|>{role}\\n…<|im_end|>\\n`, as SmolLM2's own template writes them for every role
+(models/families/templates/smollm2.jinja), a tool result included: `<|im_start|>tool\\n…<|im_end|>`.
+Thinking and tool calls are written as plain text,
 Qwen3-style: `<think>…</think>`, then a final answer or
 `<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`. The markers usually span several
 tokens (SmolLM2 spells `</think>` as `</`, `think`, `>`).
@@ -37,6 +39,12 @@ FORMAT_WITH_TOOLS = (
 FORMAT_WITHOUT_TOOLS = "# Format\n\nFirst think step by step between <think> and </think>. After </think>, write your final answer."
 
 
+def _generation_prompt(thinking: bool) -> str:
+    """The assistant header: SmolLM2's `<|im_start|>assistant\\n`, then this family's think opener
+    (and, with thinking off, an empty block)."""
+    return "<|im_start|>assistant\n<think>\n" + ("" if thinking else "\n</think>\n\n")
+
+
 class ChatMLFamily(Family):
     name = "chatml"
     think_open_text = "<think>"
@@ -70,11 +78,20 @@ class ChatMLFamily(Family):
                     + "<|im_end|>\n"
                 )
             elif role in ("tool", "observation"):
-                out.append(
-                    f"<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n"
-                )
-        out.append("<|im_start|>assistant\n<think>\n" + ("" if thinking else "\n</think>\n\n"))
+                out.append(f"<|im_start|>tool\n{content}<|im_end|>\n")
+        out.append(_generation_prompt(thinking))
         return "".join(out)
+
+    def render_tool_result(self, name: str, result: str, thinking: bool = True) -> str:
+        """`<|im_end|>`, the result as a `tool` turn exactly as SmolLM2's ChatML template renders
+        a tool message (the role and the text, nothing added), then this family's assistant header,
+        which opens the thinking block. The tool is not named, as in Qwen3."""
+        return (
+            "<|im_end|>\n<|im_start|>tool\n"
+            + result
+            + "<|im_end|>\n"
+            + _generation_prompt(thinking)
+        )
 
     def demonstrations(self, tools: list[dict] | None = None) -> list[dict]:
         """A direct answer, then (when a tool is declared) a call of the first tool, in this format."""

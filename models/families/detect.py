@@ -34,13 +34,14 @@ MODEL_TYPES = MappingProxyType(
 )
 
 
-def get_family(name: str, tokenizer) -> Family:
-    """The family called `name` ('qwen3', 'glm_z1', 'gemma4', 'chatml') bound to `tokenizer`."""
+def get_family(name: str, tokenizer, config: dict | None = None) -> Family:
+    """The family called `name` ('qwen3', 'glm_z1', 'gemma4', 'chatml') bound to `tokenizer`;
+    `config` is the checkpoint's config.json dict, when known (see `Family.__init__`)."""
     if name not in FAMILIES:
         raise FamilyError(
             f"unknown model family {name!r}; known families: {', '.join(KNOWN_FAMILIES)}"
         )
-    return FAMILIES[name](tokenizer)
+    return FAMILIES[name](tokenizer, config)
 
 
 def detect_family(config_or_model_dir, tokenizer, override: str | None = None) -> Family:
@@ -50,12 +51,13 @@ def detect_family(config_or_model_dir, tokenizer, override: str | None = None) -
     transformers config, a model (its `.config` is used) or None (tokenizer only). `override`, when
     given, names the family and skips detection.
     """
+    config = _read_config(config_or_model_dir)
     if override is not None:
-        return get_family(override, tokenizer)
-    model_types = _model_types(config_or_model_dir)
+        return get_family(override, tokenizer, config)
+    model_types = _model_types(config)
     for model_type in model_types:
         if model_type in MODEL_TYPES:
-            return get_family(MODEL_TYPES[model_type], tokenizer)
+            return get_family(MODEL_TYPES[model_type], tokenizer, config)
     name = _family_from_tokens(tokenizer)
     if name is None:
         shown = ", ".join(model_types) or "none"
@@ -63,12 +65,13 @@ def detect_family(config_or_model_dir, tokenizer, override: str | None = None) -
             f"cannot tell the model family (model_type: {shown}; no known special tokens in the tokenizer); "
             f"known families: {', '.join(KNOWN_FAMILIES)}; pass one explicitly as the family override"
         )
-    return get_family(name, tokenizer)
+    return get_family(name, tokenizer, config)
 
 
-def _model_types(source) -> list[str]:
+def _read_config(source) -> dict | None:
+    """The config as a dict (None when there is none); see `detect_family` for the sources."""
     if source is None:
-        return []
+        return None
     if isinstance(source, (str, Path)):
         path = Path(source)
         path = path / "config.json" if path.is_dir() else path
@@ -83,6 +86,12 @@ def _model_types(source) -> list[str]:
     else:
         config = getattr(source, "config", source)
         config = config.to_dict() if hasattr(config, "to_dict") else vars(config)
+    return config
+
+
+def _model_types(config: dict | None) -> list[str]:
+    if not config:
+        return []
     types = [config.get("model_type")]
     text_config = config.get("text_config")
     if isinstance(text_config, dict):

@@ -1,12 +1,21 @@
 """Gemma 4: `<|turn>` turns, thinking in `<|channel>thought … <channel|>`, `<|tool_call>` calls.
 
-Format (formats.md section 1, from llama.cpp's models/templates/gemma4.jinja): the prompt starts
-with BOS; turns are `<|turn>{system|user|model}\\n…<turn|>\\n`; the generation prompt is
-`<|turn>model\\n`. With thinking on, `<|think|>` opens the system turn and the model writes
-`<|channel>thought\\n…<channel|>`, then the answer and `<turn|>`; with thinking off the generation
-prompt pre-fills `<|channel>thought\\n<channel|>`. Tools are declared in the system turn as
+Format (models/README.md, "Gemma 4"; the real templates are models/families/templates/
+gemma4_e2b.jinja and gemma4_31b.jinja, Google's canonical ones): the prompt starts with BOS; turns
+are `<|turn>{system|user|model}\\n…<turn|>\\n`; the generation prompt is `<|turn>model\\n`. With
+thinking on, `<|think|>\\n` opens the system turn and the model writes
+`<|channel>thought\\n…<channel|>`, then the answer and `<turn|>`. With thinking off the small
+models' template ends at `<|turn>model\\n`, while the large ones' pre-fills an empty thought
+channel, `<|channel>thought\\n<channel|>`. Tools are declared in the system turn as
 `<|tool>declaration:NAME{description:<|"|>…<|"|>,parameters:{…}}<tool|>`, every string wrapped in
-`<|"|>`. A call is `<|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|>`.
+`<|"|>`. A call is `<|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|>`; its result goes inside
+the same model turn, `<|tool_response>response:NAME{value:<|"|>…<|"|>}<tool_response|>`, and the
+model continues there (in a fresh thought channel when thinking is on).
+
+Small or large template: a checkpoint's own template is used whenever it renders tools (every
+Gemma 4 checkpoint ships one). Otherwise `own_text` follows the small-model template unless the
+checkpoint's config says large: no per-layer input embeddings (`hidden_size_per_layer_input`
+absent or 0, as in 26B-A4B and 31B; the E2B/E4B models have them).
 
 The think-close marker is `<channel|>`. Splice: "\\n" + sentence + "\\n", then `<channel|>` when
 sealed.
@@ -27,7 +36,9 @@ _SCALAR = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
 
 
 def format_argument(value, escape_keys: bool = True) -> str:
-    """A value in Gemma 4's argument syntax: strings in `<|"|>`, keys sorted."""
+    """A value in Gemma 4's argument syntax: strings in `<|"|>`, keys sorted, None as null."""
+    if value is None:
+        return "null"
     if isinstance(value, str):
         return Q + value + Q
     if isinstance(value, bool):
@@ -43,33 +54,42 @@ def format_argument(value, escape_keys: bool = True) -> str:
     return str(value)
 
 
-def _format_parameters(properties: dict) -> str:
-    """JSON-schema properties in the declaration syntax of Gemma 4's template (including its
-    unconditional comma before `properties:`/`items:` of nested objects and arrays)."""
+def _upper(value) -> str:
+    """Jinja's `upper` filter: '' for a missing value, else the text of the value upper-cased."""
+    return "" if value is None else str(value).upper()
+
+
+def _quoted_list(names) -> str:
+    return ",".join(Q + str(n) + Q for n in names)
+
+
+def _format_parameters(properties: dict, filter_keys: bool = False) -> str:
+    """JSON-schema properties in the declaration syntax of the canonical template's
+    `format_parameters` macro (field order: description, enum/items, nullable, properties,
+    required, type)."""
     fields = []
     for key, value in sorted(properties.items()):
-        if key in _STANDARD_KEYS:
+        if filter_keys and key in _STANDARD_KEYS:
             continue
-        parts, comma = [], False
+        parts = []
         if value.get("description"):
             parts.append(f"description:{Q}{value['description']}{Q}")
-            comma = True
-        if value.get("nullable"):
-            parts.append(("," if comma else "") + "nullable:true")
-            comma = True
-        vtype = value.get("type", "")
-        vtype = (vtype if isinstance(vtype, str) else vtype[0]).upper()
+        vtype = _upper(value.get("type"))
         if vtype == "STRING" and value.get("enum"):
-            parts.append(("," if comma else "") + "enum:" + format_argument(value["enum"]))
-            comma = True
-        elif vtype == "OBJECT":
-            parts.append(",properties:{" + _format_parameters(value.get("properties") or {}) + "}")
-            if value.get("required"):
-                parts.append(",required:[" + ",".join(Q + r + Q for r in value["required"]) + "]")
+            parts.append("enum:" + format_argument(value["enum"]))
         elif vtype == "ARRAY" and isinstance(value.get("items"), dict) and value["items"]:
-            parts.append(",items:{" + _format_items(value["items"]) + "}")
-        parts.append(("," if comma else "") + f"type:{Q}{vtype}{Q}}}")
-        fields.append(key + ":{" + "".join(parts))
+            parts.append("items:{" + _format_items(value["items"]) + "}")
+        if value.get("nullable"):
+            parts.append("nullable:true")
+        if vtype == "OBJECT":
+            if isinstance(value.get("properties"), dict):
+                parts.append("properties:{" + _format_parameters(value["properties"]) + "}")
+            elif isinstance(value, dict):
+                parts.append("properties:{" + _format_parameters(value, filter_keys=True) + "}")
+            if value.get("required"):
+                parts.append("required:[" + _quoted_list(value["required"]) + "]")
+        parts.append(f"type:{Q}{vtype}{Q}")
+        fields.append(key + ":{" + ",".join(parts) + "}")
     return ",".join(fields)
 
 
@@ -85,12 +105,12 @@ def _format_items(items: dict) -> str:
                 + "}"
             )
         elif key == "required":
-            out.append("required:[" + ",".join(Q + r + Q for r in value) + "]")
+            out.append("required:[" + _quoted_list(value) + "]")
         elif key == "type":
             out.append(
                 "type:"
                 + format_argument(
-                    value.upper() if isinstance(value, str) else [v.upper() for v in value]
+                    value.upper() if isinstance(value, str) else [_upper(v) for v in value]
                 )
             )
         else:
@@ -108,10 +128,29 @@ def format_declaration(tool: dict) -> str:
         if params.get("properties"):
             out += "properties:{" + _format_parameters(params["properties"]) + "},"
         if params.get("required"):
-            out += "required:[" + ",".join(Q + r + Q for r in params["required"]) + "],"
+            out += "required:[" + _quoted_list(params["required"]) + "],"
         if params.get("type"):
-            out += f"type:{Q}{params['type'].upper()}{Q}}}"
+            out += f"type:{Q}{_upper(params['type'])}{Q}}}"
+    if "response" in fn:
+        response = fn["response"]
+        out += ",response:{"
+        if response.get("description"):
+            out += f"description:{Q}{response['description']}{Q},"
+        if _upper(response.get("type")) == "OBJECT":
+            out += f"type:{Q}OBJECT{Q}}}"
     return (out + "}").strip()
+
+
+def format_tool_response(name: str, response) -> str:
+    """`<|tool_response>response:NAME{…}<tool_response|>`: a mapping's items, or `value:` for
+    anything else (a result text)."""
+    if isinstance(response, dict):
+        body = ",".join(
+            k + ":" + format_argument(v, escape_keys=False) for k, v in sorted(response.items())
+        )
+    else:
+        body = "value:" + format_argument(response, escape_keys=False)
+    return "<|tool_response>response:" + name + "{" + body + "}<tool_response|>"
 
 
 def _strip_thinking(text: str) -> str:
@@ -196,37 +235,85 @@ class Gemma4Family(Family):
     stop_texts = ("<turn|>", "<eos>", "<tool_call|>", "<|tool_response>")
     end_of_turn_texts = ("<turn|>", "<eos>", "<|tool_response>", "<|turn>")
 
+    def __init__(self, tokenizer, config: dict | None = None) -> None:
+        super().__init__(tokenizer, config)
+        # The large-model template (see the module docstring for the rule).
+        text_config = (config or {}).get("text_config") or config or {}
+        self.large = bool(config) and not text_config.get("hidden_size_per_layer_input")
+
     def own_text(
         self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
     ) -> str:
-        """Gemma 4's format, following the published template for system, user, model (with tool
-        calls) and tool turns."""
+        """Google's canonical Gemma 4 template (small or large, see the module docstring), ported
+        for string contents: system, user, model turns with reasoning and tool calls, and `tool`
+        messages rendered as responses inside the calling model turn."""
         out = [self.tokenizer.bos_token or ""]
-        rest = messages
-        if thinking or tools or messages[0]["role"] == "system":
-            out.append("<|turn>system\n" + ("<|think|>" if thinking else ""))
-            if messages[0]["role"] == "system":
+        prev_type, prev_non_tool_role, rest = None, None, messages
+        if thinking or tools or messages[0]["role"] in ("system", "developer"):
+            out.append("<|turn>system\n")
+            if thinking:
+                out.append("<|think|>\n")
+                prev_type = "think"
+            if messages[0]["role"] in ("system", "developer"):
                 out.append(messages[0]["content"].strip())
                 rest = messages[1:]
-            out.extend("<|tool>" + format_declaration(tool) + "<tool|>" for tool in tools or ())
+            if tools:
+                out.extend("<|tool>" + format_declaration(t) + "<tool|>" for t in tools)
+                prev_type = "tool"
             out.append("<turn|>\n")
-        for message in rest:
+        last_user = max((i for i, m in enumerate(rest) if m["role"] == "user"), default=-1)
+        for i, message in enumerate(rest):
+            if message["role"] == "tool":
+                continue
+            prev_type = None
             role = "model" if message["role"] == "assistant" else message["role"]
-            out.append(f"<|turn>{role}\n")
-            for call in message.get("tool_calls") or ():
-                fn = call.get("function", call)
-                args = fn["arguments"]
-                if isinstance(args, dict):
-                    args = ",".join(
-                        k + ":" + format_argument(v, escape_keys=False)
-                        for k, v in sorted(args.items())
-                    )
+            if not (role == "model" and prev_non_tool_role == "assistant"):
+                out.append(f"<|turn>{role}\n")
+            reasoning = message.get("reasoning") or message.get("reasoning_content")
+            if reasoning and i > last_user:
+                out.append("<|channel>thought\n" + reasoning + "\n<channel|>")
+            calls = message.get("tool_calls") or []
+            for call in calls:
+                fn = call["function"]
+                args = ",".join(
+                    k + ":" + format_argument(v, escape_keys=False)
+                    for k, v in sorted((fn.get("arguments") or {}).items())
+                )
                 out.append(f"<|tool_call>call:{fn['name']}{{{args}}}<tool_call|>")
+                prev_type = "tool_call"
+            responded = False
+            if calls:
+                for follow in rest[i + 1 :]:
+                    if follow["role"] != "tool":
+                        break
+                    name = follow.get("name") or "unknown"
+                    for call in calls:  # the template matches ids; two missing ids match too
+                        if call.get("id") == follow.get("tool_call_id"):
+                            name = call["function"]["name"]
+                    out.append(format_tool_response(name, follow["content"]))
+                    responded, prev_type = True, "tool_response"
             content = message["content"]
-            out.append(_strip_thinking(content) if role == "model" else content.strip())
-            out.append("<turn|>\n")
-        out.append("<|turn>model\n" + ("" if thinking else "<|channel>thought\n<channel|>"))
+            content = _strip_thinking(content) if role == "model" else content.strip()
+            out.append(content)
+            next_role = next((m["role"] for m in rest[i + 1 :] if m["role"] != "tool"), None)
+            continues = role == "model" and next_role == "assistant" and (not calls or responded)
+            if prev_type == "tool_call" and not responded:
+                out.append("<|tool_response>")
+            elif not continues and not (responded and not content.strip() and next_role is None):
+                out.append("<turn|>\n")
+            prev_non_tool_role = message["role"]
+        if prev_type not in ("tool_response", "tool_call"):
+            out.append("<|turn>model\n")
+            if self.large and not thinking:
+                out.append("<|channel>thought\n<channel|>")
+        elif prev_type == "tool_response" and thinking:
+            out.append("<|channel>thought\n")
         return "".join(out)
+
+    def render_tool_result(self, name: str, result: str, thinking: bool = True) -> str:
+        """`<|tool_response>response:NAME{value:<|"|>…<|"|>}<tool_response|>` inside the model's
+        turn, then `<|channel>thought\\n` when thinking is on (the model goes on in the same turn)."""
+        return format_tool_response(name, result) + ("<|channel>thought\n" if thinking else "")
 
     def scan_calls(self, text: str) -> CallScan:
         """`<|tool_call>call:NAME{…}<tool_call|>` spans; an unclosed one runs to the end of the text."""
@@ -239,8 +326,10 @@ class Gemma4Family(Family):
                 scan.calls.append(parse_gemma_call(text[body_start:]))
                 scan.open_call, pos = True, len(text)
                 break
-            scan.calls.append(parse_gemma_call(text[body_start:end]))
             pos = end + len("<tool_call|>")
+            call = parse_gemma_call(text[body_start:end])
+            call.end = pos
+            scan.calls.append(call)
         residual.append(text[pos:])
         scan.residual = "".join(residual)
         return scan

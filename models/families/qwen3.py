@@ -1,6 +1,6 @@
 """Qwen3: `<think>` tags, tools declared in the system turn, calls as `<tool_call>` JSON.
 
-Format (formats.md section 1; the real template is models/families/templates/qwen3.jinja):
+Format (models/README.md, "Qwen3"; the real template is models/families/templates/qwen3.jinja):
 turns are `<|im_start|>{role}\\n…<|im_end|>\\n`; the generation prompt is `<|im_start|>assistant\\n`
 and the model opens `<think>` itself. Tools go in the system turn as a `# Tools` section with one
 JSON signature per line inside `<tools></tools>`. A call is
@@ -81,8 +81,10 @@ def scan_tagged_json_calls(
             scan.calls.append(parse_json_call(text[body_start:]))
             scan.open_call = True
             break
-        scan.calls.append(parse_json_call(text[body_start:end]))
         pos = end + len(close_tag)
+        call = parse_json_call(text[body_start:end])
+        call.end = pos
+        scan.calls.append(call)
     scan.residual = "".join(residual)
     return scan
 
@@ -137,6 +139,17 @@ class Qwen3Family(Family):
         if not thinking:
             out.append("<think>\n\n</think>\n\n")
         return "".join(out)
+
+    def render_tool_result(self, name: str, result: str, thinking: bool = True) -> str:
+        """`<|im_end|>`, then the result as a user turn wrapped in `<tool_response>` tags, then
+        the assistant header (with the empty think block when thinking is off). Qwen3's template
+        does not name the tool in the result turn."""
+        return (
+            "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+            + result
+            + "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+            + ("" if thinking else "<think>\n\n</think>\n\n")
+        )
 
     def scan_calls(self, text: str) -> CallScan:
         return scan_tagged_json_calls(text)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from nudgeability.splice.records import GradeRecord
+from nudgeability.splice.tasks.scoring import labelled_answer
 
 Messages = list[dict]
 Tools = list[dict]
@@ -167,3 +168,9 @@ class Task(ABC):
     def answer_key(self, answer_text: str | None) -> str | None:
         """The answer normalised as grading compares it, so that two answers agree exactly when
         their keys are equal (self-consistency); None when the answer cannot be read."""
+
+    def holds_answer(self, text: str) -> bool:
+        """Whether `text` holds an answer in this task's format: a labelled line (`Answer: …`)
+        with a non-empty span. The families call it on the text beside a tool call, to tell an
+        answer (OTHER, call_and_answer) from narration (TOOL); see splice/README.md."""
+        return labelled_answer(text) is not None

@@ -153,6 +153,14 @@ def extract_answer(text: str | None) -> str | None:
     return span or None
 
 
+def labelled_answer(text: str | None) -> str | None:
+    """The answer span when some line of `text` carries an answer label (`Answer:` and the other
+    labels above), else None: an unlabelled first line is not an answer in the task's format."""
+    if text is None or not any(_strip_label(line) is not None for line in text.splitlines()):
+        return None
+    return extract_answer(text)
+
+
 _YES_NO = re.compile(
     r"^[\W_]*?(yes|no|true|false)\b[*_`'\"\u201d\u2019)\]]*(.*)$", re.IGNORECASE | re.DOTALL
 )

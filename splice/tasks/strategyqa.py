@@ -20,7 +20,7 @@ from nudgeability.splice.tasks.base import (
     Task,
 )
 from nudgeability.splice.tasks.reading import read_json_array, require
-from nudgeability.splice.tasks.scoring import parse_yes_no
+from nudgeability.splice.tasks.scoring import labelled_answer, parse_yes_no
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
 _INTRO = "You answer yes/no questions that need several implicit reasoning steps."
@@ -93,6 +93,10 @@ class StrategyQATask(Task):
     def user_text(self, problem: Problem) -> str:
         """The question alone."""
         return USER.format(question=problem.question)
+
+    def holds_answer(self, text: str) -> bool:
+        """A labelled line whose span reads as yes/no (`Answer: yes`)."""
+        return parse_yes_no(labelled_answer(text)) is not None
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Parsed yes/no against the gold bool: em = 1.0/0.0, f1 = None (undefined for yes/no).

@@ -22,8 +22,12 @@ def test_a_record_stores_the_action_field_for_field_and_reads_it_back():
         "tool_name": "retrieve",
         "arguments": {"query": "Emma"},
         "reason": None,
+        "narration": None,
     }
     assert Record.from_dict(line).action == action
+    # A record written before `narration` existed reads back too.
+    old = line | {"action": {k: v for k, v in line["action"].items() if k != "narration"}}
+    assert Record.from_dict(old).action == action
     assert Record.from_dict(line | {"grade": {"em": 1.0, "f1": 1.0, "correct": True}}).grade == (
         GradeRecord(1.0, 1.0, True)
     )

@@ -90,11 +90,11 @@ CASES = [
         Action("OTHER", reason="unparsable_arguments"),
     ),
     (
-        "other_call_and_answer",
+        "tool_text_beside_a_call_is_narration_without_an_answer_format",
         "<channel|>It is Jane Austen." + CALL,
         "stop_token",
         None,
-        Action("OTHER", tool_name=R, reason="call_and_answer"),
+        Action("TOOL", tool_name=R, arguments=ARGS, narration="It is Jane Austen."),
     ),
     (
         "other_empty_commitment",

@@ -87,11 +87,11 @@ CASES = [
         Action("OTHER", tool_name=R, reason="unparsable_arguments"),
     ),
     (
-        "other_call_and_answer",
+        "tool_text_beside_a_call_is_narration_without_an_answer_format",
         "</think>\nThe author is Jane Austen.\n" + CALL,
         "stop_token",
         None,
-        Action("OTHER", tool_name=R, reason="call_and_answer"),
+        Action("TOOL", tool_name=R, arguments=ARGS, narration="The author is Jane Austen."),
     ),
     (
         "other_empty_commitment",

@@ -1,5 +1,6 @@
-"""Prompt rendering: system + user + one tool gives exactly the documented text in every family,
-and the Qwen3 renderer gives what the real Qwen3 template gives."""
+"""Prompt rendering: system + user + one tool gives exactly the documented text in every family
+(models/README.md), and the Qwen3 renderer gives what the real Qwen3 template gives. The other
+families against their real templates: test_real_templates.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from nudgeability.models.families import FamilyError, get_family
 from nudgeability.models.tiny_tokenizers import chat_template, tiny_tokenizer
 
-# Hand-written from formats.md section 1 and the templates it cites.
+# Hand-written from the format descriptions in models/README.md and the templates they cite.
 EXPECTED = {
     "qwen3": (
         "<|im_start|>system\nYou answer questions.\n\n# Tools\n\n"
@@ -26,7 +27,8 @@ EXPECTED = {
         "<|im_start|>assistant\n"
     ),
     "glm_z1": (
-        "[gMASK]<sop><|system|>\n# 可用工具\n\n## retrieve\n\n"
+        "[gMASK]<sop><|system|>\n你是一个名为 ChatGLM 的人工智能助手。你是基于智谱 AI 公司训练的语言模型 GLM-4 模型开发的，"
+        "你的任务是针对用户的问题和要求提供适当的答复和支持。\n\n# 可用工具\n## retrieve\n\n"
         "{\n"
         '    "name": "retrieve",\n'
         '    "description": "Return the most relevant supplied paragraph.",\n'
@@ -46,7 +48,7 @@ EXPECTED = {
         "<|system|>\nYou answer questions.<|user|>\nWho wrote Emma?<|assistant|>\n<think>"
     ),
     "gemma4": (
-        "<bos><|turn>system\n<|think|>You answer questions."
+        "<bos><|turn>system\n<|think|>\nYou answer questions."
         '<|tool>declaration:retrieve{description:<|"|>Return the most relevant supplied paragraph.<|"|>,'
         'parameters:{properties:{query:{description:<|"|>What to look for.<|"|>,type:<|"|>STRING<|"|>}},'
         'required:[<|"|>query<|"|>],type:<|"|>OBJECT<|"|>}}<tool|><turn|>\n'
@@ -68,10 +70,11 @@ EXPECTED = {
         "<|im_start|>assistant\n<think>\n"
     ),
 }
+# Gemma 4's small-model template (the tiny tokenizer's) pre-fills nothing; GLM-Z1 has no switch.
 NO_THINKING_ENDING = {
     "qwen3": "<|im_start|>assistant\n<think>\n\n</think>\n\n",
-    "glm_z1": "<|assistant|>\n<think></think>",
-    "gemma4": "<|turn>model\n<|channel>thought\n<channel|>",
+    "glm_z1": "<|user|>\nWho wrote Emma?<|assistant|>\n<think>",
+    "gemma4": "<|turn>user\nWho wrote Emma?<turn|>\n<|turn>model\n",
     "chatml": "<|im_start|>assistant\n<think>\n\n</think>\n\n",
 }
 FAMILY_NAMES = sorted(EXPECTED)
@@ -105,7 +108,9 @@ def test_render_ids_decode_to_the_documented_text_and_repeat_exactly(
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
-def test_thinking_off_prefills_an_empty_think_block(make_family, conversation, retrieve_tool, name):
+def test_thinking_off_ends_the_prompt_as_the_template_does(
+    make_family, conversation, retrieve_tool, name
+):
     fam = make_family(name)
     own = fam.own_text(conversation, [retrieve_tool], thinking=False)
     assert own.endswith(NO_THINKING_ENDING[name])

@@ -1,10 +1,16 @@
 """Tiny checkpoints on disk for end-to-end `nudge run` tests, and reading a run's outputs.
 
 A tiny random model almost never writes its family's think-close marker, so B would never close
-and no arm would run. `save_tiny_checkpoint(..., close_boost=a)` scales the lm_head row of the
-think-close token (a single token in the qwen3 and gemma4 tiny vocabularies) by `a`, which makes
-the model close its thinking at some positions and not others. This is a test fixture, not
-product behaviour.
+and no arm would run. Two test-fixture edits of the output head (not product behaviour):
+
+- `close_boost=a` scales the lm_head row of a single-token think-close (qwen3, gemma4) by `a`.
+- `close_push=a` works for any marker, one token or several (GLM-Z1's `<`,`/`,`th`,`ink`,`>`,
+  ChatML's `</`,`th`,`ink`,`>`): it raises the first marker token by about `a` logits in an
+  average reasoning context (a direction orthogonal to the context right after the prompt, so the
+  model first writes a few tokens), and chains the rest: marker token k+1 gains about
+  `CLOSE_CHAIN` logits in the contexts that end with marker tokens 0..k. The directions are the
+  final hidden states the model itself computes on StrategyQA's with-tool prompts (seed-0 draw), so
+  whether and where a base closes still depends on the problem.
 """
 
 from __future__ import annotations
@@ -22,13 +28,48 @@ from nudgeability.models.tiny_tokenizers import tiny_tokenizer
 PAIRS = {"qwen3": "qwen3", "glm4": "glm_z1", "gemma4": "gemma4", "llama": "chatml"}
 
 
+CLOSE_CHAIN = 15.0
+
+
+def _last_hidden(model, sequences: list[list[int]], every: bool = False) -> torch.Tensor:
+    """Final (normed) hidden states: at the last position of each sequence, or `every` position."""
+    with torch.no_grad():
+        states = [model.model(torch.tensor([s])).last_hidden_state[0] for s in sequences]
+    return torch.cat(states) if every else torch.stack([h[-1] for h in states])
+
+
+def push_towards_close(model, family, strength: float) -> None:
+    """Edit `model`'s output head in place as `close_push` says (module docstring)."""
+    from nudgeability.splice.prompts import render
+    from nudgeability.splice.tasks import get_task, sample_problems
+
+    task = get_task("strategyqa")
+    prompts = [render(family, *task.with_tool(p)) for p in sample_problems(task.load(), 6, 0)]
+    head, close = model.get_output_embeddings().weight, family.think_close_ids
+    after_prompt = _last_hidden(model, prompts).mean(0)
+    average = _last_hidden(model, prompts, every=True).mean(0)
+    away = average - average.dot(after_prompt) / after_prompt.dot(after_prompt) * after_prompt
+    with torch.no_grad():
+        head[close[0]] += strength * away / away.dot(away)
+        for k in range(1, len(close)):
+            shift = _last_hidden(model, [p + close[:k] for p in prompts]).mean(0) - after_prompt
+            head[close[k]] += CLOSE_CHAIN * shift / shift.dot(shift)
+
+
 def save_tiny_checkpoint(
-    directory: Path, arch: str, *, seed: int = 0, close_boost: float | None = None
+    directory: Path,
+    arch: str,
+    *,
+    seed: int = 0,
+    close_boost: float | None = None,
+    close_push: float | None = None,
 ) -> Path:
     """Save a tiny `arch` model with its paired tiny tokenizer to `directory`; return it."""
     family_name = PAIRS[arch]
     tokenizer = tiny_tokenizer(family_name)
     model = tiny_model(arch, seed=seed)
+    if close_push is not None:
+        push_towards_close(model, get_family(family_name, tokenizer), close_push)
     if close_boost is not None:
         close_ids = get_family(family_name, tokenizer).think_close_ids
         if len(close_ids) != 1:

@@ -68,16 +68,19 @@ def write_json(tmp_path):
 # ---- runner tests: tiny checkpoints on disk (see tests/helpers/tiny_runs.py) ----------------------
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
-    """Save (once per session) a tiny model + tokenizer: tiny_checkpoint(arch, close_boost=None)."""
+    """Save (once per session) a tiny model + tokenizer:
+    tiny_checkpoint(arch, close_boost=None, close_push=None) (see helpers/tiny_runs.py)."""
     from helpers.tiny_runs import save_tiny_checkpoint
 
     saved = {}
 
-    def make(arch: str, close_boost: float | None = None):
-        key = (arch, close_boost)
+    def make(arch: str, close_boost: float | None = None, close_push: float | None = None):
+        key = (arch, close_boost, close_push)
         if key not in saved:
             directory = tmp_path_factory.mktemp(f"tiny-{arch}")
-            saved[key] = save_tiny_checkpoint(directory / "model", arch, close_boost=close_boost)
+            saved[key] = save_tiny_checkpoint(
+                directory / "model", arch, close_boost=close_boost, close_push=close_push
+            )
         return saved[key]
 
     return make

@@ -23,7 +23,7 @@ from nudgeability.splice.records import Record
 from nudgeability.splice.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 
-# written out by hand from protocol.md's table of runs
+# written out by hand from the table of conditions in splice/README.md
 BASES = ("NT", "B", "oracle_B")
 B_ARMS = (
     "empty",
@@ -268,6 +268,9 @@ def test_stats_reads_the_run_directory(qwen3_run):
     assert table.problem_ids == tuple(dict.fromkeys(r["problem_id"] for r in records))
 
 
+# MuSiQue prompts with every condition; the tiny GLM and Llama models rarely close here. The arms of
+# every family, the multi-token closes included, run and are checked against HF generate in
+# test_arms_every_family.py.
 @pytest.mark.parametrize("arch,boost", [("gemma4", 2.6), ("glm4", None), ("llama", None)])
 def test_every_family_runs_musique_with_all_conditions(
     tiny_checkpoint, musique_record, write_jsonl, tmp_path, arch, boost

@@ -1,6 +1,6 @@
 """Both tasks' prompts render through every family, with the tool declared in the family's native format.
 
-The expected declarations come from formats.md section 1 (and, for Qwen3, the real chat template):
+The expected declarations come from models/README.md (and, for Qwen3, the real chat template):
 - Qwen3 and the generic ChatML family: a `# Tools` section with each signature as JSON (as the
   template's `tojson` writes it) on its own line inside `<tools></tools>`;
 - GLM-Z1: a `# 可用工具` section with `## {name}` followed by the tool's JSON;

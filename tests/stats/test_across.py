@@ -1,4 +1,4 @@
-"""Across experiments: Spearman rho against scipy, the paper's Table 1 medians, and profile labels."""
+"""Across experiments: Spearman rho against scipy, the paper's Table 1 medians, and the pooled flip composition."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from nudgeability.stats import Interval, across_experiments, profile_label, spearman
+from nudgeability.stats import across_experiments, spearman
 
 # Table 1 of the paper (paper-summary-zh.txt): open-weight models, (S, WT, L) per task.
 TABLE_1 = {
@@ -83,17 +83,27 @@ def test_medians_and_spearman_reproduce_the_papers_table_1_summary():
     assert across.spearman_S_L == pytest.approx(0.13, abs=0.01)
 
 
-@pytest.mark.parametrize(
-    "s_ci, l_ci, label",
-    [
-        ((-9.0, -1.0), (-5.0, 5.0), "contrarian"),
-        ((-1.0, 3.0), (2.0, 9.0), "inert"),  # S first: no reliable swing, whatever L says
-        ((10.0, 20.0), (1.0, 6.0), "selective"),
-        ((10.0, 20.0), (-6.0, -1.0), "misdirected"),
-        ((10.0, 20.0), (-1.0, 6.0), "compliant"),
-        ((10.0, 20.0), (math.nan, math.nan), "compliant"),
-        ((math.nan, math.nan), (1.0, 2.0), "undetermined"),
-    ],
-)
-def test_profile_label_follows_the_documented_interval_rule(s_ci, l_ci, label):
-    assert profile_label(Interval(*s_ci), Interval(*l_ci)) == label
+def test_flip_composition_is_pooled_over_experiments_by_summing_events():
+    """Hand-worked: 5 of 6 flips SELF->TOOL in one experiment, 1 of 4 in another: pooled 6/10,
+    where the mean of the two shares would be 54%."""
+    from nudgeability.stats import FlipComposition
+
+    def experiment(task, flips):
+        return SimpleNamespace(task=task, S=1.0, WT=0.5, L=0.0, flips=FlipComposition(*flips))
+
+    across = across_experiments(
+        [
+            experiment("musique", (3, 2, 1, 0)),
+            experiment("strategyqa", (1, 0, 2, 1)),
+            experiment("strategyqa", (0, 0, 0, 0)),
+        ]
+    )
+    pooled = across.medians["pooled"]
+    assert (pooled.self_to_tool, pooled.flips) == (6, 10) and pooled.share_self_to_tool == 0.6
+    sqa = across.medians["strategyqa"]
+    assert (sqa.self_to_tool, sqa.flips, sqa.n) == (1, 4, 2)
+    assert math.isnan(
+        across_experiments([experiment("musique", (0, 0, 0, 0))])
+        .medians["pooled"]
+        .share_self_to_tool
+    )

@@ -72,7 +72,7 @@ def test_bootstrap_interval_of_s_and_l_agrees_with_scipy_percentile_bootstrap(pl
 
     def l_statistic(
         *cols, axis=-1
-    ):  # cols: N, F, K, H of the four strata, written from protocol.md
+    ):  # cols: N, F, K, H of the four strata, written from stats/README.md
         N, F, K, H = ([cols[4 * q + j].sum(axis) for j in range(4)] for q in range(4))
         f_total = sum(F)
         wt_rand = (

@@ -146,3 +146,34 @@ def test_cli_errors_are_one_line_naming_the_file(tmp_path, capsys):
     assert (
         main(["report", str(tmp_path / "bare" / "stats.json"), "--out", str(tmp_path / "o")]) == 2
     )
+
+
+def test_profile_thresholds_are_options_and_the_rule_is_printed(tmp_path, run_dirs):
+    from nudgeability.stats import ProfileRule
+
+    out = tmp_path / "stats"
+    argv = ["stats", *map(str, run_dirs[:2]), "--out", str(out), "--n-boot", "500"]
+    assert main(argv + ["--min-s", "0", "--min-l", "7.5"]) == 0
+    markdown = (out / "table.md").read_text()
+    assert "min |S| = 0 pp, min |L| = 7.5 pp" in markdown
+    assert "% Profile rule (95% intervals, min |S| = 0 pp" in (out / "table.tex").read_text()
+    rows = [r for r in csv.DictReader(io.StringIO((out / "table.csv").read_text()))]
+    for row, e in zip([r for r in rows if r["row"] == "experiment"], read_stats(out), strict=True):
+        assert e.profile_rule == ProfileRule(0, 7.5)
+        assert row["profile"] == ProfileRule(0, 7.5).label(e.S, e.S_ci, e.L, e.L_ci)
+    # The pooled SELF->TOOL share beside the medians: all flip events of both experiments summed.
+    flips = [e.primary.flips for e in read_stats(out)]
+    stt = sum(f.self_to_tool_well + f.self_to_tool_ill for f in flips)
+    pooled = next(r for r in rows if r["row"] == "median" and r["task"] == "pooled")
+    assert (int(pooled["self_to_tool_flips"]), int(pooled["pooled_flips"])) == (
+        stt,
+        sum(f.flips for f in flips),
+    )
+    assert f"({stt}/{sum(f.flips for f in flips)})" in markdown
+
+
+def test_a_negative_threshold_is_refused(tmp_path, run_dirs, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["stats", str(run_dirs[1]), "--out", str(tmp_path / "o"), "--min-l", "-2"])
+    assert exit_info.value.code == 2
+    assert "--min-l: expected a number of pp >= 0, got -2" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""S, WT, WTrand and L against a brute-force loop written from protocol.md, and hand-worked tables."""
+"""S, WT, WTrand and L against a brute-force loop written from the definitions in stats/README.md, and hand-worked tables."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ DECISIVE = (SELF, TOOL)
 
 
 def reference(s, base, conf, doubt):
-    """protocol.md, one problem at a time in plain Python (no numpy arithmetic).
+    """stats/README.md, one problem at a time in plain Python (no numpy arithmetic).
 
     The final formulas are the protocol's, written literally; Python's int / int and numpy's
     float64 division are both correctly rounded, so equal counts give bit-equal statistics.

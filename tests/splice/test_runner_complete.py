@@ -1,0 +1,56 @@
+"""The final assembly refuses a run whose arms unit lacks a record the plan calls for, and names
+the unit: an arm may be absent only when its base never closed its thinking."""
+
+from __future__ import annotations
+
+import json
+
+from helpers.tiny_runs import read_records, run_nudge
+
+
+def _run(model_dir, out):
+    return run_nudge(
+        ["run", "--model", model_dir, "--task", "strategyqa", "--n", 3, "--chunk-size", 3]
+        + ["--conditions", "primary", "--max-new-tokens", "24,8", "--out", out, "--quiet"]
+    )
+
+
+def test_a_missing_arm_record_is_refused_naming_its_unit(tiny_checkpoint, tmp_path):
+    model_dir = tiny_checkpoint("qwen3", close_boost=2.6)
+    out = tmp_path / "out"
+    status, err = _run(model_dir, out)
+    assert status == 0, err
+    records = read_records(out)
+    closed_b = {
+        r["problem_id"] for r in records if r["condition"] == "B" and r["boundary"] is not None
+    }
+    assert closed_b  # the fixture closes some bases, so arms exist
+    part = out / "parts" / "arms-s0-c00000.jsonl"
+    lines = part.read_text(encoding="utf-8").splitlines()
+    dropped = next(line for line in lines if json.loads(line)["condition"] == "doubt")
+    problem = json.loads(dropped)["problem_id"]
+    part.write_text("".join(line + "\n" for line in lines if line != dropped), encoding="utf-8")
+    (out / "records.jsonl").unlink()
+
+    status, err = _run(model_dir, out)
+    assert status != 0
+    assert "arms-s0-c00000" in err and "doubt" in err and problem in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (out / "records.jsonl").exists()  # nothing half-written
+
+
+def test_arms_absent_because_the_base_never_closed_are_accepted(tiny_checkpoint, tmp_path):
+    """Resuming a complete run reassembles the same records, arms missing only where B did not
+    close."""
+    model_dir = tiny_checkpoint("qwen3", close_boost=2.6)
+    out = tmp_path / "out"
+    assert _run(model_dir, out)[0] == 0
+    first = (out / "records.jsonl").read_bytes()
+    records = read_records(out)
+    open_b = {r["problem_id"] for r in records if r["condition"] == "B" and r["boundary"] is None}
+    assert open_b and not any(
+        r["problem_id"] in open_b for r in records if r["condition"] == "conf"
+    )
+    (out / "records.jsonl").unlink()
+    assert _run(model_dir, out)[0] == 0
+    assert (out / "records.jsonl").read_bytes() == first
