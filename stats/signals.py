@@ -76,7 +76,8 @@ def auroc_replicates(score: np.ndarray, s: np.ndarray, resamples) -> np.ndarray:
 
 
 def auroc_weighted(score: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """AUROC for each row of `weights` (replicates x rows): rows are counted weight times.
+    """AUROC for each row of `weights` (replicates x rows): rows are counted weight times. The
+    numpy twin of kernels.weighted_auroc (auroc_replicates), equal to it bit for bit.
 
     Sorted unique score levels turn the pairwise count into cumulative sums: a right row at
     level l beats every wrong row below l and ties with the wrong rows at l.
