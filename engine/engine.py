@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from nudgeability.engine.batch import Batch
 from nudgeability.engine.errors import EngineInputError
@@ -26,6 +25,7 @@ from nudgeability.engine.sampler import sample
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import GroupShape, plan_batches
 from nudgeability.engine.sequence import Completion, ForkRequest
+from nudgeability.models.progress import progress_bar
 
 
 @dataclass
@@ -154,7 +154,7 @@ class Engine:
         ]
         results: list[list[Completion] | None] = [None] * len(groups)
         total = sum(len(arms) for _, arms in groups)
-        bar = tqdm(total=total, desc="generate", unit="seq", disable=not self.progress, leave=False)
+        bar = progress_bar(total, "generate", "seq", enabled=self.progress, leave=False)
         with torch.inference_mode(), self.runner.fork_attention():
             for batch_groups in plan_batches(shapes, self.max_batch_tokens):
                 batch = Batch(

@@ -7,15 +7,12 @@ without materialising full-precision weights.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from nudgeability.models import smollm2
-
-QUANT_METHODS = ("fp8", "compressed-tensors", "bitsandbytes")
 
 
 class ModelLoadError(ValueError):
@@ -49,21 +46,45 @@ def resolve(spec: str | Path) -> ModelSource:
     text = str(spec)
     if text == smollm2.ALIAS:
         gguf = smollm2.find_gguf()
-        return _source(text, smollm2.converted_dir(gguf), gguf=gguf)
+        return _source(text, _converted(gguf), gguf=gguf)
     path = Path(text).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return _source(text, smollm2.converted_dir(path), gguf=path)
+        return _source(text, _converted(path), gguf=path)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{path}: not a checkpoint directory (no config.json)")
         return _source(text, path)
     if path.exists():
         raise ModelLoadError(f"{path}: expected a checkpoint directory or a .gguf file")
+    missing = ModelLoadError(f"{path}: the path does not exist; check the --model argument")
+    if path.suffix in _FILE_SUFFIXES:
+        raise missing
     if text.count("/") == 1 and not text.startswith((".", "/", "~")):
-        return _source(text, _from_hf_cache(text))
+        if not Path(text.split("/", 1)[0]).expanduser().is_dir():
+            return _source(text, _from_hf_cache(text))
+        try:  # 'org' is also a local directory: a hub id only if it is in the cache
+            return _source(text, _from_hf_cache(text))
+        except ModelLoadError:
+            raise missing from None
     raise ModelLoadError(
         f"{text}: no such file or directory, and not a hub repo id of the form 'org/name'"
     )
+
+
+_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".json", ".pt", ".pth")
+
+
+def _converted(gguf: Path) -> Path:
+    """The cached safetensors conversion of a GGUF file; a file that cannot be read is named."""
+    import struct
+
+    try:
+        return smollm2.converted_dir(gguf)
+    except (ValueError, struct.error, EOFError, KeyError, IndexError) as exc:
+        raise ModelLoadError(
+            f"{gguf}: cannot read this GGUF file ({type(exc).__name__}: {exc}); if it is "
+            "truncated or damaged, download it again"
+        ) from None
 
 
 def _from_hf_cache(repo_id: str) -> Path:
@@ -80,10 +101,11 @@ def _from_hf_cache(repo_id: str) -> Path:
 
 
 def _source(spec: str, directory: Path, gguf: Path | None = None) -> ModelSource:
+    from nudgeability.models.preflight import read_config
+
     files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
     quant = None
-    config = json.loads((directory / "config.json").read_text())
-    qcfg = config.get("quantization_config")
+    qcfg = read_config(directory).get("quantization_config")
     if qcfg:
         quant = qcfg.get("quant_method")
     return ModelSource(spec=spec, directory=directory, files=files, gguf=gguf, quant_method=quant)
@@ -95,14 +117,14 @@ def load_model(
     """Load `spec` (see `resolve`) onto `device` in `dtype`, in eval mode, with its tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from nudgeability.models.preflight import check_checkpoint_directory
+
     source = resolve(spec)
+    check_checkpoint_directory(source.directory)
     tokenizer = AutoTokenizer.from_pretrained(source.directory)
     if source.quant_method is not None:
-        if source.quant_method not in QUANT_METHODS:
-            raise ModelLoadError(
-                f"{source.directory / 'config.json'}: quantization_config.quant_method={source.quant_method!r} "
-                f"is not supported; known: {', '.join(QUANT_METHODS)}"
-            )
+        # The supported methods are `quant.loader.SCHEMES`; an unknown one raises
+        # QuantCheckpointError (a ModelLoadError) before any weight is read.
         from nudgeability.models.quant import load_quantized
 
         model = load_quantized(source.directory, device=device, dtype=dtype)

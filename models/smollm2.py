@@ -10,9 +10,9 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from nudgeability.models.atomic import atomic_directory
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ALIAS = "smollm2"
@@ -68,17 +68,9 @@ def converted_dir(gguf: Path | None = None) -> Path:
     stamp = target / _STAMP
     if stamp.is_file() and json.loads(stamp.read_text()) == _gguf_fingerprint(gguf):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+    with atomic_directory(target, replace=True) as tmp:
         _convert(gguf, tmp)
         (tmp / _STAMP).write_text(json.dumps(_gguf_fingerprint(gguf)))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

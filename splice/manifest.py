@@ -10,15 +10,16 @@ machine gives the same bytes, and shards of one run differ only in `config.shard
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import json
-import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nudgeability.models.atomic import atomic_write_text
 from nudgeability.splice.run_config import RunConfig, diff_configs
 
 if TYPE_CHECKING:
@@ -29,6 +30,17 @@ MANIFEST_FORMAT = 1
 IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems", "inputs")
 # where the code came from: a difference is reported, not refused (a commit may change nothing)
 PROVENANCE_KEYS = ("versions", "git_commit")
+# where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
+# copied elsewhere, reuses the stored records when every hash is the same.
+LOCATION_KEYS = (
+    ("config", "model"),
+    ("config", "data"),
+    ("config", "sentences"),
+    ("inputs", "data", "path"),
+    ("inputs", "sentences", "path"),
+    ("inputs", "checkpoint", "directory"),
+    ("inputs", "checkpoint", "gguf", "path"),
+)
 # distribution names whose versions can change the records
 VERSIONED = (
     "torch",
@@ -68,9 +80,7 @@ def sha256_file(path: str | Path, block: int = 1 << 23) -> str:
         known[key] = value
         try:  # best effort: another process may write at the same time; a lost entry is recomputed
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(known, sort_keys=True))
-            os.replace(tmp, cache)
+            atomic_write_text(cache, json.dumps(known, sort_keys=True))
         except OSError:
             pass
     return value
@@ -126,17 +136,33 @@ def compare_manifests(
 ) -> tuple[list[str], list[str]]:
     """(identity differences, provenance differences) between two manifests, one line per key.
 
-    Identity keys (config, inputs, problems, ...) decide the records; provenance keys (versions,
-    git commit) say which code ran. Keys outside both lists count as identity.
+    Identity keys (config, input hashes, problems, ...) decide the records; provenance keys
+    (versions, git commit) say which code ran. `LOCATION_KEYS` (where the inputs were found) are
+    not compared: the inputs' sha256 are, so a moved or re-cached file is no difference. Keys
+    outside these lists count as identity.
     """
 
-    def part(manifest: dict, provenance: bool) -> dict:
-        return {k: v for k, v in manifest.items() if (k in PROVENANCE_KEYS) == provenance}
+    def split(manifest: dict) -> tuple[dict, dict]:
+        identity = {k: v for k, v in manifest.items() if k not in PROVENANCE_KEYS}
+        provenance = {k: v for k, v in manifest.items() if k in PROVENANCE_KEYS}
+        identity = copy.deepcopy(identity)
+        for path in LOCATION_KEYS:
+            _pop_path(identity, path)
+        return identity, provenance
 
+    old_identity, old_provenance = split(old)
+    new_identity, new_provenance = split(new)
     return (
-        diff_configs(part(old, False), part(new, False), labels),
-        diff_configs(part(old, True), part(new, True), labels),
+        diff_configs(old_identity, new_identity, labels),
+        diff_configs(old_provenance, new_provenance, labels),
     )
+
+
+def _pop_path(data: dict, path: tuple[str, ...]):
+    """Remove and return the value at `path` in nested dicts (None when absent)."""
+    for key in path[:-1]:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data.pop(path[-1], None) if isinstance(data, dict) else None
 
 
 def checkpoint_inputs(source: ModelSource) -> dict:

@@ -16,11 +16,11 @@ import copy
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nudgeability.models.atomic import atomic_directory, atomic_write_lines, remove_temporaries
 from nudgeability.splice.conditions import BASE_CODES
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import chunk_bounds
@@ -31,7 +31,6 @@ from nudgeability.splice.work_store import (
     RECORDS,
     TIMINGS,
     OutputDirError,
-    atomic_write_lines,
     manifest_text,
     read_manifest,
     split_lines,
@@ -59,6 +58,8 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     total, provenance = _check_shards(dirs, manifests)
     merged_manifest = _without_shard(manifests[0])
     out = Path(out).absolute()
+    if out.parent.is_dir():  # what a killed merge into `out` left (its process is gone)
+        remove_temporaries(out.parent, out.name, only_abandoned=True)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputDirError(
             f"{out}: already exists and is not empty; pass a new directory to merge into"
@@ -69,9 +70,7 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     bases = [c for c in merged_manifest["config"]["conditions"] if c in BASE_CODES]
     seeds = merged_manifest["config"]["seeds"]
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         streams = {k: _Lines(d / RECORDS) for k, d in by_shard.items()}
         tally = [0]
 
@@ -108,10 +107,6 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
         _link_parts(
             [by_shard[k] / SIGNALS_DIR for k in sorted(by_shard)], tmp / SIGNALS_DIR, "*.npy"
         )
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return MergeResult(out, total, tally[0], tuple(provenance))
 
 

@@ -183,10 +183,14 @@ def _run(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _quiet_transformers(quiet: bool):
-    """Hide transformers' own progress bars (weight loading) under --quiet, restoring them after."""
+    """Hide transformers' own progress bars (weight loading) under --quiet, or when stderr is not
+    a terminal (their redraw codes would garble a log), restoring them after."""
     from transformers.utils import logging
 
+    from nudgeability.models.progress import is_terminal
+
     was_disabled = not logging.is_progress_bar_enabled()
+    quiet = quiet or not is_terminal()
     if quiet:
         logging.disable_progress_bar()
     try:

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from nudgeability.engine import Engine
+from nudgeability.models.progress import progress_bar
 from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY, get_condition
+from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,
     Unit,
@@ -83,7 +83,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
             units = units_of([phase], config.seeds, mine)
             with _PhaseBar(phase, units, chunks, progress) as bar:
                 for unit in units:
-                    if store.has(unit):
+                    if store.has(unit) and _sound(prepared, store, unit, chunks):
                         resumed += 1
                         bar.done(unit, None)
                         continue
@@ -93,6 +93,29 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
         tally = [0]
         path = store.write_records(_counted(_assemble(prepared, store, chunks, mine), tally))
         return RunResult(path.parent, tally[0], computed, resumed)
+
+
+def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]) -> bool:
+    """Whether a stored part can be reused; a damaged one is set aside, named in one line."""
+    ids = [prepared.problems[i].id for i in chunks[unit.chunk]]
+    bases = {}
+    if unit.phase == ARMS_PHASE:  # the base parts were checked (or recomputed) in earlier phases
+        for base in {c.parent for c in prepared.conditions if c.kind == "arm"}:
+            lines = store.read_part(Unit(base, unit.seed, unit.chunk))
+            bases[base] = {r["problem_id"]: r for r in map(json.loads, lines)}
+    problem = part_problem(
+        store.part_path(unit),
+        expected_keys(unit, ids, prepared.conditions, bases, prepared.config.consistency_samples),
+    )
+    if problem is None:
+        return True
+    moved = store.set_aside(unit)
+    print(
+        f"nudge run: warning: {store.part_path(unit)}: damaged part ({problem}); moved to "
+        f"{moved}, recomputing its unit",
+        file=sys.stderr,
+    )
+    return False
 
 
 def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
@@ -165,7 +188,8 @@ def _assemble(
                 yield line
             elif code in bases:  # every base has a record
                 raise IncompleteRunError(
-                    f"{store.parts}: no record for {key}; remove the directory and run again"
+                    f"{store.parts}: no record for {key}; run the same command again: parts are "
+                    "checked on resume and a damaged one is recomputed"
                 )
             elif closed.get((problem_id, get_condition(code).parent, seed), False):
                 # An arm is absent only when its base never closed; this one's base did.
@@ -186,15 +210,15 @@ def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
 
 
 class _PhaseBar:
-    """A tqdm bar per phase: problems done (over all seeds), arms decoded, prompt and generated
+    """A progress bar per phase (tqdm on a terminal, plain lines in a log: models/progress.py): problems done (over all seeds), arms decoded, prompt and generated
     tokens per second of compute (resumed units count as done, with no tokens)."""
 
     def __init__(self, phase: str, units: list[Unit], chunks: list[range], enabled: bool):
         self.chunks = chunks
         self.arms = phase == ARMS_PHASE
         total = sum(len(chunks[unit.chunk]) for unit in units)
-        self.bar = tqdm(
-            total=total, desc=f"{phase:>8}", unit="problem", disable=not enabled, dynamic_ncols=True
+        self.bar = progress_bar(
+            total, f"{phase:>8}", "problem", enabled=enabled, dynamic_ncols=True
         )
         self.sequences = self.tokens = self.prefill = 0
         self.seconds = 0.0

@@ -21,13 +21,14 @@ Small summaries only, never logits (stats/signal_records.py reads them back):
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from nudgeability.engine import Completion, Engine, SamplingParams
+from nudgeability.models.atomic import atomic_write_bytes
 from nudgeability.splice.records import Record
 
 SIGNALS_DIR = "signals"
@@ -60,19 +61,12 @@ def hidden_reference(unit_name: str, row: int) -> dict:
 
 
 def write_hidden(path: str | os.PathLike, states: np.ndarray) -> None:
-    """Save a float16 (rows, hidden) array as .npy atomically: temp file, fsync, rename."""
+    """Save a float16 (rows, hidden) array as .npy atomically (models/atomic.py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, np.asarray(states, dtype=np.float16))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(states, dtype=np.float16))
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def with_b_signals(

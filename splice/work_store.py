@@ -4,21 +4,25 @@
     out/parts/*.jsonl    one file per finished unit of work, written atomically
     out/timings.jsonl    one line per unit computed (clock figures never enter the records)
     out/records.jsonl    assembled from the parts at the end, atomically
+    out/damaged/         part files found damaged on resume, set aside (their units recomputed)
 
-Every file is written to a temporary name, fsynced and renamed into place, so a run killed at any
-moment leaves either a whole file or none: a resumed run skips the parts that exist and recomputes
-the rest. A lock file keeps two processes from working in one directory at once.
+Every file is written to a temporary name, fsynced and renamed into place (`models/atomic.py`),
+so a run killed at any moment leaves either a whole file or none: a resumed run skips the parts
+that exist and recomputes the rest. A lock file keeps two processes from working in one directory at once.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from nudgeability.models.atomic import (
+    atomic_directory,
+    atomic_write_lines,
+    remove_temporaries,
+)
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import Unit
 from nudgeability.splice.run_config import ConfigChangedError
@@ -32,39 +36,11 @@ MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 TIMINGS = "timings.jsonl"
 PARTS = "parts"
-_TMP_PREFIX = ".tmp-"
+DAMAGED = "damaged"
 
 
 class OutputDirError(ValueError):
     """An output directory that cannot be used; the message names it and says what to do."""
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_lines(path: Path, lines: Iterable[str]) -> None:
-    """Write `lines` (each gets a trailing newline) to `path` atomically: temp file, fsync, rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            for line in lines:
-                handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 def split_lines(text: str) -> list[str]:
@@ -127,10 +103,9 @@ class WorkStore:
                 )
         store = cls(out, _lock(out), provenance)
         store.parts.mkdir(exist_ok=True)
-        for stale in store.parts.glob(_TMP_PREFIX + "*"):  # a temp file of a killed run
-            stale.unlink(missing_ok=True)
-        for stale in out.glob(_TMP_PREFIX + "*"):
-            stale.unlink(missing_ok=True)
+        # Temp files of a killed run (the lock says no other process works here).
+        remove_temporaries(store.parts)
+        remove_temporaries(out)
         return store
 
     def close(self) -> None:
@@ -156,6 +131,16 @@ class WorkStore:
         """Store a finished unit's record lines (possibly none) atomically."""
         atomic_write_lines(self.part_path(unit), lines)
 
+    def set_aside(self, unit: Unit) -> Path:
+        """Move a damaged part out of `parts/` (kept for inspection); return where it went."""
+        target_dir = self.root / DAMAGED
+        target_dir.mkdir(exist_ok=True)
+        number = 1
+        while (target := target_dir / f"{unit.name}.{number}.jsonl").exists():
+            number += 1
+        os.replace(self.part_path(unit), target)
+        return target
+
     def read_part(self, unit: Unit) -> list[str]:
         """The record lines of a finished unit."""
         return split_lines(self.part_path(unit).read_text(encoding="utf-8"))
@@ -178,22 +163,15 @@ class WorkStore:
 
 
 def _create(out: Path, manifest: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}{_TMP_PREFIX}", dir=out.parent))
+    # The rename replaces an empty directory too, and fails if another run made `out` meanwhile.
     try:
-        atomic_write_lines(tmp / MANIFEST, [manifest_text(manifest)])
-        (tmp / PARTS).mkdir()
-        os.replace(
-            tmp, out
-        )  # replaces an empty directory too; fails if another run made it meanwhile
+        with atomic_directory(out) as tmp:
+            atomic_write_lines(tmp / MANIFEST, [manifest_text(manifest)])
+            (tmp / PARTS).mkdir()
     except OSError as exc:
         raise OutputDirError(
             f"{out}: cannot create the output directory ({exc.strerror or exc})"
         ) from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    _fsync_dir(out.parent)
 
 
 def _lock(out: Path) -> int | None:

@@ -1,10 +1,13 @@
 """`nudge stats` and `nudge report`: from run directories to stats.json, tables and figures.
 
-nudge stats RUN_DIR... [--out DIR] [--n-boot N] [--seed S] [--min-s PP] [--min-l PP]
+nudge stats RUN_DIR... [--label RUN_DIR=NAME]... [--out DIR] [--n-boot N] [--seed S]
+        [--min-s PP] [--min-l PP]
     joins the records (records.py), summarises each experiment (summary.py) and writes
-    DIR/stats.json and DIR/table.md, table.csv, table.tex. --min-s / --min-l are the profile
-    thresholds (profiles.py; defaults 10 and 5 pp). When the runs stored uncertainty signals,
-    also DIR/grounding.json, grounding.md, grounding.csv (grounding_report.py; --folds).
+    DIR/stats.json and DIR/table.md, table.csv, table.tex, together and atomically (a kill or a
+    full disk leaves the previous files). Runs of one model x task x decoding made with other
+    settings are refused unless labelled apart. --min-s / --min-l are the profile thresholds
+    (profiles.py; defaults 10 and 5 pp). When the runs stored uncertainty signals, also
+    DIR/grounding.json, grounding.md, grounding.csv (grounding_report.py; --folds).
 nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
     one, or the file itself) or straight from run directories.
@@ -14,8 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from nudgeability.models.atomic import atomic_write_files, remove_temporaries
 
 from .across import AcrossExperiments, across_experiments
 from .figures import draw_all
@@ -35,12 +41,23 @@ def summarize_run_dirs(
     n_boot: int = 20000,
     seed: int = 0,
     profile_rule: ProfileRule | None = None,
+    labels: Mapping[str | Path, str] | None = None,
 ) -> list[ExperimentSummary]:
-    """Summaries of every experiment found in the run directories."""
-    return [
-        summarize(table, n_boot=n_boot, seed=seed, profile_rule=profile_rule)
-        for table in load_experiments(run_dirs)
-    ]
+    """Summaries of every experiment found in the run directories (see `load_experiments`).
+
+    Warns on stderr, one line per experiment, when no problem has a competence label."""
+    summaries = []
+    for table in load_experiments(run_dirs, labels):
+        if not (table.s >= 0).any():
+            label = table.label
+            print(
+                f"nudge stats: warning: {label.model} / {label.task} / {label.decoding}: no NT "
+                "record has a grade, so no problem has a competence label; WT, WTrand and L are "
+                "undefined (run the NT condition, with a task whose answers can be graded)",
+                file=sys.stderr,
+            )
+        summaries.append(summarize(table, n_boot=n_boot, seed=seed, profile_rule=profile_rule))
+    return summaries
 
 
 def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path]) -> dict:
@@ -58,9 +75,12 @@ def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[st
 def write_stats(
     summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path], out: str | Path
 ) -> list[Path]:
-    """Write stats.json and the three table files into `out`; return their paths."""
+    """Write stats.json and the three table files into `out` together and atomically (all are
+    complete on disk before any replaces its old version); return their paths. Temporaries a
+    killed earlier write left behind are removed first."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(out, only_abandoned=True)
     contents = {
         STATS_FILE: json.dumps(stats_document(summaries, run_dirs), indent=1, ensure_ascii=False)
         + "\n",
@@ -68,9 +88,7 @@ def write_stats(
         "table.csv": render_csv(summaries),
         "table.tex": render_latex(summaries),
     }
-    for name, text in contents.items():
-        (out / name).write_text(text, encoding="utf-8")
-    return [out / name for name in contents]
+    return atomic_write_files({out / name: text.encode("utf-8") for name, text in contents.items()})
 
 
 def read_stats(path: str | Path) -> list[ExperimentSummary]:
@@ -106,31 +124,51 @@ def _is_stats(path: Path) -> bool:
 
 
 def ground_run_dirs(
-    run_dirs: Sequence[str | Path], n_boot: int = 20000, seed: int = 0, folds: int = 5
+    run_dirs: Sequence[str | Path],
+    n_boot: int = 20000,
+    seed: int = 0,
+    folds: int = 5,
+    labels: Mapping[str | Path, str] | None = None,
 ) -> list:
     """Grounded-nudge summaries (grounding_summary.ground) of the experiments that stored signals."""
     from .grounding_summary import ground
     from .signal_records import load_signals
 
     out = []
-    for table in load_experiments(run_dirs):
+    for table in load_experiments(run_dirs, labels):
         rows = list(zip(table.problem_ids, table.seed.tolist()))
-        data = load_signals(run_dirs, table.label.key, rows)
+        data = load_signals(run_dirs, table.label.key, rows, labels)
         result = ground(table, data, folds=folds, n_boot=n_boot, seed=seed)
         if result is not None:
             out.append(result)
     return out
 
 
+def _labels(pairs: Sequence[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        directory, sep, name = pair.rpartition("=")
+        if not sep or not directory or not name.strip():
+            raise RecordsError(f"--label {pair}: expected RUN_DIR=NAME")
+        labels[directory] = name.strip()
+    return labels
+
+
 def _run_stats(args: argparse.Namespace) -> int:
     from .grounding_report import write_grounding
 
     summaries = summarize_run_dirs(
-        args.run_dirs, n_boot=args.n_boot, seed=args.seed, profile_rule=_rule(args)
+        args.run_dirs,
+        n_boot=args.n_boot,
+        seed=args.seed,
+        profile_rule=_rule(args),
+        labels=_labels(args.label),
     )
     for path in write_stats(summaries, args.run_dirs, args.out):
         print(path)
-    grounding = ground_run_dirs(args.run_dirs, args.n_boot, args.seed, args.folds)
+    grounding = ground_run_dirs(
+        args.run_dirs, args.n_boot, args.seed, args.folds, labels=_labels(args.label)
+    )
     for path in write_grounding(grounding, args.out):
         print(path)
     return 0
@@ -146,6 +184,11 @@ def _run_report(args: argparse.Namespace) -> int:
         if _is_stats(source):
             summaries += read_stats(source)
             grounding += read_grounding(source if source.is_dir() else source.parent)
+        elif source.is_dir() and not (source / "manifest.json").exists():
+            raise RecordsError(
+                f"{source}: holds no {STATS_FILE} (written by `nudge stats --out`) and no "
+                "manifest.json (written by `nudge run`); pass a directory made by one of them"
+            )
         else:
             run_dirs.append(source)
     if run_dirs:
@@ -214,6 +257,14 @@ def register(subparsers) -> None:
         nargs="+",
         metavar="RUN_DIR",
         help="run directories (manifest.json + records.jsonl)",
+    )
+    stats.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="RUN_DIR=NAME",
+        help="keep this run as its own row, its model shown as 'model (NAME)' (repeatable); "
+        "runs with the same name still pool",
     )
     stats.add_argument("--out", default="stats", help="output directory (default: ./stats)")
     stats.add_argument(

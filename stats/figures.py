@@ -12,6 +12,7 @@ needs a display nor changes the caller's matplotlib backend.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from nudgeability.models.atomic import atomic_write_files, remove_temporaries
 from nudgeability.splice.conditions import CONDITIONS as ALL_CONDITIONS
 
 from .action_table import CONDITIONS
@@ -34,14 +36,16 @@ def _name(e) -> str:
 
 
 def _save(figure: Figure, out_dir: Path, stem: str) -> list[Path]:
+    """Render `figure` in memory and write its PNG and PDF together, atomically: a kill or a full
+    disk leaves the previous files."""
     FigureCanvasAgg(figure)
     figure.tight_layout()
-    paths = []
+    files = {}
     for fmt in FORMATS:
-        path = out_dir / f"{stem}.{fmt}"
-        figure.savefig(path, format=fmt, dpi=150)
-        paths.append(path)
-    return paths
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=fmt, dpi=150)
+        files[out_dir / f"{stem}.{fmt}"] = buffer.getvalue()
+    return atomic_write_files(files)
 
 
 def _whisker(value: float, interval) -> list[float]:
@@ -73,6 +77,18 @@ def plot_s_vs_l(summaries: Sequence, out_dir: Path) -> list[Path]:
                 ax.annotate(
                     e.model, (e.S, e.L), fontsize=7, xytext=(3, 3), textcoords="offset points"
                 )
+    if not any(not (math.isnan(e.S) or math.isnan(e.L)) for e in summaries):
+        ax.text(
+            0.5,
+            0.5,
+            "No experiment has both S and L defined, so there is nothing to plot.\n"
+            "L needs flip events on problems with a competence label (a graded NT\n"
+            "answer); S needs problems with both the + and − arms completed.",
+            ha="center",
+            va="center",
+            fontsize=8,
+            transform=ax.transAxes,
+        )
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.axvline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("sensitivity S (pp)")
@@ -160,6 +176,7 @@ def draw_all(summaries: Sequence, out_dir: str | Path) -> list[Path]:
         raise ValueError("no experiment to draw")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(out_dir, only_abandoned=True)  # left by a killed report
     paths = []
     for plot in (plot_s_vs_l, plot_flip_composition, plot_delegation, plot_oracle):
         paths += plot(summaries, out_dir)

@@ -20,6 +20,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from nudgeability.models.atomic import atomic_write_files
+
 from .grounding_summary import GroundingSummary
 from .serialize import from_jsonable, to_jsonable
 
@@ -137,9 +139,8 @@ def write_grounding(summaries: Sequence[GroundingSummary], out: str | Path) -> l
         "grounding.md": render_markdown(summaries),
         "grounding.csv": render_csv(summaries),
     }
-    for name, text in contents.items():
-        (out / name).write_text(text, encoding="utf-8")
-    return [out / name for name in contents]
+    # together and atomically, as stats.json and its tables
+    return atomic_write_files({out / name: text.encode("utf-8") for name, text in contents.items()})
 
 
 def read_grounding(directory: str | Path) -> list[GroundingSummary]:
@@ -154,14 +155,15 @@ def read_grounding(directory: str | Path) -> list[GroundingSummary]:
 
 
 def _save(figure: Figure, out_dir: Path, stem: str) -> list[Path]:
+    """PNG and PDF rendered in memory, written together and atomically (as figures.py does)."""
     FigureCanvasAgg(figure)
     figure.tight_layout()
-    paths = []
+    files = {}
     for fmt in FORMATS:
-        path = out_dir / f"{stem}.{fmt}"
-        figure.savefig(path, format=fmt, dpi=150)
-        paths.append(path)
-    return paths
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=fmt, dpi=150)
+        files[out_dir / f"{stem}.{fmt}"] = buffer.getvalue()
+    return atomic_write_files(files)
 
 
 def plot_accuracy(summaries: Sequence[GroundingSummary], out_dir: Path) -> list[Path]:

@@ -16,14 +16,19 @@ stats never imports the runner). Rules of the join:
   (or oracle_B for the oracle arms) never closed its thinking (boundary null) the arms are -1, as
   are arms without a record;
 - run directories whose manifests name the same (model, task, decoding) are joined into one
-  experiment; a repeated (problem, condition, seed) is an error.
+  experiment only when their manifests agree on everything that defines it (`defining_settings`:
+  the config but for its shard, decoding seeds, batching, device and file locations, and the
+  sha256 of the checkpoint, data and sentences); otherwise RecordsError names the differing keys.
+  A label given per run directory (`nudge stats --label DIR=NAME`) keeps runs apart: the row's
+  model reads "model (NAME)";
+- a repeated (problem, condition, seed) is an error.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +40,11 @@ from .actions import NONE, SELF, TRUNC, action_code, competence_code
 
 _PARENTS = {condition.code: condition.parent for condition in CONDITIONS}
 _REQUIRED = ("problem_id", "task", "condition", "seed", "action")
+# Config keys that may differ between runs pooled into one experiment: how the work was split or
+# batched, where it ran, and where the inputs were found (their sha256 are compared instead).
+POOLABLE_CONFIG_KEYS = frozenset(
+    {"shard", "seeds", "chunk_size", "max_batch_tokens", "device", "model", "data", "sentences"}
+)
 
 
 class RecordsError(ValueError):
@@ -51,6 +61,40 @@ class RunDir:
     conditions: tuple[
         str, ...
     ] = ()  # the conditions the run asked for (manifest config), if stated
+    defining: Mapping[str, object] | None = None  # `defining_settings`; None: an older manifest
+
+
+def defining_settings(manifest: dict) -> dict[str, object] | None:
+    """What must agree for two runs to be one experiment, as flat `key: value` pairs; None for a
+    manifest without a config (written by hand or by an older version: nothing to compare)."""
+    config = manifest.get("config")
+    if not isinstance(config, dict) or set(config) <= {"conditions"}:
+        return None
+    settings: dict[str, object] = {
+        f"config.{k}": v for k, v in config.items() if k not in POOLABLE_CONFIG_KEYS
+    }
+    inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), dict) else {}
+    for name in ("data", "sentences"):
+        if isinstance(inputs.get(name), dict):
+            settings[f"inputs.{name}.sha256"] = inputs[name].get("sha256")
+    checkpoint = inputs.get("checkpoint") if isinstance(inputs.get("checkpoint"), dict) else {}
+    for file, digest in sorted((checkpoint.get("files") or {}).items()):
+        settings[f"inputs.checkpoint.files.{file}"] = digest
+    if isinstance(checkpoint.get("gguf"), dict):
+        settings["inputs.checkpoint.gguf.sha256"] = checkpoint["gguf"].get("sha256")
+    return settings
+
+
+def _differences(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:
+    def show(value) -> str:
+        text = json.dumps(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    return [
+        f"{key} {show(a.get(key))} vs {show(b.get(key))}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key) != b.get(key)
+    ]
 
 
 def read_run_dir(path: str | Path) -> RunDir:
@@ -82,7 +126,7 @@ def read_run_dir(path: str | Path) -> RunDir:
     asked = (data.get("config") or {}).get("conditions") or ()
     if not (isinstance(asked, (list, tuple)) and all(isinstance(c, str) for c in asked)):
         raise RecordsError(f"{manifest}: field config.conditions must be a list of condition codes")
-    return RunDir(path, label, tuple(sorted(seeds)), tuple(asked))
+    return RunDir(path, label, tuple(sorted(seeds)), tuple(asked), defining_settings(data))
 
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -208,14 +252,38 @@ def table_from_records(
     )
 
 
-def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
+def labelled_run_dirs(
+    run_dirs: Sequence[str | Path], labels: Mapping[str | Path, str] | None = None
+) -> list[RunDir]:
+    """The run directories read (read_run_dir), a labelled one's model renamed "model (name)"."""
+    named = {Path(d).resolve(): name for d, name in (labels or {}).items()}
+    unknown = set(named) - {Path(d).resolve() for d in run_dirs}
+    if unknown:
+        raise RecordsError(f"--label {sorted(unknown)[0]}: not one of the run directories given")
+    out = []
+    for run_dir in map(read_run_dir, run_dirs):
+        name = named.get(run_dir.path.resolve())
+        if name is not None:
+            model = f"{run_dir.label.model} ({name})"
+            run_dir = replace(run_dir, label=replace(run_dir.label, model=model))
+        out.append(run_dir)
+    return out
+
+
+def load_experiments(
+    run_dirs: Sequence[str | Path], labels: Mapping[str | Path, str] | None = None
+) -> list[ExperimentTable]:
     """One ExperimentTable per distinct (model, task, decoding) among the run directories, in
-    order of first appearance. Raises RecordsError naming the file and line of any bad record."""
+    order of first appearance. `labels` maps run directories to a name that keeps them as their
+    own rows ("model (name)"). Raises RecordsError naming the file and line of any bad record,
+    or the differing keys of runs that cannot be pooled."""
     if not run_dirs:
         raise RecordsError("no run directory given")
     groups: dict[tuple[str, str, str], tuple[ExperimentLabel, dict]] = {}
     asked: dict[tuple[str, str, str], set[str]] = {}
-    for run_dir in map(read_run_dir, run_dirs):
+    first: dict[tuple[str, str, str], RunDir] = {}
+    for run_dir in labelled_run_dirs(run_dirs, labels):
+        _check_poolable(first.setdefault(run_dir.label.key, run_dir), run_dir)
         label, seen = groups.setdefault(run_dir.label.key, (run_dir.label, {}))
         asked.setdefault(run_dir.label.key, set()).update(run_dir.conditions)
         path = run_dir.path / "records.jsonl"
@@ -233,10 +301,23 @@ def load_experiments(run_dirs: Sequence[str | Path]) -> list[ExperimentTable]:
             if record.get("sample") is not None:  # one record per self-consistency sample
                 key += (record["sample"],)
             if key in seen:
-                first = seen[key][0]
-                raise RecordsError(f"{path}:{number}: duplicate record {key} (first at {first})")
+                first_at = seen[key][0]
+                raise RecordsError(f"{path}:{number}: duplicate record {key} (first at {first_at})")
             seen[key] = (f"{path}:{number}", _slim(record))
     return [
         table_from_records([r for _, r in seen.values()], label, sorted(asked[key]))
         for key, (label, seen) in groups.items()
     ]
+
+
+def _check_poolable(reference: RunDir, run_dir: RunDir) -> None:
+    """Refuse to join two runs of one (model, task, decoding) made with different settings."""
+    if run_dir is reference or reference.defining is None or run_dir.defining is None:
+        return
+    differences = _differences(reference.defining, run_dir.defining)
+    if differences:
+        raise RecordsError(
+            f"{run_dir.path / 'manifest.json'}: same experiment name as {reference.path} but "
+            f"other settings ({'; '.join(differences)}); pool only runs of one setting, or keep "
+            f"them as separate rows: --label {reference.path}=NAME --label {run_dir.path}=NAME"
+        )

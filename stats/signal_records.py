@@ -22,7 +22,7 @@ import numpy as np
 
 from nudgeability.splice.conditions import CONSISTENCY, TOOL_BASE
 
-from .records import RecordsError, iter_records, read_run_dir
+from .records import RecordsError, iter_records, labelled_run_dirs
 
 TOKEN_SIGNALS = ("entropy_mean", "entropy_max", "nll_mean")
 
@@ -44,13 +44,16 @@ def agreement(keys: list[str | None]) -> float:
     return (max(counted.values()) if counted else 0) / len(keys)
 
 
-def load_signals(run_dirs, label_key: tuple[str, str, str], rows: list[tuple[str, int]]):
-    """SignalData of one experiment's rows [(problem_id, seed)] from its run directories."""
+def load_signals(
+    run_dirs, label_key: tuple[str, str, str], rows: list[tuple[str, int]], labels=None
+) -> SignalData:
+    """SignalData of one experiment's rows [(problem_id, seed)] from its run directories
+    (`labels` as for records.load_experiments)."""
     index = {row: i for i, row in enumerate(rows)}
     raw = {name: np.full(len(rows), np.nan) for name in TOKEN_SIGNALS}
     keys: dict[int, list] = {}
     hidden_refs: dict[int, tuple[Path, int]] = {}
-    for run_dir in map(read_run_dir, run_dirs):
+    for run_dir in labelled_run_dirs(run_dirs, labels):
         if run_dir.label.key != label_key:
             continue
         path = run_dir.path / "records.jsonl"

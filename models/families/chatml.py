@@ -23,13 +23,8 @@ Splice: "\\n" + sentence + "\\n", then the (multi-token) `</think>` ids when sea
 
 from __future__ import annotations
 
-from nudgeability.models.families.base import CallScan, Family
-from nudgeability.models.families.qwen3 import render_tool_call, scan_tagged_json_calls, tojson
+from nudgeability.models.families.qwen3 import TOOLS_HEADER, Qwen3Family, render_tool_call, tojson
 
-TOOLS_HEADER = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-)
 FORMAT_WITH_TOOLS = (
     "\n</tools>\n\n# Format\n\nFirst think step by step between <think> and </think>. After </think>, do one of "
     "two things: write your final answer, or call a function by returning a json object with function name and "
@@ -45,12 +40,11 @@ def _generation_prompt(thinking: bool) -> str:
     return "<|im_start|>assistant\n<think>\n" + ("" if thinking else "\n</think>\n\n")
 
 
-class ChatMLFamily(Family):
+class ChatMLFamily(Qwen3Family):
+    """Qwen3's markers, stop texts and call syntax (inherited), with its own rendering of prompts
+    and tool results."""
+
     name = "chatml"
-    think_open_text = "<think>"
-    think_close_text = "</think>"
-    stop_texts = ("<|im_end|>", "<|endoftext|>", "</tool_call>")
-    end_of_turn_texts = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 
     def _template_renders_tools(self) -> bool:
         return False  # see the module docstring: the format must be stated by our own renderer
@@ -116,6 +110,3 @@ class ChatMLFamily(Family):
                 },
             ]
         return shown
-
-    def scan_calls(self, text: str) -> CallScan:
-        return scan_tagged_json_calls(text)

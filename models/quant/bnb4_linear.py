@@ -27,6 +27,7 @@ from nudgeability.models.quant.checkpoint import (
     QuantCheckpointError,
     ceil_div,
     quant_config_key,
+    quantised_linear,
 )
 
 QUANT_TYPES = ("nf4", "fp4")
@@ -151,13 +152,15 @@ class BnB4Scheme:
 
     def quantizes(self, name: str, module: nn.Module) -> bool:
         """Whether the checkpoint stores linear `name` in 4 bits (lm_head and `llm_int8_skip_modules` do not)."""
-        from transformers.quantizers.quantizers_utils import should_convert_module
+        return quantised_linear(name, module, self.skip_modules)
 
-        return (
-            isinstance(module, nn.Linear)
-            and name.rsplit(".", 1)[-1] != "lm_head"
-            and should_convert_module(name, list(self.skip_modules) or None)
-        )
+    def unused_hint(self, key: str) -> str:
+        kind = key.rpartition("quant_state.bitsandbytes__")[2] if "quant_state." in key else ""
+        if kind and kind != self.quant_type:
+            return f" (a {kind} quant state, while {quant_config_key('bnb_4bit_quant_type')}={self.quant_type!r})"
+        if ".nested_" in key and not self.double_quant:
+            return f" (double quantisation, while {quant_config_key('bnb_4bit_use_double_quant')} is false)"
+        return ""
 
     def load_linear(
         self, reader: CheckpointReader, name: str, linear: nn.Linear, device, dtype: torch.dtype
@@ -201,6 +204,12 @@ class BnB4Scheme:
             raise QuantCheckpointError(
                 f"{reader.file_of(state_key)}: tensor {state_key!r} is not a valid quant state ({exc})"
             ) from exc
+        if state.quant_type != self.quant_type:
+            raise QuantCheckpointError(
+                f"{reader.file_of(state_key)}: tensor {state_key!r} records quant_type {state.quant_type!r}, "
+                f"but {quant_config_key('bnb_4bit_quant_type')}={self.quant_type!r}; config.json contradicts "
+                "the checkpoint: fix it or re-download the checkpoint"
+            )
         if tuple(state.shape or ()) != (out, inp):
             raise QuantCheckpointError(
                 f"{reader.file_of(state_key)}: tensor {state_key!r} records shape {list(state.shape or [])}, "

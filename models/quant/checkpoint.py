@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from nudgeability.models.loader import ModelLoadError
@@ -31,6 +31,18 @@ class QuantCheckpointError(ModelLoadError):
     """
 
 
+def quantised_linear(name: str, module: torch.nn.Module, skip_modules: tuple[str, ...]) -> bool:
+    """Whether a format that quantises every linear but lm_head and a skip list (FP8,
+    bitsandbytes) stores linear `name` quantised; the skip list is matched as transformers does."""
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    return (
+        isinstance(module, torch.nn.Linear)
+        and name.rsplit(".", 1)[-1] != "lm_head"
+        and should_convert_module(name, list(skip_modules) or None)
+    )
+
+
 class CheckpointReader:
     """Lazy access to the tensors of a checkpoint directory (close it, or use it as a context manager)."""
 
@@ -41,12 +53,24 @@ class CheckpointReader:
             raise QuantCheckpointError(
                 f"{self.directory}: not a checkpoint directory (no config.json)"
             )
-        self.config: dict = json.loads(self.config_path.read_text())
+        from nudgeability.models.preflight import read_config
+
+        self.config: dict = read_config(self.directory)
         self._stack = contextlib.ExitStack()
         self._handles: dict[Path, object] = {}
         self._where: dict[str, Path] = {}
+        self.consumed: set[str] = set()  # every tensor read: the loader refuses any left unread
         for shard in self._shards():
-            handle = self._stack.enter_context(safe_open(str(shard), framework="pt", device="cpu"))
+            try:
+                handle = self._stack.enter_context(
+                    safe_open(str(shard), framework="pt", device="cpu")
+                )
+            except (SafetensorError, OSError) as exc:
+                self._stack.close()
+                raise QuantCheckpointError(
+                    f"{shard}: not a readable safetensors file ({exc}); it is truncated or "
+                    "damaged: download it again"
+                ) from None
             self._handles[shard] = handle
             for name in handle.keys():
                 self._where[name] = shard
@@ -102,6 +126,7 @@ class CheckpointReader:
             raise QuantCheckpointError(
                 f"{self.directory}: tensor {name!r} is missing from the checkpoint"
             )
+        self.consumed.add(name)
         return self._handles[self._where[name]].get_tensor(name)
 
     def require(

@@ -30,6 +30,7 @@ from nudgeability.models.quant.checkpoint import (
     QuantCheckpointError,
     ceil_div,
     quant_config_key,
+    quantised_linear,
 )
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -177,13 +178,10 @@ class FP8Scheme:
 
     def quantizes(self, name: str, module: nn.Module) -> bool:
         """Whether the checkpoint stores linear `name` in FP8 (lm_head and the skip list do not)."""
-        from transformers.quantizers.quantizers_utils import should_convert_module
+        return quantised_linear(name, module, self.modules_to_not_convert)
 
-        return (
-            isinstance(module, nn.Linear)
-            and name.rsplit(".", 1)[-1] != "lm_head"
-            and should_convert_module(name, list(self.modules_to_not_convert) or None)
-        )
+    def unused_hint(self, key: str) -> str:
+        return ""
 
     def load_linear(
         self, reader: CheckpointReader, name: str, linear: nn.Linear, device, dtype: torch.dtype

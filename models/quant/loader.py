@@ -50,6 +50,10 @@ class QuantScheme(Protocol):
 
     def quantizes(self, name: str, module: nn.Module) -> bool: ...
 
+    def unused_hint(self, key: str) -> str:
+        """Why tensor `key` of a quantised layer may have gone unread ("" when nothing specific)."""
+        ...
+
     def load_linear(
         self,
         reader: CheckpointReader,
@@ -183,12 +187,24 @@ def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
 def _check_leftovers(
     reader: CheckpointReader, scheme: QuantScheme, quantised: set[str], consumed: set[str]
 ) -> None:
-    """Quantised tensors for a layer the config leaves unquantised are an error; other extras a warning."""
+    """Every tensor of a quantised layer must have been read by the declared scheme: one left over
+    (zero points under `symmetric: true`, a quant state of another type) means config.json
+    describes another checkpoint, and loading anyway would give wrong logits. Quantised tensors
+    for a layer the config leaves unquantised are an error too; other extras only a warning."""
     unexpected = []
-    for key in sorted(reader.names - consumed):
+    for key in sorted(reader.names - consumed - reader.consumed):
         parts = key.split(".")
-        if any(".".join(parts[:i]) in quantised for i in range(1, len(parts))):
-            continue
+        layer = next(
+            (".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in quantised),
+            None,
+        )
+        if layer is not None:
+            raise QuantCheckpointError(
+                f"{reader.file_of(key)}: tensor {key!r} of quantised layer {layer!r} is not used by the "
+                f"{scheme.quant_method} scheme that quantization_config declares"
+                f"{scheme.unused_hint(key)}; config.json contradicts the checkpoint: fix it or "
+                "re-download the checkpoint"
+            )
         if key.endswith(scheme.quant_suffixes):
             raise QuantCheckpointError(
                 f"{reader.file_of(key)}: tensor {key!r} is quantised, but quantization_config leaves its layer "

@@ -256,6 +256,14 @@ class PackQuantizedScheme:
     def quantizes(self, name: str, module: nn.Module) -> bool:
         return isinstance(module, nn.Linear) and self.match(name, module) is not None
 
+    def unused_hint(self, key: str) -> str:
+        if key.endswith(".weight_zero_point"):
+            return (
+                " (zero points, but its config group says symmetric: true; a checkpoint written "
+                "asymmetric needs symmetric: false)"
+            )
+        return ""
+
     def load_linear(
         self, reader: CheckpointReader, name: str, linear: nn.Linear, device, dtype: torch.dtype
     ) -> PackQuantizedLinear:

@@ -25,11 +25,26 @@ def _read_text(path: str | os.PathLike) -> str:
         ) from None
 
 
+# What a file of the other layout looks like, said when a reader meets it (a common mix-up:
+# --task musique with strategyqa_train.json, or the reverse).
+ARRAY_NOT_LINES = (
+    "the file is one JSON array, not JSON Lines (one object per line); it looks like "
+    "StrategyQA's strategyqa_train.json: pass --task strategyqa, or the task's own file"
+)
+LINES_NOT_ARRAY = (
+    "the file is JSON Lines (one object per line), not one JSON array; it looks like "
+    "MuSiQue's musique_ans_v1.0_*.jsonl: pass --task musique, or the task's own file"
+)
+
+
 def read_jsonl(path: str | os.PathLike) -> list[tuple[int, object]]:
     """Parse a JSON Lines file into `(line_number, value)` pairs; blank lines are skipped."""
     records = []
+    text = _read_text(path)
+    if text.lstrip().startswith("[") and not _first_line_is_json(text):
+        raise DataFileError(path, ARRAY_NOT_LINES)
     # split on "\n" only: str.splitlines would also split inside strings holding U+2028 and kin
-    for number, line in enumerate(_read_text(path).split("\n"), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -65,6 +80,8 @@ def read_json_array(path: str | os.PathLike) -> list[tuple[int, object]]:
         return DataFileError(path, message, line=newlines + 1)
 
     position = _WHITESPACE.match(text, 0).end()
+    if text[position : position + 1] == "{" and _first_line_is_json(text, dict):
+        raise fail(position, LINES_NOT_ARRAY)
     if text[position : position + 1] != "[":
         raise fail(position, "expected one JSON array of records ('[' ...)")
     position = _WHITESPACE.match(text, position + 1).end()
@@ -97,6 +114,15 @@ def read_json_array(path: str | os.PathLike) -> list[tuple[int, object]]:
     if trailing < len(text):
         raise fail(trailing, "unexpected text after the closing ']'")
     return elements
+
+
+def _first_line_is_json(text: str, kind: type = object) -> bool:
+    """Whether the first non-blank line is a whole JSON value of `kind` (the JSON Lines layout)."""
+    first = next((line for line in text.split("\n") if line.strip()), "")
+    try:
+        return isinstance(json.loads(first), kind)
+    except json.JSONDecodeError:
+        return False
 
 
 def require(

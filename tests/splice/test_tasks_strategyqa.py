@@ -106,7 +106,7 @@ def test_repeated_qid_is_refused(write_json):
 def test_jsonl_records_are_not_mistaken_for_an_array(tmp_path):
     path = tmp_path / "wrong.json"
     path.write_text(json.dumps(_record("q1")) + "\n" + json.dumps(_record("q2")) + "\n")
-    with pytest.raises(DataFileError, match=r":1: expected one JSON array"):
+    with pytest.raises(DataFileError, match=r":1: the file is JSON Lines .* not one JSON array"):
         StrategyQATask().load(path)
 
 
