@@ -40,7 +40,15 @@ def signal_run(tiny_checkpoint, tmp_path_factory):
     status, err = run_nudge(["stats", graded, "--out", stats, "--n-boot", 200, "--folds", 2])
     assert status == 0, err
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return model_dir, out, stats, read_records(out), get_family("qwen3", tokenizer), graded
+    return (
+        model_dir,
+        out,
+        stats,
+        read_records(out),
+        get_family("qwen3", tokenizer),
+        graded,
+        argv,
+    )
 
 
 def _with_planted_answers(out, graded):
@@ -65,7 +73,7 @@ def _with_planted_answers(out, graded):
 
 
 def test_consistency_samples_are_k_records_per_problem_after_nt(signal_run):
-    _, out, _, records, _, _ = signal_run
+    _, out, _, records, _, _, _ = signal_run
     problems = [p.id for p in sample_problems(get_task("strategyqa").load(), N, 0)]
     samples = [r for r in records if r["condition"] == "consistency"]
     assert len(samples) == N * K
@@ -85,8 +93,17 @@ def test_consistency_samples_are_k_records_per_problem_after_nt(signal_run):
     assert all("sample" not in r for r in records if r["condition"] != "consistency")
 
 
+def test_a_finished_run_resumes_with_every_part_sound_and_the_same_bytes(signal_run):
+    _, out, _, _, _, _, argv = signal_run
+    before = (out / "records.jsonl").read_bytes()
+    status, err = run_nudge(argv)
+    assert status == 0, err
+    assert "damaged" not in err  # the consistency part (K records per problem) checks as sound
+    assert (out / "records.jsonl").read_bytes() == before
+
+
 def test_b_signals_equal_an_hf_forward_over_prompt_plus_reasoning(signal_run):
-    model_dir, out, _, records, family, _ = signal_run
+    model_dir, out, _, records, family, _, _ = signal_run
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     task = get_task("strategyqa")
     problems = {p.id: p for p in sample_problems(task.load(), N, 0)}
@@ -118,7 +135,7 @@ def test_b_signals_equal_an_hf_forward_over_prompt_plus_reasoning(signal_run):
 
 
 def test_stats_grounding_table_counts_match_the_records(signal_run):
-    _, _, stats, _, _, graded = signal_run
+    _, _, stats, _, _, graded, _ = signal_run
     problems = [p.id for p in sample_problems(get_task("strategyqa").load(), N, 0)]
     summary, retained, s = check_grounding_counts(read_records(graded), stats, problems, K)
     assert len(retained) >= 2  # the check is not vacuous
@@ -127,7 +144,7 @@ def test_stats_grounding_table_counts_match_the_records(signal_run):
 
 
 def test_report_draws_the_grounding_figures_from_the_stats_directory(signal_run, tmp_path):
-    _, _, stats, _, _, _ = signal_run
+    _, _, stats, _, _, _, _ = signal_run
     status, err = run_nudge(["report", stats, "--out", tmp_path])
     assert status == 0, err
     for stem in ("grounding_accuracy", "grounding_roc"):
