@@ -123,11 +123,15 @@ def main():
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--new", type=int, default=48)
+    ap.add_argument("--arms", default=",".join(map(str, ARMS)), help="N points (must hold 12)")
+    ap.add_argument("--prefixes", default=",".join(map(str, PREFIXES)), help="P points")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    arms = [int(n) for n in args.arms.split(",")]
+    prefixes = [int(p) for p in args.prefixes.split(",")]
     script = str(Path(__file__).resolve())
-    by_n = [run_child(script, str(n), "1024", str(args.new)) for n in ARMS]
-    by_p = [run_child(script, "12", str(p), str(args.new)) for p in PREFIXES]
+    by_n = [run_child(script, str(n), "1024", str(args.new)) for n in arms]
+    by_p = [run_child(script, "12", str(p), str(args.new)) for p in prefixes]
     for r in by_n + by_p:
         print(json.dumps(r))
     lines = [
@@ -163,12 +167,12 @@ def main():
             "![scaling](scaling.png) (raw figures: `scaling.json`)",
         ]
     )
-    plot(by_n, by_p, HERE / "scaling.png")
-    (HERE / "scaling.json").write_text(
-        json.dumps({"by_arms": by_n, "by_prefix": by_p}, indent=1) + "\n"
-    )
     print(body)
     if not args.no_write:
+        plot(by_n, by_p, HERE / "scaling.png")
+        (HERE / "scaling.json").write_text(
+            json.dumps({"by_arms": by_n, "by_prefix": by_p}, indent=1) + "\n"
+        )
         write_section("Scaling and P4 memory (benchmarks/scaling.py)", body)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from nudgeability.engine.attention_layout import ArmLayout, ArmStep
-from nudgeability.engine.sampler import token_uncertainty, uniform_stream
+from nudgeability.engine.sampler import uniform_stream
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import BatchSlots, GroupShape
 from nudgeability.engine.sequence import Sequence
@@ -28,6 +28,7 @@ class Batch:
         eos_ids: set[int],
         tokenizer=None,
         return_logits: bool = False,
+        static_shapes: bool = False,
     ):
         self.device = device
         self.eos_ids = eos_ids
@@ -56,6 +57,7 @@ class Batch:
             [len(s.suffix_ids) for s in self.seqs],
             [s.group for s in self.seqs],
             device,
+            static_shapes,
         )
         self.prefix_lengths = self.layout.prefix_lengths
         self.p_max = self.slots.prefix_max
@@ -69,6 +71,12 @@ class Batch:
         )
         self.step_index = 0  # tokens generated so far by every scheduled row
         self.active: list[int] = list(range(len(self.seqs)))
+        self._chosen: torch.Tensor | None = None  # the last step's tokens, on the device
+        self._chosen_rows: list[int] = []
+        self._sampled_key: tuple[int, ...] | None = None
+        self._stats_key: tuple[int, ...] | None = None
+        self._stats: torch.Tensor | None = None
+        self._sampled: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -92,42 +100,63 @@ class Batch:
         for (c0, c1), positions, step in self.layout.prefix_steps(self.p_max, chunk):
             yield ids[:, c0:c1], positions, step
 
-    def suffix_inputs(self, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, ArmStep]:
-        """Right-padded suffixes `[N, S_max]` of every arm at positions P_g + slot, and the step."""
-        ids = torch.full((self.num_rows, self.s_max), pad_id, dtype=torch.long)
-        for seq in self.seqs:
-            ids[seq.row, : len(seq.suffix_ids)] = torch.tensor(seq.suffix_ids, dtype=torch.long)
-        positions, step = self.layout.suffix_step(self.active)
+    def suffix_inputs(self) -> tuple[torch.Tensor, torch.Tensor, ArmStep]:
+        """Every arm's suffix, packed back to back as one `[1, T]` sequence (no padding), its
+        positions P_g + slot, and the step."""
+        ids = torch.tensor([[t for seq in self.seqs for t in seq.suffix_ids]], dtype=torch.long)
+        positions, step = self.layout.suffix_step()
         return ids.to(self.device), positions, step
 
     def decode_inputs(self) -> tuple[torch.Tensor, torch.Tensor, ArmStep]:
-        """The last token of each scheduled row `[n, 1]`, its position, and the step."""
+        """The last token of each scheduled row `[n, 1]`, its position, and the step.
+
+        The tokens are the previous step's choices, still on the device: a step copies nothing
+        from the host unless the set of running rows changed."""
         rows = self.active
-        ids = torch.tensor(
-            [[self.seqs[r].token_ids[-1]] for r in rows], dtype=torch.long, device=self.device
-        )
+        if rows == self._chosen_rows:
+            ids = self._chosen[:, None]
+        else:
+            keep = [i for i, r in enumerate(self._chosen_rows) if not self.seqs[r].finished]
+            ids = self._chosen[torch.tensor(keep, device=self.device)][:, None]
         positions, step = self.layout.decode_step(rows, self.step_index, self.suffix_capacity)
         return ids, positions, step
 
     # --- bookkeeping --------------------------------------------------------------------------
     def last_hidden_index(self) -> torch.Tensor:
-        """Index of each row's last real suffix token in the padded suffix batch."""
-        return self.layout.suffix_lengths - 1
+        """Index of each row's last suffix token in the packed suffix sequence."""
+        return torch.cumsum(self.layout.suffix_lengths, 0) - 1
 
     def sampling_inputs(self, rows: list[int]):
-        row_t = torch.tensor(rows, device=self.device)
-        return self.temperature[row_t], self.top_p[row_t], self.uniforms[row_t, self.step_index]
+        """`sample`'s inputs for the scheduled rows, or None when every one is greedy (decided on
+        the host, so that a greedy step never asks the device)."""
+        key = tuple(rows)
+        if key != self._sampled_key:
+            sampled = [i for i, r in enumerate(rows) if not self.seqs[r].params.greedy]
+            index = torch.tensor(sampled, device=self.device) if sampled else None
+            self._sampled_key, self._sampled = key, index
+        if self._sampled is None:
+            return None
+        row_t = self.layout.fold(rows).rows
+        uniforms = self.uniforms[row_t, self.step_index]
+        return self.temperature[row_t], self.top_p[row_t], uniforms, self._sampled
 
-    def record_uncertainty(self, rows: list[int], tokens, logits: torch.Tensor) -> None:
-        """Append each scheduled row's token log-probability and entropy (rows that asked)."""
-        wanted = [i for i, row in enumerate(rows) if self.seqs[row].logprobs is not None]
-        if not wanted:
-            return
-        index = torch.tensor(wanted, device=logits.device)
-        logprob, entropy = token_uncertainty(logits[index], tokens[index])
-        for i, lp, h in zip(wanted, logprob.tolist(), entropy.tolist()):
-            self.seqs[rows[i]].logprobs.append(lp)
-            self.seqs[rows[i]].entropies.append(h)
+    def uncertainty_rows(self, rows: list[int]) -> torch.Tensor | None:
+        """Positions among `rows` of the rows that asked for token_stats, or None when none did
+        (decided on the host and cached, like sampling_inputs)."""
+        key = tuple(rows)
+        if key != self._stats_key:
+            asked = [i for i, r in enumerate(rows) if self.seqs[r].logprobs is not None]
+            index = torch.tensor(asked, device=self.device) if asked else None
+            self._stats_key, self._stats = key, index
+        return self._stats
+
+    def record_uncertainty(self, rows: list[int], logprobs: list[float], entropies: list[float]):
+        """Append the log-probability and entropy of each asking row's new token (host values, in
+        the order of uncertainty_rows)."""
+        asked = [r for r in rows if self.seqs[r].logprobs is not None]
+        for row, logprob, entropy in zip(asked, logprobs, entropies):
+            self.seqs[row].logprobs.append(logprob)
+            self.seqs[row].entropies.append(entropy)
 
     def keep_hidden(self, rows: list[int], hidden: torch.Tensor) -> None:
         """Store the hidden state [hidden] of each row that asked for it (float16, CPU)."""
@@ -135,8 +164,12 @@ class Batch:
             if self.seqs[row].params.return_hidden:
                 self.seqs[row].hidden = hidden[i].to(torch.float16).cpu()
 
-    def postprocess(self, rows: list[int], tokens: list[int], logits: torch.Tensor) -> None:
-        """Append each scheduled row's new token, and finish rows that hit a stop condition."""
+    def postprocess(
+        self, rows: list[int], chosen: torch.Tensor, tokens: list[int], logits: torch.Tensor
+    ) -> None:
+        """Append each scheduled row's new token (`chosen` on the device, `tokens` its host copy),
+        and finish rows that hit a stop condition."""
+        self._chosen, self._chosen_rows = chosen, list(rows)
         for i, (row, token) in enumerate(zip(rows, tokens)):
             seq = self.seqs[row]
             seq.token_ids.append(token)

@@ -4,8 +4,9 @@
     arms = engine.fork(prefix_ids, [suffix_a, suffix_b, ...], SamplingParams(max_new_tokens=48))
     outs = engine.generate([prompt_1, prompt_2, ...], SamplingParams(max_new_tokens=256))
 
-Each batch runs three phases: the prefixes of all its groups (one padded forward), the suffixes of
-all its arms (one padded forward), then one `step()` per new token over the arms still running.
+Each batch runs three phases: the prefixes of all its groups (one padded forward, in chunks), the
+suffixes of all its arms (one forward, packed back to back without padding), then one `step()` per
+new token over the arms still running. A step reads the device once: the chosen tokens.
 `generate` is the same machinery with one arm per group: the prompt is the prefix and the suffix
 is empty, so the prompt's last token becomes the arm's input (`scheduler.GroupShape.of`).
 """
@@ -21,7 +22,7 @@ from nudgeability.engine.batch import Batch
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.fork_cache import ForkCache
 from nudgeability.engine.model_runner import ModelRunner
-from nudgeability.engine.sampler import sample
+from nudgeability.engine.sampler import sample, token_uncertainty
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import GroupShape, plan_batches
 from nudgeability.engine.sequence import Completion, ForkRequest
@@ -33,7 +34,7 @@ class EngineStats:
     """Token-forwards actually computed since the engine was made (padding included)."""
 
     prefix_tokens: int = 0  # prefix-phase positions, padded
-    suffix_tokens: int = 0  # suffix-prefill positions, padded
+    suffix_tokens: int = 0  # suffix-prefill positions (packed: no padding)
     decode_tokens: int = 0  # single-token decode forwards, summed over rows
     forward_calls: int = 0
     peak_cache_bytes: int = 0  # largest KV cache of one batch
@@ -55,6 +56,9 @@ class Engine:
     `compile_decode` runs the decode step through `torch.compile(dynamic=True)`, meant to fuse the
     many small kernels of a decode step on a GPU; it is off by default because on CPU compiling
     alone takes minutes (about 100 s for a one-layer tiny model), which no short run pays back.
+    `static_shapes` makes every decode step read all of a batch's suffix slots (unwritten ones
+    are masked), so that the step's shapes stay fixed while the same rows run: what a CUDA graph
+    of the step needs. It changes no token; on a CPU it only costs the extra slots.
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class Engine:
         progress: bool = False,
         prefill_tokens: int = 2048,
         compile_decode: bool = False,
+        static_shapes: bool = False,
     ):
         if prefill_tokens < 1:
             raise EngineInputError(f"prefill_tokens must be positive, got {prefill_tokens}")
@@ -83,6 +88,7 @@ class Engine:
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = _pad_id(model, tokenizer, self.eos_ids)
         self.vocab_size = self.runner.lm_head.weight.shape[0]
+        self.static_shapes = static_shapes
         self.stats = EngineStats()
 
     # --- public API ---------------------------------------------------------------------------
@@ -164,6 +170,7 @@ class Engine:
                     self.eos_ids,
                     self.tokenizer,
                     return_logits,
+                    static_shapes=self.static_shapes,
                 )
                 self._run_batch(batch, bar)
                 for seqs_of, i in zip(_by_group(batch), batch_groups):
@@ -181,9 +188,9 @@ class Engine:
                 self.stats.prefix_tokens += ids.numel()
                 self.stats.forward_calls += 1
             cache.finish_prefix(batch.prefix_lengths)
-        ids, positions, cache.ctx = batch.suffix_inputs(self.pad_id)
+        ids, positions, cache.ctx = batch.suffix_inputs()
         hidden = self.runner.forward(cache, ids, positions)
-        last = hidden[torch.arange(batch.num_rows, device=hidden.device), batch.last_hidden_index()]
+        last = hidden[0].index_select(0, batch.last_hidden_index())
         batch.keep_hidden(batch.active, last)
         self._sample_and_record(batch, batch.active, last)
         self.stats.suffix_tokens += ids.numel()
@@ -219,10 +226,20 @@ class Engine:
 
     def _sample_and_record(self, batch: Batch, rows: list[int], hidden: torch.Tensor) -> None:
         logits = self.runner.logits(hidden)
-        temperature, top_p, uniforms = batch.sampling_inputs(rows)
-        tokens = sample(logits, temperature, top_p, uniforms)
-        batch.record_uncertainty(rows, tokens, logits)
-        batch.postprocess(rows, tokens.tolist(), logits)
+        inputs = batch.sampling_inputs(rows)
+        chosen = logits.argmax(dim=-1) if inputs is None else sample(logits, *inputs)
+        # The step's one host read. Anything else computed per token on the device must join
+        # this transfer rather than add its own.
+        asked = batch.uncertainty_rows(rows)
+        if asked is None:
+            tokens = chosen.tolist()
+        else:  # SamplingParams.token_stats: the summaries travel with the tokens
+            logprob, entropy = token_uncertainty(logits[asked], chosen[asked])
+            packed = torch.cat([chosen.double(), logprob.double(), entropy.double()]).tolist()
+            n, k = len(rows), len(asked)
+            tokens = [int(t) for t in packed[:n]]
+            batch.record_uncertainty(rows, packed[n : n + k], packed[n + k :])
+        batch.postprocess(rows, chosen, tokens, logits)
 
     # --- validation ---------------------------------------------------------------------------
     def _per_item(self, params, count: int, what: str) -> list[SamplingParams]:

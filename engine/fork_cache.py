@@ -52,11 +52,15 @@ class PrefixKV:
 
 @dataclass(frozen=True)
 class ArmKV:
-    """What `ForkCache.update` returns in the arm phase: the layer's prefix and suffix storage."""
+    """What `ForkCache.update` returns in the arm phase: the layer's prefix and suffix storage, and
+    in the packed suffix prefill the call's own keys/values `[1, kv, T, D]` (its tokens attend to
+    each other within an arm)."""
 
     step: ArmStep
     layer: LayerKV
     window: int | None
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
 
 
 class _LayerFlags:
@@ -88,7 +92,10 @@ class ForkCache(Cache):
         window = self.windows[layer_idx]
         if isinstance(ctx, ArmStep):
             self._write_suffix(layer, key_states, value_states, ctx)
-            handle = ArmKV(ctx, layer, window)
+            if ctx.packed:
+                handle = ArmKV(ctx, layer, window, key_states, value_states)
+            else:
+                handle = ArmKV(ctx, layer, window)
         else:
             c0, c1 = ctx.chunk_start, ctx.chunk_start + key_states.shape[2]
             if layer.prefix_k is None:
@@ -124,10 +131,9 @@ class ForkCache(Cache):
             shape = (self.num_rows, k.shape[1], self.suffix_capacity, k.shape[3])
             layer.suffix_k = k.new_zeros(shape)
             layer.suffix_v = v.new_zeros(shape)
-        rows = step.fold.rows[:, None].expand_as(step.q_slots)
-        # advanced indices around a slice: the indexed result is [n, L, kv, D]
-        layer.suffix_k[rows, :, step.q_slots] = k.transpose(1, 2)
-        layer.suffix_v[rows, :, step.q_slots] = v.transpose(1, 2)
+        # advanced indices around a slice: the indexed result is [B, L, kv, D]
+        layer.suffix_k[step.write_rows, :, step.write_slots] = k.transpose(1, 2)
+        layer.suffix_v[step.write_rows, :, step.write_slots] = v.transpose(1, 2)
 
     # --- accounting, used by the tests and the benchmarks ---------------------------------------
     def prefix_tensors(self) -> list[torch.Tensor]:

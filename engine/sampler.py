@@ -1,4 +1,10 @@
-"""Next-token choice: greedy, or temperature + nucleus (top-p) sampling from per-sequence streams."""
+"""Next-token choice: greedy, or temperature + nucleus (top-p) sampling from per-sequence streams.
+
+Everything here stays on the device: the engine reads the chosen tokens on the host once per step
+(`Engine._sample_and_record`). Per-token quantities derived from the same logits (log-probability
+of the chosen token, entropy, ...) belong in this module, as device tensors returned beside the
+tokens, so that they can travel to the host in that same single read.
+"""
 
 from __future__ import annotations
 
@@ -20,30 +26,40 @@ def uniform_stream(params: SamplingParams, length: int) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, uniforms: torch.Tensor
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    uniforms: torch.Tensor,
+    sampled_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Choose one token per row of `logits` [n, V] (fp32).
 
     Rows with temperature 0 take the argmax (the first maximum, as HF does). Other rows sample by
     inverse CDF with their uniform from the nucleus: the most probable tokens whose cumulative
-    probability first reaches `top_p` (at least one token), renormalised.
+    probability first reaches `top_p` (at least one token), renormalised, taken in token-id order.
+
+    `sampled_rows` are the indices of the rows with temperature > 0 when the caller knows them on
+    the host (the engine does); otherwise they are found on the device, which costs a host sync.
     """
     choice = logits.argmax(dim=-1)
-    sampled = temperature > 0
-    if not bool(sampled.any()):
+    idx = (temperature > 0).nonzero().squeeze(1) if sampled_rows is None else sampled_rows
+    if len(idx) == 0:
         return choice
-    idx = sampled.nonzero().squeeze(1)
     scaled = logits[idx].double() / temperature[idx, None].double()
     probs = torch.softmax(scaled, dim=-1)
     sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
     cumulative = sorted_p.cumsum(dim=-1)
     # keep a token while the mass before it is still short of top_p
-    keep = (cumulative - sorted_p) < top_p[idx, None].double()
-    kept = sorted_p * keep
+    keep_sorted = (cumulative - sorted_p) < top_p[idx, None].double()
+    keep = torch.zeros_like(keep_sorted).scatter_(1, order, keep_sorted)
+    # Walk the CDF in token-id order, not in probability order: two near-equal probabilities
+    # that a rounding difference (another batch size) swaps would otherwise swap the tokens
+    # they map to. The distribution is the same; only the uniform -> token map is steadier.
+    kept = probs * keep
     cdf = kept.cumsum(dim=-1)
     target = uniforms[idx, None].to(cdf) * cdf[:, -1:]
     pick = (cdf <= target).sum(dim=-1).clamp_max(kept.shape[-1] - 1)
-    choice[idx] = order.gather(1, pick[:, None]).squeeze(1)
+    choice[idx] = pick
     return choice
 
 

@@ -1,14 +1,18 @@
 """Shared-prefix ("cascade") attention over a `ForkCache`.
 
 Registered with transformers' `AttentionInterface` as `nudge_fork`. In the arm phase each query
-attends to two key sets, computed separately and merged exactly through their log-sum-exp:
+attends to two key sets, computed separately and merged exactly through their log-sum-exps:
 
 1. **the group's prefix**, read once for all arms of the group: the arms are folded into the query
-   rows, `[G, kv, A*g*L, D] @ prefix_k[G, kv, D, T]`, so the prefix is never broadcast or copied
-   per arm;
-2. **the arm's own suffix slots**, a batched matmul with a causal-by-slot mask.
+   rows, `[G, kv, A*g, D]` against `prefix_k[G, kv, T, D]`, so the prefix is never broadcast or
+   copied per arm;
+2. **the arm's own suffix**: in a decode step, each row against its own static slots; in the
+   packed suffix prefill, the call's tokens against each other within an arm.
 
-Matmuls run in the storage dtype; softmax statistics in fp32. The prefix phase is plain causal
+Each part is one attention call that also returns its log-sum-exp (on CPU the fused flash kernel
+behind SDPA; elsewhere plain matmuls with fp32 softmax statistics), with an additive bias that the
+step builds once (`attention_layout`). Softmax over both key sets is then a convex mix of the two
+outputs, weighted by `sigmoid(lse_prefix - lse_suffix)`. The prefix phase is plain causal
 self-attention over the padded prefix batch, through SDPA.
 """
 
@@ -18,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from nudgeability.engine.attention_layout import ArmStep, prefix_hidden, suffix_hidden
+from nudgeability.engine.attention_layout import ArmStep, prefix_bias, suffix_bias
 from nudgeability.engine.fork_cache import ArmKV, PrefixKV
 
 NAME = "nudge_fork"
@@ -92,81 +96,101 @@ def _causal_self_attention(
 
 
 def _arm_attention(q, handle: ArmKV, scaling: float, window: int | None) -> torch.Tensor:
-    ctx, layer = handle.step, handle.layer
-    n, h, length, d = q.shape
+    """[B, H, L, D] -> [B, L, H, D]: each query row against its group's prefix and its own suffix,
+    merged by log-sum-exp. Works in the row view `[n, kv, g, D]` (one query per row: a decode
+    step's scheduled rows, or the packed prefill's tokens)."""
+    step, layer = handle.step, handle.layer
+    b, h, length, d = q.shape
     kv = layer.suffix_k.shape[1]
     g = h // kv
-    gl = g * length
-    q = q.reshape(n, kv, gl, d)
-
-    # Suffix part: each arm against its own slots [0, hw).
-    if ctx.fold.rows_are_all:
-        ks, vs = layer.suffix_k[:, :, : ctx.hw], layer.suffix_v[:, :, : ctx.hw]
-    else:
-        ks = layer.suffix_k[:, :, : ctx.hw].index_select(0, ctx.fold.rows)
-        vs = layer.suffix_v[:, :, : ctx.hw].index_select(0, ctx.fold.rows)
-    # Scores are updated in place: they are the largest transient of a step.
-    s = torch.matmul(q, ks.transpose(-1, -2)).float().mul_(scaling)  # [n, kv, gl, hw]
-    s = s.view(n, kv, g, length, ctx.hw).masked_fill_(suffix_hidden(ctx, window), float("-inf"))
-    m_s = s.amax(dim=-1, keepdim=True)  # finite: every query sees its own slot
-    e = s.sub_(m_s).exp_()
-    l_s = e.sum(dim=-1, keepdim=True).view(n, kv, gl, 1)
-    o_s = torch.matmul(e.to(vs.dtype).view(n, kv, gl, ctx.hw), vs).float()
-    m_s = m_s.view(n, kv, gl, 1)
+    if step.packed:  # [1, H, T, D] = [1, kv, g*T, D]; rows are the T tokens
+        o_s, lse_s = _attend(
+            q.reshape(1, kv, g * length, d),
+            handle.keys,
+            handle.values,
+            suffix_bias(step, window, g, q.dtype),
+            scaling,
+        )
+        o_s = o_s.view(kv, g, length, d).permute(2, 0, 1, 3)  # row view [T, kv, g, D]
+        lse_s = lse_s.view(kv, g, length).permute(2, 0, 1)
+        rows = q[0].view(kv, g, length, d).permute(2, 0, 1, 3)
+    else:  # [n, H, 1, D] = [n, kv, g, D]
+        rows = q.view(b, kv, g, d)
+        ks, vs = layer.suffix_k, layer.suffix_v
+        if step.hw < ks.shape[2]:
+            ks, vs = ks[:, :, : step.hw], vs[:, :, : step.hw]
+        if not step.fold.rows_are_all:
+            ks, vs = ks.index_select(0, step.fold.rows), vs.index_select(0, step.fold.rows)
+        o_s, lse_s = _attend(rows, ks, vs, suffix_bias(step, window, g, q.dtype), scaling)
 
     if layer.prefix_k is not None and layer.prefix_k.shape[2] > 0:
-        o_p, m_p, l_p = _prefix_part(q, layer, ctx, scaling, window, g, length)
-        m = torch.maximum(m_s, m_p)
-        a_s, a_p = torch.exp(m_s - m), torch.exp(m_p - m)
-        out = (o_s * a_s + o_p * a_p) / (l_s * a_s + l_p * a_p)
+        o_p, lse_p = _prefix_part(rows, layer, step, scaling, window)
+        # softmax over both key sets = a convex mix of the two parts, weighted by their mass
+        weight = torch.sigmoid(lse_p - lse_s).unsqueeze(-1)
+        if o_s.dtype != torch.float32:  # mix in fp32, round once
+            out = torch.lerp(o_s.float(), o_p.float(), weight).to(q.dtype)
+        else:
+            out = torch.lerp(o_s, o_p, weight)
     else:
-        out = o_s / l_s
-    return out.to(q.dtype).view(n, kv, g, length, d).reshape(n, h, length, d).transpose(1, 2)
+        out = o_s
+    # row view [n, kv, g, D] -> [B, L, H, D]
+    return out.reshape(b, length, h, d)
 
 
-def _prefix_part(q, layer, ctx: ArmStep, scaling, window, g: int, length: int):
-    """Unnormalised prefix attention of the scheduled rows, as ([n,kv,gl,D], max [n,kv,gl,1], sum)."""
-    n, kv, gl, d = q.shape
-    fold = ctx.fold
-    groups, arms = fold.group_hi - fold.group_lo, fold.arms_per_group
-    pk = layer.prefix_k[fold.group_lo : fold.group_hi]  # a view: the prefix is never copied
-    pv = layer.prefix_v[fold.group_lo : fold.group_hi]
-    t = pk.shape[2]
-    # Fold: [n, kv, gl, D] -> [groups, kv, arms*gl, D] (zero rows for absent arms).
-    if fold.is_identity:
-        folded = q.view(groups, arms, kv, gl, d)
-    else:
-        folded = q.new_zeros(groups * arms, kv, gl, d)
-        folded[fold.index] = q
-        folded = folded.view(groups, arms, kv, gl, d)
-    folded = folded.transpose(1, 2).reshape(groups, kv, arms * gl, d)
-    hidden = prefix_hidden(ctx, layer.prefix_start, window, g, length, t)
-    rows = arms * gl
-    o = torch.empty(groups, kv, rows, d, dtype=torch.float32, device=q.device)
-    m = torch.empty(groups, kv, rows, 1, dtype=torch.float32, device=q.device)
-    lse = torch.empty_like(m)
-    # Rows in chunks, so that a long prefix's fp32 scores stay within PREFIX_SCORE_ELEMENTS.
-    step = max(1, PREFIX_SCORE_ELEMENTS // max(1, groups * kv * t))
-    for r0 in range(0, rows, step):
-        r1 = min(rows, r0 + step)
-        s = (
-            torch.matmul(folded[:, :, r0:r1], pk.transpose(-1, -2)).float().mul_(scaling)
-        )  # [groups, kv, r, T]
-        s.masked_fill_(hidden if hidden.shape[2] == 1 else hidden[:, :, r0:r1], float("-inf"))
-        mc = s.amax(dim=-1, keepdim=True)
-        e = s.sub_(torch.where(torch.isfinite(mc), mc, torch.zeros_like(mc))).exp_()
-        m[:, :, r0:r1], lse[:, :, r0:r1] = mc, e.sum(dim=-1, keepdim=True)
-        o[:, :, r0:r1] = torch.matmul(e.to(pv.dtype), pv)
-
-    def unfold(x):
-        x = (
-            x.view(groups, kv, arms, gl, x.shape[-1])
-            .transpose(1, 2)
-            .reshape(groups * arms, kv, gl, x.shape[-1])
+def _attend(q, k, v, bias, scaling: float):
+    """Attention of q `[B, h, M, D]` over k/v `[B, h, S, D]` with an additive `bias`, returning the
+    normalised output (q's dtype) and the fp32 log-sum-exp of the scores `[B, h, M]`."""
+    if q.device.type == "cpu":
+        # One fused op (the CPU flash kernel behind SDPA), which also returns the log-sum-exp.
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=bias, scale=scaling
         )
-        return x if fold.is_identity else x[fold.index]
+    return _attend_explicit(q, k, v, bias, scaling)
 
-    return unfold(o), unfold(m), unfold(lse)
+
+def _attend_explicit(q, k, v, bias, scaling: float):
+    """The same as `_attend` with plain matmuls: fp32 scores in chunks of query rows, so that a
+    long prefix's scores stay within PREFIX_SCORE_ELEMENTS (used off CPU)."""
+    b, h, m, d = q.shape
+    out = torch.empty(b, h, m, d, dtype=q.dtype, device=q.device)
+    lse = torch.empty(b, h, m, dtype=torch.float32, device=q.device)
+    chunk = max(1, PREFIX_SCORE_ELEMENTS // max(1, b * h * k.shape[2]))
+    for r0 in range(0, m, chunk):
+        r1 = min(m, r0 + chunk)
+        part = bias if bias.shape[2] == 1 else bias[:, :, r0:r1]
+        s = torch.matmul(q[:, :, r0:r1], k.transpose(-1, -2)).float().mul_(scaling).add_(part)
+        mx = s.amax(dim=-1, keepdim=True)
+        e = s.sub_(mx).exp_()
+        total = e.sum(dim=-1, keepdim=True)
+        out[:, :, r0:r1] = (torch.matmul(e.to(v.dtype), v).float() / total).to(q.dtype)
+        lse[:, :, r0:r1] = (mx + total.log()).squeeze(-1)
+    return out, lse
+
+
+def _prefix_part(rows, layer, step: ArmStep, scaling, window):
+    """Prefix attention of the query rows `[n, kv, g, D]`, as (output, log-sum-exp) in the row view.
+
+    The rows are folded group by group into `[groups, kv, arms*g, D]`, so that each group's prefix
+    `[groups, kv, T, D]` is read once for all its arms (zero rows stand for absent arms)."""
+    n, kv, g, d = rows.shape
+    fold = step.fold
+    groups, arms = fold.group_hi - fold.group_lo, fold.arms_per_group
+    pk, pv = layer.prefix_k, layer.prefix_v
+    if groups < pk.shape[0]:  # a view: the prefix is never copied
+        pk, pv = pk[fold.group_lo : fold.group_hi], pv[fold.group_lo : fold.group_hi]
+    if fold.is_identity:
+        folded = rows
+    else:
+        folded = rows.new_zeros(groups * arms, kv, g, d)
+        folded[fold.index] = rows
+    folded = folded.reshape(groups, arms, kv, g, d).transpose(1, 2).reshape(groups, kv, arms * g, d)
+    bias = prefix_bias(step, layer.prefix_start, window, g, pk.shape[2], rows.dtype)
+    o, lse = _attend(folded, pk, pv, bias, scaling)
+    o = o.view(groups, kv, arms, g, d).transpose(1, 2).reshape(groups * arms, kv, g, d)
+    lse = lse.view(groups, kv, arms, g).transpose(1, 2).reshape(groups * arms, kv, g)
+    if not fold.is_identity:
+        o, lse = o[fold.index], lse[fold.index]
+    return o, lse
 
 
 AttentionInterface.register(NAME, shared_prefix_attention)

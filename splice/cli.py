@@ -1,4 +1,4 @@
-"""The `nudge` command line: run, merge, stats, report.
+"""The `nudge` command line: run, merge, stats, report, bench.
 
 Each subcommand lives with the code it drives and registers itself here through a
 `register(subparsers)` function that sets `func` on its parser. Errors the user can fix are
@@ -16,6 +16,7 @@ import sys
 # `nudge run` does not pay for matplotlib and numba, nor `nudge stats` for torch.
 _SUBCOMMANDS = {
     "run": "nudgeability.splice.run_cli",
+    "bench": "nudgeability.splice.bench_cli",
     "merge": "nudgeability.splice.run_cli",
     "stats": "nudgeability.stats.cli",
     "report": "nudgeability.stats.cli",

@@ -29,7 +29,8 @@ MANIFEST_FORMAT = 1
 # what decides the records: a resumed run or a merged shard must match these exactly
 IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems", "inputs")
 # where the code came from: a difference is reported, not refused (a commit may change nothing)
-PROVENANCE_KEYS = ("versions", "git_commit")
+# ("threads": the torch CPU thread count, set by --threads)
+PROVENANCE_KEYS = ("versions", "git_commit", "threads")
 # where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
 # copied elsewhere, reuses the stored records when every hash is the same.
 LOCATION_KEYS = (

@@ -109,6 +109,12 @@ def register(subparsers) -> None:
         action="store_false",
         help="do not store B's token uncertainty and hidden state at the cut",
     )
+    run.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default: torch's choice); give each process sharing a machine "
+        "its own share of the cores (README: Sharding)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=_run)
 
@@ -160,12 +166,15 @@ def default_out(label: str, task: str, decoding: str, shard: tuple[int, int] | N
 
 
 def _run(args: argparse.Namespace) -> int:
+    from nudgeability.engine.threads import set_threads
     from nudgeability.splice.prepare import prepare
     from nudgeability.splice.runner import run
 
     requested = config_from_args(args)
+    threads = set_threads(getattr(args, "threads", None))
     with _quiet_transformers(args.quiet):
         prepared = prepare(requested)
+    prepared.manifest["threads"] = threads  # provenance: which machine share ran it
     config = prepared.config
     out = (
         Path(args.out)

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from nudgeability.engine import Engine
 from nudgeability.models.progress import progress_bar
 from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY, get_condition
@@ -149,6 +151,7 @@ def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int])
             "generated_tokens": counts.generated_tokens,
             "seconds": round(seconds, 4),
             "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
+            "threads": torch.get_num_threads(),
         }
     )
     counts.seconds = seconds

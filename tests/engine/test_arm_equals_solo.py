@@ -112,21 +112,33 @@ def test_smollm2_two_groups_in_one_batch_equal_solo_runs(smollm2):
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma4"])
-def test_arms_match_solo_when_prefix_scores_are_computed_in_row_chunks(arch, monkeypatch):
+def test_arms_match_solo_on_the_explicit_attention_path_in_row_chunks(arch, monkeypatch):
+    """Off CPU the attention parts run as plain matmuls (`_attend_explicit`); force that path here,
+    with a tiny score budget that makes many row chunks per layer (a long prefix's path, on a
+    short one), over two prefix groups of different lengths."""
     import nudgeability.engine.shared_prefix_attention as attention
     from nudgeability.models.tiny import tiny_model
 
-    # A tiny score budget forces many row chunks per layer (a long prefix's path, on a short one).
+    monkeypatch.setattr(attention, "_attend", attention._attend_explicit)
     monkeypatch.setattr(attention, "PREFIX_SCORE_ELEMENTS", 64)
     model = tiny_model(arch, seed=9)
     engine = Engine(model)
-    prefix = random_ids(203, seed=11)
-    suffixes = [random_ids(n, seed=500 + n) for n in (2, 9, 15)]
-    for suffix, arm in zip(
-        suffixes,
-        engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=10), return_logits=True),
-    ):
-        assert_matches_reference(model, arm, prefix + suffix, 10, engine.eos_ids)
+    requests = [
+        ForkRequest(
+            random_ids(203, seed=11),
+            [random_ids(n, seed=500 + n) for n in (2, 9, 15)],
+            SamplingParams(max_new_tokens=10),
+        ),
+        ForkRequest(
+            random_ids(150, seed=12),
+            [random_ids(n, seed=600 + n) for n in (0, 4)],
+            SamplingParams(max_new_tokens=10),
+        ),
+    ]
+    for request, arms in zip(requests, engine.fork_many(requests, return_logits=True)):
+        for suffix, arm in zip(request.suffixes, arms):
+            full = request.prefix_ids + suffix
+            assert_matches_reference(model, arm, full, 10, engine.eos_ids)
 
 
 @pytest.mark.parametrize(
