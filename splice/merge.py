@@ -6,8 +6,9 @@ The shards must be complete (each holds its records.jsonl), be exactly shards 1.
 have manifests equal in everything but `config.shard`. Chunk i of the drawn problems was computed
 by shard i % N + 1, batched as the unsharded run batches it, so concatenating the shards' records
 chunk by chunk gives the unsharded records byte for byte. The merged directory gets the manifest
-with `config.shard` null (the unsharded run's), the records, the shards' timings and their part
-files (hard-linked where possible), so it is also a finished, resumable unsharded run directory.
+with `config.shard` null (the unsharded run's), the records (and, for runs made with `--resolve`,
+the resolutions, merged the same way), the shards' timings and their part files (hard-linked
+where possible), so it is also a finished, resumable unsharded run directory.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from nudgeability.splice.work_store import (
     MANIFEST,
     PARTS,
     RECORDS,
+    RESOLUTIONS,
     TIMINGS,
     OutputDirError,
     manifest_text,
@@ -95,6 +97,17 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
                 stream.expect_end()
 
         atomic_write_lines(tmp / RECORDS, merged_lines())
+        if merged_manifest["config"].get("resolve"):
+            resolutions = {k: _Lines(d / RESOLUTIONS) for k, d in by_shard.items()}
+
+            def merged_resolutions() -> Iterator[str]:
+                for i, chunk in enumerate(chunks):
+                    ids = {problems[j] for j in chunk}
+                    yield from (line for line, _ in resolutions[i % total + 1].take_while(ids))
+                for stream in resolutions.values():
+                    stream.expect_end()
+
+            atomic_write_lines(tmp / RESOLUTIONS, merged_resolutions())
         atomic_write_lines(tmp / MANIFEST, [manifest_text(merged_manifest)])
         timings = []
         for k in sorted(by_shard):
@@ -126,10 +139,12 @@ def _check_shards(dirs: list[Path], manifests: list[dict]) -> tuple[int, list[st
             raise MergeError(
                 f"{d / MANIFEST}: config.shard is {json.dumps(shard)}; not a shard of a run"
             )
-        if not (d / RECORDS).is_file():
-            raise MergeError(
-                f"{d}: no {RECORDS}; the shard is not finished: run it again to complete it"
-            )
+        wanted = [RECORDS] + ([RESOLUTIONS] if manifest["config"].get("resolve") else [])
+        for name in wanted:
+            if not (d / name).is_file():
+                raise MergeError(
+                    f"{d}: no {name}; the shard is not finished: run it again to complete it"
+                )
         shards.append(tuple(shard))
     total = shards[0][1]
     reference = _without_shard(manifests[0])

@@ -6,7 +6,7 @@ The chunks depend only on the config, so a unit recomputed after a crash, or com
 is batched exactly as in an uninterrupted unsharded run and gives the same bytes.
 
 Phases run in the protocol's order: NT, then B, then oracle_B, then the arms (forks of B's and
-oracle_B's prefixes). Shard k of n computes the chunks whose index i has i % n == k - 1.
+oracle_B's prefixes), then, with `--resolve`, the resolution of every TOOL record (resolve.py). Shard k of n computes the chunks whose index i has i % n == k - 1.
 The records file lists problems in drawn order, then conditions in canonical order, then seeds.
 """
 
@@ -19,13 +19,14 @@ from nudgeability.splice.conditions import PROMPT_PHASES, Condition
 
 BASE_PHASES = PROMPT_PHASES  # NT, consistency (the K unaided samples), B, oracle_B
 ARMS_PHASE = "arms"
+RESOLVE_PHASE = "resolve"
 
 
 @dataclass(frozen=True)
 class Unit:
     """One unit of work: a phase's sequences for one chunk of problems under one seed."""
 
-    phase: str  # "NT" | "B" | "oracle_B" | "arms"
+    phase: str  # "NT" | "B" | "oracle_B" | "arms" | "resolve"
     seed: int
     chunk: int  # index among all chunks (not only this shard's)
 
@@ -51,12 +52,14 @@ def shard_chunks(num_chunks: int, shard: tuple[int, int] | None) -> list[int]:
     return [i for i in range(num_chunks) if i % n == k - 1]
 
 
-def phases_of(conditions: Sequence[Condition]) -> list[str]:
-    """The phases a condition list needs, in order of work."""
+def phases_of(conditions: Sequence[Condition], resolve: bool = False) -> list[str]:
+    """The phases a condition list needs, in order of work (`resolve` adds the resolution)."""
     codes = {condition.code for condition in conditions}
     phases = [phase for phase in BASE_PHASES if phase in codes]
     if any(condition.kind == "arm" for condition in conditions):
         phases.append(ARMS_PHASE)
+    if resolve:
+        phases.append(RESOLVE_PHASE)
     return phases
 
 

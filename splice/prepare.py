@@ -38,6 +38,7 @@ from nudgeability.splice.run_config import (
 )
 from nudgeability.splice.sentences import Sentences, load_sentences
 from nudgeability.splice.tasks import Problem, Task, get_task, sample_problems
+from nudgeability.splice.tasks.tools import Toolbox
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Prepared:
     prompts: list[ProblemPrompts]
     splices: dict[str, tuple[int, ...]]
     manifest: dict = field(repr=False)
+    toolbox: Toolbox | None = None  # the executable tools, when the run resolves its calls
 
 
 def model_label(spec: str) -> str:
@@ -106,6 +108,11 @@ def prepare(requested: RunConfig, loaded: LoadedModel | None = None) -> Prepared
         )
     data = data.resolve()
     problems = sample_problems(task.load(data), requested.n, requested.sample_seed, source=data)
+    toolbox = None
+    if requested.resolve:  # StrategyQA's search index is read now: a bad file fails before output
+        if isinstance(requested.retrieve_k, bool) or requested.retrieve_k < 1:
+            raise ConfigError(f"--retrieve-k {requested.retrieve_k}: must be >= 1")
+        toolbox = task.toolbox(data, retrieve_k=requested.retrieve_k)
 
     spec = _model_spec(requested.model)
     if loaded is None:
@@ -153,12 +160,24 @@ def prepare(requested: RunConfig, loaded: LoadedModel | None = None) -> Prepared
         shard=requested.shard,
         consistency_samples=requested.consistency_samples,
         signals=requested.signals,
+        resolve=requested.resolve,
+        retrieve_k=requested.retrieve_k,
     )
     if requested.consistency_samples:  # the samples run right after NT (plan.BASE_PHASES)
         conditions = [conditions[0], CONSISTENCY_CONDITION, *conditions[1:]]
     manifest = build_manifest(config, [p.id for p in problems], loaded.source, sentences.sha256)
     return Prepared(
-        config, task, problems, conditions, sentences, loaded, family, prompts, splices, manifest
+        config,
+        task,
+        problems,
+        conditions,
+        sentences,
+        loaded,
+        family,
+        prompts,
+        splices,
+        manifest,
+        toolbox,
     )
 
 

@@ -7,6 +7,7 @@ config give byte-identical record files.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 
@@ -75,3 +76,43 @@ class Record:
             GradeRecord(**fields["grade"]) if fields.get("grade") is not None else None
         )
         return Record(**fields)
+
+
+def record_sha256(line: str) -> str:
+    """sha256 of a record's JSON line (UTF-8, without its newline): how a resolution names its
+    source record exactly."""
+    return hashlib.sha256(line.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ResolutionRecord:
+    """One line of resolutions.jsonl: the resolution of one TOOL record (`nudge run --resolve`).
+
+    (problem_id, condition, seed) is the key of the resolved record in records.jsonl and
+    `source_sha256` the hash of its line. `executed` says whether the tool ran; `unresolved` why
+    there is no continuation (a call whose arguments do not fit the declaration, or a prompt too
+    long for the model), else None. The continuation's prompt is the record's context cut after
+    the call, plus the tool-result turn and the next turn's header.
+    """
+
+    problem_id: str
+    task: str
+    condition: str
+    seed: int
+    source_sha256: str
+    tool_name: str
+    arguments: dict | None
+    executed: bool
+    result_sha256: str | None  # sha256 of the tool's result text (UTF-8)
+    unresolved: str | None
+    prompt_tokens: int | None  # the whole resolution prompt
+    prompt_sha256: str | None  # sha256 of its ids as little-endian int32 bytes
+    generated_ids: list[int]
+    text: str
+    finish_reason: str | None
+    action: ActionRecord | None  # the turn's action; TOOL = a second call, not executed
+    grade: GradeRecord | None  # SELF only
+
+    def to_json(self) -> str:
+        """One line of JSON with sorted keys, as Record.to_json."""
+        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -110,6 +110,19 @@ def register(subparsers) -> None:
         help="do not store B's token uncertainty and hidden state at the cut",
     )
     run.add_argument(
+        "--resolve",
+        action="store_true",
+        help="then execute every TOOL record's call on the task's offline tools, let the model "
+        "finish and grade its final answer (resolutions.jsonl; see README, Delegation value)",
+    )
+    run.add_argument(
+        "--retrieve-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --resolve: paragraphs MuSiQue's retrieve returns (default: 1, as its prompt says)",
+    )
+    run.add_argument(
         "--threads",
         type=int,
         help="torch CPU threads (default: torch's choice); give each process sharing a machine "
@@ -154,6 +167,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         shard=None if args.shard is None else parse_shard(args.shard),
         consistency_samples=args.consistency_samples,
         signals=args.signals,
+        resolve=args.resolve,
+        retrieve_k=parse_retrieve_k(args.retrieve_k, args.resolve),
     )
 
 
@@ -182,8 +197,9 @@ def _run(args: argparse.Namespace) -> int:
         else default_out(config.model_label, config.task, config.decoding, config.shard)
     )
     result = run(prepared, out, progress=not args.quiet)
+    resolved = f", {result.resolutions} resolutions" if config.resolve else ""
     print(
-        f"nudge run: {result.records} records in {result.out / 'records.jsonl'} "
+        f"nudge run: {result.records} records{resolved} in {result.out} "
         f"({result.units_computed} units computed, {result.units_resumed} resumed)",
         file=sys.stderr,
     )
@@ -272,3 +288,14 @@ def parse_n(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise ConfigError(f"--n {text!r}: expected a positive whole number or 'all'") from None
+
+
+def parse_retrieve_k(value: int | None, resolve: bool) -> int:
+    """`--retrieve-k K`: a whole number >= 1, meaningful only with --resolve (default 1)."""
+    if value is None:
+        return 1
+    if not resolve:
+        raise ConfigError("--retrieve-k: tools run only in the resolution phase; add --resolve")
+    if value < 1:
+        raise ConfigError(f"--retrieve-k {value}: must be >= 1")
+    return value

@@ -67,13 +67,28 @@ class RunConfig:
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
     signals: bool = True  # B's token uncertainty and hidden state at the cut (splice/signals.py)
+    resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)
+    retrieve_k: int = 1  # paragraphs MuSiQue's `retrieve` returns in the resolution phase
 
     def to_dict(self) -> dict:
-        """The config as plain JSON values (tuples become lists)."""
+        """The config as plain JSON values (tuples become lists).
+
+        A run without the resolution phase leaves out `resolve` and `retrieve_k`, and one with the
+        default signals `consistency_samples` and `signals`, so its manifest is the one earlier
+        versions wrote, and their runs still resume.
+        """
         data = asdict(self)
         for key, value in data.items():
             if isinstance(value, tuple):
                 data[key] = list(value)
+        if not self.resolve:
+            del data["resolve"], data["retrieve_k"]
+        # Likewise the signals at their defaults (no consistency samples, signals on): a run of an
+        # earlier version (which had none) resumes, its later units gaining the B signals.
+        if not self.consistency_samples:
+            del data["consistency_samples"]
+        if self.signals:
+            del data["signals"]
         return data
 
     def canonical_json(self) -> str:

@@ -7,7 +7,9 @@ Order of work (splice/README.md): NT for all problems, then B, then oracle_B, th
 phase walks its units (seed, chunk) in order; a unit whose part file exists is skipped, so a run
 killed at any moment and started again finishes only the missing work. When every unit of this
 shard is stored, `records.jsonl` is assembled from the parts in canonical order (problems, then
-conditions, then seeds) and written atomically. The same config gives the same bytes.
+conditions, then seeds) and written atomically. The same config gives the same bytes. With
+`--resolve` a last phase resolves every TOOL record (resolve.py) and `resolutions.jsonl` is
+assembled the same way, one line per TOOL record, in the records' order.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from pathlib import Path
 import torch
 
 from nudgeability.engine import Engine
+from nudgeability.models.families import TOOL
 from nudgeability.models.progress import progress_bar
 from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY, get_condition
 from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,
+    RESOLVE_PHASE,
     Unit,
     canonical_keys,
     chunk_bounds,
@@ -36,10 +40,11 @@ from nudgeability.splice.plan import (
     units_of,
 )
 from nudgeability.splice.prepare import Prepared
+from nudgeability.splice.resolve import run_resolve_unit
 from nudgeability.splice.signal_units import run_consistency_unit
 from nudgeability.splice.signals import SIGNALS_DIR
 from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
-from nudgeability.splice.work_store import WorkStore
+from nudgeability.splice.work_store import RESOLUTIONS, WorkStore
 
 
 class IncompleteRunError(ValueError):
@@ -54,6 +59,7 @@ class RunResult:
     records: int  # lines in records.jsonl
     units_computed: int
     units_resumed: int  # units found already stored
+    resolutions: int = 0  # lines in resolutions.jsonl (runs with --resolve)
 
 
 def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) -> RunResult:
@@ -81,7 +87,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
         )  # an inner bar per engine call: sequences done, prefill/decode tok/s
         ctx = UnitContext(prepared, engine)
         computed = resumed = 0
-        for phase in phases_of(prepared.conditions):
+        for phase in phases_of(prepared.conditions, config.resolve):
             units = units_of([phase], config.seeds, mine)
             with _PhaseBar(phase, units, chunks, progress) as bar:
                 for unit in units:
@@ -89,12 +95,15 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
                         resumed += 1
                         bar.done(unit, None)
                         continue
-                    counts = _compute(ctx, store, unit, list(chunks[unit.chunk]))
+                    counts = _compute(ctx, store, unit, list(chunks[unit.chunk]), prepared)
                     computed += 1
                     bar.done(unit, counts)
-        tally = [0]
+        tally, resolved = [0], [0]
         path = store.write_records(_counted(_assemble(prepared, store, chunks, mine), tally))
-        return RunResult(path.parent, tally[0], computed, resumed)
+        if config.resolve:
+            lines = _assemble_resolutions(prepared, store, chunks, mine)
+            store.write_records(_counted(lines, resolved), RESOLUTIONS)
+        return RunResult(path.parent, tally[0], computed, resumed, resolved[0])
 
 
 def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]) -> bool:
@@ -105,10 +114,12 @@ def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]
         for base in {c.parent for c in prepared.conditions if c.kind == "arm"}:
             lines = store.read_part(Unit(base, unit.seed, unit.chunk))
             bases[base] = {r["problem_id"]: r for r in map(json.loads, lines)}
-    problem = part_problem(
-        store.part_path(unit),
-        expected_keys(unit, ids, prepared.conditions, bases, prepared.config.consistency_samples),
-    )
+    if unit.phase == RESOLVE_PHASE:  # one resolution per TOOL record of the chunk's parts
+        expected = _tool_keys(prepared, store, unit.seed, unit.chunk)
+    else:
+        samples = prepared.config.consistency_samples
+        expected = expected_keys(unit, ids, prepared.conditions, bases, samples)
+    problem = part_problem(store.part_path(unit), expected)
     if problem is None:
         return True
     moved = store.set_aside(unit)
@@ -120,9 +131,15 @@ def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]
     return False
 
 
-def _compute(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
+def _compute(
+    ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int], prepared: Prepared
+) -> UnitCounts:
     start = time.perf_counter()
-    if unit.phase == ARMS_PHASE:
+    if unit.phase == RESOLVE_PHASE:
+        stored = [p for p in phases_of(prepared.conditions) if p in ARM_BASES or p == ARMS_PHASE]
+        parts = {phase: store.read_part(Unit(phase, unit.seed, unit.chunk)) for phase in stored}
+        records, counts = run_resolve_unit(ctx, unit.seed, indices, parts)
+    elif unit.phase == ARMS_PHASE:
         base_lines = {
             base: store.read_part(Unit(base, unit.seed, unit.chunk))
             for base in ARM_BASES
@@ -204,6 +221,47 @@ def _assemble(
                 )
         if found:
             raise IncompleteRunError(f"{store.parts}: unexpected records {sorted(found)[:3]}")
+
+
+def _assemble_resolutions(
+    prepared: Prepared, store: WorkStore, chunks: list[range], mine: list[int]
+) -> Iterator[str]:
+    """One resolution line per TOOL record of this shard, in the records' canonical order."""
+    config = prepared.config
+    for chunk in mine:
+        tool_keys = set()
+        for seed in config.seeds:
+            tool_keys |= _tool_keys(prepared, store, seed, chunk)
+        found: dict[tuple[str, str, int], str] = {}
+        for unit in units_of([RESOLVE_PHASE], config.seeds, [chunk]):
+            for line in store.read_part(unit):
+                record = json.loads(line)
+                key = (record["problem_id"], record["condition"], record["seed"])
+                if key in found or key not in tool_keys:
+                    raise IncompleteRunError(
+                        f"{store.part_path(unit)}: resolution {key} is repeated or has no TOOL "
+                        "record; remove the directory and run again"
+                    )
+                found[key] = line
+        ids = [prepared.problems[i].id for i in chunks[chunk]]
+        for key in canonical_keys(ids, prepared.conditions, config.seeds):
+            if key in tool_keys:
+                if key not in found:
+                    raise IncompleteRunError(
+                        f"{store.parts}: no resolution for the TOOL record {key}; remove the "
+                        "directory and run again"
+                    )
+                yield found.pop(key)
+
+
+def _tool_keys(prepared: Prepared, store: WorkStore, seed: int, chunk: int) -> set:
+    """The (problem, condition, seed) keys of the TOOL records in a chunk's parts of one seed."""
+    keys = set()
+    for unit in units_of(phases_of(prepared.conditions), [seed], [chunk]):
+        for record in map(json.loads, store.read_part(unit)):
+            if record["action"]["kind"] == TOOL:
+                keys.add((record["problem_id"], record["condition"], record["seed"]))
+    return keys
 
 
 def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:

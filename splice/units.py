@@ -8,7 +8,8 @@ oracle arms. Each sequence decodes with `seed_key = (seed, problem_id, condition
 
 Actions are read by the family after the cut: NT from its whole generation with no tool declared,
 a base from its ids from the boundary on, an arm from its splice ids plus its generation. NT is
-always graded; B and oracle_B when they answer (SELF).
+always graded; B, oracle_B and the arms when they answer (SELF), so that the resolution phase's
+final accuracy (resolve.py) can read every condition's answers.
 """
 
 from __future__ import annotations
@@ -231,5 +232,5 @@ def arm_record(
         text=ctx.prepared.family.decode(generated),
         finish_reason=out.finish_reason,
         action=action,
-        grade=None,
+        grade=ctx.prepared.task.grade(problem, action.answer) if action.kind == SELF else None,
     )

@@ -4,6 +4,7 @@
     out/parts/*.jsonl    one file per finished unit of work, written atomically
     out/timings.jsonl    one line per unit computed (clock figures never enter the records)
     out/records.jsonl    assembled from the parts at the end, atomically
+    out/resolutions.jsonl  with `--resolve`: one resolution per TOOL record, assembled likewise
     out/damaged/         part files found damaged on resume, set aside (their units recomputed)
 
 Every file is written to a temporary name, fsynced and renamed into place (`models/atomic.py`),
@@ -34,6 +35,7 @@ except ImportError:  # pragma: no cover - Windows
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
+RESOLUTIONS = "resolutions.jsonl"
 TIMINGS = "timings.jsonl"
 PARTS = "parts"
 DAMAGED = "damaged"
@@ -155,9 +157,9 @@ class WorkStore:
         finally:
             os.close(fd)
 
-    def write_records(self, lines: Iterable[str]) -> Path:
-        """Write records.jsonl atomically from `lines`; returns its path."""
-        path = self.root / RECORDS
+    def write_records(self, lines: Iterable[str], name: str = RECORDS) -> Path:
+        """Write records.jsonl (or `name`, e.g. RESOLUTIONS) atomically from `lines`; its path."""
+        path = self.root / name
         atomic_write_lines(path, lines)
         return path
 

@@ -6,8 +6,10 @@ experiment is an ExperimentTable, the per-problem action table (action_table.py)
 their report order and the +/- pairs come from nudgeability.splice.conditions. records.py joins
 run directories into tables; summarize() gives every estimate with its 95% bootstrap interval
 (numba kernels and numpy twins in kernels.py); report_tables.py (Markdown, CSV, LaTeX) and
-figures.py render them; cli.py adds `nudge stats` and `nudge report`. Definitions are in
-stats/README.md; each file states its own; profiles.py holds the profile rule.
+figures.py render them; cli.py adds `nudge stats` and `nudge report`. Delegation value (runs made
+with `nudge run --resolve`): delegation_value.py (estimators), delegation_summary.py (ValueTable,
+intervals), delegation_records.py (join), delegation_tables.py / delegation_figures.py. Definitions
+are in stats/README.md; each file states its own; profiles.py holds the profile rule.
 """
 
 from .across import AcrossExperiments, Medians, across_experiments, spearman
@@ -22,6 +24,19 @@ from .bootstrap import (
     percentile_interval,
 )
 from .contributions import contributions
+from .delegation_records import load_value_tables
+from .delegation_summary import DelegationValueSummary, ValueTable, summarize_value
+from .delegation_value import (
+    FinalAccuracy,
+    FlipValue,
+    ToolAccuracy,
+    ValueSwing,
+    final_accuracy,
+    final_outcome,
+    flip_value,
+    tool_accuracy,
+    value_swing,
+)
 from .diagnostics import (
     ControlDeltas,
     FlipComposition,
@@ -44,6 +59,19 @@ from .summary import ExperimentSummary, PairSummary, summarize
 from .targeting import Stratum, Targeting, targeting
 
 __all__ = [
+    "ValueTable",
+    "DelegationValueSummary",
+    "summarize_value",
+    "load_value_tables",
+    "final_outcome",
+    "final_accuracy",
+    "FinalAccuracy",
+    "value_swing",
+    "ValueSwing",
+    "flip_value",
+    "FlipValue",
+    "tool_accuracy",
+    "ToolAccuracy",
     "SELF",
     "TOOL",
     "OTHER",

@@ -6,7 +6,9 @@ nudge stats RUN_DIR... [--label RUN_DIR=NAME]... [--out DIR] [--n-boot N] [--see
     DIR/stats.json and DIR/table.md, table.csv, table.tex, together and atomically (a kill or a
     full disk leaves the previous files). Runs of one model x task x decoding made with other
     settings are refused unless labelled apart. --min-s / --min-l are the profile thresholds
-    (profiles.py; defaults 10 and 5 pp). When the runs stored uncertainty signals, also
+    (profiles.py; defaults 10 and 5 pp). Runs made with `nudge run --resolve` add their
+    delegation value (delegation_cli.py) to stats.json and delegation_value.md/csv/tex.
+    When the runs stored uncertainty signals, also
     DIR/grounding.json, grounding.md, grounding.csv (grounding_report.py; --folds).
 nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
@@ -24,6 +26,14 @@ from pathlib import Path
 from nudgeability.models.atomic import atomic_write_files, remove_temporaries
 
 from .across import AcrossExperiments, across_experiments
+from .delegation_cli import (
+    draw_value,
+    summarize_value_run_dirs,
+    value_document,
+    value_files,
+    values_from_document,
+)
+from .delegation_summary import DelegationValueSummary
 from .figures import draw_all
 from .profiles import DEFAULT_MIN_L, DEFAULT_MIN_S, ProfileRule
 from .records import RecordsError, load_experiments
@@ -60,8 +70,13 @@ def summarize_run_dirs(
     return summaries
 
 
-def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path]) -> dict:
-    """The content of stats.json: the experiments, and medians / Spearman rho per decoding config."""
+def stats_document(
+    summaries: Sequence[ExperimentSummary],
+    run_dirs: Sequence[str | Path],
+    values: Sequence[DelegationValueSummary] = (),
+) -> dict:
+    """The content of stats.json: the experiments, medians / Spearman rho per decoding config, and
+    the delegation value of the resolved experiments (if any)."""
     decodings = list(dict.fromkeys(s.decoding for s in summaries))
     across = {d: across_experiments([s for s in summaries if s.decoding == d]) for d in decodings}
     return {
@@ -69,24 +84,32 @@ def stats_document(summaries: Sequence[ExperimentSummary], run_dirs: Sequence[st
         "run_dirs": [str(p) for p in run_dirs],
         "experiments": to_jsonable(list(summaries)),
         "across": to_jsonable(across),
+        **value_document(values),
     }
 
 
 def write_stats(
-    summaries: Sequence[ExperimentSummary], run_dirs: Sequence[str | Path], out: str | Path
+    summaries: Sequence[ExperimentSummary],
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    values: Sequence[DelegationValueSummary] = (),
 ) -> list[Path]:
-    """Write stats.json and the three table files into `out` together and atomically (all are
-    complete on disk before any replaces its old version); return their paths. Temporaries a
-    killed earlier write left behind are removed first."""
+    """Write stats.json and the table files (the delegation-value tables too, when `values`)
+    into `out` together and atomically (all are complete on disk before any replaces its old
+    version); return their paths. Temporaries a killed earlier write left behind are removed
+    first."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     remove_temporaries(out, only_abandoned=True)
     contents = {
-        STATS_FILE: json.dumps(stats_document(summaries, run_dirs), indent=1, ensure_ascii=False)
+        STATS_FILE: json.dumps(
+            stats_document(summaries, run_dirs, values), indent=1, ensure_ascii=False
+        )
         + "\n",
         "table.md": render_markdown(summaries),
         "table.csv": render_csv(summaries),
         "table.tex": render_latex(summaries),
+        **value_files(values),
     }
     return atomic_write_files({out / name: text.encode("utf-8") for name, text in contents.items()})
 
@@ -105,6 +128,15 @@ def read_stats(path: str | Path) -> list[ExperimentSummary]:
         )
     try:
         return from_jsonable(list[ExperimentSummary], document["experiments"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_values(path: str | Path) -> list[DelegationValueSummary]:
+    """The delegation-value summaries stored in a stats.json ([] when it holds none)."""
+    file = Path(path) / STATS_FILE if Path(path).is_dir() else Path(path)
+    try:
+        return values_from_document(json.loads(file.read_text(encoding="utf-8")))
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordsError(f"{file}: {exc}") from None
 
@@ -164,7 +196,10 @@ def _run_stats(args: argparse.Namespace) -> int:
         profile_rule=_rule(args),
         labels=_labels(args.label),
     )
-    for path in write_stats(summaries, args.run_dirs, args.out):
+    values = summarize_value_run_dirs(
+        args.run_dirs, n_boot=args.n_boot, seed=args.seed, labels=_labels(args.label)
+    )
+    for path in write_stats(summaries, args.run_dirs, args.out, values):
         print(path)
     grounding = ground_run_dirs(
         args.run_dirs, args.n_boot, args.seed, args.folds, labels=_labels(args.label)
@@ -179,11 +214,13 @@ def _run_report(args: argparse.Namespace) -> int:
 
     summaries: list[ExperimentSummary] = []
     grounding = []
+    values: list[DelegationValueSummary] = []
     run_dirs = []
     for source in map(Path, args.sources):
         if _is_stats(source):
             summaries += read_stats(source)
             grounding += read_grounding(source if source.is_dir() else source.parent)
+            values += read_values(source)
         elif source.is_dir() and not (source / "manifest.json").exists():
             raise RecordsError(
                 f"{source}: holds no {STATS_FILE} (written by `nudge stats --out`) and no "
@@ -195,8 +232,10 @@ def _run_report(args: argparse.Namespace) -> int:
         summaries += summarize_run_dirs(
             run_dirs, n_boot=args.n_boot, seed=args.seed, profile_rule=_rule(args)
         )
+        values += summarize_value_run_dirs(run_dirs, n_boot=args.n_boot, seed=args.seed)
         grounding += ground_run_dirs(run_dirs, args.n_boot, args.seed)
-    for path in draw_all(summaries, args.out) + draw_grounding(grounding, args.out):
+    paths = draw_all(summaries, args.out) + draw_value(values, args.out)
+    for path in paths + draw_grounding(grounding, args.out):
         print(path)
     return 0
 

@@ -296,3 +296,46 @@ def bootstrap_statistics_twin(
         sums = counts.reshape(stop - start, n_types) @ types  # integer matmul: exact
         out[start:stop] = statistics_from_sums_twin(sums)
     return out
+
+
+# ---------------------------------------------------------------- resampled column sums
+
+
+@numba.njit(parallel=True, cache=True)
+def bootstrap_sums(types, unit_type, n_boot, key):
+    """The resampled column sums of n_boot replicates, (n_boot, C) int64.
+
+    The generic form of `bootstrap_statistics` for estimators whose statistics are computed from
+    the sums outside the kernel (delegation_value.py): the same draws (draw_indices' stream), the
+    same type counting, the sums returned instead of the four statistics.
+    """
+    n_units, n_types, n_cols = unit_type.shape[0], types.shape[0], types.shape[1]
+    out = np.zeros((n_boot, n_cols), dtype=np.int64)
+    n_blocks = (n_boot + _BLOCK - 1) // _BLOCK
+    for block in numba.prange(n_blocks):
+        counts = np.empty((n_types, 2), dtype=np.int32)
+        for r in range(block * _BLOCK, min(n_boot, (block + 1) * _BLOCK)):
+            counts[:] = 0
+            _count_draws(unit_type, n_units, key, r, counts)
+            for k in range(n_types):
+                count = np.int64(counts[k, 0]) + np.int64(counts[k, 1])
+                if count:
+                    for c in range(n_cols):
+                        out[r, c] += count * types[k, c]
+    return out
+
+
+def bootstrap_sums_twin(
+    types: np.ndarray, unit_type: np.ndarray, n_boot: int, key: np.uint64, chunk: int | None = None
+) -> np.ndarray:
+    """numpy twin of bootstrap_sums (same draws, integer sums: identical output)."""
+    n_units, n_types = len(unit_type), len(types)
+    chunk = chunk or max(1, min(n_boot, 2**22 // max(n_units, 1)))
+    out = np.empty((n_boot, types.shape[1]), dtype=np.int64)
+    for start in range(0, n_boot, chunk):
+        stop = min(start + chunk, n_boot)
+        drawn = unit_type[draw_indices_twin(n_units, stop - start, key, first_replicate=start)]
+        offsets = (np.arange(stop - start) * n_types)[:, None]
+        counts = np.bincount((drawn + offsets).ravel(), minlength=(stop - start) * n_types)
+        out[start:stop] = counts.reshape(stop - start, n_types) @ types
+    return out

@@ -255,19 +255,24 @@ def table_from_records(
 def labelled_run_dirs(
     run_dirs: Sequence[str | Path], labels: Mapping[str | Path, str] | None = None
 ) -> list[RunDir]:
-    """The run directories read (read_run_dir), a labelled one's model renamed "model (name)"."""
+    """The run directories read (read_run_dir), each named in `labels` renamed "model (name)" so
+    that it stays an experiment of its own. RecordsError for no directory or an unknown label."""
+    if not run_dirs:
+        raise RecordsError("no run directory given")
     named = {Path(d).resolve(): name for d, name in (labels or {}).items()}
     unknown = set(named) - {Path(d).resolve() for d in run_dirs}
     if unknown:
         raise RecordsError(f"--label {sorted(unknown)[0]}: not one of the run directories given")
-    out = []
+    found = []
     for run_dir in map(read_run_dir, run_dirs):
         name = named.get(run_dir.path.resolve())
         if name is not None:
-            model = f"{run_dir.label.model} ({name})"
-            run_dir = replace(run_dir, label=replace(run_dir.label, model=model))
-        out.append(run_dir)
-    return out
+            run_dir = replace(
+                run_dir,
+                label=replace(run_dir.label, model=f"{run_dir.label.model} ({name})"),
+            )
+        found.append(run_dir)
+    return found
 
 
 def load_experiments(
@@ -277,8 +282,6 @@ def load_experiments(
     order of first appearance. `labels` maps run directories to a name that keeps them as their
     own rows ("model (name)"). Raises RecordsError naming the file and line of any bad record,
     or the differing keys of runs that cannot be pooled."""
-    if not run_dirs:
-        raise RecordsError("no run directory given")
     groups: dict[tuple[str, str, str], tuple[ExperimentLabel, dict]] = {}
     asked: dict[tuple[str, str, str], set[str]] = {}
     first: dict[tuple[str, str, str], RunDir] = {}

@@ -161,6 +161,28 @@ class Task(ABC):
         )
 
     @abstractmethod
+    def tool_function(self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1):
+        """The executable scoped tool, `f(problem, arguments) -> result text`, for the data file in
+        use (default: the shipped sample); `retrieve_k` widens MuSiQue's `retrieve`."""
+
+    def toolbox(self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1):
+        """The executable tools of the with-tool and oracle prompts (a `tools.Toolbox`): the
+        scoped tool (`tool_function`) and `ask_expert`, each with the declaration its prompt shows.
+        """
+        from nudgeability.splice.tasks.tools import Toolbox, ask_expert  # tools imports this module
+
+        return Toolbox(
+            functions={
+                self.tool[0]: self.tool_function(data_path, retrieve_k=retrieve_k),
+                ASK_EXPERT_TOOL[0]: lambda problem, arguments: ask_expert(problem),
+            },
+            declarations={
+                self.tool[0]: function_tool(*self.tool),
+                ASK_EXPERT_TOOL[0]: function_tool(*ASK_EXPERT_TOOL),
+            },
+        )
+
+    @abstractmethod
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Grade a committed answer; `correct` is None when the answer cannot be graded."""
 

@@ -27,6 +27,7 @@ from nudgeability.splice.tasks.scoring import (
     normalize_answer,
     token_f1,
 )
+from nudgeability.splice.tasks.tools import retrieve
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
 _INTRO = (
@@ -113,6 +114,15 @@ class MusiqueTask(Task):
             for number, (title, text) in enumerate(problem.context, start=1)
         )
         return USER.format(paragraphs=paragraphs, question=problem.question)
+
+    def tool_function(self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1):
+        """`retrieve`: BM25 over the problem's own paragraphs, the `retrieve_k` best (tools.py).
+
+        The paragraphs travel with each problem, so the data file is not read again.
+        """
+        if isinstance(retrieve_k, bool) or not isinstance(retrieve_k, int) or retrieve_k < 1:
+            raise ValueError(f"retrieve_k={retrieve_k!r}: must be a whole number >= 1")
+        return lambda problem, arguments: retrieve(problem, arguments["query"], retrieve_k)
 
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Official EM and F1, each maxed over the golds; correct ⇔ EM = 1.

@@ -4,7 +4,8 @@ Reads the official `strategyqa_train.json` format: one JSON array of records wit
 `question` and `answer` (bool) (plus `term`, `description`, `facts`, `decomposition` and sometimes
 `evidence`, which the prompts do not use: facts and decomposition would give the answer away).
 The tool is a scoped `search(query)` that returns evidence passages; calls are never executed
-during measurement, so the evidence corpus is not needed. The answer is parsed to yes/no
+during measurement. The optional resolution phase executes them on an index of the file's `facts`
+(a scoped stand-in for the web: see `tools.py`). The answer is parsed to yes/no
 (`scoring.parse_yes_no`) and compared with the boolean; anything else is ungradeable.
 """
 
@@ -21,6 +22,7 @@ from nudgeability.splice.tasks.base import (
 )
 from nudgeability.splice.tasks.reading import read_json_array, require
 from nudgeability.splice.tasks.scoring import labelled_answer, parse_yes_no
+from nudgeability.splice.tasks.tools import SearchIndex
 
 # ---- All of this task's prompt wording -----------------------------------------------------------
 _INTRO = "You answer yes/no questions that need several implicit reasoning steps."
@@ -93,6 +95,12 @@ class StrategyQATask(Task):
     def user_text(self, problem: Problem) -> str:
         """The question alone."""
         return USER.format(question=problem.question)
+
+    def tool_function(self, data_path: str | os.PathLike | None = None, *, retrieve_k: int = 1):
+        """`search`: the top 3 of the data file's `facts` by BM25 (tools.py); `retrieve_k` is
+        MuSiQue's and is not used. Raises `DataFileError` when the file has no `facts`."""
+        index = SearchIndex.from_file(self.default_data_path() if data_path is None else data_path)
+        return lambda problem, arguments: index.search(arguments["query"])
 
     def holds_answer(self, text: str) -> bool:
         """A labelled line whose span reads as yes/no (`Answer: yes`)."""

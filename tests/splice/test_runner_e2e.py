@@ -153,13 +153,20 @@ def test_record_fields_match_prompts_rendered_and_hashed_independently(qwen3_run
             len(r["generated_ids"]) == budget
             and r["generated_ids"][-1] not in family.stop_token_ids
         )
-        # NT is always graded; B / oracle_B only when they answer; arms never
+        # NT is always graded; the bases and the arms when they answer (SELF), by the task's scorer
         if code == "NT":
             assert r["grade"] is not None
-        elif code in ("B", "oracle_B"):
-            assert (r["grade"] is not None) == (r["action"]["kind"] == "SELF")
         else:
-            assert r["grade"] is None and r["boundary"] is None
+            assert (r["grade"] is not None) == (r["action"]["kind"] == "SELF")
+            if r["grade"] is not None:
+                expected = task.grade(problem, r["action"]["answer"])
+                assert r["grade"] == {
+                    "em": expected.em,
+                    "f1": expected.f1,
+                    "correct": expected.correct,
+                }
+        if code not in ("NT", "B", "oracle_B"):
+            assert r["boundary"] is None
         if code in ("B", "oracle_B") and r["boundary"] is None:
             assert r["action"]["kind"] in ("TRUNC", "OTHER")  # no think-close: no commitment read
 
