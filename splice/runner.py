@@ -244,7 +244,8 @@ def _assemble_resolutions(
                     )
                 found[key] = line
         ids = [prepared.problems[i].id for i in chunks[chunk]]
-        for key in canonical_keys(ids, prepared.conditions, config.seeds):
+        for *key, _ in canonical_keys(ids, prepared.conditions, config.seeds):
+            key = tuple(key)  # (problem, condition, seed): resolutions have no sample index
             if key in tool_keys:
                 if key not in found:
                     raise IncompleteRunError(
