@@ -1,4 +1,4 @@
-"""The `nudge` command line: run, merge, stats, report, bench.
+"""The `nudge` command line: run, merge, verify, stats, report, bench.
 
 Each subcommand lives with the code it drives and registers itself here through a
 `register(subparsers)` function that sets `func` on its parser. Errors the user can fix are
@@ -18,6 +18,7 @@ _SUBCOMMANDS = {
     "run": "nudgeability.splice.run_cli",
     "bench": "nudgeability.splice.bench_cli",
     "merge": "nudgeability.splice.run_cli",
+    "verify": "nudgeability.splice.verify_cli",
     "stats": "nudgeability.stats.cli",
     "report": "nudgeability.stats.cli",
 }

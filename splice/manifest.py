@@ -6,6 +6,11 @@ a sha256 of every input file (each checkpoint file, the GGUF of the embedded mod
 and the sentences file), the package versions and the git commit of the nudgeability checkout
 (null when it is not one). It carries no clock and no host name, so the same config on the same
 machine gives the same bytes, and shards of one run differ only in `config.shard`.
+
+A finished run's manifest is rewritten once more, last and atomically, with a `seal`: the sha256
+and line count of `records.jsonl` and the sha256 of every part file, so that `nudge verify` can
+prove the files are the ones the run wrote. A manifest without a seal is an unfinished run, or
+one made before sealing existed; the seal is neither identity nor provenance (it is a result).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems"
 # where the code came from: a difference is reported, not refused (a commit may change nothing)
 # ("threads": the torch CPU thread count, set by --threads)
 PROVENANCE_KEYS = ("versions", "git_commit", "threads")
+# what a finished run wrote: compared by `nudge verify`, never between two manifests
+SEAL_KEY = "seal"
 # where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
 # copied elsewhere, reuses the stored records when every hash is the same.
 LOCATION_KEYS = (
@@ -58,17 +65,19 @@ VERSIONED = (
 CACHED_HASH_MIN_BYTES = 64 << 20  # files this large have their hash remembered
 
 
-def sha256_file(path: str | Path, block: int = 1 << 23) -> str:
+def sha256_file(path: str | Path, block: int = 1 << 23, *, cached: bool = True) -> str:
     """Hex sha256 of a file's bytes, read in blocks (checkpoints can be many GB).
 
     The hash of a large file is remembered in the nudgeability cache, keyed by its real path,
     size and modification time, so that resuming or sharding a campaign over a multi-GB
     checkpoint does not re-read it each time. A changed file has a new key and is hashed again.
+    `cached=False` always reads the bytes (an audit must not trust a remembered hash).
     """
     path = Path(path)
     stat = path.stat()
     key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    cache = _hash_cache_file() if stat.st_size >= CACHED_HASH_MIN_BYTES else None
+    large = cached and stat.st_size >= CACHED_HASH_MIN_BYTES
+    cache = _hash_cache_file() if large else None
     known = _read_hash_cache(cache)
     if key in known:
         return known[key]
@@ -144,7 +153,7 @@ def compare_manifests(
     """
 
     def split(manifest: dict) -> tuple[dict, dict]:
-        identity = {k: v for k, v in manifest.items() if k not in PROVENANCE_KEYS}
+        identity = {k: v for k, v in manifest.items() if k not in PROVENANCE_KEYS and k != SEAL_KEY}
         provenance = {k: v for k, v in manifest.items() if k in PROVENANCE_KEYS}
         identity = copy.deepcopy(identity)
         for path in LOCATION_KEYS:
@@ -197,3 +206,22 @@ def build_manifest(
         "versions": package_versions(),
         "git_commit": git_commit(),
     }
+
+
+def seal_of(records: Path, parts: list[Path], resolutions: Path | None = None) -> dict:
+    """The `seal` of a finished run: sha256 and line count of its records file (and of its
+    resolutions file, when the run has one), sha256 of each part file (by name). Hashes are
+    always read from the bytes, never from the cache."""
+    seal = {
+        "records": _sealed_lines(records),
+        "parts": {part.name: sha256_file(part, cached=False) for part in sorted(parts)},
+    }
+    if resolutions is not None and resolutions.is_file():
+        seal["resolutions"] = _sealed_lines(resolutions)
+    return seal
+
+
+def _sealed_lines(path: Path) -> dict:
+    with open(path, "rb") as handle:
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 23), b""))
+    return {"sha256": sha256_file(path, cached=False), "lines": lines}

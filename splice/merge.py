@@ -6,9 +6,10 @@ The shards must be complete (each holds its records.jsonl), be exactly shards 1.
 have manifests equal in everything but `config.shard`. Chunk i of the drawn problems was computed
 by shard i % N + 1, batched as the unsharded run batches it, so concatenating the shards' records
 chunk by chunk gives the unsharded records byte for byte. The merged directory gets the manifest
-with `config.shard` null (the unsharded run's), the records (and, for runs made with `--resolve`,
-the resolutions, merged the same way), the shards' timings and their part files (hard-linked
-where possible), so it is also a finished, resumable unsharded run directory.
+with `config.shard` null (the unsharded run's) sealed with the hashes of the merged files and
+parts, the records (and, for runs made with `--resolve`, the resolutions, merged the same way),
+the shards' timings and their part files (hard-linked where possible), so it is also a finished,
+resumable unsharded run directory.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from nudgeability.models.atomic import atomic_directory, atomic_write_lines, remove_temporaries
 from nudgeability.splice.conditions import BASE_CODES
-from nudgeability.splice.manifest import compare_manifests
+from nudgeability.splice.manifest import SEAL_KEY, compare_manifests, seal_of
 from nudgeability.splice.plan import chunk_bounds
 from nudgeability.splice.signals import SIGNALS_DIR
 from nudgeability.splice.work_store import (
@@ -108,7 +109,6 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
                     stream.expect_end()
 
             atomic_write_lines(tmp / RESOLUTIONS, merged_resolutions())
-        atomic_write_lines(tmp / MANIFEST, [manifest_text(merged_manifest)])
         timings = []
         for k in sorted(by_shard):
             path = by_shard[k] / TIMINGS
@@ -120,12 +120,17 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
         _link_parts(
             [by_shard[k] / SIGNALS_DIR for k in sorted(by_shard)], tmp / SIGNALS_DIR, "*.npy"
         )
+        # the manifest last, sealed with the merged records and parts (as a finished run's is)
+        parts = sorted((tmp / PARTS).glob("*.jsonl"))
+        merged_manifest[SEAL_KEY] = seal_of(tmp / RECORDS, parts, tmp / RESOLUTIONS)
+        atomic_write_lines(tmp / MANIFEST, [manifest_text(merged_manifest)])
     return MergeResult(out, total, tally[0], tuple(provenance))
 
 
 def _without_shard(manifest: dict) -> dict:
     merged = copy.deepcopy(manifest)
     merged["config"]["shard"] = None
+    merged.pop(SEAL_KEY, None)  # each shard's seal covers its own files only
     return merged
 
 

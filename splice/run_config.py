@@ -15,7 +15,7 @@ to the same config, and `diff_configs` names every key that differs.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from nudgeability.models.smollm2 import ALIAS as DEFAULT_MODEL  # the embedded model
 
@@ -90,6 +90,20 @@ class RunConfig:
         if self.signals:
             del data["signals"]
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunConfig:
+        """The config of `to_dict`'s JSON form (a manifest's `config`); ConfigError naming a key
+        that is unknown or missing."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"config.{unknown[0]}: not a setting of this version of nudgeability")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"config: {exc}") from None
 
     def canonical_json(self) -> str:
         """Sorted-key JSON: equal configs give equal strings."""

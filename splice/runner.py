@@ -9,7 +9,8 @@ killed at any moment and started again finishes only the missing work. When ever
 shard is stored, `records.jsonl` is assembled from the parts in canonical order (problems, then
 conditions, then seeds) and written atomically. The same config gives the same bytes. With
 `--resolve` a last phase resolves every TOOL record (resolve.py) and `resolutions.jsonl` is
-assembled the same way, one line per TOOL record, in the records' order.
+assembled the same way, one line per TOOL record, in the records' order. Then the manifest is
+sealed with the hashes of these files and of the parts (last, atomically).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import torch
 from nudgeability.engine import Engine
 from nudgeability.models.families import TOOL
 from nudgeability.models.progress import progress_bar
-from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY, get_condition
+from nudgeability.splice.assemble import IncompleteRunError, assemble_records
+from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY
 from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,
@@ -45,10 +47,6 @@ from nudgeability.splice.signal_units import run_consistency_unit
 from nudgeability.splice.signals import SIGNALS_DIR
 from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.work_store import RESOLUTIONS, WorkStore
-
-
-class IncompleteRunError(ValueError):
-    """The parts of a run do not add up to its records (a bug or a tampered directory)."""
 
 
 @dataclass(frozen=True)
@@ -79,13 +77,7 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
                 "last bits from an uninterrupted run",
                 file=sys.stderr,
             )
-        engine = Engine(
-            prepared.loaded.model,
-            prepared.loaded.tokenizer,
-            max_batch_tokens=config.max_batch_tokens,
-            progress=progress,
-        )  # an inner bar per engine call: sequences done, prefill/decode tok/s
-        ctx = UnitContext(prepared, engine)
+        ctx = unit_context(prepared, progress=progress)
         computed = resumed = 0
         for phase in phases_of(prepared.conditions, config.resolve):
             units = units_of([phase], config.seeds, mine)
@@ -95,14 +87,26 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
                         resumed += 1
                         bar.done(unit, None)
                         continue
-                    counts = _compute(ctx, store, unit, list(chunks[unit.chunk]), prepared)
+                    counts = compute_unit(ctx, store, unit, list(chunks[unit.chunk]))
                     computed += 1
                     bar.done(unit, counts)
         tally, resolved = [0], [0]
-        path = store.write_records(_counted(_assemble(prepared, store, chunks, mine), tally))
+        ids = [problem.id for problem in prepared.problems]
+        lines = assemble_records(
+            ids,
+            prepared.conditions,
+            config.seeds,
+            chunks,
+            mine,
+            store.read_part,
+            store.parts,
+            config.consistency_samples,
+        )
+        path = store.write_records(_counted(lines, tally))
         if config.resolve:
             lines = _assemble_resolutions(prepared, store, chunks, mine)
             store.write_records(_counted(lines, resolved), RESOLUTIONS)
+        store.seal()
         return RunResult(path.parent, tally[0], computed, resumed, resolved[0])
 
 
@@ -131,9 +135,22 @@ def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]
     return False
 
 
-def _compute(
-    ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int], prepared: Prepared
-) -> UnitCounts:
+def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
+    """What every unit of the run needs, with an engine on the prepared model (also used by
+    `nudge verify` to replay units exactly as the run computed them)."""
+    engine = Engine(
+        prepared.loaded.model,
+        prepared.loaded.tokenizer,
+        max_batch_tokens=prepared.config.max_batch_tokens,
+        progress=progress,
+    )  # an inner bar per engine call: sequences done, prefill/decode tok/s
+    return UnitContext(prepared, engine)
+
+
+def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[int]) -> UnitCounts:
+    """Compute one unit into `store` (an arms or resolve unit reads the parts it builds on from
+    `store`)."""
+    prepared = ctx.prepared
     start = time.perf_counter()
     if unit.phase == RESOLVE_PHASE:
         stored = [p for p in phases_of(prepared.conditions) if p in ARM_BASES or p == ARMS_PHASE]
@@ -173,54 +190,6 @@ def _compute(
     )
     counts.seconds = seconds
     return counts
-
-
-def _assemble(
-    prepared: Prepared, store: WorkStore, chunks: list[range], mine: list[int]
-) -> Iterator[str]:
-    """The record lines of this shard in canonical order, chunk by chunk (never all in memory)."""
-    config = prepared.config
-    phases = phases_of(prepared.conditions)
-    bases = {c.code for c in prepared.conditions if c.kind in ("base", "samples")}
-    for chunk in mine:
-        found: dict[tuple[str, str, int], str] = {}
-        for unit in units_of(phases, config.seeds, [chunk]):
-            for line in store.read_part(unit):
-                record = json.loads(line)
-                key = (
-                    record["problem_id"],
-                    record["condition"],
-                    record["seed"],
-                    record.get("sample"),
-                )
-                if key in found:
-                    raise IncompleteRunError(f"{store.part_path(unit)}: record {key} appears twice")
-                found[key] = line
-        ids = [prepared.problems[i].id for i in chunks[chunk]]
-        closed: dict[tuple[str, str, int], bool] = {}  # (problem, base, seed) -> base closed
-        samples = config.consistency_samples
-        for key in canonical_keys(ids, prepared.conditions, config.seeds, samples):
-            line = found.pop(key, None)
-            problem_id, code, seed, _ = key
-            if line is not None:
-                if code in bases:
-                    closed[key[:3]] = json.loads(line)["boundary"] is not None
-                yield line
-            elif code in bases:  # every base has a record
-                raise IncompleteRunError(
-                    f"{store.parts}: no record for {key}; run the same command again: parts are "
-                    "checked on resume and a damaged one is recomputed"
-                )
-            elif closed.get((problem_id, get_condition(code).parent, seed), False):
-                # An arm is absent only when its base never closed; this one's base did.
-                unit = Unit(ARMS_PHASE, seed, chunk)
-                raise IncompleteRunError(
-                    f"{store.part_path(unit)}: unit {unit.name} has no record for arm {code} of "
-                    f"problem {problem_id} (seed {seed}), though its base closed its thinking; "
-                    "delete that part file and run again to recompute the unit"
-                )
-        if found:
-            raise IncompleteRunError(f"{store.parts}: unexpected records {sorted(found)[:3]}")
 
 
 def _assemble_resolutions(

@@ -6,6 +6,7 @@
     out/records.jsonl    assembled from the parts at the end, atomically
     out/resolutions.jsonl  with `--resolve`: one resolution per TOOL record, assembled likewise
     out/damaged/         part files found damaged on resume, set aside (their units recomputed)
+    out/manifest.json    rewritten last, atomically, with the seal (hashes of records and parts)
 
 Every file is written to a temporary name, fsynced and renamed into place (`models/atomic.py`),
 so a run killed at any moment leaves either a whole file or none: a resumed run skips the parts
@@ -24,7 +25,7 @@ from nudgeability.models.atomic import (
     atomic_write_lines,
     remove_temporaries,
 )
-from nudgeability.splice.manifest import compare_manifests
+from nudgeability.splice.manifest import SEAL_KEY, compare_manifests, seal_of
 from nudgeability.splice.plan import Unit
 from nudgeability.splice.run_config import ConfigChangedError
 
@@ -50,6 +51,11 @@ def split_lines(text: str) -> list[str]:
     U+2028, U+0085 and kin unescaped, which `str.splitlines` would wrongly split at."""
     lines = text.split("\n")
     return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def part_path(root: Path, unit: Unit) -> Path:
+    """Where a run directory stores a finished unit's records."""
+    return Path(root) / PARTS / f"{unit.name}.jsonl"
 
 
 def manifest_text(manifest: dict) -> str:
@@ -123,7 +129,7 @@ class WorkStore:
 
     # ----- parts ----------------------------------------------------------------------------------
     def part_path(self, unit: Unit) -> Path:
-        return self.parts / f"{unit.name}.jsonl"
+        return part_path(self.root, unit)
 
     def has(self, unit: Unit) -> bool:
         """Whether the unit finished (its part file exists, whole)."""
@@ -162,6 +168,16 @@ class WorkStore:
         path = self.root / name
         atomic_write_lines(path, lines)
         return path
+
+    def seal(self) -> None:
+        """Rewrite the manifest with the seal of records.jsonl and every part file, atomically.
+
+        Called last, when records.jsonl is written: the stored manifest (the one the run started
+        with, whatever code resumes it) is kept, and only its seal is replaced."""
+        manifest = read_manifest(self.root)
+        parts = sorted(self.parts.glob("*.jsonl"))
+        manifest[SEAL_KEY] = seal_of(self.root / RECORDS, parts, self.root / RESOLUTIONS)
+        atomic_write_lines(self.root / MANIFEST, [manifest_text(manifest)])
 
 
 def _create(out: Path, manifest: dict) -> None:

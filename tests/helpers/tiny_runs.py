@@ -106,6 +106,17 @@ def run_nudge(argv: list[str]) -> tuple[int, str]:
     return status, err.getvalue()
 
 
+def run_verify(*argv) -> tuple[int, list[str]]:
+    """Run `nudge verify ARGV` in this process: (exit status, the lines it printed to stdout)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status, _ = run_nudge(["verify", *argv])
+    return status, out.getvalue().splitlines()
+
+
 def manifest_without_commit(out: Path) -> dict:
     """A run's manifest minus `git_commit`: the checkout these tests run in may gain a commit
     between two runs of one test, which changes nothing else."""

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from helpers.tiny_runs import manifest_without_commit, read_records, run_nudge
+from helpers.tiny_runs import manifest_without_commit, read_records, run_nudge, run_verify
 
 N_CHUNKS = 4
 
@@ -111,3 +111,6 @@ def test_sigkill_at_four_points_then_resume_equals_an_uninterrupted_run(tiny_che
     assert len(units) == len(set(units)) and set(units) <= expected
     assert len(units) >= len(expected) - len(kill_points)
     assert not [p for p in out.rglob(".tmp-*")]
+    # the killed and resumed run passes every audit check, each of its units replayed
+    status, lines = run_verify(out, "--all")
+    assert status == 0 and lines[-1] == "verdict: PASS", lines

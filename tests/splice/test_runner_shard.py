@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from helpers.tiny_runs import manifest_without_commit, read_records, run_nudge
+from helpers.tiny_runs import manifest_without_commit, read_records, run_nudge, run_verify
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +55,9 @@ def test_merged_shards_equal_the_unsharded_run(runs):
         root / "whole" / "records.jsonl"
     ).read_bytes()
     assert manifest_without_commit(root / "merged") == manifest_without_commit(root / "whole")
+    # the merged directory is sealed with its own records and parts, as the whole run's is
+    status, lines = run_verify(root / "merged", "--sample", 0)
+    assert status == 0 and lines[2].startswith("integrity: ok"), lines
     # the merged directory is a finished unsharded run: running it again computes nothing
     status, err = run_nudge([*common, "--out", root / "merged"])
     assert status == 0 and "(0 units computed" in err, err
@@ -94,3 +97,12 @@ def test_merge_refuses_missing_repeated_incomplete_or_mismatched_shards(runs, tm
         "config.max_new_tokens: shard 1/2 has 16, shard 2/2 has 99" in err
         and str(other / "manifest.json") in err
     )
+
+
+def test_a_shard_verifies_against_its_own_plan(runs):
+    _, root, _ = runs
+    status, lines = run_verify(root / "s2", "--all")
+    assert status == 0, lines
+    parts = sorted(p.stem for p in (root / "s2" / "parts").glob("*.jsonl"))
+    assert all(name.endswith("c00001") for name in parts)  # chunk 1 of 0, 1, 2
+    assert sorted(lines[3].rsplit(": ", 1)[1].split(", ")) == parts
