@@ -159,7 +159,7 @@ def prepare(requested: RunConfig, loaded: LoadedModel | None = None) -> Prepared
         max_batch_tokens=requested.max_batch_tokens,
         shard=requested.shard,
         consistency_samples=requested.consistency_samples,
-        signals=requested.signals,
+        signals=requested.signals or requested.consistency_samples > 0,
         resolve=requested.resolve,
         retrieve_k=requested.retrieve_k,
     )

@@ -104,10 +104,10 @@ def register(subparsers) -> None:
         "(default: 0, none)",
     )
     run.add_argument(
-        "--no-signals",
-        dest="signals",
-        action="store_false",
-        help="do not store B's token uncertainty and hidden state at the cut",
+        "--signals",
+        action="store_true",
+        help="store B's token uncertainty and hidden state at the cut (on with "
+        "--consistency-samples)",
     )
     run.add_argument(
         "--resolve",

@@ -66,7 +66,9 @@ class RunConfig:
     max_batch_tokens: int | None = None  # the engine's KV budget per batch; None: one per unit
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
-    signals: bool = True  # B's token uncertainty and hidden state at the cut (splice/signals.py)
+    # B's token uncertainty and hidden state at the cut (splice/signals.py); on with --signals,
+    # and with --consistency-samples (a grounded-nudge run)
+    signals: bool = False
     resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)
     retrieve_k: int = 1  # paragraphs MuSiQue's `retrieve` returns in the resolution phase
 
@@ -83,11 +85,10 @@ class RunConfig:
                 data[key] = list(value)
         if not self.resolve:
             del data["resolve"], data["retrieve_k"]
-        # Likewise the signals at their defaults (no consistency samples, signals on): a run of an
-        # earlier version (which had none) resumes, its later units gaining the B signals.
+        # Likewise the signals at their defaults (none), as earlier versions wrote.
         if not self.consistency_samples:
             del data["consistency_samples"]
-        if self.signals:
+        if not self.signals:
             del data["signals"]
         return data
 
