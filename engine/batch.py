@@ -49,6 +49,8 @@ class Batch:
                 )
                 if return_logits:
                     seq.logits = []
+                if params.token_stats:
+                    seq.logprobs, seq.entropies = [], []
                 self.seqs.append(seq)
         self.layout = ArmLayout(
             [len(p) for p in self.prefixes],
@@ -72,6 +74,8 @@ class Batch:
         self._chosen: torch.Tensor | None = None  # the last step's tokens, on the device
         self._chosen_rows: list[int] = []
         self._sampled_key: tuple[int, ...] | None = None
+        self._stats_key: tuple[int, ...] | None = None
+        self._stats: torch.Tensor | None = None
         self._sampled: torch.Tensor | None = None
 
     @property
@@ -135,6 +139,30 @@ class Batch:
         row_t = self.layout.fold(rows).rows
         uniforms = self.uniforms[row_t, self.step_index]
         return self.temperature[row_t], self.top_p[row_t], uniforms, self._sampled
+
+    def uncertainty_rows(self, rows: list[int]) -> torch.Tensor | None:
+        """Positions among `rows` of the rows that asked for token_stats, or None when none did
+        (decided on the host and cached, like sampling_inputs)."""
+        key = tuple(rows)
+        if key != self._stats_key:
+            asked = [i for i, r in enumerate(rows) if self.seqs[r].logprobs is not None]
+            index = torch.tensor(asked, device=self.device) if asked else None
+            self._stats_key, self._stats = key, index
+        return self._stats
+
+    def record_uncertainty(self, rows: list[int], logprobs: list[float], entropies: list[float]):
+        """Append the log-probability and entropy of each asking row's new token (host values, in
+        the order of uncertainty_rows)."""
+        asked = [r for r in rows if self.seqs[r].logprobs is not None]
+        for row, logprob, entropy in zip(asked, logprobs, entropies):
+            self.seqs[row].logprobs.append(logprob)
+            self.seqs[row].entropies.append(entropy)
+
+    def keep_hidden(self, rows: list[int], hidden: torch.Tensor) -> None:
+        """Store the hidden state [hidden] of each row that asked for it (float16, CPU)."""
+        for i, row in enumerate(rows):
+            if self.seqs[row].params.return_hidden:
+                self.seqs[row].hidden = hidden[i].to(torch.float16).cpu()
 
     def postprocess(
         self, rows: list[int], chosen: torch.Tensor, tokens: list[int], logits: torch.Tensor

@@ -22,7 +22,7 @@ from nudgeability.engine.batch import Batch
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.fork_cache import ForkCache
 from nudgeability.engine.model_runner import ModelRunner
-from nudgeability.engine.sampler import sample
+from nudgeability.engine.sampler import sample, token_uncertainty
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import GroupShape, plan_batches
 from nudgeability.engine.sequence import Completion, ForkRequest
@@ -191,6 +191,7 @@ class Engine:
         ids, positions, cache.ctx = batch.suffix_inputs()
         hidden = self.runner.forward(cache, ids, positions)
         last = hidden[0].index_select(0, batch.last_hidden_index())
+        batch.keep_hidden(batch.active, last)
         self._sample_and_record(batch, batch.active, last)
         self.stats.suffix_tokens += ids.numel()
         self.stats.forward_calls += 1
@@ -229,7 +230,16 @@ class Engine:
         chosen = logits.argmax(dim=-1) if inputs is None else sample(logits, *inputs)
         # The step's one host read. Anything else computed per token on the device must join
         # this transfer rather than add its own.
-        batch.postprocess(rows, chosen, chosen.tolist(), logits)
+        asked = batch.uncertainty_rows(rows)
+        if asked is None:
+            tokens = chosen.tolist()
+        else:  # SamplingParams.token_stats: the summaries travel with the tokens
+            logprob, entropy = token_uncertainty(logits[asked], chosen[asked])
+            packed = torch.cat([chosen.double(), logprob.double(), entropy.double()]).tolist()
+            n, k = len(rows), len(asked)
+            tokens = [int(t) for t in packed[:n]]
+            batch.record_uncertainty(rows, packed[n : n + k], packed[n + k :])
+        batch.postprocess(rows, chosen, tokens, logits)
 
     # --- validation ---------------------------------------------------------------------------
     def _per_item(self, params, count: int, what: str) -> list[SamplingParams]:

@@ -61,3 +61,18 @@ def sample(
     pick = (cdf <= target).sum(dim=-1).clamp_max(kept.shape[-1] - 1)
     choice[idx] = pick
     return choice
+
+
+def token_uncertainty(
+    logits: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probability of each row's chosen token, entropy of the row's distribution), in nats,
+    under softmax(logits) at temperature 1 over the whole vocabulary; float32 [n] each.
+
+    One log-softmax per row and step: the cost of a campaign's uncertainty signal, instead of
+    keeping `[tokens, vocab]` logits.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logp.gather(1, tokens[:, None]).squeeze(1)
+    entropy = -(logp.exp() * logp).sum(dim=-1)
+    return chosen, entropy

@@ -18,6 +18,11 @@ class SamplingParams:
     Generation stops at EOS, at any of `stop_token_ids`, when the decoded text gains one of
     `stop_strings`, or after `max_new_tokens`. `ignore_eos` keeps going past EOS (benchmarks use it
     to generate a fixed number of tokens).
+    `token_stats` returns, per new token, its log-probability and the entropy (nats) of the
+    model's own next-token distribution (softmax of the logits at temperature 1, whole
+    vocabulary), whatever the decoding; `return_hidden` returns the final-layer hidden state that
+    chose the first new token, i.e. at the prompt's last position (float16). Both are small
+    summaries: no `[tokens, vocab]` tensor is kept.
     """
 
     max_new_tokens: int = 256
@@ -27,6 +32,8 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
     ignore_eos: bool = False
+    token_stats: bool = False
+    return_hidden: bool = False
 
     def __post_init__(self):
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:

@@ -41,6 +41,10 @@ class Completion:
     shared_prefill_tokens: int
     decode_tokens: int
     logits: torch.Tensor | None = None  # [len(token_ids), vocab] fp32, when asked for
+    # SamplingParams.token_stats: per new token, its log-probability and the entropy (nats)
+    logprobs: list[float] | None = None
+    entropies: list[float] | None = None
+    hidden: torch.Tensor | None = None  # SamplingParams.return_hidden: [hidden] float16, CPU
 
 
 @dataclass
@@ -56,6 +60,9 @@ class Sequence:
     finish_reason: str | None = None
     stop: int | str | None = None
     logits: list[torch.Tensor] | None = None
+    logprobs: list[float] | None = None
+    entropies: list[float] | None = None
+    hidden: torch.Tensor | None = None
 
     @property
     def finished(self) -> bool:
@@ -70,4 +77,7 @@ class Sequence:
             shared_prefill_tokens=self.shared_prefill,
             decode_tokens=max(len(self.token_ids) - 1, 0),
             logits=torch.stack(self.logits) if self.logits is not None else None,
+            logprobs=None if self.logprobs is None else list(self.logprobs),
+            entropies=None if self.entropies is None else list(self.entropies),
+            hidden=self.hidden,
         )

@@ -27,6 +27,7 @@ def assemble_records(
     mine: Sequence[int],
     read_part: Callable[[Unit], list[str]],
     parts_dir: Path,
+    samples: int = 0,
 ) -> Iterator[str]:
     """The record lines of the chunks `mine`, chunk by chunk (never all in memory).
 
@@ -35,13 +36,18 @@ def assemble_records(
     Raises `IncompleteRunError` naming `parts_dir` and the key when parts are missing or doubled.
     """
     phases = phases_of(conditions)
-    bases = {condition.code for condition in conditions if condition.kind == "base"}
+    bases = {c.code for c in conditions if c.kind in ("base", "samples")}
     for chunk in mine:
         found: dict[tuple[str, str, int], str] = {}
         for unit in units_of(phases, seeds, [chunk]):
             for line in read_part(unit):
                 record = json.loads(line)
-                key = (record["problem_id"], record["condition"], record["seed"])
+                key = (
+                    record["problem_id"],
+                    record["condition"],
+                    record["seed"],
+                    record.get("sample"),  # the self-consistency samples' index, else None
+                )
                 if key in found:
                     raise IncompleteRunError(
                         f"{parts_dir / (unit.name + '.jsonl')}: record {key} appears twice"
@@ -49,12 +55,12 @@ def assemble_records(
                 found[key] = line
         ids = [problem_ids[i] for i in chunks[chunk]]
         closed: dict[tuple[str, str, int], bool] = {}  # (problem, base, seed) -> base closed
-        for key in canonical_keys(ids, conditions, seeds):
+        for key in canonical_keys(ids, conditions, seeds, samples):
             line = found.pop(key, None)
-            problem_id, code, seed = key
+            problem_id, code, seed, _ = key
             if line is not None:
                 if code in bases:
-                    closed[key] = json.loads(line)["boundary"] is not None
+                    closed[key[:3]] = json.loads(line)["boundary"] is not None
                 yield line
             elif code in bases:  # every base has a record
                 raise IncompleteRunError(

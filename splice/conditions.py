@@ -43,7 +43,9 @@ class UnknownConditionError(ValueError):
 class Condition:
     """One run of a problem.
 
-    kind: "base" (NT, B, oracle_B: generated from the prompt) or "arm" (forked from `parent`).
+    kind: "base" (NT, B, oracle_B: generated from the prompt), "arm" (forked from `parent`) or
+        "samples" (`consistency`: K unaided samples per problem for the self-consistency signal,
+        run when `--consistency-samples K` asks for them, never the competence label).
     polarity: "+" confidence, "-" doubt, "0" neutral, None for bases and the empty splice.
     voice: who the sentence speaks as ("first", "second", "reviewer", "expert"), None if no voice.
     sealed: the think-close marker follows the sentence at once.
@@ -201,11 +203,23 @@ CONDITIONS: tuple[Condition, ...] = (
         label="oracle −",
     ),
 )
+CONSISTENCY = "consistency"
+# Not in CONDITIONS: it is not a run the conditions list selects but part of the uncertainty
+# signals (splice/signals.py), added by `--consistency-samples K`.
+CONSISTENCY_CONDITION = Condition(
+    CONSISTENCY,
+    "K unaided samples at temperature 1.0, top-p 0.95: the self-consistency signal",
+    "samples",
+    label="SC",
+)
 CONDITION_CODES: tuple[str, ...] = tuple(condition.code for condition in CONDITIONS)
 BASE_CODES: tuple[str, ...] = tuple(c.code for c in CONDITIONS if c.kind == "base")
 ARM_BASES: tuple[str, ...] = tuple(
     code for code in BASE_CODES if any(c.parent == code for c in CONDITIONS)
 )  # the bases arms fork from ("B", "oracle_B"), in canonical order
+# What generates from a prompt, in order of work: the bases, with the consistency samples right
+# after NT (they use NT's unaided prompt).
+PROMPT_PHASES: tuple[str, ...] = (BASE_CODES[0], CONSISTENCY, *BASE_CODES[1:])
 
 
 def _report_order() -> tuple[str, ...]:

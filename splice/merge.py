@@ -26,6 +26,7 @@ from nudgeability.models.atomic import atomic_directory, atomic_write_lines, rem
 from nudgeability.splice.conditions import BASE_CODES
 from nudgeability.splice.manifest import SEAL_KEY, compare_manifests, seal_of
 from nudgeability.splice.plan import chunk_bounds
+from nudgeability.splice.signals import SIGNALS_DIR
 from nudgeability.splice.work_store import (
     MANIFEST,
     PARTS,
@@ -115,6 +116,10 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
                 timings.extend(split_lines(path.read_text(encoding="utf-8")))
         atomic_write_lines(tmp / TIMINGS, timings)
         _link_parts([by_shard[k] / PARTS for k in sorted(by_shard)], tmp / PARTS)
+        # the hidden states the B records point at (signals/<unit>.npy; unit names are unique)
+        _link_parts(
+            [by_shard[k] / SIGNALS_DIR for k in sorted(by_shard)], tmp / SIGNALS_DIR, "*.npy"
+        )
         # the manifest last, sealed with the merged records and parts (as a finished run's is)
         parts = sorted((tmp / PARTS).glob("*.jsonl"))
         merged_manifest[SEAL_KEY] = seal_of(tmp / RECORDS, parts, tmp / RESOLUTIONS)
@@ -210,12 +215,12 @@ class _Lines:
             )
 
 
-def _link_parts(sources: list[Path], target: Path) -> None:
+def _link_parts(sources: list[Path], target: Path, pattern: str = "*.jsonl") -> None:
     target.mkdir()
     for source in sources:
         if not source.is_dir():
             continue
-        for part in sorted(source.glob("*.jsonl")):
+        for part in sorted(source.glob(pattern)):
             try:
                 os.link(part, target / part.name)
             except OSError:

@@ -6,6 +6,7 @@ error, a copy cut short or a hand edit can. A part is sound when it is UTF-8, en
 (problem, condition, seed) keys:
 
 - a base unit (NT, B, oracle_B): one record per problem of its chunk;
+- the self-consistency unit: K records per problem, keyed with their `sample` 0..K-1;
 - the arms unit: one record per arm of each problem whose base closed its thinking (its base
   record's `boundary` is not null), which is read from the base parts, checked before.
 
@@ -18,11 +19,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from nudgeability.splice.conditions import Condition
+from nudgeability.splice.conditions import CONSISTENCY, Condition
 from nudgeability.splice.plan import ARMS_PHASE, Unit
 from nudgeability.splice.work_store import split_lines
 
-Key = tuple[str, str, int]
+Key = tuple  # (problem, condition, seed), and the sample index for a self-consistency record
 
 
 def expected_keys(
@@ -30,9 +31,14 @@ def expected_keys(
     problem_ids: Sequence[str],
     conditions: Sequence[Condition],
     base_records: dict[str, dict[str, dict]],
+    samples: int = 0,
 ) -> set[Key]:
     """The (problem, condition, seed) keys `unit` must hold; `base_records` maps each base with
-    arms to {problem id: its record} for the same seed and chunk (unused for a base unit)."""
+    arms to {problem id: its record} for the same seed and chunk (unused for a base unit). The
+    self-consistency unit holds `samples` records per problem, keyed (problem, condition, seed,
+    sample)."""
+    if unit.phase == CONSISTENCY:
+        return {(pid, unit.phase, unit.seed, k) for pid in problem_ids for k in range(samples)}
     if unit.phase != ARMS_PHASE:
         return {(pid, unit.phase, unit.seed) for pid in problem_ids}
     keys = set()
@@ -70,7 +76,11 @@ def part_problem(path: Path, expected: set[Key]) -> str | None:
     records, problem = read_records(path)
     if problem is not None:
         return problem
-    found = [(r["problem_id"], r["condition"], r["seed"]) for r in records]
+    found = [
+        (r["problem_id"], r["condition"], r["seed"])
+        + (() if r.get("sample") is None else (r["sample"],))
+        for r in records
+    ]
     if len(set(found)) != len(found):
         return "a record appears twice"
     missing, extra = expected - set(found), set(found) - expected

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from nudgeability.splice.conditions import BASE_CODES, Condition
+from nudgeability.splice.conditions import PROMPT_PHASES, Condition
 
-BASE_PHASES = BASE_CODES
+BASE_PHASES = PROMPT_PHASES  # NT, consistency (the K unaided samples), B, oracle_B
 ARMS_PHASE = "arms"
 RESOLVE_PHASE = "resolve"
 
@@ -69,10 +69,18 @@ def units_of(phases: Sequence[str], seeds: Sequence[int], chunks: Sequence[int])
 
 
 def canonical_keys(
-    problem_ids: Sequence[str], conditions: Sequence[Condition], seeds: Sequence[int]
-) -> Iterator[tuple[str, str, int]]:
-    """(problem_id, condition, seed) in record-file order: problems, then conditions, then seeds."""
+    problem_ids: Sequence[str],
+    conditions: Sequence[Condition],
+    seeds: Sequence[int],
+    samples: int = 0,
+) -> Iterator[tuple[str, str, int, int | None]]:
+    """(problem_id, condition, seed, sample) in record-file order: problems, then conditions,
+    then seeds, then the samples 0..samples-1 of a "samples" condition (None for the others)."""
     for problem_id in problem_ids:
         for condition in conditions:
             for seed in seeds:
-                yield problem_id, condition.code, seed
+                if condition.kind == "samples":
+                    for k in range(samples):
+                        yield problem_id, condition.code, seed, k
+                else:
+                    yield problem_id, condition.code, seed, None

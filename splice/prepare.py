@@ -28,6 +28,7 @@ from nudgeability.splice.backend_setup import (
     remote_manifest,
 )
 from nudgeability.splice.conditions import (
+    CONSISTENCY_CONDITION,
     NO_TOOL_BASE,
     ORACLE_BASE,
     Condition,
@@ -98,6 +99,10 @@ def prepare(
         raise ConfigError("--max-new-tokens: budgets must be >= 1")
     if requested.chunk_size < 1:
         raise ConfigError(f"--chunk-size {requested.chunk_size}: must be >= 1")
+    if requested.consistency_samples < 0:
+        raise ConfigError(
+            f"--consistency-samples {requested.consistency_samples}: must be >= 0 (0: none)"
+        )
     if requested.max_batch_tokens is not None and requested.max_batch_tokens < 1:
         raise ConfigError(f"--max-batch-tokens {requested.max_batch_tokens}: must be >= 1")
     if requested.dtype not in DTYPES:
@@ -186,9 +191,13 @@ def prepare(
         chunk_size=requested.chunk_size,
         max_batch_tokens=requested.max_batch_tokens,
         shard=requested.shard,
+        consistency_samples=requested.consistency_samples,
+        signals=requested.signals or requested.consistency_samples > 0,
         resolve=requested.resolve,
         retrieve_k=requested.retrieve_k,
     )
+    if requested.consistency_samples:  # the samples run right after NT (plan.BASE_PHASES)
+        conditions = [conditions[0], CONSISTENCY_CONDITION, *conditions[1:]]
     manifest = build_manifest(config, [p.id for p in problems], source, sentences.sha256)
     if backend is not None:
         manifest = remote_manifest(manifest, backend, tokenizer)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from nudgeability.models.families.action import ACTION_KINDS, Action
 
 ActionRecord = Action
+OPTIONAL_FIELDS = ("sample", "signals")  # written only when set
 __all__ = ["ACTION_KINDS", "Action", "ActionRecord", "GradeRecord", "Record"]
 
 
@@ -53,12 +54,23 @@ class Record:
     # how faithfully the backend continued the prompt (nudgeability.backends.names):
     # written only when it is not token-exact, so the records of a local run keep their bytes
     continuation: str = "token"
+    # The self-consistency samples (condition `consistency`): which of the K samples, 0..K-1.
+    sample: int | None = None
+    # The uncertainty signals (splice/signals.py): on B, its token uncertainty up to the cut and
+    # the reference of its hidden state; on a consistency sample, its answer key. None elsewhere.
+    signals: dict | None = None
 
     def to_json(self) -> str:
-        """One line of JSON with sorted keys: the byte-exact form written to records.jsonl."""
+        """One line of JSON with sorted keys: the byte-exact form written to records.jsonl.
+
+        `continuation` is left out when token-exact, and `sample` and `signals` when None, so
+        the records of local runs without signals keep the bytes they always had."""
         data = asdict(self)
         if data["continuation"] == "token":
             del data["continuation"]
+        for key in OPTIONAL_FIELDS:
+            if data[key] is None:
+                del data[key]
         return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
     @staticmethod

@@ -97,6 +97,20 @@ def register(subparsers) -> None:
         f"(default: {DEFAULT_CHUNK_SIZE})",
     )
     run.add_argument(
+        "--consistency-samples",
+        type=int,
+        default=0,
+        metavar="K",
+        help="K unaided samples per problem at T=1.0, top-p 0.95 for the self-consistency signal "
+        "(default: 0, none)",
+    )
+    run.add_argument(
+        "--signals",
+        action="store_true",
+        help="store B's token uncertainty and hidden state at the cut (on with "
+        "--consistency-samples)",
+    )
+    run.add_argument(
         "--resolve",
         action="store_true",
         help="then execute every TOOL record's call on the task's offline tools, let the model "
@@ -237,6 +251,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         max_batch_tokens=args.max_batch_tokens,
         chunk_size=args.chunk_size,
         shard=None if args.shard is None else parse_shard(args.shard),
+        consistency_samples=args.consistency_samples,
+        signals=args.signals,
         resolve=args.resolve,
         retrieve_k=parse_retrieve_k(args.retrieve_k, args.resolve),
     )

@@ -65,14 +65,19 @@ class RunConfig:
     chunk_size: int = DEFAULT_CHUNK_SIZE  # problems per unit of work (and per base batch)
     max_batch_tokens: int | None = None  # the engine's KV budget per batch; None: one per unit
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
+    consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
+    # B's token uncertainty and hidden state at the cut (splice/signals.py); on with --signals,
+    # and with --consistency-samples (a grounded-nudge run)
+    signals: bool = False
     resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)
     retrieve_k: int = 1  # paragraphs MuSiQue's `retrieve` returns in the resolution phase
 
     def to_dict(self) -> dict:
         """The config as plain JSON values (tuples become lists).
 
-        A run without the resolution phase leaves out `resolve` and `retrieve_k`, so its manifest
-        is the one earlier versions wrote, and their runs still resume.
+        A run without the resolution phase leaves out `resolve` and `retrieve_k`, and one with the
+        default signals `consistency_samples` and `signals`, so its manifest is the one earlier
+        versions wrote, and their runs still resume.
         """
         data = asdict(self)
         for key, value in data.items():
@@ -80,6 +85,11 @@ class RunConfig:
                 data[key] = list(value)
         if not self.resolve:
             del data["resolve"], data["retrieve_k"]
+        # Likewise the signals at their defaults (none), as earlier versions wrote.
+        if not self.consistency_samples:
+            del data["consistency_samples"]
+        if not self.signals:
+            del data["signals"]
         return data
 
     @classmethod

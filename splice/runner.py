@@ -30,7 +30,7 @@ from nudgeability.engine import Engine
 from nudgeability.models.families import TOOL
 from nudgeability.models.progress import progress_bar
 from nudgeability.splice.assemble import IncompleteRunError, assemble_records
-from nudgeability.splice.conditions import ARM_BASES
+from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY
 from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,
@@ -44,6 +44,8 @@ from nudgeability.splice.plan import (
 )
 from nudgeability.splice.prepare import Prepared
 from nudgeability.splice.resolve import run_resolve_unit
+from nudgeability.splice.signal_units import run_consistency_unit
+from nudgeability.splice.signals import SIGNALS_DIR
 from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.work_store import RESOLUTIONS, WorkStore
 
@@ -92,7 +94,14 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
         tally, resolved = [0], [0]
         ids = [problem.id for problem in prepared.problems]
         lines = assemble_records(
-            ids, prepared.conditions, config.seeds, chunks, mine, store.read_part, store.parts
+            ids,
+            prepared.conditions,
+            config.seeds,
+            chunks,
+            mine,
+            store.read_part,
+            store.parts,
+            config.consistency_samples,
         )
         path = store.write_records(_counted(lines, tally))
         if config.resolve:
@@ -113,7 +122,8 @@ def _sound(prepared: Prepared, store: WorkStore, unit: Unit, chunks: list[range]
     if unit.phase == RESOLVE_PHASE:  # one resolution per TOOL record of the chunk's parts
         expected = _tool_keys(prepared, store, unit.seed, unit.chunk)
     else:
-        expected = expected_keys(unit, ids, prepared.conditions, bases)
+        samples = prepared.config.consistency_samples
+        expected = expected_keys(unit, ids, prepared.conditions, bases, samples)
     problem = part_problem(store.part_path(unit), expected)
     if problem is None:
         return True
@@ -159,8 +169,13 @@ def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit, indices: list[i
             if ctx.arms_of[base]
         }
         records, counts = run_arms_unit(ctx, unit.seed, indices, base_lines)
+    elif unit.phase == CONSISTENCY:
+        records, counts = run_consistency_unit(ctx, unit.phase, unit.seed, indices)
     else:
-        records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices)
+        # the hidden states' side file is written before the part: a stored part has its states
+        signals = (store.root / SIGNALS_DIR / f"{unit.name}.npy", unit.name)
+        wanted = signals if ctx.prepared.config.signals else None
+        records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices, wanted)
     seconds = time.perf_counter() - start
     counts.retries = ctx.backend.retries - retries_before
     store.write_part(unit, [record.to_json() for record in records])
@@ -207,7 +222,8 @@ def _assemble_resolutions(
                     )
                 found[key] = line
         ids = [prepared.problems[i].id for i in chunks[chunk]]
-        for key in canonical_keys(ids, prepared.conditions, config.seeds):
+        for *key, _ in canonical_keys(ids, prepared.conditions, config.seeds):
+            key = tuple(key)  # (problem, condition, seed): resolutions have no sample index
             if key in tool_keys:
                 if key not in found:
                     raise IncompleteRunError(

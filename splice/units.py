@@ -19,14 +19,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nudgeability.backends.base import Backend, continuation_of
 from nudgeability.engine import Completion, ForkRequest, SamplingParams
 from nudgeability.models.families import SELF
-from nudgeability.splice.conditions import ARM_BASES, NO_TOOL_BASE, Condition
+from nudgeability.splice.conditions import ARM_BASES, NO_TOOL_BASE, TOOL_BASE, Condition
 from nudgeability.splice.prepare import Prepared
 from nudgeability.splice.prompts import declared_tools, prompt_sha256
 from nudgeability.splice.records import Record
+from nudgeability.splice.signals import with_b_signals
 from nudgeability.splice.tasks import Problem
 
 
@@ -67,9 +69,12 @@ class UnitContext:
             for base in ARM_BASES
         }
 
-    def params(self, seed: int, problem_id: str, code: str, budget: int) -> SamplingParams:
+    def params(
+        self, seed: int, problem_id: str, code: str, budget: int, *, token_stats: bool = False
+    ) -> SamplingParams:
         """Sampling settings of one sequence; its random stream is keyed by (seed, problem, condition)."""
         return SamplingParams(
+            token_stats=token_stats,
             max_new_tokens=budget,
             temperature=self.prepared.config.temperature,
             top_p=self.prepared.config.top_p,
@@ -80,12 +85,22 @@ class UnitContext:
 
 
 def run_base_unit(
-    ctx: UnitContext, base: str, seed: int, indices: Sequence[int]
+    ctx: UnitContext,
+    base: str,
+    seed: int,
+    indices: Sequence[int],
+    signals_file: tuple[Path, str] | None = None,
 ) -> tuple[list[Record], UnitCounts]:
-    """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each."""
+    """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each.
+
+    With `signals_file` = (path, unit name) and base B, the records carry B's uncertainty signals
+    and the hidden states at the cut go to `path` (splice/signals.py).
+    """
+    with_signals = signals_file is not None and base == TOOL_BASE
     prompts = [list(ctx.prepared.prompts[i].for_base(base)) for i in indices]
+    budget = ctx.prepared.config.max_new_tokens
     params = [
-        ctx.params(seed, ctx.prepared.problems[i].id, base, ctx.prepared.config.max_new_tokens)
+        ctx.params(seed, ctx.prepared.problems[i].id, base, budget, token_stats=with_signals)
         for i in indices
     ]
     outs = ctx.backend.generate(prompts, params)
@@ -93,6 +108,8 @@ def run_base_unit(
     for i, prompt, out in zip(indices, prompts, outs):
         counts.add(out, shared=False)
         records.append(base_record(ctx, ctx.prepared.problems[i], base, seed, prompt, out))
+    if with_signals:
+        records = with_b_signals(ctx.engine, records, prompts, outs, *signals_file)
     return records, counts
 
 

@@ -188,7 +188,8 @@ def _expected_keys(run: StoredRun, boundaries: dict[Key, int | None]) -> Iterato
     parents = {c.code: c.parent for c in run.conditions if c.kind == "arm"}
     for chunk in run.mine:
         ids = [run.problem_ids[i] for i in run.chunks[chunk]]
-        for key in canonical_keys(ids, run.conditions, run.seeds):
+        for *key, _ in canonical_keys(ids, run.conditions, run.seeds):
+            key = tuple(key)  # (problem, condition, seed): the runs verify checks carry no samples
             parent = parents.get(key[1])
             if parent is None or boundaries.get((key[0], parent, key[2])) is not None:
                 yield key

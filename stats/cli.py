@@ -8,6 +8,8 @@ nudge stats RUN_DIR... [--label RUN_DIR=NAME]... [--out DIR] [--n-boot N] [--see
     settings are refused unless labelled apart. --min-s / --min-l are the profile thresholds
     (profiles.py; defaults 10 and 5 pp). Runs made with `nudge run --resolve` add their
     delegation value (delegation_cli.py) to stats.json and delegation_value.md/csv/tex.
+    When the runs stored uncertainty signals, also
+    DIR/grounding.json, grounding.md, grounding.csv (grounding_report.py; --folds).
 nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S]
     draws the figures (figures.py) as PNG and PDF, from stats.json files (a directory holding
     one, or the file itself) or straight from run directories.
@@ -153,6 +155,27 @@ def _is_stats(path: Path) -> bool:
     )
 
 
+def ground_run_dirs(
+    run_dirs: Sequence[str | Path],
+    n_boot: int = 20000,
+    seed: int = 0,
+    folds: int = 5,
+    labels: Mapping[str | Path, str] | None = None,
+) -> list:
+    """Grounded-nudge summaries (grounding_summary.ground) of the experiments that stored signals."""
+    from .grounding_summary import ground
+    from .signal_records import load_signals
+
+    out = []
+    for table in load_experiments(run_dirs, labels):
+        rows = list(zip(table.problem_ids, table.seed.tolist()))
+        data = load_signals(run_dirs, table.label.key, rows, labels)
+        result = ground(table, data, folds=folds, n_boot=n_boot, seed=seed)
+        if result is not None:
+            out.append(result)
+    return out
+
+
 def _labels(pairs: Sequence[str]) -> dict[str, str]:
     labels = {}
     for pair in pairs:
@@ -164,6 +187,8 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
+    from .grounding_report import write_grounding
+
     summaries = summarize_run_dirs(
         args.run_dirs,
         n_boot=args.n_boot,
@@ -176,16 +201,25 @@ def _run_stats(args: argparse.Namespace) -> int:
     )
     for path in write_stats(summaries, args.run_dirs, args.out, values):
         print(path)
+    grounding = ground_run_dirs(
+        args.run_dirs, args.n_boot, args.seed, args.folds, labels=_labels(args.label)
+    )
+    for path in write_grounding(grounding, args.out):
+        print(path)
     return 0
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    from .grounding_report import draw_grounding, read_grounding
+
     summaries: list[ExperimentSummary] = []
+    grounding = []
     values: list[DelegationValueSummary] = []
     run_dirs = []
     for source in map(Path, args.sources):
         if _is_stats(source):
             summaries += read_stats(source)
+            grounding += read_grounding(source if source.is_dir() else source.parent)
             values += read_values(source)
         elif source.is_dir() and not (source / "manifest.json").exists():
             raise RecordsError(
@@ -199,7 +233,9 @@ def _run_report(args: argparse.Namespace) -> int:
             run_dirs, n_boot=args.n_boot, seed=args.seed, profile_rule=_rule(args)
         )
         values += summarize_value_run_dirs(run_dirs, n_boot=args.n_boot, seed=args.seed)
-    for path in draw_all(summaries, args.out) + draw_value(values, args.out):
+        grounding += ground_run_dirs(run_dirs, args.n_boot, args.seed)
+    paths = draw_all(summaries, args.out) + draw_value(values, args.out)
+    for path in paths + draw_grounding(grounding, args.out):
         print(path)
     return 0
 
@@ -243,6 +279,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _at_least_two(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2, got {text}")
+    return value
+
+
 def register(subparsers) -> None:
     """Add the `stats` and `report` subcommands to the `nudge` parser."""
     stats = subparsers.add_parser(
@@ -267,6 +310,12 @@ def register(subparsers) -> None:
         "--n-boot", type=_positive, default=20000, help="bootstrap replicates (default 20000)"
     )
     stats.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    stats.add_argument(
+        "--folds",
+        type=_at_least_two,
+        default=5,
+        help="cross-fitting folds of the grounded-nudge signals (default 5)",
+    )
     _add_profile_options(stats)
     stats.set_defaults(func=_run_stats)
 

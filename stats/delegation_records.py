@@ -84,6 +84,8 @@ def load_value_tables(
             run_dir.label.key, {"label": run_dir.label, "records": {}, "resolutions": {}}
         )
         for _, record in iter_records(run_dir.path / "records.jsonl"):
+            if record.get("sample") is not None:  # self-consistency samples: a signal, no TOOL
+                continue
             key = (record["problem_id"], record["condition"], record["seed"])
             group["records"][key] = (record["action"]["kind"], _grade_code(record.get("grade")))
         for number, resolution in iter_resolutions(resolutions):

@@ -15,7 +15,10 @@ The fused kernel `bootstrap_statistics` has a twin `bootstrap_statistics_twin` t
 arguments, built from the staged twins below (draw the indices, sum the rows, evaluate the
 statistics); given the same seed, both return identical arrays. The numba versions of the stages,
 which the library never calls, live with the tests that check the fused kernel against them
-(tests/helpers/staged_kernels.py). The kernels are compiled on first use and cached on disk.
+(tests/helpers/staged_kernels.py). The grounded-nudge estimators (grounding.py) use two more:
+`draw_counts` (the same stream's draws counted per unit, twin `draw_counts_twin`) and
+`weighted_auroc` (AUROC per replicate, twin `signals.auroc_weighted`). The kernels are compiled
+on first use and cached on disk.
 """
 
 from __future__ import annotations
@@ -93,6 +96,62 @@ def draw_indices_twin(
         :, :n_units
     ]
     return ((halves * np.uint64(n_units)) >> _SHIFT32).astype(np.int64)
+
+
+@numba.njit(parallel=True, cache=True)
+def draw_counts(n_units, n_boot, key):
+    """(n_boot, n_units) int32: how often replicate r draws each unit, for stream `key` (the
+    draws of draw_indices_twin, counted). The grounded-nudge estimators weight rows by these."""
+    out = np.zeros((n_boot, n_units), dtype=np.int32)
+    half = (n_units + 1) // 2
+    for r in numba.prange(n_boot):
+        for j in range(half):
+            word = _word(key, r * half + j)
+            out[r, _scale(word >> _SHIFT32, n_units)] += 1
+            if 2 * j + 1 < n_units:
+                out[r, _scale(word & _LOW32, n_units)] += 1
+    return out
+
+
+def draw_counts_twin(n_units: int, n_boot: int, key: np.uint64) -> np.ndarray:
+    """numpy twin of draw_counts: bincount of draw_indices_twin, replicate by replicate."""
+    drawn = draw_indices_twin(n_units, n_boot, key)
+    offsets = (np.arange(n_boot) * n_units)[:, None]
+    counts = np.bincount((drawn + offsets).ravel(), minlength=n_boot * n_units)
+    return counts.reshape(n_boot, n_units).astype(np.int32)
+
+
+@numba.njit(parallel=True, cache=True)
+def weighted_auroc(counts, unit, right, level_end):
+    """AUROC per replicate (n_boot,) float64: rows, sorted by score, count counts[r, unit[row]]
+    times; `right` (rows,) is 1 for s = 1 and 0 for s = 0; `level_end[l]` is one past the last
+    row of the l-th run of equal scores. A right row beats the wrong rows of lower levels and
+    ties with those of its own (Mann-Whitney); NaN without both classes. Every sum is of integers
+    and halves, so the result is exact whatever the order: the twin (signals.auroc_weighted)
+    gives the same floats."""
+    n_boot = counts.shape[0]
+    out = np.empty(n_boot, dtype=np.float64)
+    for r in numba.prange(n_boot):
+        below = 0.0
+        n_right = 0.0
+        won = 0.0
+        start = 0
+        for end in level_end:
+            level_right = 0.0
+            level_wrong = 0.0
+            for row in range(start, end):
+                w = counts[r, unit[row]]
+                if right[row]:
+                    level_right += w
+                else:
+                    level_wrong += w
+            won += level_right * (below + 0.5 * level_wrong)
+            below += level_wrong
+            n_right += level_right
+            start = end
+        pairs = n_right * below
+        out[r] = won / pairs if pairs > 0 else np.nan
+    return out
 
 
 # ---------------------------------------------------------------- sums and statistics

@@ -158,6 +158,9 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
             missing = [key for key in _REQUIRED if key not in record]
             if missing:
                 raise RecordsError(f"{path}:{number}: missing field(s) {', '.join(missing)}")
+            sample = record.get("sample")
+            if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool)):
+                raise RecordsError(f"{path}:{number}: field sample must be an integer or absent")
             for key, kind in (("problem_id", str), ("condition", str), ("seed", int)):
                 if not isinstance(record[key], kind) or isinstance(record[key], bool):
                     raise RecordsError(f"{path}:{number}: field {key} must be a {kind.__name__}")
@@ -185,6 +188,7 @@ def _slim(record: dict) -> dict:
         "action": {"kind": record["action"]["kind"]},
         "boundary": record.get("boundary", 0),
         "grade": None if grade is None else {"correct": grade["correct"]},
+        "sample": record.get("sample"),
     }
 
 
@@ -211,6 +215,8 @@ def table_from_records(
     problems: dict[str, int] = {}
     by_key: dict[tuple[str, int], dict[str, dict]] = {}
     for record in records:
+        if record.get("sample") is not None:  # self-consistency samples: signals, not arms
+            continue
         problems.setdefault(record["problem_id"], len(problems))
         by_key.setdefault((record["problem_id"], int(record["seed"])), {})[record["condition"]] = (
             record
@@ -303,6 +309,8 @@ def load_experiments(
                     f"{path}:{number}: seed {record['seed']} is not among the manifest's seeds {seeds}"
                 )
             key = (record["problem_id"], record["condition"], record["seed"])
+            if record.get("sample") is not None:  # one record per self-consistency sample
+                key += (record["sample"],)
             if key in seen:
                 first_at = seen[key][0]
                 raise RecordsError(f"{path}:{number}: duplicate record {key} (first at {first_at})")

@@ -186,6 +186,11 @@ class Task(ABC):
     def grade(self, problem: Problem, answer_text: str | None) -> GradeRecord:
         """Grade a committed answer; `correct` is None when the answer cannot be graded."""
 
+    @abstractmethod
+    def answer_key(self, answer_text: str | None) -> str | None:
+        """The answer normalised as grading compares it, so that two answers agree exactly when
+        their keys are equal (self-consistency); None when the answer cannot be read."""
+
     def holds_answer(self, text: str) -> bool:
         """Whether `text` holds an answer in this task's format: a labelled line (`Answer: …`)
         with a non-empty span. The families call it on the text beside a tool call, to tell an

@@ -24,6 +24,7 @@ from nudgeability.splice.tasks.scoring import (
     exact_match,
     extract_answer,
     max_over_golds,
+    normalize_answer,
     token_f1,
 )
 from nudgeability.splice.tasks.tools import retrieve
@@ -135,6 +136,13 @@ class MusiqueTask(Task):
         em = float(max_over_golds(exact_match, span, problem.gold))
         f1 = float(max_over_golds(token_f1, span, problem.gold))
         return GradeRecord(em=em, f1=f1, correct=em == 1.0)
+
+    def answer_key(self, answer_text: str | None) -> str | None:
+        """The official normalisation of the answer span: two answers agree when their EM is 1."""
+        span = extract_answer(answer_text)
+        if span is None or not answer_tokens(span):
+            return None
+        return normalize_answer(span)
 
 
 def _problem(record: object, path: str | os.PathLike, line: int) -> Problem:

@@ -116,3 +116,8 @@ class StrategyQATask(Task):
             return GradeRecord(em=None, f1=None, correct=None)
         correct = parsed == problem.gold
         return GradeRecord(em=float(correct), f1=None, correct=correct)
+
+    def answer_key(self, answer_text: str | None) -> str | None:
+        """ "yes" or "no" as `grade` parses it; None when not a readable yes/no."""
+        parsed = parse_yes_no(answer_text)
+        return None if parsed is None else ("yes" if parsed else "no")

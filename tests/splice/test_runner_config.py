@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nudgeability.splice.conditions import parse_conditions
+from nudgeability.splice.conditions import CONSISTENCY_CONDITION, parse_conditions
 from nudgeability.splice.plan import (
     Unit,
     canonical_keys,
@@ -87,12 +87,24 @@ def test_phases_follow_the_protocol_order_and_units_walk_seed_then_chunk():
 def test_canonical_order_is_problem_then_condition_then_seed():
     conditions = parse_conditions("B")  # NT, B
     assert list(canonical_keys(["p", "q"], conditions, [0, 1])) == [
-        ("p", "NT", 0),
-        ("p", "NT", 1),
-        ("p", "B", 0),
-        ("p", "B", 1),
-        ("q", "NT", 0),
-        ("q", "NT", 1),
-        ("q", "B", 0),
-        ("q", "B", 1),
+        ("p", "NT", 0, None),
+        ("p", "NT", 1, None),
+        ("p", "B", 0, None),
+        ("p", "B", 1, None),
+        ("q", "NT", 0, None),
+        ("q", "NT", 1, None),
+        ("q", "B", 0, None),
+        ("q", "B", 1, None),
+    ]
+
+
+def test_consistency_samples_follow_nt_and_are_listed_per_sample():
+    conditions = parse_conditions("B")
+    conditions = [conditions[0], CONSISTENCY_CONDITION, *conditions[1:]]
+    assert phases_of(conditions) == ["NT", "consistency", "B"]
+    assert list(canonical_keys(["p"], conditions, [0], samples=2)) == [
+        ("p", "NT", 0, None),
+        ("p", "consistency", 0, 0),
+        ("p", "consistency", 0, 1),
+        ("p", "B", 0, None),
     ]
