@@ -212,6 +212,16 @@ CONSISTENCY_CONDITION = Condition(
     "samples",
     label="SC",
 )
+
+
+def with_consistency(conditions: list[Condition], samples: int) -> list[Condition]:
+    """A run's conditions in plan order: `--consistency-samples K` (K > 0) adds the samples right
+    after the first base (NT), whose prompt they share (plan.BASE_PHASES)."""
+    if not samples:
+        return list(conditions)
+    return [conditions[0], CONSISTENCY_CONDITION, *conditions[1:]]
+
+
 CONDITION_CODES: tuple[str, ...] = tuple(condition.code for condition in CONDITIONS)
 BASE_CODES: tuple[str, ...] = tuple(c.code for c in CONDITIONS if c.kind == "base")
 ARM_BASES: tuple[str, ...] = tuple(

@@ -28,13 +28,13 @@ from nudgeability.splice.backend_setup import (
     remote_manifest,
 )
 from nudgeability.splice.conditions import (
-    CONSISTENCY_CONDITION,
     NO_TOOL_BASE,
     ORACLE_BASE,
     Condition,
     UnknownConditionError,
     base_of,
     parse_conditions,
+    with_consistency,
 )
 from nudgeability.splice.manifest import build_manifest
 from nudgeability.splice.prompts import ProblemPrompts, render_prompts
@@ -110,6 +110,11 @@ def prepare(
     if remote is not None and remote.api == "chat" and requested.resolve:
         raise ConfigError(
             "--resolve: a chat-level run cannot continue after a tool result; use --api completions"
+        )
+    if remote is not None and (requested.signals or requested.consistency_samples):
+        raise ConfigError(
+            "--signals/--consistency-samples: the uncertainty signals read the in-process engine's "
+            "per-token entropies and hidden states; run them with --backend local"
         )
     if remote is not None and requested.max_batch_tokens is not None:
         raise ConfigError("--max-batch-tokens: the engine's budget; a server batches on its own")
@@ -196,8 +201,7 @@ def prepare(
         resolve=requested.resolve,
         retrieve_k=requested.retrieve_k,
     )
-    if requested.consistency_samples:  # the samples run right after NT (plan.BASE_PHASES)
-        conditions = [conditions[0], CONSISTENCY_CONDITION, *conditions[1:]]
+    conditions = with_consistency(conditions, requested.consistency_samples)
     manifest = build_manifest(config, [p.id for p in problems], source, sentences.sha256)
     if backend is not None:
         manifest = remote_manifest(manifest, backend, tokenizer)

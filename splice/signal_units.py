@@ -43,7 +43,7 @@ def run_consistency_unit(
     counts, records = UnitCounts(), []
     if not prompts:
         return records, counts
-    for (i, k), prompt, out in zip(owners, prompts, ctx.engine.generate(prompts, params)):
+    for (i, k), prompt, out in zip(owners, prompts, ctx.backend.generate(prompts, params)):
         counts.add(out, shared=False)
         record = base_record(ctx, ctx.prepared.problems[i], NO_TOOL_BASE, seed, prompt, out)
         records.append(

@@ -109,7 +109,7 @@ def run_base_unit(
         counts.add(out, shared=False)
         records.append(base_record(ctx, ctx.prepared.problems[i], base, seed, prompt, out))
     if with_signals:
-        records = with_b_signals(ctx.engine, records, prompts, outs, *signals_file)
+        records = with_b_signals(ctx.backend.engine, records, prompts, outs, *signals_file)
     return records, counts
 
 

@@ -26,6 +26,7 @@ from nudgeability.splice.conditions import (
     Condition,
     UnknownConditionError,
     parse_conditions,
+    with_consistency,
 )
 from nudgeability.splice.part_check import expected_keys, part_problem, read_records
 from nudgeability.splice.plan import (
@@ -80,6 +81,7 @@ class StoredRun:
     seeds: tuple[int, ...]
     chunks: tuple[range, ...]
     mine: tuple[int, ...]  # the chunks this run (or shard) computes
+    samples: int = 0  # --consistency-samples K: K records per problem of the consistency unit
 
     def units(self) -> list[Unit]:
         """This run's units of work, in order of work."""
@@ -97,7 +99,8 @@ def open_run(root: str | Path) -> StoredRun:
     try:
         config = manifest["config"]
         problems = tuple(manifest["problems"])
-        conditions = tuple(parse_conditions(config["conditions"]))
+        samples = int(config.get("consistency_samples") or 0)
+        conditions = tuple(with_consistency(parse_conditions(config["conditions"]), samples))
         seeds = tuple(int(seed) for seed in config["seeds"])
         chunks = tuple(chunk_bounds(len(problems), int(config["chunk_size"])))
         shard = config["shard"]
@@ -109,7 +112,7 @@ def open_run(root: str | Path) -> StoredRun:
         raise OutputDirError(
             f"{where}: field {what} missing or malformed; not a manifest of `nudge run`"
         ) from None
-    return StoredRun(root, manifest, problems, conditions, seeds, chunks, mine)
+    return StoredRun(root, manifest, problems, conditions, seeds, chunks, mine, samples)
 
 
 def summary(problems: list[str], what: str) -> str:
@@ -161,7 +164,8 @@ def _lines(path: Path) -> Iterator[str]:
             yield text[:-1] if text.endswith("\n") else text
 
 
-Key = tuple[str, str, int]
+# (problem, condition, seed), and the sample index for the self-consistency samples
+Key = tuple[str, str, int] | tuple[str, str, int, int]
 
 
 def _read_keys(path: Path) -> tuple[list[Key], dict[Key, int | None]]:
@@ -172,6 +176,8 @@ def _read_keys(path: Path) -> tuple[list[Key], dict[Key, int | None]]:
         try:
             record = json.loads(line)
             key = (record["problem_id"], record["condition"], record["seed"])
+            if record.get("sample") is not None:
+                key += (record["sample"],)
             hash(key)  # a tampered field could hold a list
             if record["condition"] in BASE_CODES:
                 boundaries.setdefault(key, record["boundary"])
@@ -188,8 +194,8 @@ def _expected_keys(run: StoredRun, boundaries: dict[Key, int | None]) -> Iterato
     parents = {c.code: c.parent for c in run.conditions if c.kind == "arm"}
     for chunk in run.mine:
         ids = [run.problem_ids[i] for i in run.chunks[chunk]]
-        for *key, _ in canonical_keys(ids, run.conditions, run.seeds):
-            key = tuple(key)  # (problem, condition, seed): the runs verify checks carry no samples
+        for *key, sample in canonical_keys(ids, run.conditions, run.seeds, run.samples):
+            key = tuple(key) if sample is None else (*key, sample)
             parent = parents.get(key[1])
             if parent is None or boundaries.get((key[0], parent, key[2])) is not None:
                 yield key
@@ -265,6 +271,7 @@ def _part_problems(run: StoredRun, path: Path) -> list[str]:
         run.mine,
         read_part,
         run.root / PARTS,
+        samples=run.samples,
     )
     try:
         for number, (line, ours) in enumerate(zip_longest(_lines(path), assembled), 1):
@@ -299,7 +306,7 @@ def _unsound_parts(run: StoredRun, units: list[Unit]) -> list[str]:
             for base, base_unit in zip(sorted(parents), base_units):
                 records, _ = read_records(part_path(run.root, base_unit))
                 bases[base] = {record["problem_id"]: record for record in records}
-        problem = part_problem(path, expected_keys(unit, ids, run.conditions, bases))
+        problem = part_problem(path, expected_keys(unit, ids, run.conditions, bases, run.samples))
         if problem is not None:
             damaged.add(unit)
             problems.append(f"{path}: {problem}")

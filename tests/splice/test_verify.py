@@ -296,3 +296,32 @@ def test_records_out_of_order_or_truncated_fail(made, tmp_path):
     assert line_of(out, "completeness").startswith(
         f"completeness: FAIL: {run / 'records.jsonl'}:{last}: not valid "  # UTF-8 or JSON
     )
+
+
+def test_run_with_consistency_samples_verifies_and_a_missing_sample_fails(made, tmp_path):
+    """`--consistency-samples K` adds K records per problem (keyed by their sample index) and a
+    unit of its own: the plan verify rebuilds has them, replay regenerates them, and a deleted
+    sample is named."""
+    out = tmp_path / "samples"
+    args = ["run", "--model", made["model"], "--data", made["data"], "--out", out]
+    args += ["--sentences", made["sentences"], "--consistency-samples", 2]
+    status, err = run_nudge(args + RUN_ARGS)
+    assert status == 0, err
+    lines = (out / "records.jsonl").read_text().splitlines()
+    samples = [json.loads(line) for line in lines if json.loads(line)["condition"] == "consistency"]
+    assert sorted((r["problem_id"], r["sample"]) for r in samples) == sorted(
+        (pid, k) for pid in {r["problem_id"] for r in samples} for k in (0, 1)
+    )
+    assert len(samples) == 2 * 3
+    status, report = verify(out, "--all")
+    assert status == 0, report
+    assert report[-1] == "verdict: PASS"
+
+    doomed = next(i for i, line in enumerate(lines) if '"sample":1' in line)
+    (out / "records.jsonl").write_text(
+        "".join(f"{line}\n" for line in lines if line != lines[doomed])
+    )
+    status, report = verify(out)
+    assert status == 1
+    assert "no record for" in line_of(report, "completeness")
+    assert "'consistency'" in line_of(report, "completeness")
