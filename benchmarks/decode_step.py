@@ -26,7 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 from workload import splice_workload
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.engine.profile import engine_step_ops, hf_step_ops
+from nudgeability.engine.profile import engine_step_ops, hf_expanded_decode, hf_step_ops
 from nudgeability.models.tiny import tiny_model
 
 ARMS = (3, 7, 12, 5)
@@ -57,33 +57,13 @@ def host_time_per_step(model, prefix, suffixes, steps: int) -> tuple[float, floa
 
 
 def _hf_step_seconds(model, prefix, suffixes, steps: int) -> float:
-    from transformers import DynamicCache
-
-    width = max(len(s) for s in suffixes)
-    ids = torch.tensor([prefix + s + [0] * (width - len(s)) for s in suffixes])
-    mask = torch.tensor([[1] * (len(prefix) + len(s)) + [0] * (width - len(s)) for s in suffixes])
     best = float("inf")
     with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
-        out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
-        last = mask.sum(1) - 1
-        tokens = out.logits[torch.arange(len(suffixes)), last].argmax(-1, keepdim=True)
-        positions = last[:, None] + 1
+        step, state = hf_expanded_decode(model, prefix, suffixes)
         for _ in range(steps):
             t0 = time.perf_counter()
-            mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
-            out = model(
-                input_ids=tokens,
-                attention_mask=mask,
-                position_ids=positions,
-                cache=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            tokens = out.logits[:, -1].argmax(-1, keepdim=True)
-            tokens.tolist()
+            state = step(*state)
             best = min(best, time.perf_counter() - t0)
-            positions = positions + 1
     return best
 
 

@@ -114,10 +114,12 @@ def engine_step_ops(engine, prefix, suffixes, params, at_step: int = 3) -> OpCou
     return found[0]
 
 
-def hf_step_ops(model, prefix: list[int], suffixes: list[list[int]], at_step: int = 3) -> OpCount:
-    """HF's own greedy decode step for the same arms: a `DynamicCache` already expanded to the arms
-    (every row holds the whole prefix, so HF pays no prefix sharing), all rows padded to the
-    longest suffix with an attention mask, `logits_to_keep=1`, argmax and one `.tolist()`."""
+def hf_expanded_decode(model, prefix: list[int], suffixes: list[list[int]]):
+    """HF's own greedy decode for the same arms, prefilled: a `DynamicCache` already expanded to
+    the arms (every row holds the whole prefix, so HF pays no prefix sharing), all rows padded to
+    the longest suffix with an attention mask. Returns (step, state): `step(*state)` runs one
+    decode step (`logits_to_keep=1`, argmax, one `.tolist()`) and returns the next state. Call
+    under `torch.inference_mode()`."""
     from transformers import DynamicCache
 
     width = max(len(s) for s in suffixes)
@@ -127,28 +129,34 @@ def hf_step_ops(model, prefix: list[int], suffixes: list[list[int]], at_step: in
         [[1] * (len(prefix) + len(s)) + [0] * (width - len(s)) for s in suffixes],
         device=model.device,
     )
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+    last = mask.sum(1) - 1
+    tokens = out.logits[torch.arange(len(rows)), last].argmax(-1, keepdim=True)
+    positions = last[:, None] + 1
+
+    def step(tokens, positions, mask):
+        mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
+        out = model(
+            input_ids=tokens,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        tokens = out.logits[:, -1].argmax(-1, keepdim=True)
+        tokens.tolist()
+        return tokens, positions + 1, mask
+
+    return step, (tokens, positions, mask)
+
+
+def hf_step_ops(model, prefix: list[int], suffixes: list[list[int]], at_step: int = 3) -> OpCount:
+    """The ops of HF's decode step (`hf_expanded_decode`) at step `at_step`."""
     with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
-        out = model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
-        last = mask.sum(1) - 1
-        tokens = out.logits[torch.arange(len(rows)), last].argmax(-1, keepdim=True)
-        positions = last[:, None] + 1
-
-        def step(tokens, positions, mask):
-            mask = torch.cat([mask, torch.ones_like(tokens)], dim=1)
-            out = model(
-                input_ids=tokens,
-                attention_mask=mask,
-                position_ids=positions,
-                cache=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            tokens = out.logits[:, -1].argmax(-1, keepdim=True)
-            tokens.tolist()
-            return tokens, positions + 1, mask
-
+        step, state = hf_expanded_decode(model, prefix, suffixes)
         for _ in range(at_step):
-            tokens, positions, mask = step(tokens, positions, mask)
-        counted, _ = count_ops(step, tokens, positions, mask)
+            state = step(*state)
+        counted, _ = count_ops(step, *state)
     return counted
