@@ -68,16 +68,26 @@ def load_tokenizer(spec: str) -> RemoteTokenizer:
         raise ConfigError(
             f"--tokenizer {spec}: cannot load a tokenizer from {directory} ({exc})"
         ) from None
-    names = (
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "tokenizer.model",
-        "vocab.json",
-        "merges.txt",
-    )
-    names += ("special_tokens_map.json", "chat_template.jinja", "config.json")
-    files = sorted(p for p in directory.iterdir() if p.name in names and p.is_file())
-    return RemoteTokenizer(tokenizer, directory, files)
+    return RemoteTokenizer(tokenizer, directory, tokenizer_files(directory))
+
+
+# the files of a tokenizer directory that decide how text becomes ids and back (hashed into the
+# manifest's inputs.tokenizer, and re-hashed by `nudge verify`)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "config.json",
+)
+
+
+def tokenizer_files(directory: Path) -> list[Path]:
+    """The files of `directory` a remote run hashes as its tokenizer (TOKENIZER_FILES)."""
+    return sorted(p for p in Path(directory).iterdir() if p.name in TOKENIZER_FILES and p.is_file())
 
 
 def check_spec(spec: RemoteSpec, family_name: str) -> None:
@@ -124,6 +134,33 @@ def register_conversations(backend, task, problems, prompts) -> None:
         if prompt.oracle is not None:
             messages, tools = task.oracle(problem)
             backend.register(prompt.oracle, Conversation(tuple(messages), tuple(tools)))
+
+
+def is_remote(manifest: dict) -> bool:
+    """Whether a run's manifest is a remote run's (it has the `backend` key only they add)."""
+    return isinstance(manifest.get("backend"), dict)
+
+
+def remote_spec_of(
+    manifest: dict,
+    *,
+    base_url: str | None = None,
+    tokenizer: str | None = None,
+    api_key_env: str | None = None,
+) -> RemoteSpec:
+    """The server a remote run was sent to, read back from its manifest (for a replay by
+    `nudge verify`): its endpoint, API, prompt format or chat flag and tokenizer directory;
+    `base_url` and `tokenizer` give them anew, and the key comes only from `api_key_env`, as in
+    `nudge run` (it is never in the manifest). KeyError naming the missing key."""
+    backend = manifest["backend"]
+    return RemoteSpec(
+        base_url=base_url or manifest["endpoint"]["base_url"],
+        api=backend["api"],
+        prompt_format=backend.get("prompt_format", RemoteSpec.prompt_format),
+        chat_continue=backend.get("chat_continue", RemoteSpec.chat_continue),
+        tokenizer=tokenizer or manifest["inputs"]["tokenizer"]["directory"],
+        api_key_env=api_key_env,
+    )
 
 
 def remote_manifest(manifest: dict, backend: HttpBackend, tokenizer: RemoteTokenizer) -> dict:

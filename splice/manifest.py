@@ -8,8 +8,9 @@ and the sentences file), the package versions and the git commit of the nudgeabi
 machine gives the same bytes, and shards of one run differ only in `config.shard`.
 
 A finished run's manifest is rewritten once more, last and atomically, with a `seal`: the sha256
-and line count of `records.jsonl` and the sha256 of every part file, so that `nudge verify` can
-prove the files are the ones the run wrote. A manifest without a seal is an unfinished run, or
+and line count of `records.jsonl` (and `resolutions.jsonl`), the sha256 of every part file and of
+every side file in `signals/`, so that `nudge verify` can prove the files are the ones the run
+wrote. A seal written before side files were sealed has no `signals` key. A manifest without a seal is an unfinished run, or
 one made before sealing existed; the seal is neither identity nor provenance (it is a result).
 """
 
@@ -209,13 +210,20 @@ def build_manifest(
     }
 
 
-def seal_of(records: Path, parts: list[Path], resolutions: Path | None = None) -> dict:
+def seal_of(
+    records: Path,
+    parts: list[Path],
+    resolutions: Path | None = None,
+    side_files: list[Path] = (),
+) -> dict:
     """The `seal` of a finished run: sha256 and line count of its records file (and of its
-    resolutions file, when the run has one), sha256 of each part file (by name). Hashes are
-    always read from the bytes, never from the cache."""
+    resolutions file, when the run has one), sha256 of each part file and of each side file that
+    stats reads beside the records (`signals`: the hidden states' .npy files; {} when the run
+    wrote none), each by name. Hashes are always read from the bytes, never from the cache."""
     seal = {
         "records": _sealed_lines(records),
         "parts": {part.name: sha256_file(part, cached=False) for part in sorted(parts)},
+        "signals": {path.name: sha256_file(path, cached=False) for path in sorted(side_files)},
     }
     if resolutions is not None and resolutions.is_file():
         seal["resolutions"] = _sealed_lines(resolutions)

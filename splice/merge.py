@@ -26,16 +26,17 @@ from nudgeability.models.atomic import atomic_directory, atomic_write_lines, rem
 from nudgeability.splice.conditions import BASE_CODES
 from nudgeability.splice.manifest import SEAL_KEY, compare_manifests, seal_of
 from nudgeability.splice.plan import chunk_bounds
-from nudgeability.splice.signals import SIGNALS_DIR
 from nudgeability.splice.work_store import (
     MANIFEST,
     PARTS,
     RECORDS,
     RESOLUTIONS,
+    SIGNALS_DIR,
     TIMINGS,
     OutputDirError,
     manifest_text,
     read_manifest,
+    side_files,
     split_lines,
 )
 
@@ -120,9 +121,12 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
         _link_parts(
             [by_shard[k] / SIGNALS_DIR for k in sorted(by_shard)], tmp / SIGNALS_DIR, "*.npy"
         )
-        # the manifest last, sealed with the merged records and parts (as a finished run's is)
+        # the manifest last, sealed with the merged records, parts and side files (as a finished
+        # run's is)
         parts = sorted((tmp / PARTS).glob("*.jsonl"))
-        merged_manifest[SEAL_KEY] = seal_of(tmp / RECORDS, parts, tmp / RESOLUTIONS)
+        merged_manifest[SEAL_KEY] = seal_of(
+            tmp / RECORDS, parts, tmp / RESOLUTIONS, side_files(tmp)
+        )
         atomic_write_lines(tmp / MANIFEST, [manifest_text(merged_manifest)])
     return MergeResult(out, total, tally[0], tuple(provenance))
 

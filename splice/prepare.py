@@ -40,6 +40,7 @@ from nudgeability.splice.manifest import build_manifest
 from nudgeability.splice.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.run_config import (
     DTYPES,
+    SERVER,
     ConfigError,
     RunConfig,
     resolve_decoding,
@@ -118,7 +119,7 @@ def prepare(
         )
     if remote is not None and requested.max_batch_tokens is not None:
         raise ConfigError("--max-batch-tokens: the engine's budget; a server batches on its own")
-    device = "server" if remote is not None else _device(requested.device)
+    device = SERVER if remote is not None else _device(requested.device)
     if requested.family is not None and requested.family not in KNOWN_FAMILIES:
         raise ConfigError(
             f"--family {requested.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
@@ -179,7 +180,7 @@ def prepare(
         model=spec,
         model_label=requested.model_label or model_label(spec),
         family=family.name,
-        dtype="server" if remote is not None else requested.dtype,
+        dtype=SERVER if remote is not None else requested.dtype,
         device=device,
         task=task.name,
         data=str(data),

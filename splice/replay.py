@@ -2,7 +2,8 @@
 
 The manifest's config is resolved again by `prepare` (the same validation, problem draw, prompts
 and splice ids as `nudge run`), and each chosen unit is computed by the runner's `compute_unit`
-into a temporary directory, then compared with the stored part file line by line. An arms unit
+into a temporary directory, then compared with the stored part file line by line (and a B unit's
+hidden-state side file, `signals/<unit>.npy`, byte for byte). An arms unit
 forks from its bases' stored records, as the runner's does (they are copied into the temporary
 directory). Nothing is written into the run directory.
 """
@@ -24,9 +25,10 @@ from nudgeability.splice.plan import Unit, phases_of
 from nudgeability.splice.record_diff import first_difference
 from nudgeability.splice.run_config import RunConfig
 from nudgeability.splice.verify import StoredRun
-from nudgeability.splice.work_store import WorkStore, part_path, split_lines
+from nudgeability.splice.work_store import SIGNALS_DIR, WorkStore, part_path, split_lines
 
 if TYPE_CHECKING:
+    from nudgeability.splice.backend_setup import RemoteSpec
     from nudgeability.splice.units import UnitContext
 
 # compare_manifests ignores where the inputs are (manifest.LOCATION_KEYS); replaying on another
@@ -62,20 +64,24 @@ def replay_units(
     data: str | None = None,
     sentences: str | None = None,
     device: str | None = None,
+    remote: RemoteSpec | None = None,
 ) -> list[UnitReplay]:
     """Recompute `units` with the manifest's configuration and compare each with its part file.
 
     `model`, `data`, `sentences` give moved inputs again; `device` replays on another device than
-    the run's (whose floating-point results may differ in the last bits). Raises `ReplayError`
+    the run's (whose floating-point results may differ in the last bits). `remote` sends a remote
+    run's requests again to its server (`backend_setup.remote_spec_of`). Raises `ReplayError`
     when the configuration no longer resolves to the stored run (another problem draw, family,
-    inputs...), naming the differing manifest keys.
+    inputs, served model...), naming the differing manifest keys, or when the server fails.
     """
+    from nudgeability.backends.http_client import RemoteError
     from nudgeability.splice.prepare import prepare
     from nudgeability.splice.runner import unit_context
 
     overrides = {"model": model, "data": data, "sentences": sentences, "device": device}
+    requested = _requested(run.manifest["config"], overrides, remote is not None)
     try:
-        prepared = prepare(_requested(run.manifest["config"], overrides))
+        prepared = prepare(requested, remote=remote)
     except (ValueError, OSError) as exc:
         raise ReplayError(f"the manifest's configuration cannot be rebuilt here: {exc}") from None
     differences = [
@@ -89,8 +95,13 @@ def replay_units(
             f"difference(s): {'; '.join(differences)})"
         )
     ctx = unit_context(prepared, progress=False)
-    with _threads_of(run.manifest):
-        return _replay(run, units, ctx)
+    try:
+        with _threads_of(run.manifest):
+            return _replay(run, units, ctx)
+    except RemoteError as exc:  # the server went away or refused mid-replay: one line
+        raise ReplayError(f"the server did not answer the replay: {exc}") from None
+    finally:
+        ctx.backend.close()
 
 
 @contextlib.contextmanager
@@ -126,7 +137,11 @@ def _replay(run: StoredRun, units: Sequence[Unit], ctx: UnitContext) -> list[Uni
                     results.append(UnitReplay(unit, f"{stored}: {problem}; nothing to compare"))
                     continue
                 compute_unit(ctx, store, unit, list(run.chunks[unit.chunk]))
-                results.append(UnitReplay(unit, _unit_difference(stored, store.part_path(unit))))
+                difference = _unit_difference(stored, store.part_path(unit))
+                if difference is None:  # the records agree: so must the side file they point at
+                    side = Path(SIGNALS_DIR) / f"{unit.name}.npy"
+                    difference = _side_difference(run.root / side, store.root / side)
+                results.append(UnitReplay(unit, difference))
             return results
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -145,10 +160,45 @@ def _stage(run: StoredRun, store: WorkStore, unit: Unit, phases: list[str]) -> s
     return None
 
 
-def _requested(config: dict, overrides: dict[str, str | None]) -> RunConfig:
-    """The stored (resolved) config, asked for again, with the inputs given anew (if any)."""
+def _requested(config: dict, overrides: dict[str, str | None], remote: bool) -> RunConfig:
+    """The stored (resolved) config, asked for again, with the inputs given anew (if any). A
+    remote run's dtype and device resolved to `run_config.SERVER`, which `prepare` sets itself when given
+    the server: they are asked for as `nudge run` asks (the defaults)."""
     stored = RunConfig.from_dict(config)
+    if remote:
+        stored = replace(stored, dtype=RunConfig.dtype, device=RunConfig.device)
     return replace(stored, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _side_difference(stored: Path, replayed: Path) -> str | None:
+    """None when a unit's side file (B's hidden states) is the same bytes as the replay's, or
+    neither exists; else what differs (the first differing row)."""
+    if not stored.is_file() and not replayed.is_file():
+        return None
+    if not replayed.is_file():
+        return f"{stored}: a side file the replay did not write"
+    if not stored.is_file():
+        return f"{stored}: missing; the replay wrote it"
+    if stored.read_bytes() == replayed.read_bytes():
+        return None
+    import numpy as np
+
+    try:
+        ours = np.load(stored, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        return f"{stored}: not a readable .npy ({exc}); the replay wrote one"
+    theirs = np.load(replayed, allow_pickle=False)
+    if ours.shape != theirs.shape or ours.dtype != theirs.dtype:
+        return (
+            f"{stored}: {ours.dtype} {ours.shape}, the replay's hidden states {theirs.dtype} "
+            f"{theirs.shape}"
+        )
+    rows = np.flatnonzero((ours != theirs).reshape(len(ours), -1).any(axis=1))
+    if not len(rows):
+        return f"{stored}: same values, other bytes (the .npy header)"
+    return (
+        f"{stored}: row {rows[0]} differs from the replayed hidden state ({len(rows)} rows differ)"
+    )
 
 
 def _unit_difference(stored: Path, replayed: Path) -> str | None:

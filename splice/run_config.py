@@ -21,6 +21,7 @@ from nudgeability.models.smollm2 import ALIAS as DEFAULT_MODEL  # the embedded m
 
 DECODINGS = ("greedy", "sampled")
 DTYPES = ("float32", "bfloat16", "float16")
+SERVER = "server"  # the resolved dtype and device of a run on a server: they are the server's
 SAMPLED_TEMPERATURE = 1.0
 SAMPLED_TOP_P = 0.95
 DEFAULT_SAMPLED_SEEDS = (0, 1, 2)

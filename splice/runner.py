@@ -45,9 +45,8 @@ from nudgeability.splice.plan import (
 from nudgeability.splice.prepare import Prepared
 from nudgeability.splice.resolve import run_resolve_unit
 from nudgeability.splice.signal_units import run_consistency_unit
-from nudgeability.splice.signals import SIGNALS_DIR
 from nudgeability.splice.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
-from nudgeability.splice.work_store import RESOLUTIONS, WorkStore
+from nudgeability.splice.work_store import RESOLUTIONS, SIGNALS_DIR, WorkStore
 
 
 @dataclass(frozen=True)

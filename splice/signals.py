@@ -30,8 +30,8 @@ import numpy as np
 from nudgeability.engine import Completion, Engine, SamplingParams
 from nudgeability.models.atomic import atomic_write_bytes
 from nudgeability.splice.records import Record
+from nudgeability.splice.work_store import SIGNALS_DIR
 
-SIGNALS_DIR = "signals"
 CONSISTENCY_TEMPERATURE = 1.0
 CONSISTENCY_TOP_P = 0.95
 

@@ -50,13 +50,15 @@ from nudgeability.splice.work_store import (
 )
 
 OK, FAIL, UNSEALED, SKIPPED = "ok", "FAIL", "unsealed", "skipped"
+NOT_CHECKABLE = "not checkable"  # what a remote run's files cannot show (its weights)
 
 
 @dataclass(frozen=True)
 class Check:
-    """The outcome of one check: `status` is ok, FAIL, unsealed or skipped; `detail` one line."""
+    """The outcome of one check: `status` is ok, FAIL, unsealed, skipped or not checkable;
+    `detail` one line."""
 
-    name: str  # "inputs" | "completeness" | "integrity" | "replay"
+    name: str  # "inputs" | "weights" (a remote run) | "completeness" | "integrity" | "replay"
     status: str
     detail: str
     warnings: tuple[str, ...] = ()

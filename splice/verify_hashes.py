@@ -1,7 +1,9 @@
 """The audit's hash checks: a run's inputs and its sealed files (see verify.py for the others).
 
-    check_inputs(run)     the checkpoint, data and sentences files against the manifest's sha256
-    check_integrity(run)  records.jsonl and every part file against the manifest's seal
+    check_inputs(run)     the checkpoint (a remote run: its tokenizer), data and sentences files
+                          against the manifest's sha256
+    check_weights(run)    a remote run only: says that its weights cannot be checked here
+    check_integrity(run)  records.jsonl, every part file and side file against the manifest's seal
 
 Every hash is computed from the file's bytes, never taken from the hash cache, and nothing is
 written into the run directory.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nudgeability.splice.backend_setup import is_remote
 from nudgeability.splice.manifest import (
     SEAL_KEY,
     compare_manifests,
@@ -18,60 +21,106 @@ from nudgeability.splice.manifest import (
     package_versions,
     sha256_file,
 )
-from nudgeability.splice.verify import FAIL, OK, UNSEALED, Check, StoredRun, summary
-from nudgeability.splice.work_store import MANIFEST, PARTS, RECORDS, RESOLUTIONS
+from nudgeability.splice.verify import (
+    FAIL,
+    NOT_CHECKABLE,
+    OK,
+    UNSEALED,
+    Check,
+    StoredRun,
+    summary,
+)
+from nudgeability.splice.work_store import (
+    MANIFEST,
+    PARTS,
+    RECORDS,
+    RESOLUTIONS,
+    SIGNALS_DIR,
+    side_files,
+)
 
 
 # ----- inputs --------------------------------------------------------------------------------------
 def check_inputs(
-    run: StoredRun, model: str | None = None, data: str | None = None, sentences: str | None = None
+    run: StoredRun,
+    model: str | None = None,
+    data: str | None = None,
+    sentences: str | None = None,
+    tokenizer: str | None = None,
 ) -> Check:
-    """Re-hash the checkpoint, data and sentences files (from the bytes, never a cached hash)
-    and compare them with the manifest; `model`, `data`, `sentences` give moved files again.
-    Package versions and the git commit that differ are warnings."""
-    from nudgeability.models.loader import resolve
-
+    """Re-hash the checkpoint (a remote run: its tokenizer), data and sentences files (from the
+    bytes, never a cached hash) and compare them with the manifest; `model`, `data`,
+    `sentences`, `tokenizer` give moved files again. Package versions and the git commit that
+    differ are warnings."""
     inputs = run.manifest.get("inputs", {})
     problems = []
     for name, override in (("data", data), ("sentences", sentences)):
         stored = inputs.get(name, {})
         path = override or stored.get("path")
         problems.extend(_compare_file(f"{name} file", path, stored, f"--{name}"))
-    stored = inputs.get("checkpoint", {})
-    spec = model or run.manifest["config"]["model"]
-    try:
-        source = resolve(spec)
-    except (ValueError, OSError) as exc:
-        problems.append(f"checkpoint {spec}: cannot be found here ({exc}); pass it with --model")
-        source = None
-    if source is not None:
-        files = {path.name: path for path in source.files}
-        stored_files = stored.get("files", {})
-        for name in sorted(set(files) | set(stored_files)):
-            if name not in files:
-                problems.append(f"checkpoint file {source.directory / name}: missing")
-            elif name not in stored_files:
-                problems.append(f"checkpoint file {files[name]}: not in the manifest")
-            else:
-                problems.extend(
-                    _compare_file("checkpoint file", files[name], {"sha256": stored_files[name]})
-                )
-        gguf = stored.get("gguf")
-        if (gguf is None) != (source.gguf is None):
-            problems.append(f"checkpoint {spec}: GGUF {source.gguf}, the manifest says {gguf}")
-        elif gguf is not None:
-            problems.extend(_compare_file("checkpoint GGUF", source.gguf, gguf, "--model"))
+    if is_remote(run.manifest):
+        found, count = _tokenizer_problems(inputs.get("tokenizer", {}), tokenizer)
+        what = f"tokenizer ({count} files)"
+    else:
+        spec = model or run.manifest["config"]["model"]
+        found, count = _checkpoint_problems(inputs.get("checkpoint", {}), spec)
+        what = f"checkpoint ({count} files)"
+    problems += found
     now = {"versions": package_versions(), "git_commit": git_commit()}
     _, changed = compare_manifests(
         {k: run.manifest.get(k) for k in now}, now, ("the run had", "this checkout has")
     )
     if problems:
         return Check("inputs", FAIL, summary(problems, "input problems"), tuple(changed))
-    count = len(stored.get("files", {})) + (stored.get("gguf") is not None)
-    detail = (
-        f"checkpoint ({count} files), data and sentences files re-hashed: equal to the manifest"
-    )
+    detail = f"{what}, data and sentences files re-hashed: equal to the manifest"
     return Check("inputs", OK, detail, tuple(changed))
+
+
+def _checkpoint_problems(stored: dict, spec: str) -> tuple[list[str], int]:
+    """The checkpoint's files (and GGUF) against the manifest's sha256; (problems, files)."""
+    from nudgeability.models.loader import resolve
+
+    count = len(stored.get("files", {})) + (stored.get("gguf") is not None)
+    try:
+        source = resolve(spec)
+    except (ValueError, OSError) as exc:
+        return [f"checkpoint {spec}: cannot be found here ({exc}); pass it with --model"], count
+    files = {path.name: path for path in source.files}
+    problems = _compare_named(
+        "checkpoint file", source.directory, stored.get("files", {}), files, "the manifest"
+    )
+    gguf = stored.get("gguf")
+    if (gguf is None) != (source.gguf is None):
+        problems.append(f"checkpoint {spec}: GGUF {source.gguf}, the manifest says {gguf}")
+    elif gguf is not None:
+        problems.extend(_compare_file("checkpoint GGUF", source.gguf, gguf, "--model"))
+    return problems, count
+
+
+def _tokenizer_problems(stored: dict, override: str | None) -> tuple[list[str], int]:
+    """A remote run's tokenizer files against the manifest's sha256; (problems, files)."""
+    from nudgeability.splice.backend_setup import tokenizer_files
+
+    sealed = stored.get("files", {})
+    directory = Path(override or stored.get("directory") or "")
+    if not directory.is_dir():
+        hint = "; if it moved, pass its new place with --tokenizer"
+        return [f"tokenizer directory {directory}: missing{hint}"], len(sealed)
+    files = {path.name: path for path in tokenizer_files(directory)}
+    return _compare_named("tokenizer file", directory, sealed, files, "the manifest"), len(sealed)
+
+
+def check_weights(run: StoredRun) -> Check:
+    """What no file here can show for a remote run: the weights and serving stack behind the
+    endpoint are the provider's. Reported, never failed (only a replay tests what they compute)."""
+    backend, endpoint = run.manifest["backend"], run.manifest.get("endpoint") or {}
+    served = backend.get("served_model") or backend.get("model")
+    return Check(
+        "weights",
+        NOT_CHECKABLE,
+        f"a remote run's weights and serving stack are the server's ({served!r} at "
+        f"{endpoint.get('base_url')}), not files here; only a replay tests what it computes",
+    )
 
 
 def _compare_file(what: str, path: str | Path | None, stored: dict, flag: str = "") -> list[str]:
@@ -91,7 +140,9 @@ def _compare_file(what: str, path: str | Path | None, stored: dict, flag: str = 
 
 # ----- integrity --------------------------------------------------------------------------------
 def check_integrity(run: StoredRun) -> Check:
-    """records.jsonl and every part file against the sha256 sealed in the manifest."""
+    """records.jsonl, resolutions.jsonl, every part file and every side file (signals/*.npy)
+    against the sha256 sealed in the manifest; a seal written before side files were sealed
+    passes with a warning that they were not."""
     seal = run.manifest.get(SEAL_KEY)
     if seal is None:
         return Check(
@@ -111,17 +162,40 @@ def check_integrity(run: StoredRun) -> Check:
         problems += _compare_file("resolutions file", resolutions, seal.get("resolutions", {}))
     sealed_parts = seal.get("parts", {})
     present = {path.name: path for path in (run.root / PARTS).glob("*.jsonl")}
-    for name in sorted(set(sealed_parts) | set(present)):
-        if name not in present:
-            problems.append(f"{run.root / PARTS / name}: missing, though the seal lists it")
-        elif name not in sealed_parts:
-            problems.append(f"{present[name]}: not in the manifest's seal")
-        else:
-            problems += _compare_file("part file", present[name], {"sha256": sealed_parts[name]})
+    problems += _compare_named("part file", run.root / PARTS, sealed_parts, present)
+    side = {path.name: path for path in side_files(run.root)}
+    warnings = ()
+    if "signals" in seal:
+        problems += _compare_named("side file", run.root / SIGNALS_DIR, seal["signals"], side)
+    elif side:  # sealed before the side files were: say so, as for an unsealed run
+        warnings = (
+            f"the {len(side)} side files in {run.root / SIGNALS_DIR} were not sealed (a seal "
+            "written before side files were): they are not checked against hashes",
+        )
     if problems:
-        return Check("integrity", FAIL, summary(problems, "integrity problems"))
+        return Check("integrity", FAIL, summary(problems, "integrity problems"), warnings)
+    sealed_side = len(seal.get("signals", {}))
+    also = f", {sealed_side} side files ({SIGNALS_DIR}/)" if sealed_side else ""
     return Check(
         "integrity",
         OK,
-        f"records.jsonl and {len(sealed_parts)} part files match the sha256 sealed in the manifest",
+        f"records.jsonl{also} and {len(sealed_parts)} part files match the sha256 sealed in the "
+        "manifest",
+        warnings,
     )
+
+
+def _compare_named(
+    what: str, folder: Path, sealed: dict, present: dict[str, Path], where: str = "the seal"
+) -> list[str]:
+    """The files of `folder` (`present`, by name) against the sha256 by name that `where` (the
+    manifest's seal, or its inputs) lists: each one changed, missing, or not listed."""
+    problems = []
+    for name in sorted(set(sealed) | set(present)):
+        if name not in present:
+            problems.append(f"{what} {folder / name}: missing, though {where} lists it")
+        elif name not in sealed:
+            problems.append(f"{what} {present[name]}: not in {where}")
+        else:
+            problems += _compare_file(what, present[name], {"sha256": sealed[name]})
+    return problems

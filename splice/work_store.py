@@ -5,8 +5,10 @@
     out/timings.jsonl    one line per unit computed (clock figures never enter the records)
     out/records.jsonl    assembled from the parts at the end, atomically
     out/resolutions.jsonl  with `--resolve`: one resolution per TOOL record, assembled likewise
+    out/signals/*.npy    with --signals: B's hidden states at the cut, one side file per B unit
     out/damaged/         part files found damaged on resume, set aside (their units recomputed)
-    out/manifest.json    rewritten last, atomically, with the seal (hashes of records and parts)
+    out/manifest.json    rewritten last, atomically, with the seal (hashes of records, resolutions,
+                         parts and side files)
 
 Every file is written to a temporary name, fsynced and renamed into place (`models/atomic.py`),
 so a run killed at any moment leaves either a whole file or none: a resumed run skips the parts
@@ -40,6 +42,7 @@ RESOLUTIONS = "resolutions.jsonl"
 TIMINGS = "timings.jsonl"
 PARTS = "parts"
 DAMAGED = "damaged"
+SIGNALS_DIR = "signals"  # the side files stats reads beside the records (splice/signals.py)
 
 
 class OutputDirError(ValueError):
@@ -56,6 +59,11 @@ def split_lines(text: str) -> list[str]:
 def part_path(root: Path, unit: Unit) -> Path:
     """Where a run directory stores a finished unit's records."""
     return Path(root) / PARTS / f"{unit.name}.jsonl"
+
+
+def side_files(root: Path) -> list[Path]:
+    """The side files of a run directory that stats reads beside the records (signals/*.npy)."""
+    return sorted((Path(root) / SIGNALS_DIR).glob("*.npy"))
 
 
 def manifest_text(manifest: dict) -> str:
@@ -170,13 +178,16 @@ class WorkStore:
         return path
 
     def seal(self) -> None:
-        """Rewrite the manifest with the seal of records.jsonl and every part file, atomically.
+        """Rewrite the manifest with the seal of records.jsonl, every part file and every side
+        file, atomically.
 
         Called last, when records.jsonl is written: the stored manifest (the one the run started
         with, whatever code resumes it) is kept, and only its seal is replaced."""
         manifest = read_manifest(self.root)
         parts = sorted(self.parts.glob("*.jsonl"))
-        manifest[SEAL_KEY] = seal_of(self.root / RECORDS, parts, self.root / RESOLUTIONS)
+        manifest[SEAL_KEY] = seal_of(
+            self.root / RECORDS, parts, self.root / RESOLUTIONS, side_files(self.root)
+        )
         atomic_write_lines(self.root / MANIFEST, [manifest_text(manifest)])
 
 
