@@ -242,6 +242,14 @@ def test_not_a_run_directory_is_one_line(tmp_path):
     )
 
 
+def test_a_remote_runs_flags_on_a_local_run_are_one_line(made):
+    status, err = run_nudge(["verify", made["run"], "--base-url", "http://127.0.0.1:9/v1"])
+    assert status == 2
+    assert err.strip() == (
+        f"nudge verify: error: --base-url: only for a remote run; {made['run']} ran in-process"
+    )
+
+
 def test_a_sampled_run_with_two_seeds_verifies_with_every_unit_replayed(made, tmp_path):
     out = tmp_path / "sampled"
     status, err = run_nudge(
