@@ -39,6 +39,9 @@ IDENTITY_KEYS = ("format", "experiment", "config", "family", "seeds", "problems"
 PROVENANCE_KEYS = ("versions", "git_commit", "endpoint", "threads")
 # what a finished run wrote: compared by `nudge verify`, never between two manifests
 SEAL_KEY = "seal"
+# the seal's entry for the side files stats reads beside the records (signals/*.npy); a seal written
+# before side files were sealed lacks it
+SEALED_SIDE_FILES = "signals"
 # where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
 # copied elsewhere, reuses the stored records when every hash is the same.
 LOCATION_KEYS = (
@@ -223,7 +226,7 @@ def seal_of(
     seal = {
         "records": _sealed_lines(records),
         "parts": {part.name: sha256_file(part, cached=False) for part in sorted(parts)},
-        "signals": {path.name: sha256_file(path, cached=False) for path in sorted(side_files)},
+        SEALED_SIDE_FILES: {p.name: sha256_file(p, cached=False) for p in sorted(side_files)},
     }
     if resolutions is not None and resolutions.is_file():
         seal["resolutions"] = _sealed_lines(resolutions)

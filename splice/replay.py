@@ -162,8 +162,8 @@ def _stage(run: StoredRun, store: WorkStore, unit: Unit, phases: list[str]) -> s
 
 def _requested(config: dict, overrides: dict[str, str | None], remote: bool) -> RunConfig:
     """The stored (resolved) config, asked for again, with the inputs given anew (if any). A
-    remote run's dtype and device resolved to `run_config.SERVER`, which `prepare` sets itself when given
-    the server: they are asked for as `nudge run` asks (the defaults)."""
+    remote run's dtype and device resolved to `run_config.SERVER`, which `prepare` sets itself
+    when given the server: they are asked for as `nudge run` asks them (the defaults)."""
     stored = RunConfig.from_dict(config)
     if remote:
         stored = replace(stored, dtype=RunConfig.dtype, device=RunConfig.device)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nudgeability.splice.backend_setup import is_remote
+from nudgeability.splice.backend_setup import is_remote, tokenizer_files
 from nudgeability.splice.manifest import (
     SEAL_KEY,
+    SEALED_SIDE_FILES,
     compare_manifests,
     git_commit,
     package_versions,
@@ -99,15 +100,13 @@ def _checkpoint_problems(stored: dict, spec: str) -> tuple[list[str], int]:
 
 def _tokenizer_problems(stored: dict, override: str | None) -> tuple[list[str], int]:
     """A remote run's tokenizer files against the manifest's sha256; (problems, files)."""
-    from nudgeability.splice.backend_setup import tokenizer_files
-
-    sealed = stored.get("files", {})
+    listed = stored.get("files", {})
     directory = Path(override or stored.get("directory") or "")
     if not directory.is_dir():
         hint = "; if it moved, pass its new place with --tokenizer"
-        return [f"tokenizer directory {directory}: missing{hint}"], len(sealed)
+        return [f"tokenizer directory {directory}: missing{hint}"], len(listed)
     files = {path.name: path for path in tokenizer_files(directory)}
-    return _compare_named("tokenizer file", directory, sealed, files, "the manifest"), len(sealed)
+    return _compare_named("tokenizer file", directory, listed, files, "the manifest"), len(listed)
 
 
 def check_weights(run: StoredRun) -> Check:
@@ -165,8 +164,9 @@ def check_integrity(run: StoredRun) -> Check:
     problems += _compare_named("part file", run.root / PARTS, sealed_parts, present)
     side = {path.name: path for path in side_files(run.root)}
     warnings = ()
-    if "signals" in seal:
-        problems += _compare_named("side file", run.root / SIGNALS_DIR, seal["signals"], side)
+    sealed_side = seal.get(SEALED_SIDE_FILES)
+    if sealed_side is not None:
+        problems += _compare_named("side file", run.root / SIGNALS_DIR, sealed_side, side)
     elif side:  # sealed before the side files were: say so, as for an unsealed run
         warnings = (
             f"the {len(side)} side files in {run.root / SIGNALS_DIR} were not sealed (a seal "
@@ -174,8 +174,7 @@ def check_integrity(run: StoredRun) -> Check:
         )
     if problems:
         return Check("integrity", FAIL, summary(problems, "integrity problems"), warnings)
-    sealed_side = len(seal.get("signals", {}))
-    also = f", {sealed_side} side files ({SIGNALS_DIR}/)" if sealed_side else ""
+    also = f", {len(sealed_side)} side files ({SIGNALS_DIR}/)" if sealed_side else ""
     return Check(
         "integrity",
         OK,
