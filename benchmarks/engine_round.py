@@ -22,7 +22,7 @@ FULL = [
     ["scaling.py"],
 ]
 SMALL = [
-    ["fork_vs_generate.py", "--arms", "2", "--prefix", "64", "--new", "4", "--repeats", "1"],
+    ["fork_vs_generate.py", "--arms", "2", "--prefix", "64", "--new", "4", "--rounds", "1"],
     ["decode_step.py", "--steps", "3", "--no-p1"],
     ["scaling.py", "--arms", "12", "--prefixes", "128", "--new", "4"],
 ]

@@ -82,6 +82,9 @@ class ArmStep:
     """
 
     lengths: torch.Tensor  # [G] prefix lengths
+    lengths_host: tuple[
+        int, ...
+    ]  # the same on the host: decides, without a sync, when no mask is needed
     fold: Fold
     q_slots: torch.Tensor
     hw: int
@@ -114,6 +117,7 @@ class ArmLayout:
         self.static_shapes = static_shapes
         self.group_of_row = list(group_of_row)
         self.prefix_lengths = torch.tensor(prefix_lengths, device=device)
+        self.prefix_lengths_host = tuple(prefix_lengths)
         self.suffix_lengths = torch.tensor(suffix_lengths, device=device)
         self.row_group = torch.tensor(self.group_of_row, device=device)
         self.s_max = max(suffix_lengths)
@@ -143,6 +147,7 @@ class ArmLayout:
         fold = Fold.of(rows_of_token, self.group_of_row, -1, self.device)
         step = ArmStep(
             self.prefix_lengths,
+            self.prefix_lengths_host,
             fold,
             token_slots[:, None],
             hw=self.s_max,
@@ -162,7 +167,15 @@ class ArmLayout:
         fold = self.fold(rows)
         slots = (self.suffix_lengths[fold.rows] + step_index - 1)[:, None]
         hw = capacity if self.static_shapes else min(self.s_max + step_index, capacity)
-        step = ArmStep(self.prefix_lengths, fold, slots, hw, fold.rows[:, None], slots)
+        step = ArmStep(
+            self.prefix_lengths,
+            self.prefix_lengths_host,
+            fold,
+            slots,
+            hw,
+            fold.rows[:, None],
+            slots,
+        )
         return slots + self.prefix_lengths[fold.row_group][:, None], step
 
     def fold(self, rows: list[int]) -> Fold:
@@ -212,17 +225,22 @@ def suffix_bias(step: ArmStep, window: int | None, g: int, dtype) -> torch.Tenso
 
 def prefix_bias(
     step: ArmStep, prefix_start: torch.Tensor, window: int | None, g: int, t: int, dtype
-) -> torch.Tensor:
+) -> torch.Tensor | None:
     """[groups, 1, arms*g, T] (or [groups, 1, 1, T] for full layers): the prefix part's bias over
     the folded query rows. `prefix_start[G]` is the position of each group's prefix slot 0 in this
     layer (sliding layers keep only the last W-1 positions). A full layer's bias depends on the
-    rows alone, so it is built once while the same rows run."""
+    rows alone, so it is built once while the same rows run.
+
+    None when every query sees every prefix slot: a full layer whose groups all fill the `T`
+    slots (no padding), decided from the host's lengths. The kernel then reads no mask at all."""
     fold = step.fold
+    lo, hi = fold.group_lo, fold.group_hi
+    if window is None and all(n == t for n in step.lengths_host[lo:hi]):
+        return None
     key = ("prefix", window, g, t, dtype)
     masks = fold.cache if window is None else step.masks
     if key in masks:
         return masks[key]
-    lo, hi = fold.group_lo, fold.group_hi
     start = prefix_start[lo:hi]
     kpos = start[:, None] + torch.arange(t, device=start.device)  # [groups, T]
     valid = (kpos >= 0) & (kpos < step.lengths[lo:hi, None])

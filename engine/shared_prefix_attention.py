@@ -138,7 +138,8 @@ def _arm_attention(q, handle: ArmKV, scaling: float, window: int | None) -> torc
 
 
 def _attend(q, k, v, bias, scaling: float):
-    """Attention of q `[B, h, M, D]` over k/v `[B, h, S, D]` with an additive `bias`, returning the
+    """Attention of q `[B, h, M, D]` over k/v `[B, h, S, D]` with an additive `bias` (None: every
+    key visible), returning the
     normalised output (q's dtype) and the fp32 log-sum-exp of the scores `[B, h, M]`."""
     if q.device.type == "cpu":
         # One fused op (the CPU flash kernel behind SDPA), which also returns the log-sum-exp.
@@ -157,8 +158,9 @@ def _attend_explicit(q, k, v, bias, scaling: float):
     chunk = max(1, PREFIX_SCORE_ELEMENTS // max(1, b * h * k.shape[2]))
     for r0 in range(0, m, chunk):
         r1 = min(m, r0 + chunk)
-        part = bias if bias.shape[2] == 1 else bias[:, :, r0:r1]
-        s = torch.matmul(q[:, :, r0:r1], k.transpose(-1, -2)).float().mul_(scaling).add_(part)
+        s = torch.matmul(q[:, :, r0:r1], k.transpose(-1, -2)).float().mul_(scaling)
+        if bias is not None:
+            s.add_(bias if bias.shape[2] == 1 else bias[:, :, r0:r1])
         mx = s.amax(dim=-1, keepdim=True)
         e = s.sub_(mx).exp_()
         total = e.sum(dim=-1, keepdim=True)
