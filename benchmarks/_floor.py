@@ -1,23 +1,23 @@
-"""The floors the engine is measured against (`fork_vs_generate.py`), timed the way the engine is.
+"""The floors the engine is measured against (`fork_vs_generate.py`), interleaved with it step by
+step so that a slow spell of a shared machine lands on both sides of each ratio.
 
 Two floors, both measured in the benchmark's own process:
 
 - **the linear floor** (issue 17's definition): HF's own forward with no cache: the prefix in one
   forward, the arms' suffix tokens packed into one forward, and for each decode step the model on
   one token per arm with no past (embeddings, linear layers, norms, LM head; attention over the
-  cache is left out). The decode piece runs once per decode step, back to back, as the engine's
-  decode loop does, and is divided by the number of steps, so that both sides are per-step means
-  of the same loop length; a best-of-N single forward would compare a minimum against a mean.
+  cache is left out).
 - **the attention floor**: the attention work that any shared-prefix ("cascade") implementation
   must still do on top of the linear floor, timed with torch's fused CPU attention kernel alone
-  on random tensors of the run's shapes: per layer, the arms' queries folded over their
-  kv-heads against the prefix (read once for all arms), and each arm against its own suffix
-  slots; in the prefill, the packed suffix tokens against the prefix. Nothing of the engine runs
-  here (no masks built, no merge, no cache writes). Before each step the CPU caches are flushed by
-  reading a buffer as large as the model's weights, as the weights' own stream does in a real
-  step; without it the prefix K/V would stay cached and the floor would be unrealistically low.
+  on random tensors of the run's shapes: per layer, the arms' queries folded over their kv-heads
+  against the prefix (read once for all arms), and each arm against its own suffix slots; in the
+  prefill, the packed suffix tokens against the prefix. Nothing of the engine runs here (no
+  masks built, no merge, no cache writes).
 
-Each piece is the best of `rounds` rounds, as the engine's figures are the best of its runs.
+`interleaved_fork` runs `Engine.fork` with its decode step wrapped: after the engine's prefill
+come the floors' prefill pieces, and after each engine step the linear floor's step and the
+attention kernels of that step's shapes. The linear forward streams every weight through the CPU
+caches just before the attention kernels run, so their K/V are as cold as in a real step.
 """
 
 from __future__ import annotations
@@ -29,103 +29,137 @@ import torch
 
 
 @dataclass(frozen=True)
-class Floor:
-    prefix: float  # seconds: HF forward over the prefix
-    suffix: float  # seconds: HF forward over the packed suffix tokens
-    step: float  # seconds per decode step: the model on the arms' rows, no past
+class Piece:
+    prefill: float  # seconds
+    step: float  # seconds per decode step (mean)
+    wall: float  # seconds
 
 
 @dataclass(frozen=True)
-class AttentionFloor:
-    prefill: float  # seconds: the packed suffix tokens against the prefix, every layer
-    step: float  # seconds per decode step: prefix part + suffix part, every layer
+class Round:
+    """One interleaved fork: the engine and both floors, and the linear floor's own pieces."""
+
+    engine: Piece
+    linear: Piece
+    attention: Piece
+    prefix: float  # the linear floor's prefix forward, seconds
+    suffix: float  # its packed-suffix forward, seconds
+    tokens: list[list[int]]  # the engine's arms
 
 
-def _best(fn, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
+class AttentionKernels:
+    """The cascade's own attention kernels alone, on the run's shapes; tensors built once."""
+
+    def __init__(self, model, prefix_len: int, suffix_lengths: list[int], new: int):
+        config = model.config
+        self.layers, heads = config.num_hidden_layers, config.num_attention_heads
+        kv = getattr(config, "num_key_value_heads", None) or heads
+        d = getattr(config, "head_dim", None) or config.hidden_size // heads
+        g, arms, self.scale = heads // kv, len(suffix_lengths), d**-0.5
+        self.s_max, packed = max(suffix_lengths), sum(suffix_lengths)
+        gen = torch.Generator().manual_seed(0)
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=gen)
+
+        self.pk = [randn(1, kv, prefix_len, d) for _ in range(self.layers)]
+        self.pv = [randn(1, kv, prefix_len, d) for _ in range(self.layers)]
+        self.sk = [randn(arms, kv, self.s_max + new, d) for _ in range(self.layers)]
+        self.sv = [randn(arms, kv, self.s_max + new, d) for _ in range(self.layers)]
+        self.q_fold, self.q_rows = randn(1, kv, arms * g, d), randn(arms, kv, g, d)
+        self.q_packed = randn(1, kv, packed * g, d)
+        # decode step i reads slots [0, s_max + i); slot j is visible to arm r when j <= S_r + i - 1
+        lengths = torch.tensor(suffix_lengths)[:, None]
+        low = torch.finfo(torch.float32).min
+        self.biases = {
+            i: torch.where(torch.arange(self.s_max + i) <= lengths + i - 1, 0.0, low)[:, None, None]
+            for i in range(1, new)
+        }
+        self.kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+    def prefill(self) -> float:
         t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        for layer in range(self.layers):
+            self.kernel(self.q_packed, self.pk[layer], self.pv[layer], 0.0, False, scale=self.scale)
+        return time.perf_counter() - t0
+
+    def step(self, i: int) -> float:
+        """Decode step `i` (the arms have `i` new tokens): prefix part + suffix part, every layer."""
+        hw, bias = self.s_max + i, self.biases[i]
+        t0 = time.perf_counter()
+        for layer in range(self.layers):
+            self.kernel(self.q_fold, self.pk[layer], self.pv[layer], 0.0, False, scale=self.scale)
+            ks, vs = self.sk[layer][:, :, :hw], self.sv[layer][:, :, :hw]
+            self.kernel(self.q_rows, ks, vs, 0.0, False, attn_mask=bias, scale=self.scale)
+        return time.perf_counter() - t0
 
 
-def linear_floor(model, prefix, suffixes, new: int, rounds: int) -> Floor:
-    """HF's forward with no cache over the three pieces (see the module docstring)."""
+def _timed(fn, *args, **kwargs) -> float:
+    t0 = time.perf_counter()
+    fn(*args, **kwargs)
+    return time.perf_counter() - t0
+
+
+def interleaved_fork(engine, model, kernels: AttentionKernels, prefix, suffixes, params) -> Round:
+    """One `engine.fork(prefix, suffixes, params)` with both floors interleaved (module docstring).
+
+    The engine's wall time is the fork's wall time less the time spent in the floors."""
     ids = torch.tensor([prefix])
     packed = torch.tensor([[t for s in suffixes for t in s]])
     rows = torch.tensor([[s[-1]] for s in suffixes])
-    steps = new - 1
 
-    def forward(x):
-        model(input_ids=x, use_cache=False, logits_to_keep=1)
+    hf_attention = model.config._attn_implementation  # the engine swaps in its own for the fork
 
-    def decode_loop():
-        for _ in range(steps):
-            forward(rows)
+    def forward(x) -> float:
+        """Seconds of HF's own forward of `x`, with HF's attention (switched outside the timing)."""
+        fork_attention = model.config._attn_implementation
+        model.set_attn_implementation(hf_attention)
+        try:
+            return _timed(model, input_ids=x, use_cache=False, logits_to_keep=1)
+        finally:
+            model.set_attn_implementation(fork_attention)
 
-    with torch.inference_mode():
-        return Floor(
-            prefix=_best(lambda: forward(ids), rounds),
-            suffix=_best(lambda: forward(packed), rounds),
-            step=_best(decode_loop, rounds) / steps,
-        )
+    steps = {"engine": [], "linear": [], "attention": []}
+    prefill: dict[str, float] = {}
+    spent = 0.0  # seconds inside the wrapper but outside the engine's own step
+    original = type(engine).step
 
-
-def attention_floor(model, prefix_len: int, suffix_lengths: list[int], new: int, rounds: int):
-    """The cascade's own attention kernels alone, on the run's shapes (module docstring)."""
-    config = model.config
-    layers, heads = config.num_hidden_layers, config.num_attention_heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    d = getattr(config, "head_dim", None) or config.hidden_size // heads
-    g, arms, scale = heads // kv, len(suffix_lengths), d**-0.5
-    s_max, packed = max(suffix_lengths), sum(suffix_lengths)
-    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    gen = torch.Generator().manual_seed(0)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=gen)
-
-    pk = [randn(1, kv, prefix_len, d) for _ in range(layers)]
-    pv = [randn(1, kv, prefix_len, d) for _ in range(layers)]
-    sk = [randn(arms, kv, s_max + new, d) for _ in range(layers)]
-    sv = [randn(arms, kv, s_max + new, d) for _ in range(layers)]
-    q_fold, q_rows, q_packed = (
-        randn(1, kv, arms * g, d),
-        randn(arms, kv, g, d),
-        randn(1, kv, packed * g, d),
-    )
-    weights = sum(p.numel() for p in model.parameters())
-    flush = torch.ones(weights)
-    # decode step i reads suffix slots [0, s_max + i); slot j is visible to arm r when j <= S_r + i - 1
-    lengths = torch.tensor(suffix_lengths)[:, None]
-    biases = []
-    for i in range(1, new):
-        visible = torch.arange(s_max + i) <= lengths + i - 1
-        biases.append(torch.where(visible, 0.0, torch.finfo(torch.float32).min)[:, None, None, :])
-
-    def prefill():
-        flush.sum()
+    def step(batch, cache):
+        nonlocal spent
         t0 = time.perf_counter()
-        for layer in range(layers):
-            kernel(q_packed, pk[layer], pv[layer], 0.0, False, scale=scale)
-        return time.perf_counter() - t0
+        if not prefill:  # the engine's prefill just ended: the floors' prefill pieces
+            prefill["prefix"] = forward(ids)
+            prefill["suffix"] = forward(packed)
+            prefill["attention"] = kernels.prefill()
+        i = batch.step_index
+        t1 = time.perf_counter()
+        original(engine, batch, cache)
+        t2 = time.perf_counter()
+        steps["engine"].append(t2 - t1)
+        steps["linear"].append(forward(rows))
+        steps["attention"].append(kernels.step(i))
+        spent += (t1 - t0) + (time.perf_counter() - t2)
 
-    def decode():
-        total = 0.0
-        for i, bias in enumerate(biases, start=1):
-            hw = s_max + i
-            flush.sum()
+    engine.stats = type(engine.stats)()
+    engine.step = step
+    try:
+        with torch.inference_mode():
             t0 = time.perf_counter()
-            for layer in range(layers):
-                kernel(q_fold, pk[layer], pv[layer], 0.0, False, scale=scale)
-                ks, vs = sk[layer][:, :, :hw], sv[layer][:, :, :hw]
-                kernel(q_rows, ks, vs, 0.0, False, attn_mask=bias, scale=scale)
-            total += time.perf_counter() - t0
-        return total / len(biases)
+            arms = engine.fork(prefix, suffixes, params)
+            wall = time.perf_counter() - t0 - spent
+    finally:
+        del engine.step
 
-    with torch.inference_mode():
-        return AttentionFloor(
-            prefill=min(prefill() for _ in range(rounds)),
-            step=min(decode() for _ in range(rounds)),
-        )
+    def piece(name: str, prefill_s: float, wall_s: float | None = None) -> Piece:
+        n = len(steps[name])
+        total = prefill_s + sum(steps[name])
+        return Piece(prefill_s, sum(steps[name]) / n, total if wall_s is None else wall_s)
+
+    return Round(
+        engine=piece("engine", engine.stats.prefill_seconds, wall),
+        linear=piece("linear", prefill["prefix"] + prefill["suffix"]),
+        attention=piece("attention", prefill["attention"]),
+        prefix=prefill["prefix"],
+        suffix=prefill["suffix"],
+        tokens=[a.token_ids for a in arms],
+    )

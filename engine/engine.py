@@ -22,7 +22,7 @@ from nudgeability.engine.batch import Batch
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.fork_cache import ForkCache
 from nudgeability.engine.model_runner import ModelRunner
-from nudgeability.engine.sampler import sample, token_uncertainty
+from nudgeability.engine.sampler import greedy, sample, token_uncertainty
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import GroupShape, plan_batches
 from nudgeability.engine.sequence import Completion, ForkRequest
@@ -227,7 +227,7 @@ class Engine:
     def _sample_and_record(self, batch: Batch, rows: list[int], hidden: torch.Tensor) -> None:
         logits = self.runner.logits(hidden)
         inputs = batch.sampling_inputs(rows)
-        chosen = logits.argmax(dim=-1) if inputs is None else sample(logits, *inputs)
+        chosen = greedy(logits) if inputs is None else sample(logits, *inputs)
         # The step's one host read. Anything else computed per token on the device must join
         # this transfer rather than add its own.
         asked = batch.uncertainty_rows(rows)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from helpers.engine_reference import random_ids
 from transformers.generation.logits_process import TopPLogitsWarper
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.engine.sampler import sample
+from nudgeability.engine.sampler import greedy, sample
 from nudgeability.models.tiny import tiny_model
 
 
@@ -81,3 +82,15 @@ def test_temperature_zero_is_argmax_and_ignores_the_uniform():
     logits = torch.randn(6, 30, generator=torch.Generator().manual_seed(1))
     tokens = sample(logits, torch.zeros(6), torch.ones(6), torch.rand(6, dtype=torch.float64))
     assert torch.equal(tokens, logits.argmax(-1))
+
+
+def test_greedy_takes_the_first_of_tied_maxima():
+    # rows built with ties at chosen places, including the first and the last column
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(8, 49152, generator=gen)
+    places = [(0, 5), (3, 9), (0, 49151), (17, 40000), (1, 2), (7, 7), (100, 30000), (0, 1)]
+    for row, cols in enumerate(places):
+        logits[row, list(cols)] = logits[row].max() + 1.0
+    rows = logits.numpy()
+    first = [int(np.flatnonzero(row == row.max())[0]) for row in rows]
+    assert greedy(logits).tolist() == first == [min(c) for c in places]
