@@ -8,8 +8,8 @@ sit, and which keys they may see.
   `[G, P_max]` prefix batch;
 - `ArmStep`: the arm phase (suffix prefill and decode): the scheduled suffix rows, the suffix slot
   of each query token, the suffix high-water mark and the `Fold` that places the rows in the
-  `[groups, arms]` grid used to read each prefix once for all its arms. Its masks are built on
-  first use and shared by every layer of the call.
+  `[groups, arms]` grid used to read each prefix once for all its arms. Its masks and the cache
+  writes' indices are built on first use and shared by every layer of the call.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ class ArmStep:
     write_rows: torch.Tensor
     write_slots: torch.Tensor
     token_rows: torch.Tensor | None = None  # packed suffix prefill only
-    masks: dict = field(default_factory=dict)  # built once per call, shared by every layer
+    # masks and write indices, built on first use and shared by every layer of the call
+    per_call: dict = field(default_factory=dict)
 
     @property
     def packed(self) -> bool:
@@ -203,8 +204,8 @@ def suffix_bias(step: ArmStep, window: int | None, g: int, dtype) -> torch.Tenso
     call's own keys, visible when the key token belongs to the query's arm and its slot is <= the
     query's (and within W)."""
     key = ("suffix", window, g, dtype)
-    if key in step.masks:
-        return step.masks[key]
+    if key in step.per_call:
+        return step.per_call[key]
     i = step.q_slots  # [n, 1]
     if step.packed:
         j = step.q_slots[:, 0][None, :]  # [1, T] slots of the keys (the same tokens)
@@ -219,8 +220,8 @@ def suffix_bias(step: ArmStep, window: int | None, g: int, dtype) -> torch.Tenso
         visible = visible[None].expand(g, n, keys).reshape(1, 1, g * n, keys)
     else:
         visible = visible[:, None, None, :]
-    step.masks[key] = _bias(visible, dtype)
-    return step.masks[key]
+    step.per_call[key] = _bias(visible, dtype)
+    return step.per_call[key]
 
 
 def prefix_bias(
@@ -238,7 +239,7 @@ def prefix_bias(
     if window is None and all(n == t for n in step.lengths_host[lo:hi]):
         return None
     key = ("prefix", window, g, t, dtype)
-    masks = fold.cache if window is None else step.masks
+    masks = fold.cache if window is None else step.per_call
     if key in masks:
         return masks[key]
     start = prefix_start[lo:hi]

@@ -131,9 +131,18 @@ class ForkCache(Cache):
             shape = (self.num_rows, k.shape[1], self.suffix_capacity, k.shape[3])
             layer.suffix_k = k.new_zeros(shape)
             layer.suffix_v = v.new_zeros(shape)
-        # advanced indices around a slice: the indexed result is [B, L, kv, D]
-        layer.suffix_k[step.write_rows, :, step.write_slots] = k.transpose(1, 2)
-        layer.suffix_v[step.write_rows, :, step.write_slots] = v.transpose(1, 2)
+        # One index_copy_ per tensor into the storage seen as rows of D: the row of (arm r, head
+        # h, slot s) is (r * kv + h) * S_cap + s. Cheaper to dispatch than advanced-index
+        # assignment, and the index is built once per call and head count, not per layer.
+        kv, cap, d = layer.suffix_k.shape[1], layer.suffix_k.shape[2], k.shape[3]
+        key = ("write", kv, cap)
+        index = step.per_call.get(key)
+        if index is None:
+            heads = torch.arange(kv, device=k.device)
+            index = (step.write_rows[..., None] * kv + heads) * cap + step.write_slots[..., None]
+            index = step.per_call[key] = index.reshape(-1)
+        layer.suffix_k.view(-1, d).index_copy_(0, index, k.transpose(1, 2).reshape(-1, d))
+        layer.suffix_v.view(-1, d).index_copy_(0, index, v.transpose(1, 2).reshape(-1, d))
 
     # --- accounting, used by the tests and the benchmarks ---------------------------------------
     def prefix_tensors(self) -> list[torch.Tensor]:
