@@ -11,8 +11,9 @@ action = fam.parse_action(generated[b:], finish_reason, tools=["retrieve"])
 """
 
 from nudgeability.models.families.action import ACTION_KINDS, OTHER, SELF, TOOL, TRUNC, Action
-from nudgeability.models.families.base import Family, FamilyError
+from nudgeability.models.families.base import Family
 from nudgeability.models.families.detect import FAMILIES, KNOWN_FAMILIES, detect_family, get_family
+from nudgeability.models.families.messages import FamilyError
 
 __all__ = [
     "ACTION_KINDS",

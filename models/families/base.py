@@ -37,8 +37,7 @@ from nudgeability.models.families.action import (
     Action,
 )
 from nudgeability.models.families.calls import json_call_outside_format
-
-ROLES = ("system", "user", "assistant", "tool", "observation")
+from nudgeability.models.families.messages import FamilyError, check_messages, tool_names
 
 # A throwaway tool used only to ask a checkpoint's template whether it renders tools at all.
 _PROBE_TOOL_NAME = "nudgeability_probe_tool"
@@ -50,10 +49,6 @@ _PROBE_TOOL = {
         "parameters": {"type": "object", "properties": {}, "required": []},
     },
 }
-
-
-class FamilyError(ValueError):
-    """A family name, message list or argument that cannot be used; the message says what to fix."""
 
 
 @dataclass
@@ -364,39 +359,3 @@ class Family:
             raise FamilyError("continuation_ids: no complete tool call after the think-close")
         k, rest = found
         return list(ids[:k]) + self.encode(rest + self.render_tool_result(name, result, thinking))
-
-
-def tool_names(tools: list | None) -> set[str]:
-    """Declared tool names from names or OpenAI-style tool dicts."""
-    names = set()
-    for tool in tools or ():
-        if isinstance(tool, str):
-            names.add(tool)
-        elif isinstance(tool, dict):
-            names.add(tool.get("function", tool).get("name"))
-        else:
-            raise FamilyError(f"tools: expected names or tool dicts, got {type(tool).__name__}")
-    return names
-
-
-def check_messages(messages: list[dict], tools: list[dict] | None) -> None:
-    """Raise FamilyError unless `messages` is a non-empty list of {role, content} dicts and `tools`
-    a list of OpenAI-style {"type": "function", "function": {"name", ...}} dicts."""
-    if not isinstance(messages, list) or not messages:
-        raise FamilyError(
-            "messages: expected a non-empty list of {'role': ..., 'content': ...} dicts"
-        )
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise FamilyError(f"messages[{i}]: expected a dict with 'role' in {ROLES}")
-        if not isinstance(message.get("content"), str):
-            raise FamilyError(f"messages[{i}]['content']: expected a str (use '' for none)")
-    for i, tool in enumerate(tools or ()):
-        if (
-            not isinstance(tool, dict)
-            or not isinstance(tool.get("function"), dict)
-            or "name" not in tool["function"]
-        ):
-            raise FamilyError(
-                f"tools[{i}]: expected {{'type': 'function', 'function': {{'name': ..., ...}}}}"
-            )

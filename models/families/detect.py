@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 from types import MappingProxyType
 
-from nudgeability.models.families.base import Family, FamilyError
+from nudgeability.models.families.base import Family
 from nudgeability.models.families.chatml import ChatMLFamily
 from nudgeability.models.families.gemma4 import Gemma4Family
 from nudgeability.models.families.glm_z1 import GlmZ1Family
+from nudgeability.models.families.messages import FamilyError
 from nudgeability.models.families.qwen3 import Qwen3Family
 
 FAMILIES = MappingProxyType(
