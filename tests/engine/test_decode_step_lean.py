@@ -112,3 +112,34 @@ def test_static_shapes_repeat_the_same_operations_on_the_same_shapes_and_change_
     assert all(s == shapes_per_step[1] for s in shapes_per_step[1:])
     for suffix, arm in zip(suffixes, arms):
         assert_matches_reference(model, arm, prefix + suffix, 12, engine.eos_ids)
+
+
+@pytest.mark.parametrize("static_shapes", [True, False])
+def test_no_allocation_grows_with_the_step_count(static_shapes):
+    """The KV cache is allocated once: every decode step writes into the same storage. With
+    static shapes the bytes a step allocates (profiler memory events) are the same at every step;
+    without, a step reads slots [0, hw), so its masks grow by the same few bytes per step: less
+    than the K/V of one slot, which a cache that grew (`torch.cat`) would allocate every step."""
+    model = tiny_model("llama", num_layers=2, seed=6)
+    prefix = random_ids(50, seed=7)
+    suffixes = [random_ids(n, seed=n) for n in (5, 2, 8)]
+    engine = Engine(model, static_shapes=static_shapes)
+    storage, allocated, slot_bytes = [], [], []
+    step = Engine.step
+
+    def recorded(batch, cache):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step(engine, batch, cache)
+        allocated.append(sum(max(e.cpu_memory_usage, 0) for e in prof.events()))
+        tensors = cache.prefix_tensors() + cache.suffix_tensors()
+        storage.append([(t.data_ptr(), t.untyped_storage().nbytes()) for t in tensors])
+        slot_bytes.append(sum(t.nbytes // t.shape[2] for t in cache.suffix_tensors()))
+
+    engine.step = recorded
+    engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=14, ignore_eos=True))
+    assert len(storage) == 13 and all(s == storage[0] for s in storage)
+    growth = {b - a for a, b in zip(allocated[1:], allocated[2:])}
+    if static_shapes:
+        assert growth == {0}, allocated
+    else:
+        assert len(growth) == 1 and 0 < growth.pop() < slot_bytes[0], allocated
