@@ -2,8 +2,8 @@
 
 Token mode (vLLM, SGLang, llama.cpp's `llama-server`): the prompt goes out as a list of token ids
 and the generated ids are read back where the server returns them (vLLM's `token_ids` with
-`return_token_ids`, llama-server's `tokens` with `return_tokens`), so the splice stays
-token-exact. A server that returns only text gets its ids recovered by re-encoding, and that
+`return_token_ids`; llama-server's `logprobs.content[i].id`, asked for with `logprobs: 1`, or
+`tokens` on its own endpoint), so the splice stays token-exact. A server that returns only text gets its ids recovered by re-encoding, and that
 completion is marked text-level.
 
 Text mode (HF `transformers serve`, which takes only text): the prompt goes out as the family's
@@ -53,6 +53,9 @@ class CompletionsBackend(HttpBackend):
                 skip_special_tokens=False,
                 return_token_ids=True,
                 return_tokens=True,
+                # llama-server's /v1/completions returns the generated ids only inside logprobs
+                # (`logprobs.content[i].id`); one logprob per token is the cheapest way to get them
+                logprobs=1,
             )
             if params.ignore_eos:
                 body["ignore_eos"] = True
@@ -73,7 +76,12 @@ class CompletionsBackend(HttpBackend):
         stop_reason = choice.get("stop_reason")
         if isinstance(stop_reason, str) and not text.endswith(stop_reason):
             text += stop_reason  # the server dropped the stop string it matched
-        returned = choice.get("token_ids") or choice.get("tokens") or data.get("tokens")
+        returned = (
+            choice.get("token_ids")  # vLLM, SGLang
+            or choice.get("tokens")  # llama-server's own /completion
+            or data.get("tokens")
+            or _logprob_ids(choice.get("logprobs"))  # llama-server's /v1/completions
+        )
         token_level = self.mode == "token" and _is_id_list(returned)
         generated = list(returned) if token_level else self.family.encode(text)
         finish, stop = self._finish(
@@ -97,6 +105,16 @@ class CompletionsBackend(HttpBackend):
             if text.endswith(stop):
                 return "stop_string", stop
         return "eos", None  # the server ended at its own end token and did not return it
+
+
+def _logprob_ids(logprobs) -> list[int] | None:
+    """The generated ids in llama-server's logprobs (`content: [{"id": ..., ...}, ...]`), or None
+    where the logprobs are OpenAI's (strings only) or absent."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not all(isinstance(c, dict) for c in content):
+        return None
+    ids = [c.get("id") for c in content]
+    return ids if _is_id_list(ids) else None
 
 
 def _is_id_list(value) -> bool:
