@@ -139,7 +139,9 @@ def main() -> None:
             "--port",
             str(port),
         ]
-        command += ["-c", str(2 * (args.prefix + 64 + args.new)), "-np", str(args.concurrency)]
+        # llama-server splits -c evenly among its -np slots: each slot must hold a whole arm
+        per_slot = args.prefix + 64 + args.new
+        command += ["-c", str(args.concurrency * per_slot), "-np", str(args.concurrency)]
         process, model = start(command, port, logs / "llama.log")
         try:
             rows["(c) completions, token mode, llama-server"] = remote_fork(
@@ -154,7 +156,10 @@ def main() -> None:
     lines = [
         f"{args.arms} arms on a {args.prefix}-token prefix, {args.new} new tokens each (greedy; "
         f"the engine and llama-server ignore EOS, transformers serve cannot), SmolLM2-135M on CPU, "
-        f"client concurrency {args.concurrency}.",
+        f"client concurrency {args.concurrency}. The ways run one after the other. The engine and "
+        "transformers serve compute in fp32 (the GGUF dequantised); llama-server runs the GGUF's "
+        "Q4_1 weights directly, with its own threads, so its row is a throughput reference, not "
+        "the same arithmetic.",
         "",
         "| Way | Wall (s) | Arms/s | New tokens | Cached prefix tokens | Client overhead | Continuation |",
         "|---|---|---|---|---|---|---|",
