@@ -29,6 +29,7 @@ from workload import splice_workload
 
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
+from nudgeability.splice.bench import hf_generate
 
 
 def run_fork(engine, w, new):
@@ -37,18 +38,7 @@ def run_fork(engine, w, new):
 
 
 def run_hf_per_arm(model, w, new):
-    out = []
-    for s in w.suffixes:
-        ids = torch.tensor([w.prefix + s])
-        gen = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=new,
-            min_new_tokens=new,
-            do_sample=False,
-        )
-        out.append(gen[0, ids.shape[1] :].tolist())
-    return out
+    return [hf_generate(model, w.prefix + s, new) for s in w.suffixes]
 
 
 def run_hf_cache_reuse(model, w, new):

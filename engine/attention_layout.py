@@ -235,13 +235,14 @@ def prefix_bias(
     None when every query sees every prefix slot: a full layer whose groups all fill the `T`
     slots (no padding), decided from the host's lengths. The kernel then reads no mask at all."""
     fold = step.fold
-    lo, hi = fold.group_lo, fold.group_hi
-    if window is None and all(n == t for n in step.lengths_host[lo:hi]):
-        return None
     key = ("prefix", window, g, t, dtype)
     masks = fold.cache if window is None else step.per_call
     if key in masks:
         return masks[key]
+    lo, hi = fold.group_lo, fold.group_hi
+    if window is None and all(n == t for n in step.lengths_host[lo:hi]):
+        masks[key] = None
+        return None
     start = prefix_start[lo:hi]
     kpos = start[:, None] + torch.arange(t, device=start.device)  # [groups, T]
     valid = (kpos >= 0) & (kpos < step.lengths[lo:hi, None])

@@ -157,7 +157,7 @@ def measure_point(
         point.bandwidth_floor_step_ms = 1000 * step_bytes / (bandwidth * 1e9)
     if baseline:
         t0 = time.perf_counter()
-        hf = [_hf_generate(model, work.prefix + s, new) for s in work.suffixes]
+        hf = [hf_generate(model, work.prefix + s, new) for s in work.suffixes]
         _sync(device)
         point.baseline_s = time.perf_counter() - t0
         point.baseline_ratio = point.baseline_s / wall
@@ -174,7 +174,8 @@ def _same_until_eos(ours: list[int], hf: list[int], eos_ids: set[int]) -> bool:
     return ours[:cut] == hf[:cut]
 
 
-def _hf_generate(model, ids: list[int], new: int) -> list[int]:
+def hf_generate(model, ids: list[int], new: int) -> list[int]:
+    """HF `generate()` of `new` greedy tokens after `ids` (EOS suppressed): the per-arm baseline."""
     inputs = torch.tensor([ids], device=next(model.parameters()).device)
     out = model.generate(
         inputs,

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from nudgeability.splice.conditions import CONDITIONS, PRIMARY_PAIR, REPORT_ORDER
 
-from .figures import _name, _save
+from .figures import _name, save_figure
 
 VALUE_FIGURE = "delegation_value"
 
@@ -92,4 +92,4 @@ def plot_delegation_value(summaries: Sequence, out_dir: str | Path) -> list[Path
     right.set_xlim(0, 100)
     right.set_title("Flip value vs the matched random reference")
     right.legend(fontsize=7)
-    return _save(figure, out_dir, VALUE_FIGURE)
+    return save_figure(figure, out_dir, VALUE_FIGURE)

@@ -18,7 +18,6 @@ A directory without resolutions.jsonl gives no table (its TOOL outcomes would al
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from .action_table import ExperimentLabel
 from .actions import NONE, SELF, TOOL, TRUNC, action_code
 from .delegation_summary import ValueTable
 from .delegation_value import final_outcome
-from .records import RecordsError, iter_records, labelled_run_dirs
+from .records import RecordsError, iter_records, json_lines, labelled_run_dirs
 
 RESOLUTIONS_FILE = "resolutions.jsonl"
 
@@ -44,22 +43,15 @@ def _grade_code(grade) -> int:
 
 def iter_resolutions(path: Path):
     """(line number, resolution dict) of a resolutions.jsonl, checked for the fields the join needs."""
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordsError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            missing = [
-                k
-                for k in ("problem_id", "condition", "seed", "tool_name", "executed", "action")
-                if not isinstance(record, dict) or k not in record
-            ]
-            if missing:
-                raise RecordsError(f"{path}:{number}: missing field(s) {', '.join(missing)}")
-            yield number, record
+    for number, record in json_lines(path):
+        missing = [
+            k
+            for k in ("problem_id", "condition", "seed", "tool_name", "executed", "action")
+            if k not in record
+        ]
+        if missing:
+            raise RecordsError(f"{path}:{number}: missing field(s) {', '.join(missing)}")
+        yield number, record
 
 
 def _resolved_right(resolution: dict) -> int:

@@ -10,12 +10,12 @@ full precision. Markdown and LaTeX round to one decimal; '–' marks an undefine
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 
 from nudgeability.splice.conditions import PAIRS
+
+from .report_tables import csv_text, tex_escape
 
 CSV_COLUMNS = (
     "section",
@@ -134,18 +134,7 @@ def value_csv_rows(summaries: Sequence) -> list[dict]:
 
 def render_value_csv(summaries: Sequence) -> str:
     """The long CSV: one estimate per line (fractions for shares, % for accuracy, pp for V)."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in value_csv_rows(summaries):
-        writer.writerow(
-            {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        )
-    return buffer.getvalue()
-
-
-def _tex(text: str) -> str:
-    return "".join("\\" + ch if ch in "&%$#_{}" else ch for ch in str(text))
+    return csv_text(value_csv_rows(summaries), CSV_COLUMNS)
 
 
 def render_value_latex(summaries: Sequence) -> str:
@@ -163,7 +152,7 @@ def render_value_latex(summaries: Sequence) -> str:
             _fmt(e.accuracy[c].accuracy) if c in e.accuracy else "–" for c in (base, plus, minus)
         )
         lines.append(
-            f"{_tex(e.model)} & {_tex(e.task)} & {_tex(e.decoding)} & {_tex(pair)} & {accuracies} "
+            f"{tex_escape(e.model)} & {tex_escape(e.task)} & {tex_escape(e.decoding)} & {tex_escape(pair)} & {accuracies} "
             f"& {_fmt(v.V)} {_ci(v.ci)} & {v.n_V} & {_fmt(100 * f.helpful)} {_ci(f.helpful_ci, 100)} "
             f"& {_fmt(100 * f.helpful_rand)} & {_fmt(100 * f.harmful)} {_ci(f.harmful_ci, 100)} "
             f"& {_fmt(100 * f.harmful_rand)} & {f.F} \\\\"

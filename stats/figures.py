@@ -35,7 +35,7 @@ def _name(e) -> str:
     return f"{e.model} / {e.task}" + ("" if e.decoding == "greedy" else f" ({e.decoding})")
 
 
-def _save(figure: Figure, out_dir: Path, stem: str) -> list[Path]:
+def save_figure(figure: Figure, out_dir: Path, stem: str) -> list[Path]:
     """Render `figure` in memory and write its PNG and PDF together, atomically: a kill or a full
     disk leaves the previous files."""
     FigureCanvasAgg(figure)
@@ -95,7 +95,7 @@ def plot_s_vs_l(summaries: Sequence, out_dir: Path) -> list[Path]:
     ax.set_ylabel("targeting lift L (pp)")
     ax.set_title("Sensitivity vs targeting lift (95% bootstrap whiskers)")
     ax.legend(title="task")
-    return _save(figure, out_dir, "s_vs_l")
+    return save_figure(figure, out_dir, "s_vs_l")
 
 
 def plot_flip_composition(summaries: Sequence, out_dir: Path) -> list[Path]:
@@ -124,7 +124,7 @@ def plot_flip_composition(summaries: Sequence, out_dir: Path) -> list[Path]:
     ax.set_xlim(0, 100)
     ax.set_title("Flip composition (+ and − arms)")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-    return _save(figure, out_dir, "flip_composition")
+    return save_figure(figure, out_dir, "flip_composition")
 
 
 def plot_delegation(summaries: Sequence, out_dir: Path) -> list[Path]:
@@ -146,7 +146,7 @@ def plot_delegation(summaries: Sequence, out_dir: Path) -> list[Path]:
     ax.set_ylabel("delegation rate (% TOOL)")
     ax.set_title("Delegation rate per condition")
     ax.legend(fontsize=7)
-    return _save(figure, out_dir, "delegation")
+    return save_figure(figure, out_dir, "delegation")
 
 
 def plot_oracle(summaries: Sequence, out_dir: Path) -> list[Path]:
@@ -167,7 +167,7 @@ def plot_oracle(summaries: Sequence, out_dir: Path) -> list[Path]:
         if k:
             ax.set_yticks([])
         ax.set_title(title, fontsize=9)
-    return _save(figure, out_dir, "oracle")
+    return save_figure(figure, out_dir, "oracle")
 
 
 def draw_all(summaries: Sequence, out_dir: str | Path) -> list[Path]:

@@ -9,20 +9,19 @@ when a run stored signals; `nudge report` draws grounding_accuracy and grounding
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nudgeability.models.atomic import atomic_write_files
 
+from .figures import save_figure
 from .grounding_summary import GroundingSummary
+from .report_tables import csv_text
 from .serialize import from_jsonable, to_jsonable
 
 GROUNDING_FILE = "grounding.json"
@@ -117,14 +116,7 @@ def _row(kind: str, name: str, value: float, interval, n: int) -> dict:
 
 
 def render_csv(summaries: Sequence[GroundingSummary]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=_CSV_COLUMNS, restval="", lineterminator="\n")
-    writer.writeheader()
-    for row in csv_rows(summaries):
-        writer.writerow(
-            {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        )
-    return buffer.getvalue()
+    return csv_text(csv_rows(summaries), _CSV_COLUMNS)
 
 
 def write_grounding(summaries: Sequence[GroundingSummary], out: str | Path) -> list[Path]:
@@ -152,18 +144,6 @@ def read_grounding(directory: str | Path) -> list[GroundingSummary]:
 
 
 # ---------------------------------------------------------------- figures
-
-
-def _save(figure: Figure, out_dir: Path, stem: str) -> list[Path]:
-    """PNG and PDF rendered in memory, written together and atomically (as figures.py does)."""
-    FigureCanvasAgg(figure)
-    figure.tight_layout()
-    files = {}
-    for fmt in FORMATS:
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format=fmt, dpi=150)
-        files[out_dir / f"{stem}.{fmt}"] = buffer.getvalue()
-    return atomic_write_files(files)
 
 
 def plot_accuracy(summaries: Sequence[GroundingSummary], out_dir: Path) -> list[Path]:
@@ -194,7 +174,7 @@ def plot_accuracy(summaries: Sequence[GroundingSummary], out_dir: Path) -> list[
         ax.set_ylabel("delegation accuracy (%)")
         ax.set_ylim(0, 100)
         ax.set_title(f"{g.model} / {g.task} / {g.decoding} (n = {g.n_retained})", fontsize=9)
-    return _save(figure, out_dir, "grounding_accuracy")
+    return save_figure(figure, out_dir, "grounding_accuracy")
 
 
 def plot_roc(summaries: Sequence[GroundingSummary], out_dir: Path) -> list[Path]:
@@ -209,7 +189,7 @@ def plot_roc(summaries: Sequence[GroundingSummary], out_dir: Path) -> list[Path]
         ax.set_ylabel("true-positive rate (right called right)")
         ax.set_title(f"{g.model} / {g.task} / {g.decoding}", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
-    return _save(figure, out_dir, "grounding_roc")
+    return save_figure(figure, out_dir, "grounding_roc")
 
 
 def draw_grounding(summaries: Sequence[GroundingSummary], out_dir: str | Path) -> list[Path]:

@@ -135,12 +135,10 @@ def read_run_dir(path: str | Path) -> RunDir:
     return RunDir(path, label, tuple(sorted(seeds)), tuple(asked), defining_settings(data))
 
 
-def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """(line number, record dict) for each non-blank line of a records.jsonl, checked for the
-    fields the join needs; RecordsError names the file and line otherwise."""
-    path = Path(path)
-    if not path.is_file():
-        raise RecordsError(f"{path}: missing (a run directory needs records.jsonl)")
+def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSON-lines file; RecordsError names the
+    file and line of a line that is not a JSON object. The records and resolutions readers check
+    their own fields on top."""
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -155,27 +153,37 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
                 raise RecordsError(
                     f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
                 )
-            missing = [key for key in _REQUIRED if key not in record]
-            if missing:
-                raise RecordsError(f"{path}:{number}: missing field(s) {', '.join(missing)}")
-            sample = record.get("sample")
-            if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool)):
-                raise RecordsError(f"{path}:{number}: field sample must be an integer or absent")
-            for key, kind in (("problem_id", str), ("condition", str), ("seed", int)):
-                if not isinstance(record[key], kind) or isinstance(record[key], bool):
-                    raise RecordsError(f"{path}:{number}: field {key} must be a {kind.__name__}")
-            if not isinstance(record["action"], dict) or "kind" not in record["action"]:
-                raise RecordsError(f"{path}:{number}: field action must be an object with a 'kind'")
-            try:
-                action_code(record["action"]["kind"])
-            except ValueError as exc:
-                raise RecordsError(f"{path}:{number}: field action.kind: {exc}") from None
-            grade = record.get("grade")
-            if grade is not None and not (isinstance(grade, dict) and "correct" in grade):
-                raise RecordsError(
-                    f"{path}:{number}: field grade must be null or an object with 'correct'"
-                )
             yield number, record
+
+
+def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, record dict) for each non-blank line of a records.jsonl, checked for the
+    fields the join needs; RecordsError names the file and line otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordsError(f"{path}: missing (a run directory needs records.jsonl)")
+    for number, record in json_lines(path):
+        missing = [key for key in _REQUIRED if key not in record]
+        if missing:
+            raise RecordsError(f"{path}:{number}: missing field(s) {', '.join(missing)}")
+        sample = record.get("sample")
+        if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool)):
+            raise RecordsError(f"{path}:{number}: field sample must be an integer or absent")
+        for key, kind in (("problem_id", str), ("condition", str), ("seed", int)):
+            if not isinstance(record[key], kind) or isinstance(record[key], bool):
+                raise RecordsError(f"{path}:{number}: field {key} must be a {kind.__name__}")
+        if not isinstance(record["action"], dict) or "kind" not in record["action"]:
+            raise RecordsError(f"{path}:{number}: field action must be an object with a 'kind'")
+        try:
+            action_code(record["action"]["kind"])
+        except ValueError as exc:
+            raise RecordsError(f"{path}:{number}: field action.kind: {exc}") from None
+        grade = record.get("grade")
+        if grade is not None and not (isinstance(grade, dict) and "correct" in grade):
+            raise RecordsError(
+                f"{path}:{number}: field grade must be null or an object with 'correct'"
+            )
+        yield number, record
 
 
 def _slim(record: dict) -> dict:

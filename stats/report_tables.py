@@ -258,17 +258,24 @@ def csv_rows(summaries: Sequence) -> list[dict]:
 
 def render_csv(summaries: Sequence) -> str:
     """The CSV table: one experiment or median per row, numbers at full precision."""
+    return csv_text(csv_rows(summaries), _CSV_COLUMNS)
+
+
+def csv_text(rows, columns: Sequence[str]) -> str:
+    """The CSV of dict `rows` under `columns`: a NaN (no estimate) is an empty cell. Every table
+    of the stats package writes its CSV through here."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=_CSV_COLUMNS, restval="", lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), restval="", lineterminator="\n")
     writer.writeheader()
-    for row in csv_rows(summaries):
+    for row in rows:
         writer.writerow(
             {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         )
     return buffer.getvalue()
 
 
-def _tex(text: str) -> str:
+def tex_escape(text) -> str:
+    """`text` with LaTeX's special characters escaped, for a cell of a tabular."""
     return "".join("\\" + ch if ch in "&%$#_{}" else ch for ch in str(text))
 
 
@@ -284,7 +291,7 @@ def render_latex(summaries: Sequence) -> str:
     for e in summaries:
         dagger = "$^\\dagger$" if e.primary.L_significant else ""
         lines.append(
-            f"{_tex(_model(e))} & {_tex(e.task)} & {_tex(e.decoding)} & {_fmt(e.S)} {_ci(e.S_ci)} "
+            f"{tex_escape(_model(e))} & {tex_escape(e.task)} & {tex_escape(e.decoding)} & {_fmt(e.S)} {_ci(e.S_ci)} "
             f"& {_fmt(100 * e.WT)} {_ci(e.WT_ci, 100)} & {_fmt(100 * e.WTrand)} & {_fmt(e.L)}{dagger} {_ci(e.L_ci)} "
             f"& {e.n_S} & {e.n_WT} & {e.F} & {e.H} & {e.profile} \\\\"
         )
@@ -293,7 +300,7 @@ def render_latex(summaries: Sequence) -> str:
         across = across_experiments(group)
         for name, m in across.medians.items():
             lines.append(
-                f"Median & {_tex(name)} & {_tex(decoding)} & {_fmt(m.S)} & {_fmt(100 * m.WT)} & & {_fmt(m.L)} "
+                f"Median & {tex_escape(name)} & {tex_escape(decoding)} & {_fmt(m.S)} & {_fmt(100 * m.WT)} & & {_fmt(m.L)} "
                 f"& \\multicolumn{{5}}{{l}}{{{m.n} experiments"
                 + (
                     f"; Spearman $\\rho(S, L) = {_fmt(across.spearman_S_L, 2)}$"
