@@ -42,3 +42,20 @@ def assert_matches_reference(
     scale = logits.abs().amax(dim=-1, keepdim=True)
     rel = ((got - logits).abs() / scale).max().item()
     assert rel <= rtol, f"logits differ by {rel:.2e} relative"
+
+
+def hf_greedy_ids(model, ids: list[int], max_new_tokens: int, stop_ids, **generate_kwargs):
+    """The new tokens of HF `generate(do_sample=False)` on `ids` alone, stopping at `stop_ids` (a
+    family's stop tokens): the reference a run's records are checked against."""
+    inputs = torch.tensor([ids])
+    with torch.no_grad():
+        out = model.generate(
+            inputs,
+            attention_mask=torch.ones_like(inputs),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=list(stop_ids),
+            pad_token_id=0,
+            **generate_kwargs,
+        )
+    return out[0, len(ids) :].tolist()

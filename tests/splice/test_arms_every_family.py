@@ -13,6 +13,7 @@ import json
 
 import pytest
 import torch
+from helpers.engine_reference import hf_greedy_ids
 from helpers.tiny_runs import PAIRS, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -87,16 +88,12 @@ def test_every_family_forks_arms_that_equal_hf_generate(tiny_checkpoint, tmp_pat
         sentence = sentences.text(arm["sentence_id"]) if arm["sentence_id"] else ""
         splice = family.splice_ids(sentence, sealed=condition.sealed)
         ids = prompt + base["generated_ids"][: closed[(arm["problem_id"], condition.parent)]]
-        inputs = torch.tensor([ids + splice])
-        with torch.no_grad():
-            generated = model.generate(
-                inputs,
-                attention_mask=torch.ones_like(inputs),
-                max_new_tokens=ARM_BUDGET,
-                do_sample=False,
-                eos_token_id=list(family.stop_token_ids),
-                stop_strings=family.stop_strings or None,
-                tokenizer=tokenizer,
-                pad_token_id=0,
-            )
-        assert arm["generated_ids"] == generated[0, inputs.shape[1] :].tolist(), arm["condition"]
+        generated = hf_greedy_ids(
+            model,
+            ids + splice,
+            ARM_BUDGET,
+            family.stop_token_ids,
+            stop_strings=family.stop_strings or None,
+            tokenizer=tokenizer,
+        )
+        assert arm["generated_ids"] == generated, arm["condition"]

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from helpers.engine_reference import hf_greedy_ids
 from helpers.tiny_runs import read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -205,17 +206,8 @@ def _check_against_hf(model_dir, out, family) -> dict[tuple[str, str], tuple[int
         ids += tokenizer_ids(family, turn)
         assert r["prompt_tokens"] == len(ids)
         assert r["prompt_sha256"] == hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest()
-        inputs = torch.tensor([ids])
-        with torch.no_grad():
-            generated = model.generate(
-                inputs,
-                attention_mask=torch.ones_like(inputs),
-                max_new_tokens=ARM_BUDGET,
-                do_sample=False,
-                eos_token_id=list(family.stop_token_ids),
-                pad_token_id=0,
-            )
-        assert r["generated_ids"] == generated[0, len(ids) :].tolist(), code
+        generated = hf_greedy_ids(model, ids, ARM_BUDGET, family.stop_token_ids)
+        assert r["generated_ids"] == generated, code
         assert r["action"] is not None and r["executed"]
         groups.setdefault((problem.id, base_code), (prefix, []))[1].append(len(ids) - prefix)
         checked += 1

@@ -16,6 +16,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers.engine_reference import hf_greedy_ids
 from helpers.tiny_runs import read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -113,16 +114,7 @@ def test_smollm2_resolutions(tmp_path):
         assert resolution["prompt_tokens"] == len(ids)
         digest = hashlib.sha256(np.asarray(ids, "<i4").tobytes()).hexdigest()
         assert resolution["prompt_sha256"] == digest
-        inputs = torch.tensor([ids])
-        with torch.no_grad():
-            generated = model.generate(
-                inputs,
-                attention_mask=torch.ones_like(inputs),
-                max_new_tokens=ARM_BUDGET,
-                do_sample=False,
-                eos_token_id=list(family.stop_token_ids),
-                pad_token_id=0,
-            )[0, len(ids) :].tolist()
+        generated = hf_greedy_ids(model, ids, ARM_BUDGET, family.stop_token_ids)
         got = resolution["generated_ids"]
         # the engine also stops at a stop string (HF does not here): its tokens are HF's up to it
         assert got == generated[: len(got)]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.engine_reference import hf_greedy_ids
 from helpers.tiny_runs import read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -192,17 +193,8 @@ def test_arms_equal_hf_generate_from_prompt_plus_reasoning_plus_sentence(qwen3_r
         sentence = "" if code == "empty" else sentences.text(SENTENCE_IDS[code])
         splice = family.splice_ids(sentence, sealed=code.startswith("sealed"))
         ids = prompt + base["generated_ids"][: base["boundary"]] + splice
-        inputs = torch.tensor([ids])
-        with torch.no_grad():
-            out = model.generate(
-                inputs,
-                attention_mask=torch.ones_like(inputs),
-                max_new_tokens=ARM_BUDGET,
-                do_sample=False,
-                eos_token_id=list(family.stop_token_ids),
-                pad_token_id=0,
-            )
-        assert arm["generated_ids"] == out[0, len(ids) :].tolist(), code
+        generated = hf_greedy_ids(model, ids, ARM_BUDGET, family.stop_token_ids)
+        assert arm["generated_ids"] == generated, code
         checked += 1
     assert checked >= 4
 

@@ -219,7 +219,9 @@ def test_an_s_vs_l_figure_without_any_defined_l_says_why(tmp_path, runs, planted
     (summary,) = [summarize(t, n_boot=100) for t in load_experiments([a])]
     assert np.isnan(summary.L)
     drawn = []
-    monkeypatch.setattr(figures, "save_figure", lambda figure, out, stem: drawn.append(figure) or [])
+    monkeypatch.setattr(
+        figures, "save_figure", lambda figure, out, stem: drawn.append(figure) or []
+    )
     figures.plot_s_vs_l([summary], tmp_path)
     texts = " ".join(t.get_text() for t in drawn[0].axes[0].texts)
     assert "no experiment" in texts.lower() and "L" in texts, texts
