@@ -3,8 +3,8 @@
 Token mode (vLLM, SGLang, llama.cpp's `llama-server`): the prompt goes out as a list of token ids
 and the generated ids are read back where the server returns them (vLLM's `token_ids` with
 `return_token_ids`; llama-server's `logprobs.content[i].id`, asked for with `logprobs: 1`, or
-`tokens` on its own endpoint), so the splice stays token-exact. A server that returns only text gets its ids recovered by re-encoding, and that
-completion is marked text-level.
+`tokens` on its own endpoint), so the splice stays token-exact. A server that returns only text
+gets its ids recovered by re-encoding, and that completion is marked text-level.
 
 Text mode (HF `transformers serve`, which takes only text): the prompt goes out as the family's
 decoding of the ids, special tokens kept, and the generated ids are the family's encoding of the

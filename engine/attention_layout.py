@@ -82,9 +82,8 @@ class ArmStep:
     """
 
     lengths: torch.Tensor  # [G] prefix lengths
-    lengths_host: tuple[
-        int, ...
-    ]  # the same on the host: decides, without a sync, when no mask is needed
+    # the same on the host: decides, without a device sync, when no prefix mask is needed
+    lengths_host: tuple[int, ...]
     fold: Fold
     q_slots: torch.Tensor
     hw: int
