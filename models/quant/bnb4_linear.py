@@ -8,10 +8,13 @@ Layout, as `bitsandbytes.nn.Linear4bit` saves it (`QuantState.as_dict(packed=Tru
 - `X.weight.quant_state.bitsandbytes__nf4` (or `__fp4`): JSON bytes with quant_type, blocksize,
   dtype, shape and the nested blocksize, dtype and offset.
 
-The tensors are parsed by bitsandbytes' own `QuantState.from_dict`, and the matmul is
-`bitsandbytes.matmul_4bit` (which on CPU in bitsandbytes 0.50 equals
-`F.linear(x, dequantize_4bit(weight, quant_state))` bit for bit). nf4 and fp4 both run on CPU.
-The weight stays packed in memory; nothing is cached.
+The tensors are parsed by bitsandbytes' own `QuantState.from_dict`. The weight stays packed in
+memory. Compute (`compute.py`): `exact` is `bitsandbytes.matmul_4bit` (which on CPU in
+bitsandbytes 0.50 equals `F.linear(x, dequantize_4bit(weight, quant_state))` bit for bit; nf4 and
+fp4 both run on CPU). `fused`: on CPU, bitsandbytes' own fused CPU kernel where the CPU has
+AVX512-BF16 (`cpu_kernels.bnb_cpu_path`), else this project's numba table kernel
+(`cpu_kernels.lut_4bit_path`); on CUDA, bitsandbytes' fused kernels through `matmul_4bit` when
+bitsandbytes is installed with CUDA, else this project's Triton kernel (`cuda_kernels.nf4_path`).
 """
 
 from __future__ import annotations
@@ -29,16 +32,19 @@ from nudgeability.models.quant.checkpoint import (
     quant_config_key,
     quantised_linear,
 )
+from nudgeability.models.quant.compute import FusedPath, QuantLinearBase
 
 QUANT_TYPES = ("nf4", "fp4")
 
 
-class BnB4Linear(nn.Module):
+class BnB4Linear(QuantLinearBase):
     """A linear layer whose weight stays bitsandbytes 4-bit codes with their (nested) block absmax.
 
     The quant state's tensors are registered buffers, so `.to(device)` moves them; `quant_state()`
     reassembles the bitsandbytes `QuantState` from them.
     """
+
+    format_name = "bnb4"
 
     def __init__(self, weight: torch.Tensor, quant_state, bias: torch.Tensor | None = None):
         super().__init__()
@@ -89,7 +95,42 @@ class BnB4Linear(nn.Module):
         w = dequantize_4bit(self.weight, self.quant_state())
         return w if dtype is None else w.to(dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def block_absmax(self) -> torch.Tensor:
+        """The float32 absmax of every block (the nested quantisation undone, as bitsandbytes does)."""
+        if self.weight_nested_absmax is None:
+            return self.weight_absmax.to(torch.float32)
+        from bitsandbytes.functional import dequantize_blockwise
+
+        state = self.quant_state()
+        return (dequantize_blockwise(state.absmax, state.state2) + state.offset).to(torch.float32)
+
+    def fused_path(self, read) -> FusedPath | str:
+        """bitsandbytes' fused kernel where it has one here, else this project's (module docstring)."""
+        device = self.weight.device.type
+        if device == "cpu":
+            from nudgeability.models.quant import cpu_kernels
+
+            if cpu_kernels.bnb_cpu_reason(self.out_features, self.in_features, self.blocksize):
+                if self.in_features % 2 or self.blocksize % 2:
+                    return (
+                        f"[{self.out_features}, {self.in_features}] with blocksize {self.blocksize}"
+                    )
+                return cpu_kernels.lut_4bit_path(
+                    self.weight,
+                    self.block_absmax(),
+                    self.weight_quant_map,
+                    self.blocksize,
+                    (self.out_features, self.in_features),
+                    lambda x: F.linear(x, self.dequantize(x.dtype)),
+                )
+            return cpu_kernels.bnb_cpu_path(read("weight"), self.quant_state())
+        if device == "cuda":
+            from nudgeability.models.quant import cuda_kernels
+
+            return cuda_kernels.nf4_path(self)
+        return f"no fused kernel on {device}"
+
+    def exact_forward(self, x: torch.Tensor) -> torch.Tensor:
         import bitsandbytes as bnb
 
         if x.dtype != self.weight_dtype:
@@ -100,7 +141,8 @@ class BnB4Linear(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, quant_type={self.quant_type}, "
-            f"blocksize={self.blocksize}, double_quant={self.weight_nested_absmax is not None}, bias={self.bias is not None}"
+            f"blocksize={self.blocksize}, double_quant={self.weight_nested_absmax is not None}, "
+            f"bias={self.bias is not None}, compute={self.compute_path}"
         )
 
 

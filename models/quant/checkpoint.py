@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
+import struct
 from pathlib import Path
 
 import torch
@@ -129,6 +131,38 @@ class CheckpointReader:
         self.consumed.add(name)
         return self._handles[self._where[name]].get_tensor(name)
 
+    def read_copy(self, name: str) -> torch.Tensor:
+        """The tensor `name` read into new memory with `os.pread`, not through the memory map.
+
+        For tensors that are converted at load and then dropped (a kernel's repacking): the
+        file's pages are then never mapped into this process, so they do not count in its
+        resident memory, while the layer keeps the mapped view for `dequantize()`.
+        """
+        shard = self.file_of(name) if name in self._where else None
+        if shard is None:
+            return self.get(name)  # raises the usual error
+        header, data_start = _safetensors_header(shard)
+        entry = header[name]
+        begin, end = entry["data_offsets"]
+        fd = os.open(shard, os.O_RDONLY)
+        try:
+            data = bytearray(end - begin)
+            view, done = memoryview(data), 0
+            while done < len(data):
+                got = os.preadv(fd, [view[done:]], data_start + begin + done)
+                if got <= 0:
+                    raise QuantCheckpointError(
+                        f"{shard}: tensor {name!r} is cut short; re-download it"
+                    )
+                done += got
+        finally:
+            os.close(fd)
+        self.consumed.add(name)
+        dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
+        if not data:
+            return torch.empty(entry["shape"], dtype=dtype)
+        return torch.frombuffer(data, dtype=dtype).reshape(entry["shape"])
+
     def require(
         self,
         name: str,
@@ -175,6 +209,26 @@ class CheckpointReader:
 
 
 _PLAIN_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_SAFETENSORS_DTYPES = {
+    "F8_E4M3": torch.float8_e4m3fn,
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "I16": torch.int16,
+    "I32": torch.int32,
+    "I64": torch.int64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+}
+
+
+def _safetensors_header(shard: Path) -> tuple[dict, int]:
+    """(the JSON header of a safetensors file, the offset where its data starts)."""
+    with open(shard, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        return json.loads(handle.read(length)), 8 + length
 
 
 def quant_config_key(key: str) -> str:

@@ -10,11 +10,13 @@ Layout, as transformers' `integrations/finegrained_fp8.py` reads it:
 transformers infers the block from the scale grid and so fails (or silently picks a wrong block)
 when a dimension is not a multiple of B; we take B from the config, so partial blocks work.
 
-Compute: the weight stays FP8 in memory and is dequantised on every forward, on whatever device
-it lives, to the activations' dtype (one fp32 multiply per element, then one rounding). This is
-the weight-only equivalent of transformers' FP8 path: on CUDA it does not call `torch._scaled_mm`
-(which would also quantise the activations, and whose blockwise-scale layout no CI machine here can
-check), so it is exact rather than fast; memory is what FP8 saves.
+Compute (`compute.py`): `exact` dequantises the weight on every forward, on whatever device it
+lives, to the activations' dtype (one fp32 multiply per element, then one rounding). `fused`
+reads the FP8 weight directly: on CPU with this project's numba kernel
+(`cpu_kernels.lut_fp8_path`: fp32 activations and sums, 1 byte read per weight); on CUDA with the
+Triton weight-only kernel for small row counts and `torch._scaled_mm` with blockwise scales for
+large ones where the GPU takes it (`cuda_kernels.fp8_path`). `dense` keeps a dequantised copy:
+the explicit choice of speed over memory.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from nudgeability.models.quant.checkpoint import (
     quant_config_key,
     quantised_linear,
 )
+from nudgeability.models.quant.compute import FusedPath, QuantLinearBase
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448
@@ -98,8 +101,10 @@ def quantize_fp8_block(
     return q, scale_inv
 
 
-class FP8BlockLinear(nn.Module):
+class FP8BlockLinear(QuantLinearBase):
     """A linear layer whose weight stays float8_e4m3fn with per-block `weight_scale_inv`."""
+
+    format_name = "fp8"
 
     def __init__(
         self,
@@ -120,13 +125,28 @@ class FP8BlockLinear(nn.Module):
         w = dequantize_fp8_block(self.weight, self.weight_scale_inv, self.block_size)
         return w if dtype == torch.float32 else w.to(dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.dequantize(x.dtype), self.bias)
+    def fused_path(self, read) -> FusedPath | str:
+        """A kernel that reads the FP8 weight as stored (never a copy: it is the layer's storage)."""
+        device = self.weight.device.type
+        if device == "cpu":
+            from nudgeability.models.quant import cpu_kernels
+
+            return cpu_kernels.lut_fp8_path(
+                self.weight, self.weight_scale_inv, self.block_size, self._exact_no_bias
+            )
+        if device == "cuda":
+            from nudgeability.models.quant import cuda_kernels
+
+            return cuda_kernels.fp8_path(self.weight, self.weight_scale_inv, self.block_size)
+        return f"no fused kernel on {device}"
+
+    def _exact_no_bias(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.dequantize(x.dtype))
 
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, block_size={self.block_size}, "
-            f"scale_dtype={self.weight_scale_inv.dtype}, bias={self.bias is not None}"
+            f"scale_dtype={self.weight_scale_inv.dtype}, bias={self.bias is not None}, compute={self.compute_path}"
         )
 
 

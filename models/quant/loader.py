@@ -15,6 +15,11 @@ conversion stays a view of the file's memory map, so peak memory is about the qu
 the unquantised parts in `dtype`. (Do not overwrite a checkpoint in place while a model loaded from
 it is alive; replacing or deleting the files is fine.)
 
+Each quantised linear then takes its compute mode (`compute.py`): `fused` (the default) builds
+the format's kernel for the device, reading what a kernel repacks with `CheckpointReader.read_copy`
+so the mapped originals stay untouched; layers no kernel takes keep the exact path, named in one
+warning. `compute_paths(model)` says which path each format took.
+
 Every problem with the checkpoint raises `QuantCheckpointError` (a `ValueError`) naming the
 tensor or `quantization_config` key.
 """
@@ -33,6 +38,12 @@ from nudgeability.models.quant.checkpoint import (
     CheckpointReader,
     QuantCheckpointError,
     quant_config_key,
+)
+from nudgeability.models.quant.compute import (
+    DEFAULT_COMPUTE,
+    QuantLinearBase,
+    check_compute,
+    warn_fallbacks,
 )
 from nudgeability.models.quant.fp8_linear import FP8Scheme
 from nudgeability.models.quant.w4a16_linear import PackQuantizedScheme
@@ -80,13 +91,18 @@ def scheme_for(config: dict, where: str | Path) -> QuantScheme:
 
 
 def load_quantized(
-    directory: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    directory: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    compute: str = DEFAULT_COMPUTE,
 ) -> nn.Module:
     """Load the quantised checkpoint in `directory` as an ordinary HF causal LM, in eval mode.
 
     Quantised linears keep their quantised storage on `device` and compute in the activations'
-    dtype; everything else is loaded in `dtype`. Raises `QuantCheckpointError` for a bad checkpoint.
+    dtype by `compute` (`exact`, `fused` or `dense`, see `compute.py`); everything else is loaded
+    in `dtype`. Raises `QuantCheckpointError` for a bad checkpoint.
     """
+    check_compute(compute)
     device = torch.device(device)
     directory = Path(directory)
     with CheckpointReader(directory) as reader:
@@ -95,9 +111,31 @@ def load_quantized(
         quantised = _swap_quantised(model, scheme, reader, device, dtype)
         consumed = _load_plain(model, reader, device, dtype, quantised, scheme)
         _check_leftovers(reader, scheme, quantised, consumed)
+        fallbacks = _configure(model, quantised, reader, compute, device, dtype)
     _move_buffers(model, device)
+    warn_fallbacks(directory, fallbacks)
     model.eval()
     return model
+
+
+def _configure(
+    model: nn.Module, quantised: set[str], reader: CheckpointReader, compute: str, device, dtype
+) -> dict[str, str]:
+    """Give every quantised linear its compute mode; {layer: why} for those kept exact under fused."""
+    fallbacks = {}
+    for name in sorted(quantised):
+        module = model.get_submodule(name)
+        assert isinstance(module, QuantLinearBase)
+        read = None
+        if device.type == "cpu":  # repack from fresh copies: the mapped tensors stay untouched
+
+            def read(attr: str, name: str = name) -> torch.Tensor:
+                return reader.read_copy(f"{name}.{attr}")
+
+        why = module.configure(compute, dtype, read)
+        if why is not None:
+            fallbacks[name] = why
+    return fallbacks
 
 
 def _skeleton(directory: Path, dtype: torch.dtype) -> nn.Module:

@@ -14,8 +14,11 @@ weights `num_bits` b (4 or 8), `strategy` group (group size G) or channel (G = i
   dtype, g(j) = j // G or g_idx[j] — the same operations, in the same dtype, as the library's
   `dequantize`, so the result is bit-identical to its decompression.
 
-Compute: the packed weight stays in memory and is unpacked on every forward (any device), then
-cast to the activations' dtype.
+Compute (`compute.py`): `exact` unpacks the packed weight on every forward (any device), then
+casts it to the activations' dtype. `fused` (4-bit, no activation order) hands the fields, scales
+and zero points to torch's int4 kernel: `cpu_kernels.int4pack_path` on CPU,
+`cuda_kernels.w4a16_path` on CUDA (tinygemm, or this project's Triton kernel where tinygemm does
+not take the shape). 8-bit weights and g_idx orders keep the exact path.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import sys
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nudgeability.models.quant.checkpoint import (
@@ -33,6 +35,7 @@ from nudgeability.models.quant.checkpoint import (
     ceil_div,
     quant_config_key,
 )
+from nudgeability.models.quant.compute import FusedPath, QuantLinearBase
 
 SUPPORTED_BITS = (4, 8)
 SCALE_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -94,8 +97,10 @@ def dequantize_pack_quantized(
     return w
 
 
-class PackQuantizedLinear(nn.Module):
+class PackQuantizedLinear(QuantLinearBase):
     """A linear layer whose weight stays packed b-bit integers with per-group scales (and zero points)."""
+
+    format_name = "w4a16"
 
     def __init__(
         self,
@@ -129,14 +134,40 @@ class PackQuantizedLinear(nn.Module):
         )
         return w if dtype is None else w.to(dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.dequantize(x.dtype), self.bias)
+    def fused_path(self, read) -> FusedPath | str:
+        """torch's int4 kernel for 4-bit layers in group order (see the module docstring)."""
+        if self.num_bits != 4:
+            return f"{self.num_bits}-bit weights"
+        groups = self.weight_scale.shape[1]
+        size = self.in_features // groups
+        if self.weight_g_idx is not None:
+            in_order = torch.arange(self.in_features, device=self.weight_g_idx.device) // size
+            if not torch.equal(self.weight_g_idx.long(), in_order):
+                return "activation-ordered groups (g_idx)"
+        fields = _fields(read("weight_packed"), 4, self.in_features)
+        zero_point = None
+        if self.weight_zero_point is not None:
+            zero_point = unpack_int32(read("weight_zero_point").t(), 4, self.out_features).t()
+        device = self.weight_scale.device.type
+        if device == "cpu":
+            from nudgeability.models.quant import cpu_kernels
+
+            group = cpu_kernels.int4pack_group(self.out_features, self.in_features, size)
+            if isinstance(group, str):
+                return group
+            return cpu_kernels.int4pack_path(fields, self.weight_scale, zero_point, size)
+        if device == "cuda":
+            from nudgeability.models.quant import cuda_kernels
+
+            return cuda_kernels.w4a16_path(fields, self.weight_scale, zero_point, size)
+        return f"no fused kernel on {device}"
 
     def extra_repr(self) -> str:
         groups = self.weight_scale.shape[1]
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, num_bits={self.num_bits}, "
-            f"group_size={self.in_features // groups}, symmetric={self.weight_zero_point is None}, bias={self.bias is not None}"
+            f"group_size={self.in_features // groups}, symmetric={self.weight_zero_point is None}, "
+            f"bias={self.bias is not None}, compute={self.compute_path}"
         )
 
 

@@ -1,0 +1,139 @@
+"""How a quantised linear computes: the compute modes, the fused path a layer took, and their summary.
+
+Three modes, chosen at load (`load_quantized(..., compute=)`, `nudge run --quant-compute`):
+
+- `exact`: dequantise the whole weight on every forward, bit for bit as the format's library does,
+  then `F.linear` in the activations' dtype. Slow; the reference every other path is tested against.
+- `fused` (the default): compute from the quantised storage with a kernel made for it, the
+  weight never materialised in full precision. Which kernel depends on the format, the device and
+  the layer's shape (`FusedPath.name`, e.g. `int4pack_mm_cpu`); a layer no fused kernel takes keeps
+  the exact path, and the loader names it in one warning. Results differ from `exact` by the
+  kernel's rounding (bf16 activations for the int4 and bitsandbytes kernels), stated per kernel in
+  `cpu_kernels.py`, `cuda_kernels.py` and `triton_kernels.py`.
+- `dense`: dequantise once at load into the model's dtype and keep that weight: exact (the same
+  values `exact` computes each time) and as fast as an unquantised model, at full-precision
+  memory. The explicit choice of speed over memory.
+
+`compute_paths(model)` counts the layers on each path per format; the run manifest records it, so
+that a replay (`nudge verify`) can check it computes the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+QUANT_COMPUTES = ("exact", "fused", "dense")
+DEFAULT_COMPUTE = "fused"
+EXACT_PATH = "exact"
+DENSE_PATH = "dense"
+
+
+class QuantComputeError(ValueError):
+    """A compute mode that does not exist; the message names the value and the valid ones."""
+
+
+def check_compute(compute: str) -> str:
+    """`compute` if it is one of `QUANT_COMPUTES`, else a `QuantComputeError`."""
+    if compute not in QUANT_COMPUTES:
+        raise QuantComputeError(
+            f"quant compute {compute!r} is not one of {', '.join(QUANT_COMPUTES)}"
+        )
+    return compute
+
+
+@dataclass(frozen=True)
+class FusedPath:
+    """One layer's non-exact compute: `run(x2d) -> y2d` (no bias), and the kernel's name.
+
+    `run` takes the activations as a 2-D [rows, in] tensor of any float dtype and returns
+    [rows, out] in that dtype. `tensors` are the path's own tensors (a repacked weight), kept here
+    so that they live as long as the layer.
+    """
+
+    name: str
+    run: Callable[[torch.Tensor], torch.Tensor]
+    tensors: tuple[torch.Tensor, ...] = ()
+
+
+class QuantLinearBase(nn.Module):
+    """What the three quantised linears share: `dequantize()` (the exact weight), the compute
+    path they were given, and a forward that takes it."""
+
+    out_features: int
+    in_features: int
+    fused: FusedPath | None = None
+    format_name: str = ""
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    @property
+    def compute_path(self) -> str:
+        return EXACT_PATH if self.fused is None else self.fused.name
+
+    def fused_path(self, read: Callable[[str], torch.Tensor]) -> FusedPath | str:
+        """The fused kernel for this layer on its device, or why there is none. `read(attr)` gives
+        the tensor of buffer `attr` to build it from (the buffer itself, or a fresh copy)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def configure(
+        self,
+        compute: str,
+        dtype: torch.dtype,
+        read: Callable[[str], torch.Tensor] | None = None,
+    ) -> str | None:
+        """Take compute mode `compute` (see the module docstring); returns why a layer asked to
+        be fused keeps the exact path, else None. `dtype` is the model's (for `dense`)."""
+        self.fused = None
+        if check_compute(compute) == "dense":
+            weight = self.dequantize(dtype).contiguous()
+            self.fused = FusedPath(
+                DENSE_PATH, lambda x: torch.nn.functional.linear(x, weight.to(x.dtype)), (weight,)
+            )
+        elif compute == "fused":
+            found = self.fused_path(read or (lambda attr: getattr(self, attr)))
+            if isinstance(found, str):
+                return found
+            self.fused = found
+        return None
+
+    def exact_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.dequantize(x.dtype), self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused is None:
+            return self.exact_forward(x)
+        y = self.fused.run(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+
+def compute_paths(model: nn.Module) -> dict[str, dict[str, int]]:
+    """{format: {path: number of layers}} over the quantised linears of `model` ({} if none)."""
+    counts: dict[str, Counter] = {}
+    for module in model.modules():
+        if isinstance(module, QuantLinearBase):
+            counts.setdefault(module.format_name, Counter())[module.compute_path] += 1
+    return {fmt: dict(sorted(c.items())) for fmt, c in sorted(counts.items())}
+
+
+def warn_fallbacks(directory, fallbacks: dict[str, str]) -> None:
+    """One warning naming every layer (and why) that kept the exact path under `fused`."""
+    if not fallbacks:
+        return
+    shown = "; ".join(f"{name} ({why})" for name, why in list(fallbacks.items())[:8])
+    more = f"; and {len(fallbacks) - 8} more" if len(fallbacks) > 8 else ""
+    log.warning(
+        "%s: %d quantised layer(s) have no fused kernel and dequantise on every forward: %s%s",
+        directory,
+        len(fallbacks),
+        shown,
+        more,
+    )
