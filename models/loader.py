@@ -28,6 +28,8 @@ class ModelSource:
     files: list[Path] = field(default_factory=list)
     gguf: Path | None = None
     quant_method: str | None = None
+    # a quantised model as loaded: {"mode": exact|fused|dense, "paths": {format: {path: layers}}}
+    quant_compute: dict | None = None
 
 
 @dataclass
@@ -112,9 +114,15 @@ def _source(spec: str, directory: Path, gguf: Path | None = None) -> ModelSource
 
 
 def load_model(
-    spec: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    spec: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    quant_compute: str = "fused",
 ) -> LoadedModel:
-    """Load `spec` (see `resolve`) onto `device` in `dtype`, in eval mode, with its tokenizer."""
+    """Load `spec` (see `resolve`) onto `device` in `dtype`, in eval mode, with its tokenizer.
+
+    A quantised checkpoint's linears compute by `quant_compute` (models/quant/compute.py); the
+    mode and the path each format took are recorded in `source.quant_compute`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from nudgeability.models.preflight import check_checkpoint_directory
@@ -125,9 +133,10 @@ def load_model(
     if source.quant_method is not None:
         # The supported methods are `quant.loader.SCHEMES`; an unknown one raises
         # QuantCheckpointError (a ModelLoadError) before any weight is read.
-        from nudgeability.models.quant import load_quantized
+        from nudgeability.models.quant import compute_paths, load_quantized
 
-        model = load_quantized(source.directory, device=device, dtype=dtype)
+        model = load_quantized(source.directory, device=device, dtype=dtype, compute=quant_compute)
+        source.quant_compute = {"mode": quant_compute, "paths": compute_paths(model)}
     else:
         model = AutoModelForCausalLM.from_pretrained(source.directory, dtype=dtype)
         model.to(device)

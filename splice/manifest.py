@@ -181,8 +181,10 @@ def _pop_path(data: dict, path: tuple[str, ...]):
 
 
 def checkpoint_inputs(source: ModelSource) -> dict:
-    """The checkpoint's directory, the sha256 of each of its files and, if any, of its GGUF."""
-    return {
+    """The checkpoint's directory, the sha256 of each of its files and, if any, of its GGUF; for
+    a quantised checkpoint, the compute mode and the kernel path of each format
+    (`quant_compute`: an identity key, so a replay on a machine whose kernels differ is refused)."""
+    inputs = {
         "directory": str(source.directory),
         "files": {Path(path).name: sha256_file(path) for path in source.files},
         "gguf": None
@@ -190,6 +192,9 @@ def checkpoint_inputs(source: ModelSource) -> dict:
         else {"path": str(source.gguf), "sha256": sha256_file(source.gguf)},
         "quant_method": source.quant_method,
     }
+    if source.quant_compute is not None:
+        inputs["quant_compute"] = source.quant_compute
+    return inputs
 
 
 def build_manifest(

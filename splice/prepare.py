@@ -18,6 +18,7 @@ from nudgeability.backends.base import Backend
 from nudgeability.engine import GroupShape, batch_cost
 from nudgeability.models.families import KNOWN_FAMILIES, Family, detect_family
 from nudgeability.models.loader import LoadedModel, ModelSource, load_model
+from nudgeability.models.quant.compute import DEFAULT_COMPUTE, QUANT_COMPUTES
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
 from nudgeability.splice.backend_setup import (
@@ -108,6 +109,14 @@ def prepare(
         raise ConfigError(f"--max-batch-tokens {requested.max_batch_tokens}: must be >= 1")
     if requested.dtype not in DTYPES:
         raise ConfigError(f"--dtype {requested.dtype!r}: expected one of {', '.join(DTYPES)}")
+    if requested.quant_compute is not None and requested.quant_compute not in QUANT_COMPUTES:
+        raise ConfigError(
+            f"--quant-compute {requested.quant_compute!r}: expected one of {', '.join(QUANT_COMPUTES)}"
+        )
+    if remote is not None and requested.quant_compute is not None:
+        raise ConfigError(
+            "--quant-compute: the in-process engine's setting; a server computes on its own"
+        )
     if remote is not None and remote.api == "chat" and requested.resolve:
         raise ConfigError(
             "--resolve: a chat-level run cannot continue after a tool result; use --api completions"
@@ -139,7 +148,7 @@ def prepare(
             raise ConfigError(f"--retrieve-k {requested.retrieve_k}: must be >= 1")
         toolbox = task.toolbox(data, retrieve_k=requested.retrieve_k)
 
-    backend = tokenizer = None
+    backend = tokenizer = quant_compute = None
     if remote is not None:
         spec = requested.model  # the server's name for it, sent as given
         tokenizer = load_tokenizer(remote.tokenizer or requested.model)
@@ -150,11 +159,17 @@ def prepare(
         spec = _model_spec(requested.model)
         if loaded is None:
             try:
-                loaded = load_model(spec, device=device, dtype=getattr(torch, requested.dtype))
+                loaded = load_model(
+                    spec,
+                    device=device,
+                    dtype=getattr(torch, requested.dtype),
+                    quant_compute=requested.quant_compute or DEFAULT_COMPUTE,
+                )
             except EmbeddedModelMissing as exc:
                 raise ConfigError(f"--model {requested.model}: {exc}") from None
         family = detect_family(loaded.source.directory, loaded.tokenizer, override=requested.family)
         source = loaded.source
+        quant_compute = _quant_compute(requested, source)
     oracle = any(condition.code == ORACLE_BASE for condition in conditions)
     prompts = [render_prompts(task, family, problem, oracle) for problem in problems]
     splices = _splices(family, sentences, conditions)
@@ -201,6 +216,7 @@ def prepare(
         signals=requested.signals or requested.consistency_samples > 0,
         resolve=requested.resolve,
         retrieve_k=requested.retrieve_k,
+        quant_compute=quant_compute,
     )
     conditions = with_consistency(conditions, requested.consistency_samples)
     manifest = build_manifest(config, [p.id for p in problems], source, sentences.sha256)
@@ -220,6 +236,22 @@ def prepare(
         toolbox,
         backend,
     )
+
+
+def _quant_compute(requested: RunConfig, source: ModelSource) -> str | None:
+    """The compute mode the loaded model's quantised linears took (None: not quantised)."""
+    if source.quant_compute is None:
+        if requested.quant_compute is not None:
+            raise ConfigError(
+                f"--quant-compute {requested.quant_compute}: {source.spec} is not a quantised checkpoint"
+            )
+        return None
+    mode = source.quant_compute["mode"]
+    if requested.quant_compute not in (None, mode):
+        raise ConfigError(
+            f"--quant-compute {requested.quant_compute}: the model given was loaded with {mode}"
+        )
+    return mode
 
 
 def _device(device: str | None) -> str:

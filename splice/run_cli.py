@@ -85,6 +85,12 @@ def register(subparsers) -> None:
     )
     run.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     run.add_argument(
+        "--quant-compute",
+        help="a quantised checkpoint's linears: fused (default: low-bit kernels), exact (dequantise "
+        "each forward, bit for bit as the format's library) or dense (dequantise once at load: exact "
+        "and fast, full-precision memory)",
+    )
+    run.add_argument(
         "--max-batch-tokens",
         type=int,
         help="KV token slots per engine batch (memory budget; default: one batch per chunk)",
@@ -248,6 +254,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         sentences=args.sentences,
         dtype=args.dtype,
         device=args.device,
+        quant_compute=args.quant_compute,
         max_batch_tokens=args.max_batch_tokens,
         chunk_size=args.chunk_size,
         shard=None if args.shard is None else parse_shard(args.shard),

@@ -72,6 +72,9 @@ class RunConfig:
     signals: bool = False
     resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)
     retrieve_k: int = 1  # paragraphs MuSiQue's `retrieve` returns in the resolution phase
+    # how a quantised checkpoint's linears compute: exact | fused | dense (models/quant/compute.py);
+    # None: fused for a quantised checkpoint; resolved None for an unquantised one or a server
+    quant_compute: str | None = None
 
     def to_dict(self) -> dict:
         """The config as plain JSON values (tuples become lists).
@@ -91,6 +94,8 @@ class RunConfig:
             del data["consistency_samples"]
         if not self.signals:
             del data["signals"]
+        if self.quant_compute is None:  # unquantised: the manifest earlier versions wrote
+            del data["quant_compute"]
         return data
 
     @classmethod

@@ -210,8 +210,10 @@ def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
-def load(case: Case) -> torch.nn.Module:
-    return load_quantized(case.directory)
+def load(case: Case, compute: str = "exact") -> torch.nn.Module:
+    """The checkpoint loaded with `compute` (exact by default: the tests of the formats' layouts
+    compare bit for bit; tests/quant/test_fused.py covers the fused kernels)."""
+    return load_quantized(case.directory, compute=compute)
 
 
 @pytest.fixture(scope="session")

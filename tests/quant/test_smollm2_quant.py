@@ -53,7 +53,7 @@ def _reference(model, weights):
 def test_smollm2_weights_logits_and_32_greedy_tokens_match_the_library_reference(
     smollm2, smol_checkpoints, qt, fmt
 ):
-    model = qt.load_quantized(smol_checkpoints[fmt])
+    model = qt.load_quantized(smol_checkpoints[fmt], compute="exact")
     reference = qt.reference_weights(smol_checkpoints[fmt])
     modules = qt.quantised_modules(model)
     assert len(modules) == 30 * 7 and set(modules) == set(reference)
@@ -83,7 +83,7 @@ def test_smollm2_transformers_loads_the_checkpoint_to_the_same_logits(
     for module in theirs.modules():  # bitsandbytes' plain matmul_4bit, not its bf16 CPU repacking
         if hasattr(module, "support_avx512bf16_for_cpu"):
             module.support_avx512bf16_for_cpu = False
-    ours = qt.load_quantized(smol_checkpoints[fmt])
+    ours = qt.load_quantized(smol_checkpoints[fmt], compute="exact")
     ids = smollm2.tokenizer(TEXT, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         assert qt.rel_diff(ours(ids).logits, theirs(ids).logits) <= 1e-5
