@@ -42,7 +42,7 @@ def tinygemm_reason(out_features: int, in_features: int, group_size: int, device
 
 def w4a16_path(
     fields: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, group_size: int
-) -> FusedPath:
+) -> FusedPath | str:
     """tinygemm where it takes the layer (bf16 activations), else the Triton kernel."""
     out_features, in_features = fields.shape
     signed_zp = None if zero_point is None else zero_point.to(torch.int32).contiguous()
@@ -52,7 +52,10 @@ def w4a16_path(
     def triton_run(x: torch.Tensor) -> torch.Tensor:
         return triton_kernels.w4a16_matmul(x, packed_words, scale, signed_zp, group_size)
 
-    if tinygemm_reason(out_features, in_features, group_size, fields.device) is not None:
+    reason = tinygemm_reason(out_features, in_features, group_size, fields.device)
+    if reason is not None:
+        if not triton_kernels.available():
+            return f"{reason}, and no Triton (pip install '.[gpu]')"
         return FusedPath("triton_w4a16", triton_run, (packed_words, scale))
     inner = next(t for t in (8, 4, 2) if in_features % (16 * t) == 0)
     f = fields.to(torch.uint8)
@@ -82,8 +85,12 @@ def _repack_int32(fields: torch.Tensor) -> torch.Tensor:
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous()
 
 
-def fp8_path(weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> FusedPath:
+def fp8_path(
+    weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]
+) -> FusedPath | str:
     """The Triton weight-only kernel, and `_scaled_mm` for many rows where it works (docstring)."""
+    if not triton_kernels.available():
+        return "no Triton (pip install '.[gpu]')"
     scale = scale_inv.to(torch.float32).contiguous()
     state = {"scaled_mm": _scaled_mm_possible(weight, block)}
 
@@ -133,7 +140,7 @@ def _scaled_mm_blockwise(
     return y[:rows].to(x.dtype)
 
 
-def nf4_path(layer) -> FusedPath:
+def nf4_path(layer) -> FusedPath | str:
     """bitsandbytes' own CUDA kernels when installed with CUDA, else the Triton 4-bit kernel."""
     if _bnb_has_cuda():
         import bitsandbytes as bnb
@@ -144,6 +151,8 @@ def nf4_path(layer) -> FusedPath:
             return bnb.matmul_4bit(x, layer.weight, quant_state=state).to(x.dtype)
 
         return FusedPath("bnb_matmul_4bit_cuda", run_bnb)
+    if not triton_kernels.available():
+        return "no Triton (pip install '.[gpu]') and no CUDA bitsandbytes"
     absmax = layer.block_absmax().contiguous()
     table = layer.weight_quant_map.to(torch.float32).contiguous()
     weight = layer.weight
