@@ -1,4 +1,4 @@
-"""Q1: SmolLM2 in FP8 / W4A16 / BNB4 against fp32: size, load time, peak RSS, decode tokens/s.
+"""Q1: SmolLM2 in FP8 / W4A16 / BNB4, each compute path, against fp32: size, load, peak RSS, decode tok/s.
 
     python benchmarks/bench_quant.py [--new 32] [--prompt 64] [--threads 1] [--rounds 2]
 
@@ -13,6 +13,8 @@ then, side by side in one run:
   runtime baseline, checked after the load and after the first forward; the forward is also run
   with glibc's mmap threshold fixed (MALLOC_MMAP_THRESHOLD_=65536), which shows how much of the
   peak is freed dequantisation buffers the allocator keeps (heap fragmentation), not live tensors;
+- every format with each compute path (`--quant-compute`: exact, fused, dense; the kernel each
+  fused format took is named);
 - greedy decode tokens/s through `Engine.generate` (ignore_eos, fixed length) at batch 1 and 12:
   decode time = time(prompt + NEW tokens) - time(prompt + 1 token), best of `--rounds` interleaved
   rounds, on `--threads` torch threads (1 by default: on a shared machine, bitsandbytes' OpenMP
@@ -35,7 +37,7 @@ from _measure import rss_kib, run_child
 MiB = 2**20
 
 
-def child(mode: str, directory: str | None) -> None:
+def child(mode: str, directory: str | None = None, compute: str = "fused") -> None:
     """Runs in a fresh process; prints one JSON line."""
     import torch
 
@@ -52,7 +54,7 @@ def child(mode: str, directory: str | None) -> None:
     if mode == "fp32":
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
     else:
-        model = load_quantized(directory)
+        model = load_quantized(directory, compute=compute)
     load_s = time.perf_counter() - t0
     after_load = rss_kib("VmHWM") * 1024
     with torch.no_grad():
@@ -142,14 +144,21 @@ def main() -> None:
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], args.child[1] if len(args.child) > 1 else None)
+        child(*args.child)
         return
 
     import torch
     from _results import write_section
 
     from nudgeability.models.loader import load_model
-    from nudgeability.models.quant import load_quantized, write_bnb4, write_fp8, write_w4a16
+    from nudgeability.models.quant import (
+        QUANT_COMPUTES,
+        compute_paths,
+        load_quantized,
+        write_bnb4,
+        write_fp8,
+        write_w4a16,
+    )
     from nudgeability.models.quant.loader import scheme_for
     from nudgeability.models.tiny import tiny_model
 
@@ -164,7 +173,7 @@ def main() -> None:
     }
     script = str(Path(__file__).resolve())
     base_torch = run_child(script, "torch")["hwm"]
-    rows, models, loads, baselines = [], {"fp32": fp32.model}, {}, {}
+    rows, models, loads, baselines, paths = [], {"fp32": fp32.model}, {}, {}, {}
     fp32_dir = fp32.source.directory
     fp32_size = sum(f.stat().st_size for f in fp32_dir.glob("*.safetensors"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,16 +189,22 @@ def main() -> None:
             t0 = time.perf_counter()
             write(fp32.model, directory, fp32.tokenizer)
             write_s = time.perf_counter() - t0
-            loads[name] = run_child(script, "quant", str(directory))
-            loads[name]["hwm_forward_fixed"] = run_child_env(
-                script, {"MALLOC_MMAP_THRESHOLD_": "65536"}, "quant", str(directory)
-            )["hwm_forward"]
+            for compute in QUANT_COMPUTES:
+                loads[name, compute] = run_child(script, "quant", str(directory), compute)
+                loads[name, compute]["hwm_forward_fixed"] = run_child_env(
+                    script, {"MALLOC_MMAP_THRESHOLD_": "65536"}, "quant", str(directory), compute
+                )["hwm_forward"]
             scheme = scheme_for(json.loads((directory / "config.json").read_text()), directory)
             layers = {n for n, m in fp32.model.named_modules() if scheme.quantizes(n, m)}
             quant, plain = checkpoint_bytes(directory, layers)
             size = sum(f.stat().st_size for f in directory.glob("*.safetensors"))
             rows.append((name, size, quant, plain, write_s))
-            models[name] = load_quantized(directory)
+            for compute in QUANT_COMPUTES:
+                model = load_quantized(directory, compute=compute)
+                models[name, compute] = model
+                paths[name, compute] = ", ".join(
+                    f"{path} x{n}" for by in compute_paths(model).values() for path, n in by.items()
+                )
         rates = decode_rates(models, fp32.tokenizer, args.new, args.prompt, args.rounds)
     load_avg.append(os.getloadavg()[0])
 
@@ -202,41 +217,41 @@ def main() -> None:
         f"checkpoint of the format) MiB: {runtime}. 1-minute load average {load_avg[0]:.1f} before, "
         f"{load_avg[1]:.1f} after.",
         "",
-        "| model | checkpoint MiB | quantised + unquantised (fp32) MiB | load s | peak RSS after load MiB | "
+        "| model | compute (layers) | checkpoint MiB | quantised + unquantised (fp32) MiB | load s | peak RSS after load MiB | "
         "after 1st forward MiB (fixed mmap threshold) | target MiB | decode tok/s b=1 | b=12 | vs fp32 b=1 | b=12 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     r32, l32 = rates["fp32"], loads["fp32"]
     lines.append(
-        f"| fp32 (transformers from_pretrained) | {fp32_size / MiB:.0f} | - | {l32['load_s']:.2f} | "
+        f"| fp32 (transformers from_pretrained) | F.linear | {fp32_size / MiB:.0f} | - | {l32['load_s']:.2f} | "
         f"{l32['hwm_load'] / MiB:.0f} | {l32['hwm_forward'] / MiB:.0f} (-) | - | {r32[1]:.1f} | {r32[12]:.1f} | 1.00x | 1.00x |"
     )
     verdicts = []
     for name, size, quant, plain, write_s in rows:
-        ld, r = loads[name], rates[name]
         target = 1.3 * (quant + plain) + baselines[name]
         verdicts.append(
             f"{name}: target {target / MiB:.0f} MiB = 1.3 x {(quant + plain) / MiB:.0f} + runtime "
-            f"{baselines[name] / MiB:.0f}; after load {ld['hwm_load'] / MiB:.0f} MiB "
-            f"({'met' if ld['hwm_load'] <= target else 'NOT met'}), after the first forward "
-            f"{ld['hwm_forward'] / MiB:.0f} MiB ({'met' if ld['hwm_forward'] <= target else 'NOT met'}; "
-            f"{ld['hwm_forward_fixed'] / MiB:.0f} MiB with the mmap threshold fixed); "
-            f"against the Python + torch baseline alone the target would be {(target - baselines[name] + base_torch) / MiB:.0f} MiB. "
-            f"Written in {write_s:.1f} s."
+            f"{baselines[name] / MiB:.0f} (against the Python + torch baseline alone "
+            f"{(target - baselines[name] + base_torch) / MiB:.0f} MiB). Written in {write_s:.1f} s."
         )
-        lines.append(
-            f"| {name} | {size / MiB:.0f} | {quant / MiB:.0f} + {plain / MiB:.0f} | {ld['load_s']:.2f} | "
-            f"{ld['hwm_load'] / MiB:.0f} | {ld['hwm_forward'] / MiB:.0f} ({ld['hwm_forward_fixed'] / MiB:.0f}) | "
-            f"{target / MiB:.0f} | {r[1]:.1f} | {r[12]:.1f} | "
-            f"{r[1] / r32[1]:.2f}x | {r[12] / r32[12]:.2f}x |"
-        )
+        for compute in QUANT_COMPUTES:
+            ld, r = loads[name, compute], rates[name, compute]
+            met = "met" if max(ld["hwm_load"], ld["hwm_forward"]) <= target else "NOT met"
+            lines.append(
+                f"| {name} | {compute}: {paths[name, compute]} | {size / MiB:.0f} | {quant / MiB:.0f} + "
+                f"{plain / MiB:.0f} | {ld['load_s']:.2f} | {ld['hwm_load'] / MiB:.0f} | "
+                f"{ld['hwm_forward'] / MiB:.0f} ({ld['hwm_forward_fixed'] / MiB:.0f}) | "
+                f"{target / MiB:.0f} ({met}) | {r[1]:.1f} | {r[12]:.1f} | "
+                f"{r[1] / r32[1]:.2f}x | {r[12] / r32[12]:.2f}x |"
+            )
     lines += [
         "",
         *verdicts,
         "",
-        "Quantised layers dequantise their weight on every forward (nothing cached), so on CPU decoding pays for "
-        "it: the gain is memory. A loaded checkpoint's tensors stay views of its memory map until first used, so "
-        "the peak right after loading is mostly the runtime; the first forward makes every weight resident.",
+        "exact dequantises every weight on every forward; fused computes from the quantised storage "
+        "(models/quant/compute.py names each kernel); dense dequantises once at load (exact, full-precision "
+        "memory). A loaded checkpoint's tensors stay views of its memory map until first used, so the peak right "
+        "after loading is mostly the runtime; the first forward makes every weight resident.",
     ]
     body = "\n".join(lines)
     print(body)
