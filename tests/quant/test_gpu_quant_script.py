@@ -36,7 +36,9 @@ def test_the_scripts_packing_round_trips_within_the_formats_error(gpu_quant, fmt
         amax = w.reshape(-1, width).abs().amax(-1, keepdim=True)
         step = amax / 7 / 2 if fmt == "w4a16" else amax * (1 - 0.6961928) / 2
         err = (back - w).reshape(-1, width).abs()
-        assert bool((err <= step * (1 + 1e-2) + 1e-6).all())
+        # W4A16 dequantises in its bf16 scale's dtype: one more bf16 rounding of the result
+        rounding = back.reshape(-1, width).abs() * 2.0**-8 if fmt == "w4a16" else 0
+        assert bool((err <= step * (1 + 1e-2) + rounding + 1e-6).all())
 
 
 def test_fused_against_exact_comparison_runs_and_reports_each_path(gpu_quant):
