@@ -93,7 +93,8 @@ def test_smollm2_transformers_loads_the_checkpoint_to_the_same_logits(
 def test_smollm2_quantised_arms_equal_solo_runs_through_load_model(smol_checkpoints, qt, fmt):
     from nudgeability.models.loader import load_model
 
-    loaded = load_model(smol_checkpoints[fmt])
+    # the exact path: arms == solo to 1e-4 (tests/quant/test_engine_on_quantised.py covers fused)
+    loaded = load_model(smol_checkpoints[fmt], quant_compute="exact")
     assert qt.quantised_modules(loaded.model) and loaded.source.quant_method is not None
     tok = loaded.tokenizer
     engine = Engine(loaded.model, tok)
