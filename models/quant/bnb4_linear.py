@@ -11,10 +11,11 @@ Layout, as `bitsandbytes.nn.Linear4bit` saves it (`QuantState.as_dict(packed=Tru
 The tensors are parsed by bitsandbytes' own `QuantState.from_dict`. The weight stays packed in
 memory. Compute (`compute.py`): `exact` is `bitsandbytes.matmul_4bit` (which on CPU in
 bitsandbytes 0.50 equals `F.linear(x, dequantize_4bit(weight, quant_state))` bit for bit; nf4 and
-fp4 both run on CPU). `fused`: on CPU, bitsandbytes' own fused CPU kernel where the CPU has
-AVX512-BF16 (`cpu_kernels.bnb_cpu_path`), else this project's numba table kernel
-(`cpu_kernels.lut_4bit_path`); on CUDA, bitsandbytes' fused kernels through `matmul_4bit` when
-bitsandbytes is installed with CUDA, else this project's Triton kernel (`cuda_kernels.nf4_path`).
+fp4 both run on CPU). `fused`: on CPU, this project's fp32 kernel on the packed codes
+(`cpu_kernels.nibble_simd_path`); `fused-bf16` on CPU, bitsandbytes' own bf16 CPU kernel where
+the CPU has AVX512-BF16 (`cpu_kernels.bnb_cpu_path`); on CUDA, bitsandbytes' fused kernels
+through `matmul_4bit` when bitsandbytes is installed with CUDA, else this project's Triton kernel
+(`cuda_kernels.nf4_path`).
 """
 
 from __future__ import annotations
@@ -89,10 +90,28 @@ class BnB4Linear(QuantLinearBase):
         )
 
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """`bitsandbytes.functional.dequantize_4bit` of the weight ([out, in], the quantised dtype), cast to `dtype`."""
-        from bitsandbytes.functional import dequantize_4bit
+        """`bitsandbytes.functional.dequantize_4bit` of the weight ([out, in], the quantised dtype), cast to `dtype`.
 
-        w = dequantize_4bit(self.weight, self.quant_state())
+        bitsandbytes numbers its blocks over the flat weight (`quantize_4bit`, its CUDA and its
+        pure-torch dequantisation), but its CPU C kernel (0.50) restarts the blocks at every row,
+        so it misreads a layer whose in_features is not a multiple of the blocksize (errors of the
+        weights' own size, tests/quant/test_simd_kernels.py). Such layers on CPU are dequantised by
+        bitsandbytes' pure-torch implementation instead (its `default` backend), which equals the
+        C kernel bit for bit wherever the C kernel is right.
+        """
+        if self.weight.device.type == "cpu" and self.in_features % self.blocksize:
+            from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
+
+            flat = self.weight.view(torch.uint8).reshape(-1)
+            shape = (self.out_features, self.in_features)
+            code = self.weight_quant_map
+            w = _dequantize_4bit_compute(
+                flat, self.block_absmax(), code, self.blocksize, shape, self.weight_dtype
+            )
+        else:
+            from bitsandbytes.functional import dequantize_4bit
+
+            w = dequantize_4bit(self.weight, self.quant_state())
         return w if dtype is None else w.to(dtype)
 
     def block_absmax(self) -> torch.Tensor:
@@ -104,26 +123,29 @@ class BnB4Linear(QuantLinearBase):
         state = self.quant_state()
         return (dequantize_blockwise(state.absmax, state.state2) + state.offset).to(torch.float32)
 
-    def fused_path(self, read) -> FusedPath | str:
-        """bitsandbytes' fused kernel where it has one here, else this project's (module docstring)."""
+    def fused_path(self, read, bf16: bool) -> FusedPath | str:
+        """This project's fp32 kernel on CPU (with `bf16`, bitsandbytes' bf16 CPU kernel where the
+        CPU has one); bitsandbytes' or this project's kernel on CUDA (module docstring)."""
         device = self.weight.device.type
         if device == "cpu":
             from nudgeability.models.quant import cpu_kernels
 
-            if cpu_kernels.bnb_cpu_reason(self.out_features, self.in_features, self.blocksize):
-                if self.in_features % 2 or self.blocksize % 2:
-                    return (
-                        f"[{self.out_features}, {self.in_features}] with blocksize {self.blocksize}"
-                    )
-                return cpu_kernels.lut_4bit_path(
-                    self.weight,
-                    self.block_absmax(),
-                    self.weight_quant_map,
-                    self.blocksize,
-                    (self.out_features, self.in_features),
-                    lambda x: F.linear(x, self.dequantize(x.dtype)),
-                )
-            return cpu_kernels.bnb_cpu_path(read("weight"), self.quant_state())
+            if bf16 and not cpu_kernels.bnb_cpu_reason(
+                self.out_features, self.in_features, self.blocksize
+            ):
+                return cpu_kernels.bnb_cpu_path(read("weight"), self.quant_state())
+            reason = cpu_kernels.simd_reason(self.in_features, self.blocksize)
+            if reason is not None:
+                return reason
+            return cpu_kernels.nibble_simd_path(
+                self.weight,
+                self.block_absmax(),
+                self.weight_quant_map,
+                self.blocksize,
+                self.out_features,
+                self.weight_dtype,
+                self.exact_no_bias,
+            )
         if device == "cuda":
             from nudgeability.models.quant import cuda_kernels
 
@@ -133,8 +155,13 @@ class BnB4Linear(QuantLinearBase):
     def exact_forward(self, x: torch.Tensor) -> torch.Tensor:
         import bitsandbytes as bnb
 
-        if x.dtype != self.weight_dtype:
-            # bitsandbytes' kernels compute in the activations' dtype; keep the weight's rounding exact.
+        if (
+            x.dtype != self.weight_dtype
+            or x.device.type == "cpu"
+            and self.in_features % self.blocksize
+        ):
+            # bitsandbytes' kernels compute in the activations' dtype; keep the weight's rounding
+            # exact (and read blocks that straddle rows right, see `dequantize`).
             return F.linear(x, self.dequantize(x.dtype), self.bias)
         return bnb.matmul_4bit(x, self.weight, quant_state=self.quant_state(), bias=self.bias)
 

@@ -1,15 +1,20 @@
 """How a quantised linear computes: the compute modes, the fused path a layer took, and their summary.
 
-Three modes, chosen at load (`load_quantized(..., compute=)`, `nudge run --quant-compute`):
+Four modes, chosen at load (`load_quantized(..., compute=)`, `nudge run --quant-compute`):
 
 - `exact`: dequantise the whole weight on every forward, bit for bit as the format's library does,
   then `F.linear` in the activations' dtype. Slow; the reference every other path is tested against.
 - `fused` (the default): compute from the quantised storage with a kernel made for it, the
   weight never materialised in full precision. Which kernel depends on the format, the device and
-  the layer's shape (`FusedPath.name`, e.g. `int4pack_mm_cpu`); a layer no fused kernel takes keeps
-  the exact path, and the loader names it in one warning. Results differ from `exact` by the
-  kernel's rounding (bf16 activations for the int4 and bitsandbytes kernels), stated per kernel in
-  `cpu_kernels.py`, `cuda_kernels.py` and `triton_kernels.py`.
+  the layer's shape (`FusedPath.name`, e.g. `w4a16_simd(fp32)`); a layer no fused kernel takes
+  keeps the exact path, and the loader names it in one warning. On CPU these are fp32 kernels
+  whose results differ from `exact` only by the order of the float32 sums; the CUDA kernels
+  compute in bf16. Each kernel's arithmetic is stated in `cpu_kernels.py`, `cuda_kernels.py` and
+  `triton_kernels.py`.
+- `fused-bf16`: on CPU, the libraries' bf16 kernels where there is one (torch's int4 kernel for
+  W4A16, bitsandbytes' CPU kernel for NF4): faster at some shapes, but bf16 activations and
+  outputs (a relative error of about 2^-8 per layer) change some greedy tokens. Elsewhere, and for
+  FP8, the same kernels as `fused`.
 - `dense`: dequantise once at load into the model's dtype and keep that weight: exact (the same
   values `exact` computes each time) and as fast as an unquantised model, at full-precision
   memory. The explicit choice of speed over memory.
@@ -30,7 +35,8 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-QUANT_COMPUTES = ("exact", "fused", "dense")
+QUANT_COMPUTES = ("exact", "fused", "fused-bf16", "dense")
+FUSED_COMPUTES = ("fused", "fused-bf16")
 DEFAULT_COMPUTE = "fused"
 EXACT_PATH = "exact"
 DENSE_PATH = "dense"
@@ -79,9 +85,10 @@ class QuantLinearBase(nn.Module):
     def compute_path(self) -> str:
         return EXACT_PATH if self.fused is None else self.fused.name
 
-    def fused_path(self, read: Callable[[str], torch.Tensor]) -> FusedPath | str:
-        """The fused kernel for this layer on its device, or why there is none. `read(attr)` gives
-        the tensor of buffer `attr` to build it from (the buffer itself, or a fresh copy)."""
+    def fused_path(self, read: Callable[[str], torch.Tensor], bf16: bool) -> FusedPath | str:
+        """The fused kernel for this layer on its device (with `bf16`, the libraries' bf16 CPU
+        kernel where there is one), or why there is none. `read(attr)` gives the tensor of buffer
+        `attr` for a kernel that repacks it (the buffer itself, or a fresh copy)."""
         raise NotImplementedError  # pragma: no cover
 
     def configure(
@@ -98,8 +105,10 @@ class QuantLinearBase(nn.Module):
             self.fused = FusedPath(
                 DENSE_PATH, lambda x: torch.nn.functional.linear(x, weight.to(x.dtype)), (weight,)
             )
-        elif compute == "fused":
-            found = self.fused_path(read or (lambda attr: getattr(self, attr)))
+        elif compute in FUSED_COMPUTES:
+            found = self.fused_path(
+                read or (lambda attr: getattr(self, attr)), bf16=compute == "fused-bf16"
+            )
             if isinstance(found, str):
                 return found
             self.fused = found
@@ -107,6 +116,10 @@ class QuantLinearBase(nn.Module):
 
     def exact_forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.linear(x, self.dequantize(x.dtype), self.bias)
+
+    def exact_no_bias(self, x: torch.Tensor) -> torch.Tensor:
+        """The exact path without the bias: what a fused path hands a prefill over to."""
+        return torch.nn.functional.linear(x, self.dequantize(x.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused is None:

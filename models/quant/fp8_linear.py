@@ -12,8 +12,9 @@ when a dimension is not a multiple of B; we take B from the config, so partial b
 
 Compute (`compute.py`): `exact` dequantises the weight on every forward, on whatever device it
 lives, to the activations' dtype (one fp32 multiply per element, then one rounding). `fused`
-reads the FP8 weight directly: on CPU with this project's numba kernel
-(`cpu_kernels.lut_fp8_path`: fp32 activations and sums, 1 byte read per weight); on CUDA with the
+reads the FP8 weight directly: on CPU with this project's fp32 kernel
+(`cpu_kernels.fp8_simd_path`: each byte decoded arithmetically, fp32 sums, 1 byte read per
+weight; `fused-bf16` is the same, there being no bf16 CPU kernel); on CUDA with the
 Triton weight-only kernel for small row counts and `torch._scaled_mm` with blockwise scales for
 large ones where the GPU takes it (`cuda_kernels.fp8_path`). `dense` keeps a dequantised copy:
 the explicit choice of speed over memory.
@@ -125,23 +126,24 @@ class FP8BlockLinear(QuantLinearBase):
         w = dequantize_fp8_block(self.weight, self.weight_scale_inv, self.block_size)
         return w if dtype == torch.float32 else w.to(dtype)
 
-    def fused_path(self, read) -> FusedPath | str:
-        """A kernel that reads the FP8 weight as stored (never a copy: it is the layer's storage)."""
+    def fused_path(self, read, bf16: bool) -> FusedPath | str:
+        """A kernel that reads the FP8 weight as stored (never a copy: it is the layer's storage);
+        there is no bf16 CPU kernel, so `bf16` changes nothing."""
         device = self.weight.device.type
         if device == "cpu":
             from nudgeability.models.quant import cpu_kernels
 
-            return cpu_kernels.lut_fp8_path(
-                self.weight, self.weight_scale_inv, self.block_size, self._exact_no_bias
+            reason = cpu_kernels.simd_reason(self.in_features, self.block_size[1], step=16)
+            if reason is not None:
+                return reason
+            return cpu_kernels.fp8_simd_path(
+                self.weight, self.weight_scale_inv, self.block_size, self.exact_no_bias
             )
         if device == "cuda":
             from nudgeability.models.quant import cuda_kernels
 
             return cuda_kernels.fp8_path(self.weight, self.weight_scale_inv, self.block_size)
         return f"no fused kernel on {device}"
-
-    def _exact_no_bias(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.dequantize(x.dtype))
 
     def extra_repr(self) -> str:
         return (

@@ -113,9 +113,30 @@ def load_quantized(
         _check_leftovers(reader, scheme, quantised, consumed)
         fallbacks = _configure(model, quantised, reader, compute, device, dtype)
     _move_buffers(model, device)
+    _release_freed_heap()
     warn_fallbacks(directory, fallbacks)
     model.eval()
     return model
+
+
+def _release_freed_heap() -> None:
+    """Hand the heap freed while loading back to the OS (glibc's `malloc_trim`).
+
+    A kernel that repacks (the `fused-bf16` paths) frees a layer's temporaries after building its
+    own buffers; glibc keeps such freed chunks in its heap, between live buffers, where they count
+    in the resident size for the life of the process (benchmarks/bench_quant.py, Q1, measures the
+    peak with and without a fixed mmap threshold). Other C libraries: nothing to do.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is not None:
+        trim(0)
 
 
 def _configure(

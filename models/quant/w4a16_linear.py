@@ -15,10 +15,11 @@ weights `num_bits` b (4 or 8), `strategy` group (group size G) or channel (G = i
   `dequantize`, so the result is bit-identical to its decompression.
 
 Compute (`compute.py`): `exact` unpacks the packed weight on every forward (any device), then
-casts it to the activations' dtype. `fused` (4-bit, no activation order) hands the fields, scales
-and zero points to torch's int4 kernel: `cpu_kernels.int4pack_path` on CPU,
-`cuda_kernels.w4a16_path` on CUDA (tinygemm, or this project's Triton kernel where tinygemm does
-not take the shape). 8-bit weights and g_idx orders keep the exact path.
+casts it to the activations' dtype. `fused` (4-bit, no activation order): on CPU this project's
+fp32 kernel reads `weight_packed` as it is (`cpu_kernels.w4a16_simd_path`); `fused-bf16` on CPU
+repacks for torch's int4 kernel (`cpu_kernels.int4pack_path`, bf16); on CUDA both take
+`cuda_kernels.w4a16_path` (tinygemm, or this project's Triton kernel where tinygemm does not take
+the shape). 8-bit weights and g_idx orders keep the exact path.
 """
 
 from __future__ import annotations
@@ -134,8 +135,8 @@ class PackQuantizedLinear(QuantLinearBase):
         )
         return w if dtype is None else w.to(dtype)
 
-    def fused_path(self, read) -> FusedPath | str:
-        """torch's int4 kernel for 4-bit layers in group order (see the module docstring)."""
+    def fused_path(self, read, bf16: bool) -> FusedPath | str:
+        """A kernel for 4-bit layers in group order (see the module docstring)."""
         if self.num_bits != 4:
             return f"{self.num_bits}-bit weights"
         groups = self.weight_scale.shape[1]
@@ -144,11 +145,18 @@ class PackQuantizedLinear(QuantLinearBase):
             in_order = torch.arange(self.in_features, device=self.weight_g_idx.device) // size
             if not torch.equal(self.weight_g_idx.long(), in_order):
                 return "activation-ordered groups (g_idx)"
-        fields = _fields(read("weight_packed"), 4, self.in_features)
-        zero_point = None
-        if self.weight_zero_point is not None:
-            zero_point = unpack_int32(read("weight_zero_point").t(), 4, self.out_features).t()
         device = self.weight_scale.device.type
+        if device == "cpu" and not bf16:
+            from nudgeability.models.quant import cpu_kernels
+
+            reason = cpu_kernels.simd_reason(self.in_features, size)
+            if reason is not None:
+                return reason
+            return cpu_kernels.w4a16_simd_path(
+                self.weight_packed, self.weight_scale, self._zero_point(), size, self.exact_no_bias
+            )
+        fields = _fields(read("weight_packed"), 4, self.in_features)
+        zero_point = self._zero_point(read)
         if device == "cpu":
             from nudgeability.models.quant import cpu_kernels
 
@@ -161,6 +169,13 @@ class PackQuantizedLinear(QuantLinearBase):
 
             return cuda_kernels.w4a16_path(fields, self.weight_scale, zero_point, size)
         return f"no fused kernel on {device}"
+
+    def _zero_point(self, read=None) -> torch.Tensor | None:
+        """The signed zero points [out, groups] (int8), or None for a symmetric layer."""
+        if self.weight_zero_point is None:
+            return None
+        packed = read("weight_zero_point") if read else self.weight_zero_point
+        return unpack_int32(packed.t(), 4, self.out_features).t()
 
     def extra_repr(self) -> str:
         groups = self.weight_scale.shape[1]

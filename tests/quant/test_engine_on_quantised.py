@@ -1,13 +1,13 @@
 """The engine runs quantised models: every forked arm equals the arm's full prompt run alone
 (HF `generate(do_sample=False)` on the same quantised model), tokens exactly, logits to 1e-4,
-with the exact path and with the fused kernels.
+with the exact path, the fp32 kernels (`fused`) and the bf16 kernels (`fused-bf16`).
 
-The int4 and bitsandbytes CPU kernels round activations and outputs to bf16. The engine's
+The int4 and bitsandbytes CPU kernels of `fused-bf16` round activations and outputs to bf16. The engine's
 attention and HF's differ in the last fp32 bits; where such a difference crosses a bf16 rounding
 boundary, one activation moves by one bf16 unit (2^-8 relative) and the change propagates. So for
 bf16 kernels the logits are compared to BF16_RTOL: 16 such units (4 layers, each adding at most
 a few flipped roundings to what reaches the logits), still far below the logit gaps of the
-greedy tokens, which must be identical. The fp32 kernels (FP8) keep 1e-4."""
+greedy tokens, which must be identical. The fp32 kernels keep 1e-4."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ NEW_TOKENS = 12
 BF16_RTOL = 16 * 2.0**-8
 
 
-@pytest.mark.parametrize("compute", ["exact", "fused"])
+@pytest.mark.parametrize("compute", ["exact", "fused", "fused-bf16"])
 @pytest.mark.parametrize("fmt", FORMAT_IDS)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_forked_arm_of_a_quantised_model_equals_its_solo_greedy_run(

@@ -39,8 +39,8 @@ def test_the_manifest_records_mode_and_paths_and_verify_replays_them(quantised):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["quant_compute"] == "fused"
     recorded = manifest["inputs"]["checkpoint"]["quant_compute"]
-    # every linear of the 4-layer tiny qwen3 but lm_head: 7 per layer, all on torch's int4 kernel
-    assert recorded == {"mode": "fused", "paths": {"w4a16": {"int4pack_mm_cpu(bf16)": 28}}}
+    # every linear of the 4-layer tiny qwen3 but lm_head: 7 per layer, all on the fp32 kernel
+    assert recorded == {"mode": "fused", "paths": {"w4a16": {"w4a16_simd(fp32)": 28}}}
     status, lines = run_verify(out, "--all")
     assert status == 0 and lines[-1] == "verdict: PASS", lines
 
@@ -57,7 +57,9 @@ def test_resuming_with_another_mode_is_refused_naming_the_key(quantised):
 
 def test_a_bad_mode_or_an_unquantised_model_is_one_line_naming_the_flag(quantised, tmp_path):
     status, err = _run(quantised, tmp_path / "bad", "--quant-compute", "fast")
-    assert status != 0 and "--quant-compute 'fast'" in err and "exact, fused, dense" in err
+    assert (
+        status != 0 and "--quant-compute 'fast'" in err and "exact, fused, fused-bf16, dense" in err
+    )
     status, err = run_nudge(
         ["run", "--model", quantised["plain"], "--out", tmp_path / "plain", *RUN_ARGS]
         + ["--quant-compute", "exact"]
