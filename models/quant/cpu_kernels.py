@@ -16,8 +16,8 @@ Activations are float32 (other dtypes are converted exactly and the result conve
 each weight is decoded to exactly the value the format's library dequantises to, rounded as the
 exact path rounds it, and the products are summed in float32: the result differs from `exact`
 only by the order of the float32 sums (bounded by gamma(K) * sum |x w|). Above `SIMD_MAX_ROWS`
-rows (a prefill) a layer dequantises and calls `F.linear`, as `exact` does: one matrix multiply
-then beats decoding the weight again for every six rows. The kernels need in_features and the
+rows (48 to 96, a prefill) a layer dequantises and calls `F.linear`, as `exact` does: one matrix
+multiply then beats decoding the weight again for every six rows. The kernels need in_features and the
 group or block width along it in multiples of 32 (16 for FP8 blocks), a little-endian CPU and,
 on x86, F16C (every x86 CPU since 2012); other layers keep the exact path, named in a warning.
 
@@ -53,7 +53,11 @@ import torch
 
 from nudgeability.models.quant.compute import FusedPath
 
-SIMD_MAX_ROWS = 32  # above this many rows the fp32 paths dequantise and call F.linear
+# Above this many rows a fp32 path dequantises and calls F.linear: where that becomes faster on a
+# 1536x576 layer at one thread (measured: W4A16 and FP8 kernels 0.7x the time of dequantise +
+# F.linear at 64 rows, 1.1x at 128; NF4 0.7x at 32, 1.2x at 64, bitsandbytes' dequantisation
+# being fast).
+SIMD_MAX_ROWS = {"w4a16_simd(fp32)": 96, "fp8_simd(fp32)": 96, "nibble_table_simd(fp32)": 48}
 INT4PACK_GROUPS = (256, 128, 64, 32)  # what _weight_int4pack_mm_for_cpu takes, largest first
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -106,7 +110,7 @@ def _simd_run(
     }
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] > SIMD_MAX_ROWS or x.dtype not in roundings:
+        if x.shape[0] > SIMD_MAX_ROWS[name] or x.dtype not in roundings:
             return exact(x)
         xs = x.to(torch.float32).contiguous()
         out = torch.empty(xs.shape[0], out_features, dtype=torch.float32)

@@ -14,8 +14,7 @@ with explicit indices):
 - a row's output does not depend on the rows it is computed with (same fixed order);
 - the AVX2 and the portable 16-entry lookups give the AVX-512 results bit for bit.
 
-The row counts 33 and 64 pass the prefill hand-over (`SIMD_MAX_ROWS`, patched) to test the kernel
-itself there.
+The kernels compute every row count here: the prefill hand-over (`SIMD_MAX_ROWS`) is patched away.
 """
 
 from __future__ import annotations
@@ -141,7 +140,7 @@ def build(case: str, seed: int = 0):
 @pytest.fixture
 def no_handover(monkeypatch):
     """The kernels compute every row count (no hand-over to dequantise + F.linear)."""
-    monkeypatch.setattr(cpu_kernels, "SIMD_MAX_ROWS", 10**9)
+    monkeypatch.setattr(cpu_kernels, "SIMD_MAX_ROWS", dict.fromkeys(PATHS.values(), 10**9))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -199,7 +198,7 @@ def test_a_row_computes_the_same_alone_or_in_any_batch(case, no_handover):
 
 def test_the_prefill_hands_over_to_the_exact_path():
     layer, _ = build("w4_g64_asym")
-    x = torch.randn(cpu_kernels.SIMD_MAX_ROWS + 1, layer.in_features)
+    x = torch.randn(cpu_kernels.SIMD_MAX_ROWS[layer.compute_path] + 1, layer.in_features)
     with torch.no_grad():
         assert torch.equal(layer(x), layer.exact_forward(x))
 
@@ -224,7 +223,7 @@ import torch
 sys.path.insert(0, sys.argv[1])
 from test_simd_kernels import VARIANT_CASES, variant_outputs
 from nudgeability.models.quant import cpu_kernels, simd
-cpu_kernels.SIMD_MAX_ROWS = 10**9
+cpu_kernels.SIMD_MAX_ROWS = dict.fromkeys(cpu_kernels.SIMD_MAX_ROWS, 10**9)
 print(json.dumps({"features": sorted(simd.cpu_features()), **variant_outputs()}))
 """
 
