@@ -112,7 +112,7 @@ def _simd_run(
     def run(x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] > SIMD_MAX_ROWS[name] or x.dtype not in roundings:
             return exact(x)
-        xs = x.to(torch.float32).contiguous()
+        xs = x.detach().to(torch.float32).contiguous()
         out = torch.empty(xs.shape[0], out_features, dtype=torch.float32)
         kernel(xs.numpy(), *arguments, roundings[x.dtype], out.numpy())
         return out if x.dtype == torch.float32 else out.to(x.dtype)

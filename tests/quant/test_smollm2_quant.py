@@ -15,7 +15,7 @@ import torch
 from helpers.engine_reference import assert_matches_reference
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.models.quant import write_bnb4, write_fp8, write_w4a16
+from nudgeability.models.quant import compute_paths, write_bnb4, write_fp8, write_w4a16
 
 pytestmark = pytest.mark.slow
 
@@ -109,3 +109,22 @@ def test_smollm2_quantised_arms_equal_solo_runs_through_load_model(smol_checkpoi
     arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=8), return_logits=True)
     for suffix, arm in zip(suffixes, arms):
         assert_matches_reference(loaded.model, arm, prefix + suffix, 8, engine.eos_ids)
+
+
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_smollm2_fp32_kernels_decode_the_exact_paths_greedy_tokens(
+    smollm2, smol_checkpoints, qt, fmt
+):
+    """The fused fp32 kernels differ from the exact path only in the order of fp32 sums: on
+    these prompts that changes no greedy token (benchmarks/quant_agreement.py measures 32
+    sequences of 64 tokens, RESULTS.md Q2)."""
+    fused = qt.load_quantized(smol_checkpoints[fmt], compute="fused")
+    paths = {p for by in compute_paths(fused).values() for p in by}
+    assert len(paths) == 1 and paths.pop().endswith("_simd(fp32)")
+    exact = qt.load_quantized(smol_checkpoints[fmt], compute="exact")
+    ids = smollm2.tokenizer(TEXT * 2)["input_ids"]
+    prompts = [ids[start : start + 40 + 7 * start] for start in (0, 3, 9, 17, 30)]
+    params = SamplingParams(max_new_tokens=32, ignore_eos=True)
+    got = [c.token_ids for c in Engine(fused, smollm2.tokenizer).generate(prompts, params)]
+    want = [c.token_ids for c in Engine(exact, smollm2.tokenizer).generate(prompts, params)]
+    assert got == want
