@@ -37,10 +37,12 @@ import numba
 import numpy as np
 
 from nudgeability.models.quant.simd import (
+    FAST_LOOKUP,
     vadd,
     vfloat,
     vfma,
     vhigh4,
+    vlanes,
     vload,
     vload_bytes,
     vload_e4m3,
@@ -89,14 +91,22 @@ def _rounded(w, rounding):
 
 
 @numba.njit(inline="always")
+def _fields_minus(b, z):
+    """(f - z) as float32 for the low and high nibble fields f of the bytes b: exact small
+    integers either way; a 16-entry lookup of 0..15 - z where that is one instruction (AVX-512:
+    25% faster at one row, measured), else a conversion and a subtraction."""
+    if FAST_LOOKUP:
+        levels = vsub(vlanes(), z)
+        return vlookup16(levels, vlow4(b)), vlookup16(levels, vhigh4(b))
+    return vsub(vfloat(vlow4(b)), z), vsub(vfloat(vhigh4(b)), z)
+
+
+@numba.njit(inline="always")
 def _w4_symmetric(p, n, c):
     packed, scale, group, rounding = p
     s = vsplat(scale[n, group[c]])
-    eight = vsplat(8.0)
-    b = vload_bytes(packed[n], 16 * c)
-    lo = vmul(vsub(vfloat(vlow4(b)), eight), s)
-    hi = vmul(vsub(vfloat(vhigh4(b)), eight), s)
-    return _rounded(lo, rounding), _rounded(hi, rounding)
+    lo, hi = _fields_minus(vload_bytes(packed[n], 16 * c), vsplat(8.0))
+    return _rounded(vmul(lo, s), rounding), _rounded(vmul(hi, s), rounding)
 
 
 @numba.njit(inline="always")
@@ -104,11 +114,8 @@ def _w4_zero_point(p, n, c):
     packed, scale, zero, group, rounding = p
     g = group[c]
     s = vsplat(scale[n, g])
-    z = vsplat(zero[n, g])
-    b = vload_bytes(packed[n], 16 * c)
-    lo = vmul(vsub(vfloat(vlow4(b)), z), s)
-    hi = vmul(vsub(vfloat(vhigh4(b)), z), s)
-    return _rounded(lo, rounding), _rounded(hi, rounding)
+    lo, hi = _fields_minus(vload_bytes(packed[n], 16 * c), vsplat(zero[n, g]))
+    return _rounded(vmul(lo, s), rounding), _rounded(vmul(hi, s), rounding)
 
 
 @numba.njit(inline="always")

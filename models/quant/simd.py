@@ -17,7 +17,8 @@ NEON), and every arithmetic operation is IEEE float32 with no fast-math flag:
 
 `vlookup16(table, idx)` picks lane `idx[i]` (0..15) of `table` for every lane i: one `vpermps`
 on AVX-512, two 8-entry `vpermps` and a blend on AVX2, a lane-by-lane extract elsewhere. Which
-one is chosen at compile time from the CPU numba compiles for (numba caches per CPU).
+one is chosen at compile time from the CPU numba compiles for (numba caches per CPU);
+`FAST_LOOKUP` says whether it is the one instruction.
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ def vzeros(typingctx):
 
     def codegen(context, builder, sig, args):
         return ir.Constant(_VF, [0.0] * LANES)
+
+    return signature(f32x16), codegen
+
+
+@intrinsic
+def vlanes(typingctx):
+    """0.0, 1.0, ..., 15.0: each lane's index as a float (a constant)."""
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_VF, [float(i) for i in range(LANES)])
 
     return signature(f32x16), codegen
 
@@ -278,6 +289,9 @@ def cpu_features() -> frozenset[str]:
     import llvmlite.binding as llvm
 
     return frozenset(name for name, on in llvm.get_host_cpu_features().items() if on)
+
+
+FAST_LOOKUP = "avx512f" in cpu_features()
 
 
 @intrinsic
