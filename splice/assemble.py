@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from nudgeability.splice.conditions import Condition, get_condition
+from nudgeability.splice.experiment.conditions import Condition, get_condition
 from nudgeability.splice.plan import ARMS_PHASE, Unit, canonical_keys, phases_of, units_of
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nudgeability.models.atomic import atomic_directory, atomic_write_lines, remove_temporaries
-from nudgeability.splice.conditions import BASE_CODES
+from nudgeability.splice.experiment.conditions import BASE_CODES
 from nudgeability.splice.manifest import SEAL_KEY, compare_manifests, seal_of
 from nudgeability.splice.plan import chunk_bounds
 from nudgeability.splice.work_store import (

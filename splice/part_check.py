@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from nudgeability.splice.conditions import CONSISTENCY, Condition
+from nudgeability.splice.experiment.conditions import CONSISTENCY, Condition
 from nudgeability.splice.plan import ARMS_PHASE, Unit
 from nudgeability.splice.work_store import split_lines
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from nudgeability.splice.conditions import PROMPT_PHASES, Condition
+from nudgeability.splice.experiment.conditions import PROMPT_PHASES, Condition
 
 BASE_PHASES = PROMPT_PHASES  # NT, consistency (the K unaided samples), B, oracle_B
 ARMS_PHASE = "arms"

@@ -27,7 +27,7 @@ from nudgeability.splice.backend_setup import (
     register_conversations,
     remote_manifest,
 )
-from nudgeability.splice.conditions import (
+from nudgeability.splice.experiment.conditions import (
     NO_TOOL_BASE,
     ORACLE_BASE,
     Condition,
@@ -36,8 +36,9 @@ from nudgeability.splice.conditions import (
     parse_conditions,
     with_consistency,
 )
+from nudgeability.splice.experiment.prompts import ProblemPrompts, render_prompts
+from nudgeability.splice.experiment.sentences import Sentences, load_sentences
 from nudgeability.splice.manifest import build_manifest
-from nudgeability.splice.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.run_config import (
     DTYPES,
     SERVER,
@@ -45,7 +46,6 @@ from nudgeability.splice.run_config import (
     RunConfig,
     resolve_decoding,
 )
-from nudgeability.splice.sentences import Sentences, load_sentences
 from nudgeability.splice.tasks import Problem, Task, get_task, sample_problems
 from nudgeability.splice.tasks.tools import Toolbox
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from nudgeability.splice.records import Record
+from nudgeability.splice.experiment.records import Record
 
 _ABSENT = object()  # a field one record has and the other lacks (not the same as null)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nudgeability.splice.conditions import BASE_CODES
+from nudgeability.splice.experiment.conditions import BASE_CODES
 from nudgeability.splice.manifest import compare_manifests
 from nudgeability.splice.plan import Unit, phases_of
 from nudgeability.splice.record_diff import first_difference

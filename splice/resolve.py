@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from nudgeability.engine import Completion, ForkRequest
 from nudgeability.engine.scheduler import GroupShape, batch_cost
 from nudgeability.models.families import SELF, TOOL, FamilyError
-from nudgeability.splice.conditions import ARM_BASES, base_of, get_condition
-from nudgeability.splice.prompts import declared_tools, prompt_sha256
-from nudgeability.splice.records import ResolutionRecord, record_sha256
+from nudgeability.splice.experiment.conditions import ARM_BASES, base_of, get_condition
+from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
+from nudgeability.splice.experiment.records import ResolutionRecord, record_sha256
 from nudgeability.splice.tasks import Problem
 from nudgeability.splice.tasks.tools import ToolCallError
 from nudgeability.splice.units import UnitContext, UnitCounts

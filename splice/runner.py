@@ -30,7 +30,7 @@ from nudgeability.engine import Engine
 from nudgeability.models.families import TOOL
 from nudgeability.models.progress import progress_bar
 from nudgeability.splice.assemble import IncompleteRunError, assemble_records
-from nudgeability.splice.conditions import ARM_BASES, CONSISTENCY
+from nudgeability.splice.experiment.conditions import ARM_BASES, CONSISTENCY
 from nudgeability.splice.part_check import expected_keys, part_problem
 from nudgeability.splice.plan import (
     ARMS_PHASE,

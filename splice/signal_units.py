@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from nudgeability.splice.conditions import NO_TOOL_BASE
-from nudgeability.splice.records import Record
+from nudgeability.splice.experiment.conditions import NO_TOOL_BASE
+from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.signals import CONSISTENCY_TEMPERATURE, CONSISTENCY_TOP_P
 from nudgeability.splice.units import UnitContext, UnitCounts, base_record
 

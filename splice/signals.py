@@ -29,7 +29,7 @@ import numpy as np
 
 from nudgeability.engine import Completion, Engine, SamplingParams
 from nudgeability.models.atomic import atomic_write_bytes
-from nudgeability.splice.records import Record
+from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.work_store import SIGNALS_DIR
 
 CONSISTENCY_TEMPERATURE = 1.0

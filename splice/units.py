@@ -24,10 +24,10 @@ from pathlib import Path
 from nudgeability.backends.base import Backend, continuation_of
 from nudgeability.engine import Completion, ForkRequest, SamplingParams
 from nudgeability.models.families import SELF
-from nudgeability.splice.conditions import ARM_BASES, NO_TOOL_BASE, TOOL_BASE, Condition
+from nudgeability.splice.experiment.conditions import ARM_BASES, NO_TOOL_BASE, TOOL_BASE, Condition
+from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
+from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.prepare import Prepared
-from nudgeability.splice.prompts import declared_tools, prompt_sha256
-from nudgeability.splice.records import Record
 from nudgeability.splice.signals import with_b_signals
 from nudgeability.splice.tasks import Problem
 

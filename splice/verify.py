@@ -20,7 +20,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from nudgeability.splice.assemble import IncompleteRunError, assemble_records
-from nudgeability.splice.conditions import (
+from nudgeability.splice.experiment.conditions import (
     BASE_CODES,
     CONDITIONS,
     Condition,

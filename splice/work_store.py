@@ -30,30 +30,26 @@ from nudgeability.models.atomic import (
 from nudgeability.splice.manifest import SEAL_KEY, compare_manifests, seal_of
 from nudgeability.splice.plan import Unit
 from nudgeability.splice.run_config import ConfigChangedError
+from nudgeability.splice.rundir.layout import (  # noqa: F401 - re-exported for the runner and audit
+    DAMAGED,
+    LOCK,
+    MANIFEST,
+    PARTS,
+    RECORDS,
+    RESOLUTIONS,
+    SIGNALS_DIR,
+    TIMINGS,
+    split_lines,
+)
 
 try:  # POSIX advisory locks; released by the kernel when the process dies, even by SIGKILL
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-MANIFEST = "manifest.json"
-RECORDS = "records.jsonl"
-RESOLUTIONS = "resolutions.jsonl"
-TIMINGS = "timings.jsonl"
-PARTS = "parts"
-DAMAGED = "damaged"
-SIGNALS_DIR = "signals"  # the side files stats reads beside the records (splice/signals.py)
-
 
 class OutputDirError(ValueError):
     """An output directory that cannot be used; the message names it and says what to do."""
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines of a JSONL text split at "\n" only: JSON written with ensure_ascii=False keeps
-    U+2028, U+0085 and kin unescaped, which `str.splitlines` would wrongly split at."""
-    lines = text.split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def part_path(root: Path, unit: Unit) -> Path:
@@ -206,7 +202,7 @@ def _create(out: Path, manifest: dict) -> None:
 def _lock(out: Path) -> int | None:
     if fcntl is None:  # pragma: no cover
         return None
-    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

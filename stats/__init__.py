@@ -3,7 +3,7 @@
 Arrays: `s` (1 unaided correct, 0 wrong, -1 unknown) and action arrays coded SELF=0, TOOL=1,
 OTHER=2, TRUNC=3, -1 = no arm (actions.py codes the kinds of models/families/action.py). An
 experiment is an ExperimentTable, the per-problem action table (action_table.py); its conditions,
-their report order and the +/- pairs come from nudgeability.splice.conditions. records.py joins
+their report order and the +/- pairs come from nudgeability.splice.experiment.conditions. records.py joins
 run directories into tables; summarize() gives every estimate with its 95% bootstrap interval
 (numba kernels and numpy twins in kernels.py); report_tables.py (Markdown, CSV, LaTeX) and
 figures.py render them; cli.py adds `nudge stats` and `nudge report`. Delegation value (runs made

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nudgeability.splice.conditions import PAIRS, PRIMARY_PAIR, REPORT_ORDER, TOOL_BASE
+from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, REPORT_ORDER, TOOL_BASE
 
 # Every condition code the runner writes, in the order reports list them (owned by
-# splice/conditions.py, like the pairs: name -> (confidence arm, doubt arm, base condition)).
+# splice/experiment/conditions.py, like the pairs: name -> (confidence arm, doubt arm, base condition)).
 CONDITIONS = REPORT_ORDER
 __all__ = [
     "CONDITIONS",

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nudgeability.models.atomic import atomic_write_files, remove_temporaries
+from nudgeability.splice.rundir.layout import MANIFEST
 
 from .across import AcrossExperiments, across_experiments
 from .delegation_cli import (
@@ -221,7 +222,7 @@ def _run_report(args: argparse.Namespace) -> int:
             summaries += read_stats(source)
             grounding += read_grounding(source if source.is_dir() else source.parent)
             values += read_values(source)
-        elif source.is_dir() and not (source / "manifest.json").exists():
+        elif source.is_dir() and not (source / MANIFEST).exists():
             raise RecordsError(
                 f"{source}: holds no {STATS_FILE} (written by `nudge stats --out`) and no "
                 "manifest.json (written by `nudge run`); pass a directory made by one of them"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from nudgeability.splice.conditions import CONDITIONS, PRIMARY_PAIR, REPORT_ORDER
+from nudgeability.splice.experiment.conditions import CONDITIONS, PRIMARY_PAIR, REPORT_ORDER
 
 from .figures import _name, save_figure
 

@@ -2,7 +2,7 @@
 
 A run made with `nudge run --resolve` holds `resolutions.jsonl` beside `records.jsonl`: one line
 per TOOL record, keyed like it by (problem_id, condition, seed), with the executed call and the
-graded final answer of the turn after the tool result (schema: splice/records.py,
+graded final answer of the turn after the tool result (schema: splice/experiment/records.py,
 ResolutionRecord). Rows and experiments are formed as in records.py (one row per (problem, seed),
 run directories with the same (model, task, decoding) joined). The grade of each row's final
 answer (`answer_right` of delegation_value.final_outcome):
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nudgeability.splice.conditions import NO_TOOL_BASE
+from nudgeability.splice.experiment.conditions import NO_TOOL_BASE
+from nudgeability.splice.rundir.layout import RECORDS, RESOLUTIONS
 
 from .action_table import ExperimentLabel
 from .actions import NONE, SELF, TOOL, TRUNC, action_code
@@ -31,7 +32,7 @@ from .delegation_summary import ValueTable
 from .delegation_value import final_outcome
 from .records import RecordsError, iter_records, json_lines, labelled_run_dirs
 
-RESOLUTIONS_FILE = "resolutions.jsonl"
+RESOLUTIONS_FILE = RESOLUTIONS
 
 
 def _grade_code(grade) -> int:
@@ -75,7 +76,7 @@ def load_value_tables(
         group = groups.setdefault(
             run_dir.label.key, {"label": run_dir.label, "records": {}, "resolutions": {}}
         )
-        for _, record in iter_records(run_dir.path / "records.jsonl"):
+        for _, record in iter_records(run_dir.path / RECORDS):
             if record.get("sample") is not None:  # self-consistency samples: a signal, no TOOL
                 continue
             key = (record["problem_id"], record["condition"], record["seed"])

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nudgeability.splice.conditions import PAIRS, REPORT_ORDER
+from nudgeability.splice.experiment.conditions import PAIRS, REPORT_ORDER
 
 from . import kernels
 from .action_table import ExperimentLabel, TableError

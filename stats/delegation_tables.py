@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from nudgeability.splice.conditions import PAIRS
+from nudgeability.splice.experiment.conditions import PAIRS
 
 from .report_tables import csv_text, tex_escape
 

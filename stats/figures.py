@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nudgeability.models.atomic import atomic_write_files, remove_temporaries
-from nudgeability.splice.conditions import CONDITIONS as ALL_CONDITIONS
+from nudgeability.splice.experiment.conditions import CONDITIONS as ALL_CONDITIONS
 
 from .action_table import CONDITIONS
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nudgeability.splice.conditions import PAIRS, PRIMARY_PAIR
+from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR
 
 from .bootstrap import NAN_INTERVAL, Interval, percentile_interval
 from .grounding import (

@@ -2,7 +2,7 @@
 
 A run directory holds manifest.json (its "experiment": model, task, decoding, seeds) and
 records.jsonl, one JSON object per (problem, condition, seed) in the schema of
-nudgeability.splice.records.Record. This module reads the JSON directly (data flows one way:
+nudgeability.splice.experiment.records.Record. This module reads the JSON directly (data flows one way:
 stats never imports the runner). Rules of the join:
 
 - one table row per (problem, seed) seen in the records; problems in order of first appearance,
@@ -34,7 +34,13 @@ from pathlib import Path
 import numpy as np
 
 from nudgeability.backends.names import CONTINUATION_LEVELS
-from nudgeability.splice.conditions import BASE_CODES, CONDITIONS, NO_TOOL_BASE, TOOL_BASE
+from nudgeability.splice.experiment.conditions import (
+    BASE_CODES,
+    CONDITIONS,
+    NO_TOOL_BASE,
+    TOOL_BASE,
+)
+from nudgeability.splice.rundir.layout import MANIFEST, RECORDS, read_json_lines
 
 from .action_table import ExperimentLabel, ExperimentTable
 from .actions import NONE, SELF, TRUNC, action_code, competence_code
@@ -101,7 +107,7 @@ def _differences(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:
 def read_run_dir(path: str | Path) -> RunDir:
     """Read and check a run directory's manifest.json (RecordsError naming the file if bad)."""
     path = Path(path)
-    manifest = path / "manifest.json"
+    manifest = path / MANIFEST
     if not path.is_dir():
         raise RecordsError(f"{path}: not a directory (expected a run directory with manifest.json)")
     if not manifest.is_file():
@@ -136,24 +142,10 @@ def read_run_dir(path: str | Path) -> RunDir:
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line of a JSON-lines file; RecordsError names the
-    file and line of a line that is not a JSON object. The records and resolutions readers check
-    their own fields on top."""
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordsError(
-                    f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})"
-                ) from None
-            if not isinstance(record, dict):
-                raise RecordsError(
-                    f"{path}:{number}: expected a JSON object, got {type(record).__name__}"
-                )
-            yield number, record
+    """(line number, object) for each non-blank line of a JSON-lines file (the run directory's one
+    reader, splice/rundir/layout.py); RecordsError names the file and line of a line that is not a
+    JSON object. The records and resolutions readers check their own fields on top."""
+    return read_json_lines(path, error=RecordsError)
 
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -305,7 +297,7 @@ def load_experiments(
         label, seen = groups.setdefault(run_dir.label.key, (run_dir.label, {}))
         asked.setdefault(run_dir.label.key, set()).update(run_dir.conditions)
         found_levels = levels.setdefault(run_dir.label.key, {label.continuation})
-        path = run_dir.path / "records.jsonl"
+        path = run_dir.path / RECORDS
         for number, record in iter_records(path):
             if record["task"] != label.task:
                 raise RecordsError(

@@ -16,7 +16,7 @@ import io
 import math
 from collections.abc import Sequence
 
-from nudgeability.splice.conditions import PAIR_HEADERS, PAIRS, PRIMARY_PAIR
+from nudgeability.splice.experiment.conditions import PAIR_HEADERS, PAIRS, PRIMARY_PAIR
 
 from .across import across_experiments
 
@@ -51,7 +51,7 @@ _CSV_COLUMNS = (
     "pooled_flips",
     "self_to_tool_share",
 )
-# The pairs besides the primary one, with their column headers (splice/conditions.py owns both).
+# The pairs besides the primary one, with their column headers (splice/experiment/conditions.py owns both).
 _PAIR_COLUMNS = tuple((name, PAIR_HEADERS[name]) for name in PAIRS if name != PRIMARY_PAIR)
 
 

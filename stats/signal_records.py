@@ -1,6 +1,6 @@
 """Reading the uncertainty signals of a run's records into arrays aligned with a table's rows.
 
-The run stores (splice/records.py, `Record.signals`):
+The run stores (splice/experiment/records.py, `Record.signals`):
 
 - on each B record: `entropy_mean`, `entropy_max`, `nll_mean` of B's reasoning up to the cut,
   and `hidden` = {"file": path relative to the run directory, "row": index} naming B's float16
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nudgeability.splice.conditions import CONSISTENCY, TOOL_BASE
+from nudgeability.splice.experiment.conditions import CONSISTENCY, TOOL_BASE
+from nudgeability.splice.rundir.layout import RECORDS
 
 from .records import RecordsError, iter_records, labelled_run_dirs
 
@@ -56,7 +57,7 @@ def load_signals(
     for run_dir in labelled_run_dirs(run_dirs, labels):
         if run_dir.label.key != label_key:
             continue
-        path = run_dir.path / "records.jsonl"
+        path = run_dir.path / RECORDS
         for number, record in iter_records(path):
             i = index.get((record["problem_id"], record["seed"]))
             signals = record.get("signals")

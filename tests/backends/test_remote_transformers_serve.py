@@ -137,7 +137,7 @@ def test_every_record_is_there_and_reads_as_a_local_run(server, first_run):
 
 
 def _splice(family, manifest, record) -> list[int]:
-    from nudgeability.splice.sentences import load_sentences
+    from nudgeability.splice.experiment.sentences import load_sentences
 
     sentences = load_sentences(manifest["inputs"]["sentences"]["path"])
     text = "" if record["sentence_id"] is None else sentences.text(record["sentence_id"])

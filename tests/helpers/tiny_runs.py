@@ -40,7 +40,7 @@ def _last_hidden(model, sequences: list[list[int]], every: bool = False) -> torc
 
 def push_towards_close(model, family, strength: float) -> None:
     """Edit `model`'s output head in place as `close_push` says (module docstring)."""
-    from nudgeability.splice.prompts import render
+    from nudgeability.splice.experiment.prompts import render
     from nudgeability.splice.tasks import get_task, sample_problems
 
     task = get_task("strategyqa")

@@ -18,9 +18,9 @@ from helpers.tiny_runs import PAIRS, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import get_family
-from nudgeability.splice.conditions import get_condition
-from nudgeability.splice.prompts import prompt_sha256
-from nudgeability.splice.sentences import load_sentences
+from nudgeability.splice.experiment.conditions import get_condition
+from nudgeability.splice.experiment.prompts import prompt_sha256
+from nudgeability.splice.experiment.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 
 N, BASE_BUDGET, ARM_BUDGET = 4, 24, 12

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from nudgeability.splice.conditions import (
+from nudgeability.splice.experiment.conditions import (
     CONDITION_CODES,
     CONDITIONS,
     UnknownConditionError,
     get_condition,
     parse_conditions,
 )
-from nudgeability.splice.sentences import (
+from nudgeability.splice.experiment.sentences import (
     DEFAULT_SENTENCES_PATH,
     SentencesFileError,
     load_sentences,

@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.engine.scheduler import GroupShape, batch_cost
 from nudgeability.models.families import Family, get_family
-from nudgeability.splice.sentences import load_sentences
+from nudgeability.splice.experiment.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 from nudgeability.splice.tasks.tools import SearchIndex
 

@@ -22,8 +22,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import Family, get_family
 from nudgeability.models.smollm2 import converted_dir, find_gguf
-from nudgeability.splice.prompts import render
-from nudgeability.splice.sentences import load_sentences
+from nudgeability.splice.experiment.prompts import render
+from nudgeability.splice.experiment.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 from nudgeability.splice.tasks.tools import SearchIndex
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nudgeability.splice.conditions import CONSISTENCY_CONDITION, parse_conditions
+from nudgeability.splice.experiment.conditions import CONSISTENCY_CONDITION, parse_conditions
 from nudgeability.splice.plan import (
     Unit,
     canonical_keys,

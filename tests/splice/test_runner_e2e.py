@@ -20,8 +20,8 @@ from helpers.tiny_runs import read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import get_family
-from nudgeability.splice.records import Record
-from nudgeability.splice.sentences import load_sentences
+from nudgeability.splice.experiment.records import Record
+from nudgeability.splice.experiment.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 
 # written out by hand from the table of conditions in splice/README.md

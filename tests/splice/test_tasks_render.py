@@ -96,7 +96,7 @@ def test_unaided_prompt_declares_no_tool(family, first_problems, task_name):
 def test_chatml_prompts_carry_the_format_demonstrations_and_native_ones_do_not():
     from nudgeability.models.families import get_family
     from nudgeability.models.tiny_tokenizers import tiny_tokenizer
-    from nudgeability.splice.prompts import render_prompts
+    from nudgeability.splice.experiment.prompts import render_prompts
     from nudgeability.splice.tasks import get_task
     from nudgeability.splice.tasks.sampling import sample_problems
 

@@ -18,7 +18,7 @@ import pytest
 from helpers.tiny_runs import run_nudge, save_tiny_checkpoint
 from helpers.tiny_runs import run_verify as verify
 
-from nudgeability.splice.sentences import DEFAULT_SENTENCES_PATH
+from nudgeability.splice.experiment.sentences import DEFAULT_SENTENCES_PATH
 from nudgeability.splice.tasks import get_task
 
 RUN_ARGS = ["--task", "strategyqa", "--n", 3, "--chunk-size", 2, "--conditions", "primary"]

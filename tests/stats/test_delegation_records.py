@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from nudgeability.splice.records import ActionRecord, GradeRecord, ResolutionRecord
+from nudgeability.splice.experiment.records import ActionRecord, GradeRecord, ResolutionRecord
 from nudgeability.stats.cli import read_values, register
 from nudgeability.stats.delegation_records import load_value_tables
 from nudgeability.stats.records import RecordsError

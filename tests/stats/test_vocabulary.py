@@ -1,6 +1,6 @@
 """The shared vocabulary: conditions and action kinds are defined once, and stats follows them.
 
-A condition added to splice/conditions.py (or an action kind added to models/families/action.py)
+A condition added to splice/experiment/conditions.py (or an action kind added to models/families/action.py)
 must show up in the report order, the figures, the report tables and the records join without a
 second edit; these tests fail when one of them is left behind.
 """
@@ -13,7 +13,7 @@ import json
 import pytest
 
 from nudgeability.models.families.action import ACTION_KINDS, Action
-from nudgeability.splice.conditions import CONDITION_CODES, CONDITIONS, PAIR_HEADERS
+from nudgeability.splice.experiment.conditions import CONDITION_CODES, CONDITIONS, PAIR_HEADERS
 from nudgeability.stats import CONDITIONS as REPORT_CONDITIONS
 from nudgeability.stats import PAIRS, ExperimentTable, table_from_records
 from nudgeability.stats.action_table import ExperimentLabel

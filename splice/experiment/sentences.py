@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from nudgeability.splice.conditions import POLARITY_NAMES, VOICES, Condition
+from nudgeability.splice.experiment.conditions import POLARITY_NAMES, VOICES, Condition
 
 if sys.version_info >= (3, 11):
     import tomllib

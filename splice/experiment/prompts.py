@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 
 from nudgeability.models.families import Family
-from nudgeability.splice.conditions import NO_TOOL_BASE, ORACLE_BASE, TOOL_BASE
+from nudgeability.splice.experiment.conditions import NO_TOOL_BASE, ORACLE_BASE, TOOL_BASE
 from nudgeability.splice.tasks import Problem, Task
 
 

@@ -33,7 +33,7 @@ class GradeRecord:
 class Record:
     problem_id: str
     task: str  # "musique" | "strategyqa"
-    condition: str  # a code from nudgeability.splice.conditions
+    condition: str  # a code from nudgeability.splice.experiment.conditions
     sentence_id: (
         str | None
     )  # the inserted sentence's id in the sentences file; None for NT, B, empty
