@@ -69,4 +69,5 @@ def test_the_cpu_extra_pins_torch_and_shipped_data_is_package_data():
     project = _pyproject()["project"]
     assert "torch==2.13.0" in project["optional-dependencies"]["cpu"]
     data = _pyproject()["tool"]["setuptools"]["package-data"]
-    assert "data/*.jsonl" in data["nudgeability.splice"] and "*.toml" in data["nudgeability.splice"]
+    assert "data/*.jsonl" in data["nudgeability.splice"]
+    assert "*.toml" in data["nudgeability.splice.experiment"]  # the shipped sentences

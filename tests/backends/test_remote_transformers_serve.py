@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 from helpers.servers import FaultPlan, FaultProxy, free_port, start_transformers_serve
-from helpers.tiny_runs import read_records, run_nudge, run_verify
+from helpers.tiny_runs import nudge_run_args, read_records, run_nudge, run_verify
 from transformers import AutoTokenizer
 
 from nudgeability.models.families import get_family
 from nudgeability.models.smollm2 import converted_dir, find_gguf
-from nudgeability.splice.replay import choose_units
+from nudgeability.splice.audit.replay import choose_units
+from nudgeability.splice.audit.stored_run import open_run
 from nudgeability.splice.tasks import get_task
-from nudgeability.splice.verify import open_run
 
 pytestmark = pytest.mark.slow
 
@@ -49,39 +49,10 @@ def server(tmp_path_factory):
 
 
 def _args(url: str, model: str, out: Path, *extra) -> list:
-    return [
-        "run",
-        "--backend",
-        "openai",
-        "--base-url",
-        url,
-        "--model",
-        model,
-        "--api",
-        "completions",
-        "--prompt-format",
-        "text",
-        "--tokenizer",
-        model,
-        "--api-key-env",
-        "NUDGE_TEST_KEY",
-        "--task",
-        "strategyqa",
-        "--n",
-        4,
-        "--conditions",
-        "conf,doubt",
-        "--max-new-tokens",
-        "24,12",
-        "--chunk-size",
-        2,
-        "--concurrency",
-        3,
-        "--out",
-        out,
-        "--quiet",
-        *extra,
-    ]
+    server = {"backend": "openai", "base_url": url, "api": "completions", "tokenizer": model}
+    key = {"prompt_format": "text", "api_key_env": "NUDGE_TEST_KEY", "concurrency": 3}
+    run = {"n": 4, "conditions": "conf,doubt", "max_new_tokens": "24,12", "chunk_size": 2}
+    return [*nudge_run_args(model, out, **server, **key, **run), *extra]
 
 
 @pytest.fixture(scope="module", autouse=True)
