@@ -22,6 +22,7 @@ from nudgeability.splice.rundir.assemble import IncompleteRunError, assemble_rec
 from nudgeability.splice.rundir.layout import PARTS, RECORDS, RecordKey, json_lines, split_lines
 from nudgeability.splice.rundir.part_check import base_records, part_problem
 from nudgeability.splice.rundir.plan import RESOLVE_PHASE, Unit
+from nudgeability.splice.rundir.seal import part_files
 from nudgeability.splice.rundir.store import part_path
 
 
@@ -47,7 +48,7 @@ def check_completeness(run: StoredRun) -> Check:
         "completeness",
         OK,
         f"{len(keys)} records ({len(keys) - arms} bases, {arms} arms): "
-        f"the plan's keys once each, in canonical order; records.jsonl is the assembly of "
+        f"the plan's keys once each, in canonical order; {RECORDS} is the assembly of "
         f"{len(run.units())} part files",
     )
 
@@ -144,7 +145,7 @@ def _part_problems(run: StoredRun, path: Path) -> list[str]:
     ]
     problems += [
         f"{extra}: not a unit of the manifest's plan"
-        for extra in sorted((run.root / PARTS).glob("*.jsonl"))
+        for extra in part_files(run.root)
         if extra.name not in names
     ]
     problems += _unsound_parts(run, units)
@@ -162,7 +163,7 @@ def _part_problems(run: StoredRun, path: Path) -> list[str]:
             if line is None:
                 return [f"{path}: ends at line {number - 1}; the part files hold more records"]
             if line != ours:
-                diff = first_difference(ours, line, ("parts", "records.jsonl"))
+                diff = first_difference(ours, line, (PARTS, RECORDS))
                 return [f"{path}:{number}: differs from the part files: {diff}"]
     except (_Unreadable, IncompleteRunError) as exc:
         return [str(exc)]

@@ -17,7 +17,7 @@ from pathlib import Path
 from nudgeability.splice.audit.check import FAIL, NOT_CHECKABLE, OK, UNSEALED, Check, summary
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.run.remote import tokenizer_files
-from nudgeability.splice.rundir.layout import MANIFEST, SIGNALS_DIR
+from nudgeability.splice.rundir.layout import MANIFEST, RECORDS, SIGNALS_DIR
 from nudgeability.splice.rundir.manifest import compare_manifests, git_commit, package_versions
 from nudgeability.splice.rundir.seal import check_seal, file_problem, named_file_problems
 
@@ -126,7 +126,6 @@ def check_integrity(run: StoredRun) -> Check:
     return Check(
         "integrity",
         OK,
-        f"records.jsonl{also} and {sealed.parts} part files match the sha256 sealed in the "
-        "manifest",
+        f"{RECORDS}{also} and {sealed.parts} part files match the sha256 sealed in the manifest",
         sealed.warnings,
     )

@@ -13,6 +13,7 @@ import json
 from dataclasses import fields
 
 from nudgeability.splice.experiment.records import Record
+from nudgeability.splice.rundir.layout import RecordKey
 
 _ABSENT = object()  # a field one record has and the other lacks (not the same as null)
 
@@ -28,7 +29,7 @@ def first_difference(
         return f"a line is not valid JSON ({exc.msg})"
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return "a line is not a JSON object"
-    key = tuple(a.get(name) for name in ("problem_id", "condition", "seed"))
+    key = RecordKey(*(a.get(name) for name in RecordKey._fields))  # a damaged line may lack one
     order = [f.name for f in fields(Record)]
     for name in order + sorted((set(a) | set(b)) - set(order)):
         path = _first_path(a.get(name, _ABSENT), b.get(name, _ABSENT), name, labels)

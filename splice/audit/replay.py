@@ -28,7 +28,7 @@ from nudgeability.splice.audit.record_diff import first_difference
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.remote import RemoteSpec, remote_spec_of
-from nudgeability.splice.rundir.layout import MANIFEST, SIGNALS_DIR, split_lines
+from nudgeability.splice.rundir.layout import MANIFEST, side_file, split_lines
 from nudgeability.splice.rundir.manifest import compare_manifests
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.store import WorkStore, part_path
@@ -145,7 +145,7 @@ def _replay(run: StoredRun, units: Sequence[Unit], ctx: UnitContext) -> list[Uni
                 compute_unit(ctx, store, unit)
                 difference = _unit_difference(stored, store.part_path(unit))
                 if difference is None:  # the records agree: so must the side file they point at
-                    side = Path(SIGNALS_DIR) / f"{unit.name}.npy"
+                    side = side_file(unit.name)
                     difference = _side_difference(run.root / side, store.root / side)
                 results.append(UnitReplay(unit, difference))
             return results

@@ -19,7 +19,6 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from importlib import resources
 from pathlib import Path
 
 import torch
@@ -31,6 +30,7 @@ from nudgeability.models.atomic import atomic_write_lines
 from nudgeability.models.loader import load_model
 from nudgeability.splice.run.config import DTYPES
 from nudgeability.splice.run.validation import resolve_device
+from nudgeability.splice.tasks import MusiqueTask
 
 SENTENCES = [
     "I am confident in this answer.",
@@ -62,7 +62,7 @@ class Workload:
 
 def musique_text() -> str:
     """Paragraphs of the shipped MuSiQue sample, as one long reading-comprehension context."""
-    path = resources.files("nudgeability.splice") / "data" / "musique_ans_dev_sample.jsonl"
+    path = MusiqueTask().default_data_path()
     parts = []
     for line in path.read_text().splitlines()[:20]:
         record = json.loads(line)

@@ -33,6 +33,7 @@ from nudgeability.splice.experiment.conditions import ARM_BASES, base_of, get_co
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
 from nudgeability.splice.experiment.records import ResolutionRecord, record_sha256
 from nudgeability.splice.run.units import UnitContext, UnitCounts
+from nudgeability.splice.rundir.layout import RecordKey
 from nudgeability.splice.tasks import Problem
 from nudgeability.splice.tasks.tools import ToolCallError
 
@@ -70,7 +71,7 @@ def tool_record_sources(
     if record["action"]["kind"] == TOOL and boundary is not None:
         sources.append(_Source(line, record, record["generated_ids"][boundary:]))
     for arm in ctx.arms_of(base):
-        arm_line = arm_lines.get((problem_id, arm.code))
+        arm_line = arm_lines.get(RecordKey(problem_id, arm.code, record["seed"]))
         if arm_line is None:
             continue
         arm_record = json.loads(arm_line)
@@ -95,10 +96,7 @@ def run_resolve_unit(
         base: {json.loads(line)["problem_id"]: line for line in parts.get(base, [])}
         for base in ARM_BASES
     }
-    arm_lines = {}
-    for line in parts.get("arms", []):
-        record = json.loads(line)
-        arm_lines[(record["problem_id"], record["condition"])] = line
+    arm_lines = {RecordKey.of(json.loads(line)): line for line in parts.get("arms", [])}
     limit = _context_limit(ctx)
     thinking_open = thinking_opens_after_result(ctx)
     requests, pending = [], []  # pending: (problem, source, tool output, prompt) per suffix

@@ -33,7 +33,7 @@ from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.resolve import run_resolve_unit
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions, tool_keys
-from nudgeability.splice.rundir.layout import RESOLUTIONS, SIGNALS_DIR
+from nudgeability.splice.rundir.layout import RESOLUTIONS, side_file
 from nudgeability.splice.rundir.part_check import base_records, part_problem
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
 from nudgeability.splice.rundir.store import WorkStore
@@ -138,7 +138,7 @@ def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit) -> UnitCounts:
         records, counts = run_consistency_unit(ctx, unit.phase, unit.seed, indices)
     else:
         # the hidden states' side file is written before the part: a stored part has its states
-        signals = (store.root / SIGNALS_DIR / f"{unit.name}.npy", unit.name)
+        signals = (store.root / side_file(unit.name), unit.name)
         wanted = signals if ctx.prepared.config.signals else None
         records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices, wanted)
     seconds = time.perf_counter() - start

@@ -30,7 +30,7 @@ import numpy as np
 from nudgeability.engine import Completion, Engine, SamplingParams
 from nudgeability.models.atomic import atomic_write_bytes
 from nudgeability.splice.experiment.records import Record
-from nudgeability.splice.rundir.layout import SIGNALS_DIR
+from nudgeability.splice.rundir.layout import side_file
 
 CONSISTENCY_TEMPERATURE = 1.0
 CONSISTENCY_TOP_P = 0.95
@@ -57,7 +57,7 @@ def token_uncertainty(
 def hidden_reference(unit_name: str, row: int) -> dict:
     """What a B record stores to find its hidden state: the side file (relative to the run
     directory) and the row in it."""
-    return {"file": f"{SIGNALS_DIR}/{unit_name}.npy", "row": int(row)}
+    return {"file": side_file(unit_name), "row": int(row)}
 
 
 def write_hidden(path: str | os.PathLike, states: np.ndarray) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nudgeability.models.families import TOOL
 from nudgeability.splice.experiment.conditions import get_condition
-from nudgeability.splice.rundir.layout import RecordKey
+from nudgeability.splice.rundir.layout import PART_SUFFIX, RecordKey
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
 
 ReadPart = Callable[[Unit], list[str]]  # a stored unit's record lines
@@ -25,7 +25,7 @@ class IncompleteRunError(ValueError):
 
 
 def _part_name(parts_dir: Path, unit: Unit) -> Path:
-    return parts_dir / f"{unit.name}.jsonl"
+    return parts_dir / f"{unit.name}{PART_SUFFIX}"
 
 
 def assemble_records(plan: Plan, read_part: ReadPart, parts_dir: Path) -> Iterator[str]:

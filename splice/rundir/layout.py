@@ -20,6 +20,18 @@ PARTS = "parts"
 DAMAGED = "damaged"
 SIGNALS_DIR = "signals"  # the side files stats reads beside the records (splice/run/signals.py)
 LOCK = ".lock"
+PART_SUFFIX = ".jsonl"  # parts/<unit>.jsonl: a finished unit's records
+SIDE_SUFFIX = ".npy"  # signals/<unit>.npy: a B unit's hidden states
+
+
+def part_file(unit_name: str) -> str:
+    """Where a run directory stores a finished unit's records (relative to the directory)."""
+    return f"{PARTS}/{unit_name}{PART_SUFFIX}"
+
+
+def side_file(unit_name: str) -> str:
+    """Where a run directory stores a B unit's hidden states (relative to the directory)."""
+    return f"{SIGNALS_DIR}/{unit_name}{SIDE_SUFFIX}"
 
 
 class RecordKey(NamedTuple):
@@ -51,10 +63,11 @@ class RecordKey(NamedTuple):
 
 class JsonLinesError(ValueError):
     """A JSON-lines file with a line that cannot be read; `path`, `line` and `reason` say where
-    and why, and the message is `PATH:LINE: REASON`."""
+    and why, `kind` what is wrong ("utf8", "json" or "object"), and the message is
+    `PATH:LINE: REASON`."""
 
-    def __init__(self, path: str | Path, line: int, reason: str):
-        self.path, self.line, self.reason = str(path), line, reason
+    def __init__(self, path: str | Path, line: int, reason: str, kind: str = "json"):
+        self.path, self.line, self.reason, self.kind = str(path), line, reason, kind
         super().__init__(f"{path}:{line}: {reason}")
 
 
@@ -91,9 +104,9 @@ def json_lines(
     """
     path = Path(path)
 
-    def fail(number: int, reason: str) -> Exception:
+    def fail(number: int, reason: str, kind: str) -> Exception:
         if isinstance(error, type) and issubclass(error, JsonLinesError):
-            return error(path, number, reason)
+            return error(path, number, reason, kind)
         return error(f"{path}:{number}: {reason}")
 
     with path.open("rb") as handle:
@@ -101,16 +114,17 @@ def json_lines(
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise fail(number, "not valid UTF-8 (a damaged line)") from None
+                raise fail(number, "not valid UTF-8 (a damaged line)", "utf8") from None
             text = text[:-1] if text.endswith("\n") else text
             if skip_blank and not text.strip():
                 continue
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise fail(number, f"not valid JSON ({exc.msg}, column {exc.colno})") from None
+                reason = f"not valid JSON ({exc.msg}, column {exc.colno})"
+                raise fail(number, reason, "json") from None
             if objects and not isinstance(value, dict):
-                raise fail(number, f"expected a JSON object, got {type(value).__name__}")
+                raise fail(number, f"expected a JSON object, got {type(value).__name__}", "object")
             yield JsonLine(number, text, value)
 
 

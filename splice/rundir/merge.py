@@ -25,9 +25,11 @@ from pathlib import Path
 from nudgeability.models.atomic import atomic_directory, atomic_write_lines, remove_temporaries
 from nudgeability.splice.rundir.layout import (
     MANIFEST,
+    PART_SUFFIX,
     PARTS,
     RECORDS,
     RESOLUTIONS,
+    SIDE_SUFFIX,
     SIGNALS_DIR,
     TIMINGS,
     JsonLine,
@@ -120,7 +122,9 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
         _link_parts([by_shard[k] / PARTS for k in sorted(by_shard)], tmp / PARTS)
         # the hidden states the B records point at (signals/<unit>.npy; unit names are unique)
         _link_parts(
-            [by_shard[k] / SIGNALS_DIR for k in sorted(by_shard)], tmp / SIGNALS_DIR, "*.npy"
+            [by_shard[k] / SIGNALS_DIR for k in sorted(by_shard)],
+            tmp / SIGNALS_DIR,
+            f"*{SIDE_SUFFIX}",
         )
         # the manifest last, sealed with the merged records, parts and side files (as a finished
         # run's is)
@@ -207,7 +211,7 @@ class _Lines:
             )
 
 
-def _link_parts(sources: list[Path], target: Path, pattern: str = "*.jsonl") -> None:
+def _link_parts(sources: list[Path], target: Path, pattern: str = f"*{PART_SUFFIX}") -> None:
     target.mkdir()
     for source in sources:
         if not source.is_dir():

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nudgeability.models.atomic import atomic_write_lines
-from nudgeability.splice.rundir.layout import MANIFEST, PARTS, RECORDS, RESOLUTIONS, SIGNALS_DIR
+from nudgeability.splice.rundir.layout import (
+    MANIFEST,
+    PART_SUFFIX,
+    PARTS,
+    RECORDS,
+    RESOLUTIONS,
+    SIDE_SUFFIX,
+    SIGNALS_DIR,
+)
 from nudgeability.splice.rundir.manifest import SEAL_KEY, manifest_text, sha256_file
 
 # the seal's entry for the side files; a seal written before side files were sealed lacks it
@@ -24,7 +32,12 @@ SEALED_SIDE_FILES = "signals"
 
 def side_files(root: Path) -> list[Path]:
     """The side files of a run directory that stats reads beside the records (signals/*.npy)."""
-    return sorted((Path(root) / SIGNALS_DIR).glob("*.npy"))
+    return sorted((Path(root) / SIGNALS_DIR).glob(f"*{SIDE_SUFFIX}"))
+
+
+def part_files(root: Path) -> list[Path]:
+    """The part files of a run directory (parts/*.jsonl), by name."""
+    return sorted((Path(root) / PARTS).glob(f"*{PART_SUFFIX}"))
 
 
 def seal_of(root: Path) -> dict:
@@ -32,9 +45,7 @@ def seal_of(root: Path) -> dict:
     root = Path(root)
     seal = {
         "records": _sealed_lines(root / RECORDS),
-        "parts": {
-            p.name: sha256_file(p, cached=False) for p in sorted((root / PARTS).glob("*.jsonl"))
-        },
+        "parts": {p.name: sha256_file(p, cached=False) for p in part_files(root)},
         SEALED_SIDE_FILES: {p.name: sha256_file(p, cached=False) for p in side_files(root)},
     }
     if (root / RESOLUTIONS).is_file():
@@ -115,7 +126,7 @@ def check_seal(root: Path, manifest: dict) -> SealCheck:
     if "resolutions" in seal or resolutions.is_file():
         problems += file_problem("resolutions file", resolutions, seal.get("resolutions", {}))
     sealed_parts = seal.get("parts", {})
-    present = {path.name: path for path in (root / PARTS).glob("*.jsonl")}
+    present = {path.name: path for path in part_files(root)}
     problems += named_file_problems("part file", root / PARTS, sealed_parts, present)
     side = {path.name: path for path in side_files(root)}
     warnings = ()

@@ -22,9 +22,11 @@ from nudgeability.splice.rundir.layout import (
     DAMAGED,
     LOCK,
     MANIFEST,
+    PART_SUFFIX,
     PARTS,
     RECORDS,
     TIMINGS,
+    part_file,
     split_lines,
 )
 from nudgeability.splice.rundir.manifest import (
@@ -48,7 +50,7 @@ class ConfigChangedError(OutputDirError):
 
 def part_path(root: Path, unit: Unit) -> Path:
     """Where a run directory stores a finished unit's records."""
-    return Path(root) / PARTS / f"{unit.name}.jsonl"
+    return Path(root) / part_file(unit.name)
 
 
 class WorkStore:
@@ -119,7 +121,7 @@ class WorkStore:
         target_dir = self.root / DAMAGED
         target_dir.mkdir(exist_ok=True)
         number = 1
-        while (target := target_dir / f"{unit.name}.{number}.jsonl").exists():
+        while (target := target_dir / f"{unit.name}.{number}{PART_SUFFIX}").exists():
             number += 1
         os.replace(self.part_path(unit), target)
         return target
