@@ -1,13 +1,15 @@
 """Replaying units of a stored run with the runner's own code, compared byte for byte.
 
-Which units (`select_replay`: `--all`, a sample of K drawn with a seed, 2 by default, none for a
-remote run unless asked) and the replay itself (`replay_check`, or `replay_units` for the results
-unit by unit) return their outcome as a `Check` for `nudge verify` to print. The manifest's config is resolved again by `prepare` (the same validation, problem draw, prompts
+Which units to replay (`select_replay`: `--all`, a sample of K drawn with a seed, 2 by default,
+none for a remote run unless asked) and the replay itself (`replay_check`; `replay_units` gives
+the results unit by unit) return their outcome as a `Check` for `nudge verify` to print.
+
+The manifest's config is resolved again by `prepare` (the same validation, problem draw, prompts
 and splice ids as `nudge run`), and each chosen unit is computed by the runner's `compute_unit`
 into a temporary directory, then compared with the stored part file line by line (and a B unit's
-hidden-state side file, `signals/<unit>.npy`, byte for byte). An arms unit
-forks from its bases' stored records, as the runner's does (they are copied into the temporary
-directory). Nothing is written into the run directory.
+hidden-state side file, `signals/<unit>.npy`, byte for byte). An arms or resolution unit is
+computed from the stored parts it builds on (`Plan.inputs_of`), copied into the temporary
+directory as the run read them. Nothing is written into the run directory.
 """
 
 from __future__ import annotations

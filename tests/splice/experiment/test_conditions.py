@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers.protocol_table import PROTOCOL, SENTENCE_IDS
 
 from nudgeability.splice.experiment.conditions import (
     CONDITION_CODES,
@@ -17,30 +18,9 @@ from nudgeability.splice.experiment.sentences import (
     load_sentences,
 )
 
-# The protocol's table, written out by hand: code -> (kind, polarity, voice, sealed, oracle, parent)
-EXPECTED = {
-    "NT": ("base", None, None, False, False, None),
-    "B": ("base", None, None, False, False, None),
-    "empty": ("arm", None, None, False, False, "B"),
-    "conf": ("arm", "+", "first", False, False, "B"),
-    "doubt": ("arm", "-", "first", False, False, "B"),
-    "neutral": ("arm", "0", None, False, False, "B"),
-    "conf_second": ("arm", "+", "second", False, False, "B"),
-    "doubt_second": ("arm", "-", "second", False, False, "B"),
-    "conf_reviewer": ("arm", "+", "reviewer", False, False, "B"),
-    "doubt_reviewer": ("arm", "-", "reviewer", False, False, "B"),
-    "conf_expert": ("arm", "+", "expert", False, False, "B"),
-    "doubt_expert": ("arm", "-", "expert", False, False, "B"),
-    "sealed_conf": ("arm", "+", "first", True, False, "B"),
-    "sealed_doubt": ("arm", "-", "first", True, False, "B"),
-    "oracle_B": ("base", None, None, False, True, None),
-    "oracle_conf": ("arm", "+", "first", False, True, "oracle_B"),
-    "oracle_doubt": ("arm", "-", "first", False, True, "oracle_B"),
-}
-
 
 def test_conditions_match_the_protocol_table():
-    assert CONDITION_CODES == tuple(EXPECTED)
+    assert CONDITION_CODES == tuple(PROTOCOL)
     for condition in CONDITIONS:
         assert (
             condition.kind,
@@ -49,7 +29,7 @@ def test_conditions_match_the_protocol_table():
             condition.sealed,
             condition.oracle,
             condition.parent,
-        ) == EXPECTED[condition.code]
+        ) == PROTOCOL[condition.code]
         assert condition.description
 
 
@@ -129,34 +109,14 @@ def test_shipped_sentences_give_one_sentence_per_polarity_and_voice_plus_neutral
 
 def test_sentence_for_maps_each_condition_to_its_sentence():
     sentences = load_sentences()
-    expected_ids = {
-        "NT": None,
-        "B": None,
-        "empty": None,
-        "oracle_B": None,
-        "conf": "first.confidence",
-        "doubt": "first.doubt",
-        "neutral": "neutral",
-        "conf_second": "second.confidence",
-        "doubt_second": "second.doubt",
-        "conf_reviewer": "reviewer.confidence",
-        "doubt_reviewer": "reviewer.doubt",
-        "conf_expert": "expert.confidence",
-        "doubt_expert": "expert.doubt",
-        # sealed and oracle arms reuse the primary first-person sentences
-        "sealed_conf": "first.confidence",
-        "sealed_doubt": "first.doubt",
-        "oracle_conf": "first.confidence",
-        "oracle_doubt": "first.doubt",
-    }
     for condition in CONDITIONS:
         found = sentences.sentence_for(condition)
-        if expected_ids[condition.code] is None:
+        if SENTENCE_IDS[condition.code] is None:
             assert found is None
         else:
             assert found == (
-                expected_ids[condition.code],
-                sentences.text(expected_ids[condition.code]),
+                SENTENCE_IDS[condition.code],
+                sentences.text(SENTENCE_IDS[condition.code]),
             )
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.engine_reference import hf_greedy
+from helpers.protocol_table import BASES, ORACLE_ARMS, ORDER, SENTENCE_IDS
 from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -24,40 +25,6 @@ from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.experiment.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 
-# written out by hand from the table of conditions in splice/README.md
-BASES = ("NT", "B", "oracle_B")
-B_ARMS = (
-    "empty",
-    "conf",
-    "doubt",
-    "neutral",
-    "conf_second",
-    "doubt_second",
-    "conf_reviewer",
-    "doubt_reviewer",
-    "conf_expert",
-    "doubt_expert",
-    "sealed_conf",
-    "sealed_doubt",
-)
-ORACLE_ARMS = ("oracle_conf", "oracle_doubt")
-ORDER = ("NT", "B", *B_ARMS, "oracle_B", *ORACLE_ARMS)
-SENTENCE_IDS = {
-    "empty": None,
-    "conf": "first.confidence",
-    "doubt": "first.doubt",
-    "neutral": "neutral",
-    "conf_second": "second.confidence",
-    "doubt_second": "second.doubt",
-    "conf_reviewer": "reviewer.confidence",
-    "doubt_reviewer": "reviewer.doubt",
-    "conf_expert": "expert.confidence",
-    "doubt_expert": "expert.doubt",
-    "sealed_conf": "first.confidence",
-    "sealed_doubt": "first.doubt",
-    "oracle_conf": "first.confidence",
-    "oracle_doubt": "first.doubt",
-}
 N, BASE_BUDGET, ARM_BUDGET = 4, 24, 12
 
 
