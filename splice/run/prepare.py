@@ -20,7 +20,7 @@ from nudgeability.models.families import Family, detect_family
 from nudgeability.models.loader import LoadedModel, ModelSource, load_model
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
-from nudgeability.splice.experiment.conditions import ORACLE_BASE, Condition, with_consistency
+from nudgeability.splice.experiment.conditions import ORACLE_BASE, Condition
 from nudgeability.splice.experiment.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.experiment.sentences import Sentences, load_sentences
 from nudgeability.splice.run.config import SERVER, ConfigError, RunConfig
@@ -46,14 +46,15 @@ class Prepared:
     config: RunConfig
     task: Task
     problems: list[Problem]
-    conditions: list[Condition]
     sentences: Sentences
     loaded: LoadedModel | None  # None for a run on a server
     family: Family
     prompts: list[ProblemPrompts]
     splices: dict[str, tuple[int, ...]]
     manifest: dict = field(repr=False)
-    plan: Plan = field(repr=False)  # the units, keys and order of the run (from the manifest)
+    # the conditions (with the self-consistency samples), units, keys and order of the run, read
+    # from the manifest like every other reader of the run directory's plan
+    plan: Plan = field(repr=False)
     toolbox: Toolbox | None = None  # the executable tools, when the run resolves its calls
     backend: Backend | None = None  # a server's (checked); None: the run builds the engine
 
@@ -128,7 +129,6 @@ def prepare(
         config,
         task,
         problems,
-        with_consistency(valid.conditions, requested.consistency_samples),
         sentences,
         model.loaded,
         model.family,

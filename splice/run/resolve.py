@@ -259,7 +259,7 @@ def _resolved(
 def _in_canonical_order(ctx, indices, done: dict) -> list[ResolutionRecord]:
     ordered = []
     for i in indices:
-        for condition in ctx.prepared.conditions:
+        for condition in ctx.prepared.plan.conditions:
             found = done.pop((ctx.prepared.problems[i].id, condition.code), None)
             if found is not None:
                 ordered.append(found)

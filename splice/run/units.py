@@ -57,7 +57,7 @@ class UnitCounts:
 class UnitContext:
     """What every unit of one run needs; built once per run."""
 
-    prepared: Prepared  # the config, task, family, problems, prompts, conditions, splices, plan
+    prepared: Prepared  # the config, task, family, problems, prompts, splices and plan
     backend: Backend
 
     def arms_of(self, base: str) -> list[Condition]:
