@@ -79,7 +79,7 @@ def replay_units(
 
     `model`, `data`, `sentences` give moved inputs again; `device` replays on another device than
     the run's (whose floating-point results may differ in the last bits). `remote` sends a remote
-    run's requests again to its server (`backend_setup.remote_spec_of`). Raises `ReplayError`
+    run's requests again to its server (splice/run/remote.py `remote_spec_of`). Raises `ReplayError`
     when the configuration no longer resolves to the stored run (another problem draw, family,
     inputs, served model...), naming the differing manifest keys, or when the server fails.
     """
@@ -169,7 +169,7 @@ def _stage(run: StoredRun, store: WorkStore, unit: Unit) -> str | None:
 
 def _requested(config: dict, overrides: dict[str, str | None], remote: bool) -> RunConfig:
     """The stored (resolved) config, asked for again, with the inputs given anew (if any). A
-    remote run's dtype and device resolved to `run_config.SERVER`, which `prepare` sets itself
+    remote run's dtype and device resolved to `config.SERVER`, which `prepare` sets itself
     when given the server: they are asked for as `nudge run` asks them (the defaults)."""
     stored = RunConfig.from_dict(config)
     if remote:
