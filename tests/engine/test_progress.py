@@ -1,4 +1,4 @@
-"""models/progress.py: plain progress lines when stderr is not a terminal."""
+"""engine/progress.py: plain progress lines when stderr is not a terminal."""
 
 from __future__ import annotations
 

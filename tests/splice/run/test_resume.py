@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import torch
 from helpers.tiny_runs import (
     manifest_without_commit,
     nudge_run_args,
@@ -26,7 +27,9 @@ N_CHUNKS = 4
 
 
 def _command(model_dir, out) -> list[str]:
-    args = nudge_run_args(model_dir, out, n=N_CHUNKS, chunk_size=1, conditions="primary")
+    # one thread in every process, so the manifests' `threads` (provenance) agree whatever this
+    # test process was left at
+    args = nudge_run_args(model_dir, out, n=N_CHUNKS, chunk_size=1, conditions="primary", threads=1)
     return [sys.executable, "-m", "nudgeability.splice.cli", *args]
 
 
@@ -58,6 +61,7 @@ def _assert_whole_files(out) -> None:
 
 
 def test_sigkill_at_four_points_then_resume_equals_an_uninterrupted_run(tiny_checkpoint, tmp_path):
+    threads = torch.get_num_threads()  # the in-process run sets it (--threads 1): restored below
     model_dir = tiny_checkpoint("qwen3", close_boost=2.6)
     reference_out, out = tmp_path / "reference", tmp_path / "killed"
 
@@ -83,6 +87,7 @@ def test_sigkill_at_four_points_then_resume_equals_an_uninterrupted_run(tiny_che
     status, err = run_nudge(
         _command(model_dir, reference_out)[3:]
     )  # uninterrupted, in this process
+    torch.set_num_threads(threads)
     assert status == 0, err
 
     assert (out / "records.jsonl").read_bytes() == (reference_out / "records.jsonl").read_bytes()
