@@ -37,6 +37,11 @@ OTHER_REASONS = (
     THINK_REOPENED,
 )
 
+# The finish reason of a generation that spent its token budget (one of the engine's
+# FINISH_REASONS, engine/sequence.py, which owns them): the only one the parser tells apart, as
+# every other reason ended the turn. Spelled here so that models/ does not import the engine.
+BUDGET_SPENT = "length"
+
 # TRUNC reasons: where the budget ran out.
 BUDGET_IN_THINKING = "budget_in_thinking"
 BUDGET_AFTER_THINK = "budget_after_think"  # closed, but nothing written yet

@@ -8,7 +8,7 @@ splice/rundir/README.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,25 +18,66 @@ RESOLUTIONS = "resolutions.jsonl"
 TIMINGS = "timings.jsonl"
 PARTS = "parts"
 DAMAGED = "damaged"
-SIGNALS_DIR = "signals"  # the side files stats reads beside the records (splice/signals.py)
+SIGNALS_DIR = "signals"  # the side files stats reads beside the records (splice/run/signals.py)
 LOCK = ".lock"
+PART_SUFFIX = ".jsonl"  # parts/<unit>.jsonl: a finished unit's records
+SIDE_SUFFIX = ".npy"  # signals/<unit>.npy: a B unit's hidden states
+
+
+def part_file(unit_name: str) -> str:
+    """Where a run directory stores a finished unit's records (relative to the directory)."""
+    return f"{PARTS}/{unit_name}{PART_SUFFIX}"
+
+
+def side_file(unit_name: str) -> str:
+    """Where a run directory stores a B unit's hidden states (relative to the directory)."""
+    return f"{SIGNALS_DIR}/{unit_name}{SIDE_SUFFIX}"
 
 
 class RecordKey(NamedTuple):
-    """What names one record in a run: a problem under one condition with one sampling seed."""
+    """What names one record in a run: a problem under one condition with one sampling seed, and
+    for the self-consistency samples (condition `consistency`) the sample's index.
+
+    It prints as the plain tuple, without the sample when there is none: `('q1', 'B', 0)`.
+    """
 
     problem_id: str
     condition: str
     seed: int
+    sample: int | None = None  # only the self-consistency samples have one
 
     @classmethod
     def of(cls, record: Mapping) -> RecordKey:
         """The key of a record (or a resolution) read from a JSON line."""
-        return cls(record["problem_id"], record["condition"], record["seed"])
+        return cls(record["problem_id"], record["condition"], record["seed"], record.get("sample"))
+
+    @property
+    def compact(self) -> tuple:
+        """The key as a plain tuple: three fields, four for a self-consistency sample (also the
+        order keys sort in)."""
+        return tuple(self) if self.sample is not None else tuple(self)[:3]
+
+    def __str__(self) -> str:
+        return repr(self.compact)
 
 
 class JsonLinesError(ValueError):
-    """A JSON-lines file with a line that is not a JSON object; the message names file and line."""
+    """A JSON-lines file with a line that cannot be read; `path`, `line` and `reason` say where
+    and why, `kind` what is wrong ("utf8", "json" or "object"), and the message is
+    `PATH:LINE: REASON`."""
+
+    def __init__(self, path: str | Path, line: int, reason: str, kind: str = "json"):
+        self.path, self.line, self.reason, self.kind = str(path), line, reason, kind
+        super().__init__(f"{path}:{line}: {reason}")
+
+
+class JsonLine(NamedTuple):
+    """One line of a JSON-lines file: its number, its text as stored (without the newline) and
+    the JSON value it holds."""
+
+    number: int
+    text: str
+    value: object
 
 
 def split_lines(text: str) -> list[str]:
@@ -46,26 +87,50 @@ def split_lines(text: str) -> list[str]:
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
-def read_json_lines(
-    path: Path, error: type[ValueError] = JsonLinesError
-) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line of a JSON-lines file.
+def json_lines(
+    path: str | Path,
+    error: Callable[[str], Exception] | type[JsonLinesError] = JsonLinesError,
+    *,
+    objects: bool = True,
+    skip_blank: bool = True,
+) -> Iterator[JsonLine]:
+    """Every line of a JSON-lines file, split at "\\n" only and decoded one by one.
 
-    A line that is not a JSON object raises `error` (the caller's own type, so that its users
-    catch what they already catch) with a message naming the file and the line. Readers check
-    their own fields on top.
+    A line that is not UTF-8, not JSON or (with `objects`) not a JSON object raises `error`: the
+    caller's own type, built from the one-line message `PATH:LINE: REASON` (so that its users
+    catch what they already catch), or `JsonLinesError` with the parts apart. Blank lines are
+    skipped unless `skip_blank` is false (then they fail as invalid JSON). Readers check their own
+    fields on top.
     """
     path = Path(path)
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+
+    def fail(number: int, reason: str, kind: str) -> Exception:
+        if isinstance(error, type) and issubclass(error, JsonLinesError):
+            return error(path, number, reason, kind)
+        return error(f"{path}:{number}: {reason}")
+
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise fail(number, "not valid UTF-8 (a damaged line)", "utf8") from None
+            text = text[:-1] if text.endswith("\n") else text
+            if skip_blank and not text.strip():
                 continue
             try:
-                record = json.loads(line)
+                value = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise error(
-                    f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})"
-                ) from None
-            if not isinstance(record, dict):
-                raise error(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            yield number, record
+                reason = f"not valid JSON ({exc.msg}, column {exc.colno})"
+                raise fail(number, reason, "json") from None
+            if objects and not isinstance(value, dict):
+                raise fail(number, f"expected a JSON object, got {type(value).__name__}", "object")
+            yield JsonLine(number, text, value)
+
+
+def read_json_lines(
+    path: Path, error: Callable[[str], Exception] = JsonLinesError
+) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSON-lines file (`json_lines`)."""
+    for line in json_lines(path, error):
+        yield line.number, line.value
