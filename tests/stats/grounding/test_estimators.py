@@ -12,11 +12,8 @@ import pytest
 from helpers.staged_kernels import draw_indices
 from sklearn.metrics import roc_auc_score
 
-from nudgeability.stats import kernels
 from nudgeability.stats.actions import NONE, OTHER, SELF, TOOL, TRUNC
-from nudgeability.stats.bootstrap import percentile_interval
-from nudgeability.stats.grounding import (
-    Resamples,
+from nudgeability.stats.grounding.estimators import (
     delegation_accuracy,
     grounded_actions,
     grounded_arm,
@@ -25,8 +22,8 @@ from nudgeability.stats.grounding import (
     retained_rows,
     sham_expectation,
 )
-from nudgeability.stats.signal_records import agreement
-from nudgeability.stats.signals import (
+from nudgeability.stats.grounding.join import agreement
+from nudgeability.stats.grounding.signals import (
     auroc,
     auroc_replicates,
     auroc_weighted,
@@ -36,6 +33,8 @@ from nudgeability.stats.signals import (
     identity_fit,
     logistic_probe_fit,
 )
+from nudgeability.stats.resampling import kernels
+from nudgeability.stats.resampling.bootstrap import Resamples, percentile_interval
 
 S, T = SELF, TOOL
 
@@ -189,18 +188,6 @@ def test_agreement_of_samples_with_their_majority():
 
 
 # ---------------------------------------------------------------- bootstrap intervals
-
-
-def test_resamples_are_the_bootstrap_stream_draws_counted_per_problem():
-    cluster = np.array([0, 0, 1, 2, 2, 2, 3])
-    resamples = Resamples.draw(cluster, 300, seed=9)
-    twin = Resamples.draw(cluster, 300, seed=9, engine="numpy")
-    assert np.array_equal(resamples.counts, twin.counts)  # the numba kernel and its twin
-    weights = np.concatenate(list(resamples.weights()))
-    drawn = draw_indices(4, 300, kernels.seed_key(9))  # the staged numba kernel of the same stream
-    for r in range(300):
-        counts = np.bincount(drawn[r], minlength=4)
-        assert weights[r].tolist() == counts[cluster].tolist()
 
 
 def test_intervals_equal_a_brute_force_resampling_loop():

@@ -8,22 +8,18 @@ import math
 import numpy as np
 import pytest
 
-from nudgeability.stats import kernels
 from nudgeability.stats.actions import NONE, OTHER, SELF, TOOL, TRUNC
-from nudgeability.stats.contributions import compress
-from nudgeability.stats.delegation_summary import (
-    ValueTable,
-    resampled_sums,
-    summarize_value,
-    value_contributions,
-)
-from nudgeability.stats.delegation_value import (
+from nudgeability.stats.delegation.summary import summarize_value, value_contributions
+from nudgeability.stats.delegation.table import ValueTable
+from nudgeability.stats.delegation.value import (
     final_accuracy,
     final_outcome,
     flip_value,
     tool_accuracy,
     value_swing,
 )
+from nudgeability.stats.resampling import kernels
+from nudgeability.stats.resampling.bootstrap import resample_sums
 
 
 def test_final_outcome_rules_by_hand():
@@ -178,16 +174,11 @@ def _table(case, clusters=None):
 def test_bootstrap_kernel_equals_twin_and_a_brute_force_resampling_loop():
     case = _random_case(np.random.default_rng(5), 61)
     units, _ = value_contributions(_table(case))
-    got = resampled_sums(units, 300, seed=9)
-    np.testing.assert_array_equal(got, resampled_sums(units, 300, seed=9, engine="numpy"))
+    got = resample_sums(units, 300, seed=9)
+    np.testing.assert_array_equal(got, resample_sums(units, 300, seed=9, engine="numpy"))
     indices = kernels.draw_indices_twin(len(units), 300, kernels.seed_key(9))
     brute = np.array([[units[i] for i in row] for row in indices]).sum(axis=1)
     np.testing.assert_array_equal(got, brute)
-    types, unit_type = compress(units)
-    np.testing.assert_array_equal(
-        kernels.bootstrap_sums(types, unit_type, 300, kernels.seed_key(9)),
-        kernels.bootstrap_sums_twin(types, unit_type, 300, kernels.seed_key(9), chunk=7),
-    )
 
 
 def test_intervals_are_the_percentiles_of_estimates_on_resampled_problems():

@@ -10,7 +10,7 @@ from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
 from nudgeability.stats import NONE, OTHER, SELF, TOOL, TRUNC, mcnemar
-from nudgeability.stats.mcnemar import binomial_two_sided_p, chi2_sf_1dof
+from nudgeability.stats.estimators.mcnemar import binomial_two_sided_p, chi2_sf_1dof
 
 
 def _paired_table(conf, doubt):

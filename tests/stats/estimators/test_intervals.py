@@ -15,7 +15,7 @@ from nudgeability.stats import (
     bootstrap_clustered,
     contributions,
 )
-from nudgeability.stats.contributions import (
+from nudgeability.stats.estimators.contributions import (
     F_OFF,
     H_OFF,
     IN_S,

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from nudgeability.splice.experiment.records import ActionRecord, GradeRecord, ResolutionRecord
-from nudgeability.stats.cli import read_values, register
-from nudgeability.stats.delegation_records import load_value_tables
+from nudgeability.stats.delegation.join import load_value_tables
 from nudgeability.stats.records import RecordsError
-from nudgeability.stats.serialize import to_jsonable
+from nudgeability.stats.report.document import read_values
+from nudgeability.stats.report.pipeline import ReportOptions, StatsOptions, run_report, run_stats
+from nudgeability.stats.report.serialize import to_jsonable
 
 
 def _resolution(problem_id, condition, *, executed=True, kind="SELF", correct=None) -> str:
@@ -94,18 +95,14 @@ def test_a_resolution_of_a_record_that_is_not_tool_is_an_error(resolved_dir):
         load_value_tables([resolved_dir])
 
 
-def _nudge(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    args = parser.parse_args([str(a) for a in argv])
-    return args.func(args)
-
-
 def test_stats_and_report_add_delegation_value(resolved_dir, tmp_path):
     stats_dir, report_dir = tmp_path / "stats", tmp_path / "report"
-    assert _nudge(["stats", resolved_dir, "--out", stats_dir, "--n-boot", 200]) == 0
+    result = run_stats(StatsOptions([resolved_dir], out=stats_dir, n_boot=200))
+    assert [p.name for p in result.written][-3:] == [
+        "delegation_value.md",
+        "delegation_value.csv",
+        "delegation_value.tex",
+    ]
     document = json.loads((stats_dir / "stats.json").read_text())
     (value,) = document["delegation_value"]
     assert value["accuracy"]["NT"]["right"] == 1 and value["accuracy"]["NT"]["retained"] == 3
@@ -118,8 +115,9 @@ def test_stats_and_report_add_delegation_value(resolved_dir, tmp_path):
     assert csv_lines[0] == "section,model,task,decoding,name,estimate,value,low,high,n"
     assert "\\begin{tabular}" in (stats_dir / "delegation_value.tex").read_text()
     stored = read_values(stats_dir)
-    assert to_jsonable(stored) == document["delegation_value"]
-    assert _nudge(["report", stats_dir, "--out", report_dir]) == 0
+    assert to_jsonable(stored) == document["delegation_value"] == to_jsonable(result.values)
+    drawn = run_report(ReportOptions([stats_dir], out=report_dir)).written
+    assert {p.name for p in drawn} >= {"delegation_value.png", "delegation_value.pdf"}
     assert (report_dir / "delegation_value.png").stat().st_size > 0
     assert (report_dir / "delegation_value.pdf").stat().st_size > 0
     assert np.isfinite(value["accuracy"]["B"]["ci"]["low"])

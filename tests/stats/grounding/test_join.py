@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nudgeability.stats import RecordsError, load_experiments
-from nudgeability.stats.signal_records import load_signals
+from nudgeability.stats.grounding.join import load_signals
 
 
 def _run(tmp_path, runs, *, hidden_file="signals/B-s0-c00000.npy", row_shift=0):

@@ -6,10 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from helpers.staged_kernels import statistics_from_sums
 
 from nudgeability.stats import NONE, OTHER, SELF, TOOL, TRUNC, contributions, sensitivity, targeting
-from nudgeability.stats.kernels import statistics_from_sums_twin
+from nudgeability.stats.estimators.contributions import statistics_from_sums
 
 COMPLETED = (SELF, TOOL, OTHER)
 DECISIVE = (SELF, TOOL)
@@ -87,10 +86,10 @@ def test_estimators_equal_brute_force_reference_exactly_on_200_random_tables(ran
         )
         assert (targ.F, targ.H, targ.n_WT) == (want["F"], want["H"], want["n_WT"])
         assert [(x.N, x.F, x.K, x.H) for x in targ.strata] == want["strata"]
-        # The bootstrap's path (contribution sums -> kernel statistics) gives the same values too.
+        # The bootstrap's path (contribution sums -> statistics) gives the same values too.
         sums = contributions(s, base, conf, doubt).sum(axis=0, keepdims=True)
-        for row in (statistics_from_sums(sums)[0], statistics_from_sums_twin(sums)[0]):
-            assert all(same(float(v), want[k]) for v, k in zip(row, ("S", "WT", "WTrand", "L")))
+        row = statistics_from_sums(sums)[0]
+        assert all(same(float(v), want[k]) for v, k in zip(row, ("S", "WT", "WTrand", "L")))
         seen_nan += math.isnan(want["L"])
         seen_finite += not math.isnan(want["L"])
         seen_all_codes += all(

@@ -15,9 +15,9 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from nudgeability.stats.actions import OTHER, SELF, TOOL
-from nudgeability.stats.bootstrap import percentile_interval
-from nudgeability.stats.grounding import Resamples, grounded_arm, retained_rows
-from nudgeability.stats.signals import auroc_weighted, crossfit, identity_fit
+from nudgeability.stats.grounding.estimators import grounded_arm, retained_rows
+from nudgeability.stats.grounding.signals import auroc_weighted, crossfit, identity_fit
+from nudgeability.stats.resampling.bootstrap import Resamples, percentile_interval
 
 EXPERIMENTS = 1000
 PROBLEMS = 400
