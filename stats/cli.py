@@ -19,8 +19,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from nudgeability.splice.rundir.layout import MANIFEST, RECORDS
+
 from .estimators.profiles import DEFAULT_MIN_L, DEFAULT_MIN_S, ProfileRule
 from .records import RecordsError
+from .report.document import STATS_FILE
 from .report.pipeline import ReportOptions, StatsOptions, run_report, run_stats
 
 
@@ -115,13 +118,13 @@ def _at_least_two(text: str) -> int:
 def register(subparsers) -> None:
     """Add the `stats` and `report` subcommands to the `nudge` parser."""
     stats = subparsers.add_parser(
-        "stats", help="estimate S, WT, WTrand, L and diagnostics; write stats.json and tables"
+        "stats", help=f"estimate S, WT, WTrand, L and diagnostics; write {STATS_FILE} and tables"
     )
     stats.add_argument(
         "run_dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="run directories (manifest.json + records.jsonl)",
+        help=f"run directories ({MANIFEST} + {RECORDS})",
     )
     stats.add_argument(
         "--label",
@@ -150,7 +153,7 @@ def register(subparsers) -> None:
         "sources",
         nargs="+",
         metavar="STATS_DIR_OR_RUN_DIR",
-        help="stats.json directories or run directories",
+        help=f"{STATS_FILE} directories or run directories",
     )
     report.add_argument("--out", default="report", help="output directory (default: ./report)")
     report.add_argument(

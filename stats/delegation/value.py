@@ -19,9 +19,9 @@ finish; these estimators read the outcome. Every array is one entry per row (pro
 
 The outcome counterpart of S: V > 0 means doubt leaves more right answers than confidence.
 
-**Flip value.** The flip events are WT's (estimators/targeting.py): for polarity nu, a row is eligible when s
-is known, A_B and A_nu are SELF or TOOL and both final outcomes are retained; a flip is
-A_nu != A_B, counted per polarity. A flip is *helpful* when the final answer goes from wrong (B)
+**Flip value.** The flip events are WT's (estimators/targeting.py): for polarity nu, a row is
+eligible when s is known, A_B and A_nu are SELF or TOOL and both final outcomes are retained; a
+flip is A_nu != A_B, counted per polarity. A flip is *helpful* when the final answer goes from wrong (B)
 to right (arm), *harmful* from right to wrong. Per stratum (nu, b), b = base action:
 
     N  eligible rows with A_B = b          F  flips among them

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nudgeability.backends.names import CONTINUATION_LEVELS
-from nudgeability.splice.rundir.layout import RecordKey, read_json_lines
+from nudgeability.splice.rundir.layout import RECORDS, RecordKey, read_json_lines
 
 from ..actions import action_code
 from .run_dirs import RecordsError
@@ -40,7 +40,7 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     fields the join needs; RecordsError names the file and line otherwise."""
     path = Path(path)
     if not path.is_file():
-        raise RecordsError(f"{path}: missing (a run directory needs records.jsonl)")
+        raise RecordsError(f"{path}: missing (a run directory needs {RECORDS})")
     for number, record in json_lines(path):
         missing = [key for key in _REQUIRED if key not in record]
         if missing:

@@ -83,7 +83,7 @@ def read_run_dir(path: str | Path) -> RunDir:
     path = Path(path)
     manifest = path / MANIFEST
     if not path.is_dir():
-        raise RecordsError(f"{path}: not a directory (expected a run directory with manifest.json)")
+        raise RecordsError(f"{path}: not a directory (expected a run directory with {MANIFEST})")
     if not manifest.is_file():
         raise RecordsError(
             f"{manifest}: missing; is {path} a run directory written by `nudge run`?"

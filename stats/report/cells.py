@@ -2,7 +2,8 @@
 
 Numbers: `fmt` rounds (one decimal by default) and shows an undefined value (NaN) as "–"; `ci`
 formats an interval as "[low, high]"; DAGGER marks an estimate whose 95% interval excludes 0.
-Files: `csv_text` writes every CSV (NaN as an empty cell), `tex_escape` every LaTeX cell;
+Files: `csv_text` writes every CSV (NaN as an empty cell), `latex_tabular` every LaTeX table
+and `tex_escape` its cells;
 `save_figure` writes every figure as PNG and PDF (FORMATS), atomically; `whiskers` gives the
 error bars of estimates with intervals; `experiment_name` names an experiment in a figure.
 """
@@ -51,6 +52,20 @@ def csv_text(rows, columns: Sequence[str]) -> str:
 def tex_escape(text) -> str:
     """`text` with LaTeX's special characters escaped, for a cell of a tabular."""
     return "".join("\\" + ch if ch in "&%$#_{}" else ch for ch in str(text))
+
+
+def latex_tabular(
+    spec: str, header: str, blocks: Sequence[Sequence[str]], notes: Sequence[str] = ()
+) -> str:
+    """A booktabs tabular: column spec `spec` ("lllr..."), the `header` row's cells joined by
+    " & ", then `blocks` of body rows (each ending in "\\\\") with a \\midrule between two blocks,
+    and `notes` as LaTeX comment lines after the table."""
+    lines = [f"\\begin{{tabular}}{{{spec}}}", "\\toprule", header + " \\\\", "\\midrule"]
+    for k, block in enumerate(blocks):
+        lines += ["\\midrule"] if k else []
+        lines += block
+    lines += ["\\bottomrule", "\\end{tabular}", *("% " + note for note in notes)]
+    return "\n".join(lines) + "\n"
 
 
 def experiment_name(e) -> str:

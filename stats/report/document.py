@@ -125,7 +125,7 @@ def read_stats(path: str | Path) -> list[ExperimentSummary]:
         raise RecordsError(f"{file}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA_VERSION:
         raise RecordsError(
-            f"{file}: not a stats.json of schema {SCHEMA_VERSION}; rerun `nudge stats`"
+            f"{file}: not a {STATS_FILE} of schema {SCHEMA_VERSION}; rerun `nudge stats`"
         )
     try:
         return from_jsonable(list[ExperimentSummary], document["experiments"])

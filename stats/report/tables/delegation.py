@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from nudgeability.splice.experiment.conditions import PAIRS
 
-from ..cells import ci, csv_text, fmt, tex_escape
+from ..cells import ci, csv_text, fmt, latex_tabular, tex_escape
 
 CSV_COLUMNS = (
     "section",
@@ -131,13 +131,11 @@ def render_value_csv(summaries: Sequence) -> str:
 
 def render_value_latex(summaries: Sequence) -> str:
     """A booktabs LaTeX tabular of the pairs table."""
-    lines = [
-        "\\begin{tabular}{llllrrrrrrrrrr}",
-        "\\toprule",
+    header = (
         "Model & Task & Decoding & Pair & Acc$_B$ & Acc$_+$ & Acc$_-$ & $V$ (pp) & $n_V$ "
-        "& Helpful (\\%) & rand & Harmful (\\%) & rand & $F$ \\\\",
-        "\\midrule",
-    ]
+        "& Helpful (\\%) & rand & Harmful (\\%) & rand & $F$"
+    )
+    lines = []
     for e, pair, v, f in _pair_rows(summaries):
         plus, minus, base = PAIRS[pair]
         accuracies = " & ".join(
@@ -149,5 +147,4 @@ def render_value_latex(summaries: Sequence) -> str:
             f"& {fmt(100 * f.helpful_rand)} & {fmt(100 * f.harmful)} {ci(f.harmful_ci, 100)} "
             f"& {fmt(100 * f.harmful_rand)} & {f.F} \\\\"
         )
-    lines += ["\\bottomrule", "\\end{tabular}"]
-    return "\n".join(lines) + "\n"
+    return latex_tabular("llllrrrrrrrrrr", header, [lines])

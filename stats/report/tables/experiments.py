@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from nudgeability.splice.experiment.conditions import PAIR_HEADERS, PAIRS, PRIMARY_PAIR
 
 from ...estimators.across import across_cohorts
-from ..cells import DAGGER, ci, csv_text, fmt, tex_escape
+from ..cells import DAGGER, ci, csv_text, fmt, latex_tabular, tex_escape
 
 _CSV_COLUMNS = (
     "row",
@@ -239,13 +239,11 @@ def render_csv(summaries: Sequence) -> str:
 
 def render_latex(summaries: Sequence) -> str:
     """A booktabs LaTeX tabular of the same table."""
-    lines = [
-        "\\begin{tabular}{lllrrrrrrrrl}",
-        "\\toprule",
+    header = (
         "Model & Task & Decoding & $S$ (pp) & WT (\\%) & WT$_\\mathrm{rand}$ (\\%) & $L$ (pp) "
-        "& $n_S$ & $n_\\mathrm{WT}$ & $F$ & $H$ & Profile \\\\",
-        "\\midrule",
-    ]
+        "& $n_S$ & $n_\\mathrm{WT}$ & $F$ & $H$ & Profile"
+    )
+    lines, medians = [], []
     for e in summaries:
         dagger = "$^\\dagger$" if e.primary.L_significant else ""
         lines.append(
@@ -253,10 +251,9 @@ def render_latex(summaries: Sequence) -> str:
             f"& {fmt(100 * e.WT)} {ci(e.WT_ci, 100)} & {fmt(100 * e.WTrand)} & {fmt(e.L)}{dagger} {ci(e.L_ci)} "
             f"& {e.n_S} & {e.n_WT} & {e.F} & {e.H} & {e.profile} \\\\"
         )
-    lines.append("\\midrule")
     for decoding, across in across_cohorts(summaries).items():
         for name, m in across.medians.items():
-            lines.append(
+            medians.append(
                 f"Median & {tex_escape(name)} & {tex_escape(decoding)} & {fmt(m.S)} & {fmt(100 * m.WT)} & & {fmt(m.L)} "
                 f"& \\multicolumn{{5}}{{l}}{{{m.n} experiments"
                 + (
@@ -267,10 +264,5 @@ def render_latex(summaries: Sequence) -> str:
                 + f"; SELF$\\to$TOOL {fmt(100 * m.share_self_to_tool)}\\% of {m.flips} pooled flips"
                 + "} \\\\"
             )
-    lines += [
-        "\\bottomrule",
-        "\\end{tabular}",
-        "% $^\\dagger$: the 95% bootstrap interval of L excludes 0.",
-        *("% " + rule for rule in profile_rules(summaries)),
-    ]
-    return "\n".join(lines) + "\n"
+    notes = ["$^\\dagger$: the 95% bootstrap interval of L excludes 0.", *profile_rules(summaries)]
+    return latex_tabular("lllrrrrrrrrl", header, [lines, medians], notes)

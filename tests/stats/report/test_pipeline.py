@@ -10,26 +10,14 @@ import json
 import numpy as np
 import pytest
 
+from nudgeability.splice.experiment.conditions import CONDITION_CODES
 from nudgeability.stats import NONE, TRUNC, ProfileRule, RecordsError, load_experiments, summarize
 from nudgeability.stats.report.document import read_stats
 from nudgeability.stats.report.pipeline import ReportOptions, StatsOptions, run_report, run_stats
 from nudgeability.stats.report.serialize import to_jsonable
 
-ALL_ARMS = (
-    "empty",
-    "neutral",
-    "conf_second",
-    "doubt_second",
-    "conf_reviewer",
-    "doubt_reviewer",
-    "conf_expert",
-    "doubt_expert",
-    "sealed_conf",
-    "sealed_doubt",
-    "oracle_B",
-    "oracle_conf",
-    "oracle_doubt",
-)
+# every condition but the ones each table has (NT, B and the primary pair), in canonical order
+ALL_ARMS = tuple(code for code in CONDITION_CODES if code not in ("NT", "B", "conf", "doubt"))
 
 
 def _arrays(planted, rng, n, extra_arms=()):
