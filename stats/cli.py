@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from nudgeability.splice.rundir.layout import MANIFEST, RECORDS
 
 from .estimators.profiles import DEFAULT_MIN_L, DEFAULT_MIN_S, ProfileRule
+from .grounding.signals import DEFAULT_FOLDS
 from .records import RecordsError
 from .report.document import STATS_FILE
 from .report.pipeline import ReportOptions, StatsOptions, run_report, run_stats
@@ -117,6 +118,12 @@ def _at_least_two(text: str) -> int:
 
 def register(subparsers) -> None:
     """Add the `stats` and `report` subcommands to the `nudge` parser."""
+    register_stats(subparsers)
+    register_report(subparsers)
+
+
+def register_stats(subparsers) -> None:
+    """Add the `stats` subcommand to the `nudge` parser."""
     stats = subparsers.add_parser(
         "stats", help=f"estimate S, WT, WTrand, L and diagnostics; write {STATS_FILE} and tables"
     )
@@ -142,12 +149,15 @@ def register(subparsers) -> None:
     stats.add_argument(
         "--folds",
         type=_at_least_two,
-        default=5,
-        help="cross-fitting folds of the grounded-nudge signals (default 5)",
+        default=DEFAULT_FOLDS,
+        help=f"cross-fitting folds of the grounded-nudge signals (default {DEFAULT_FOLDS})",
     )
     _add_profile_options(stats)
     stats.set_defaults(func=_run_stats)
 
+
+def register_report(subparsers) -> None:
+    """Add the `report` subcommand to the `nudge` parser."""
     report = subparsers.add_parser("report", help="draw the figures (PNG and PDF)")
     report.add_argument(
         "sources",
