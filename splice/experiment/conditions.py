@@ -22,7 +22,7 @@ NO_TOOL_BASE = "NT"  # the unaided base: its graded answer is the competence lab
 TOOL_BASE = "B"  # the with-tool base: the reasoning prefix most arms fork from
 ORACLE_BASE = "oracle_B"  # the base whose tool is ask_expert
 PRIMARY_PAIR = "first"
-# The column header of each +/- pair in the report's controls table (stats/report_tables.py).
+# The column header of each +/- pair in the report's controls table (stats/report/tables/experiments.py).
 PAIR_HEADERS = MappingProxyType(
     {
         "first": "S",
@@ -205,7 +205,7 @@ CONDITIONS: tuple[Condition, ...] = (
 )
 CONSISTENCY = "consistency"
 # Not in CONDITIONS: it is not a run the conditions list selects but part of the uncertainty
-# signals (splice/signals.py), added by `--consistency-samples K`.
+# signals (splice/run/signals.py), added by `--consistency-samples K`.
 CONSISTENCY_CONDITION = Condition(
     CONSISTENCY,
     "K unaided samples at temperature 1.0, top-p 0.95: the self-consistency signal",

@@ -56,7 +56,7 @@ class Record:
     continuation: str = "token"
     # The self-consistency samples (condition `consistency`): which of the K samples, 0..K-1.
     sample: int | None = None
-    # The uncertainty signals (splice/signals.py): on B, its token uncertainty up to the cut and
+    # The uncertainty signals (splice/run/signals.py): on B, its token uncertainty up to the cut and
     # the reference of its hidden state; on a consistency sample, its answer key. None elsewhere.
     signals: dict | None = None
 

@@ -63,7 +63,7 @@ class RunConfig:
     max_batch_tokens: int | None = None  # the engine's KV budget per batch; None: one per unit
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
-    # B's token uncertainty and hidden state at the cut (splice/signals.py); on with --signals,
+    # B's token uncertainty and hidden state at the cut (splice/run/signals.py); on with --signals,
     # and with --consistency-samples (a grounded-nudge run)
     signals: bool = False
     resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)

@@ -1,7 +1,7 @@
 """The self-consistency unit: K unaided samples per problem in one batched Engine.generate.
 
 Its records are read and graded as NT's (never the competence label) and carry their answer key;
-see splice/signals.py for the signals and stats/signal_records.py for how they are read back.
+see splice/run/signals.py for the signals and stats/grounding/join.py for how they are read back.
 """
 
 from __future__ import annotations

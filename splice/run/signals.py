@@ -1,6 +1,6 @@
 """The model's own uncertainty signals, computed in the run and stored with the records.
 
-Small summaries only, never logits (stats/signal_records.py reads them back):
+Small summaries only, never logits (stats/grounding/join.py reads them back):
 
 - **Token uncertainty of B's reasoning up to the cut.** The engine returns, per generated token,
   its log-probability and the entropy of the model's next-token distribution (temperature 1,

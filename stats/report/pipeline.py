@@ -8,7 +8,7 @@
 nudges of those that stored signals (grounding/), then writes stats.json, grounding.json and
 every table together and atomically (document.py): an error anywhere leaves the previous files.
 `run_report` reads stats.json files (or summarises run directories the same way) and draws the
-figures (figures/). The command line (stats/cli.py) only parses flags, calls these and prints.
+figures (figures/). The command line (splice/cli/stats.py, splice/cli/report.py) only parses flags, calls these and prints.
 """
 
 from __future__ import annotations
