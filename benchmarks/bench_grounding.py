@@ -28,8 +28,8 @@ from _results import write_section  # noqa: E402
 from nudgeability.engine import Engine, SamplingParams  # noqa: E402
 from nudgeability.models.loader import load_model  # noqa: E402
 from nudgeability.stats import ExperimentTable  # noqa: E402
-from nudgeability.stats.grounding_summary import ground  # noqa: E402
-from nudgeability.stats.signal_records import SignalData  # noqa: E402
+from nudgeability.stats.grounding.join import SignalData  # noqa: E402
+from nudgeability.stats.grounding.summary import ground  # noqa: E402
 
 
 def best_of(repeats: int, runs: dict) -> dict[str, float]:

@@ -167,7 +167,7 @@ def main() -> None:
         write_w4a16,
     )
     from nudgeability.models.quant.loader import scheme_for
-    from nudgeability.models.tiny import tiny_model
+    from nudgeability.models.testing.tiny import tiny_model
 
     torch.set_num_threads(args.threads)
     load_avg = [os.getloadavg()[0]]

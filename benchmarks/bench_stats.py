@@ -1,8 +1,9 @@
 """Benchmark: the full statistics of one experiment (n = 1000, 20,000 bootstrap replicates).
 
 Side by side in one run, on the same table:
-- numba: nudgeability.stats.bootstrap (S, WT, WTrand and L in every replicate), all threads and 1 thread;
-- numpy twin: the same computation by the kernels' numpy twins (identical output);
+- numba: nudgeability.stats.bootstrap (S, WT, WTrand and L in every replicate: the numba
+  resampling kernel's sums, then the estimators' formulas in numpy), all threads and 1 thread;
+- numpy twin: the same computation by the kernel's numpy twin (identical output);
 - scipy: scipy.stats.bootstrap(method='percentile', paired, vectorized) for S alone, on the three
   per-problem indicator columns S needs (the cheapest form of the statistic for scipy).
 
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import write_section  # noqa: E402
 
 from nudgeability.stats import ExperimentTable, bootstrap, contributions  # noqa: E402
-from nudgeability.stats.contributions import IN_S, TOOL_MINUS, TOOL_PLUS  # noqa: E402
+from nudgeability.stats.estimators.contributions import IN_S, TOOL_MINUS, TOOL_PLUS  # noqa: E402
 
 
 def experiment(n: int, seed: int = 0) -> ExperimentTable:
@@ -123,8 +124,8 @@ def main() -> None:
     )
 
     rows = [
-        (f"numba kernel, {threads} threads (S, WT, WTrand, L)", t_numba),
-        ("numba kernel, 1 thread (S, WT, WTrand, L)", t_numba_1),
+        (f"numba resampling kernel, {threads} threads (S, WT, WTrand, L)", t_numba),
+        ("numba resampling kernel, 1 thread (S, WT, WTrand, L)", t_numba_1),
         ("numpy twin (S, WT, WTrand, L)", t_twin),
         ("scipy.stats.bootstrap percentile (S only)", t_scipy),
     ]

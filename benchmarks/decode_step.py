@@ -27,7 +27,7 @@ from workload import splice_workload
 
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.engine.profile import engine_step_ops, hf_expanded_decode, hf_step_ops
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 ARMS = (3, 7, 12, 5)
 

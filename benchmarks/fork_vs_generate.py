@@ -29,7 +29,7 @@ from workload import splice_workload
 
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
-from nudgeability.splice.bench import hf_generate
+from nudgeability.splice.run.bench import hf_generate
 
 
 def run_fork(engine, w, new):

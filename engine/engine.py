@@ -22,11 +22,11 @@ from nudgeability.engine.batch import Batch
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.fork_cache import ForkCache
 from nudgeability.engine.model_runner import ModelRunner
+from nudgeability.engine.progress import progress_bar
 from nudgeability.engine.sampler import greedy, sample, token_uncertainty
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import GroupShape, plan_batches
 from nudgeability.engine.sequence import Completion, ForkRequest
-from nudgeability.models.progress import progress_bar
 
 
 @dataclass

@@ -3,7 +3,7 @@
 `GroupShape.of` is the one owner of the rule "an empty suffix borrows the prefix's last token",
 and `BatchSlots.of` the one owner of what a batch allocates: `Batch` sizes its cache from it and
 `batch_cost` is its token count, so the budget and the allocation agree by construction. Callers
-that size runs before they exist (`splice/prepare.py`) use the same two functions.
+that size runs before they exist (`splice/run/prepare.py`) use the same two functions.
 """
 
 from __future__ import annotations

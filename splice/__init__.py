@@ -1,17 +1,20 @@
-"""nudgeability.splice: tasks, conditions, the runner, the audit and the `nudge run` / `merge` /
-`verify` CLI.
+"""nudgeability.splice: the experiment, from a task's data file to an audited run directory.
 
-- conditions.py: the condition vocabulary (codes, order, parent base, polarity, voice, +/- pairs,
-  figure labels); standard library only, so `nudgeability.stats` imports it too;
-- tasks/: data files to problems, the three prompts (tasks/base.py owns them and the `ask_expert`
-  oracle tool), grading; sentences.py and sentences.toml: the inserted sentences;
-- run_config.py: `RunConfig`, the one run configuration (as asked, then resolved by prepare.py);
-  run_cli.py: the flags and their parsing; prepare.py: validation, prompts and the manifest;
-- plan.py, units.py, runner.py, work_store.py, merge.py: the resumable, shardable runner;
-  assemble.py: records.jsonl from the part files, in canonical order (runner and audit);
-  manifest.py: the manifest, its input hashes and the seal of a finished run's files;
-- verify.py (the plan of a stored run, completeness), verify_hashes.py (inputs, integrity),
-  replay.py (units recomputed by the runner's own code), record_diff.py (first differing field),
-  verify_cli.py: `nudge verify`, the audit;
-- records.py: the record schema (the action field is models/families/action.py's `Action`).
+Each folder is a layer; data flows one way (task -> prompts -> engine or backend -> records):
+
+- experiment/: the vocabulary every layer imports: the conditions, the inserted sentences, the
+  three prompts of a problem and the record schema (standard library and models only);
+- tasks/: the official data files to problems, the task's tools, grading;
+- run/: one `nudge run`: its configuration (config.py), the checks naming the flag at fault
+  (validation.py), the pipeline that resolves it (prepare.py), the units of work (units.py,
+  consistency.py, resolve.py, signals.py), the runner (runner.py), a server instead of the engine
+  (remote.py) and the throughput sweep of `nudge bench` (bench.py);
+- rundir/: the run directory, written once: its layout (file names, the record key, the one
+  JSON-lines reader), the plan, the manifest, the seal, the store, the assembly, the part checks
+  and `nudge merge` (README.md);
+- audit/: `nudge verify`: inputs, completeness, integrity and replay (README.md);
+- cli/: one small module per `nudge` command: flags, one library call, printing.
+
+The definitions the code follows (conditions, the cut, the splice, the actions) are in
+splice/README.md.
 """

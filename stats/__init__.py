@@ -2,31 +2,24 @@
 
 Arrays: `s` (1 unaided correct, 0 wrong, -1 unknown) and action arrays coded SELF=0, TOOL=1,
 OTHER=2, TRUNC=3, -1 = no arm (actions.py codes the kinds of models/families/action.py). An
-experiment is an ExperimentTable, the per-problem action table (action_table.py); its conditions,
-their report order and the +/- pairs come from nudgeability.splice.conditions. records.py joins
-run directories into tables; summarize() gives every estimate with its 95% bootstrap interval
-(numba kernels and numpy twins in kernels.py); report_tables.py (Markdown, CSV, LaTeX) and
-figures.py render them; cli.py adds `nudge stats` and `nudge report`. Delegation value (runs made
-with `nudge run --resolve`): delegation_value.py (estimators), delegation_summary.py (ValueTable,
-intervals), delegation_records.py (join), delegation_tables.py / delegation_figures.py. Definitions
-are in stats/README.md; each file states its own; profiles.py holds the profile rule.
+experiment is an ExperimentTable (table.py); its conditions, their report order and the +/- pairs
+come from nudgeability.splice.experiment.conditions. Each folder is a layer, and data flows down
+this list: records/ joins run directories into tables; estimators/ computes every estimate
+(`summarize`) with its 95% bootstrap interval; resampling/ is the bootstrap itself (numba kernels
+and numpy twins), apart from any statistic; delegation/ and grounding/ are the delegation-value
+and grounded-nudge pipelines (estimators, join, summary); report/ writes stats.json, the tables
+and the figures, and holds the pipelines of `nudge stats` and `nudge report` (cli.py: their
+flags). Definitions are in stats/README.md; each file states its own.
 """
 
-from .across import AcrossExperiments, Medians, across_experiments, spearman
-from .action_table import CONDITIONS, PAIRS, ExperimentLabel, ExperimentTable, TableError
+from nudgeability.splice.experiment.conditions import PAIRS
+from nudgeability.splice.experiment.conditions import REPORT_ORDER as CONDITIONS
+
 from .actions import NONE, OTHER, SELF, TOOL, TRUNC, UNKNOWN, action_code, codes_from_kinds
-from .bootstrap import (
-    BootstrapResult,
-    Interval,
-    bootstrap,
-    bootstrap_clustered,
-    bootstrap_units,
-    percentile_interval,
-)
-from .contributions import contributions
-from .delegation_records import load_value_tables
-from .delegation_summary import DelegationValueSummary, ValueTable, summarize_value
-from .delegation_value import (
+from .delegation.join import load_value_tables
+from .delegation.summary import DelegationValueSummary, summarize_value
+from .delegation.table import ValueTable
+from .delegation.value import (
     FinalAccuracy,
     FlipValue,
     ToolAccuracy,
@@ -37,7 +30,9 @@ from .delegation_value import (
     tool_accuracy,
     value_swing,
 )
-from .diagnostics import (
+from .estimators.across import AcrossExperiments, Medians, across_experiments, spearman
+from .estimators.contributions import contributions
+from .estimators.diagnostics import (
     ControlDeltas,
     FlipComposition,
     Gamma,
@@ -51,12 +46,15 @@ from .diagnostics import (
     gamma,
     oracle_diagnostics,
 )
-from .mcnemar import McNemar, mcnemar
-from .profiles import PROFILES, ProfileRule, profile_label
+from .estimators.intervals import BootstrapResult, bootstrap, bootstrap_clustered, bootstrap_units
+from .estimators.mcnemar import McNemar, mcnemar
+from .estimators.profiles import PROFILES, ProfileRule, profile_label
+from .estimators.sensitivity import Sensitivity, sensitivity
+from .estimators.summary import ExperimentSummary, PairSummary, summarize
+from .estimators.targeting import Stratum, Targeting, targeting
 from .records import RecordsError, load_experiments, table_from_records
-from .sensitivity import Sensitivity, sensitivity
-from .summary import ExperimentSummary, PairSummary, summarize
-from .targeting import Stratum, Targeting, targeting
+from .resampling.bootstrap import Interval, percentile_interval
+from .table import ExperimentLabel, ExperimentTable, TableError
 
 __all__ = [
     "ValueTable",

@@ -9,7 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Triton kernels run in Triton's CPU interpreter (tests/quant/test_triton_kernels.py). Triton reads
+# Triton kernels run in Triton's CPU interpreter (tests/models/quant/test_triton_kernels.py). Triton reads
 # this when it is first imported, which bitsandbytes does on import, so it is set before anything.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 

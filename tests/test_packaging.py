@@ -68,5 +68,22 @@ def test_the_nudge_console_script_points_at_the_cli():
 def test_the_cpu_extra_pins_torch_and_shipped_data_is_package_data():
     project = _pyproject()["project"]
     assert "torch==2.13.0" in project["optional-dependencies"]["cpu"]
+    # Every file git tracks inside a package folder that is not Python source must be matched by
+    # one of its package's package-data patterns, or a wheel install would leave it behind.
     data = _pyproject()["tool"]["setuptools"]["package-data"]
-    assert "data/*.jsonl" in data["nudgeability.splice"] and "*.toml" in data["nudgeability.splice"]
+    tracked = subprocess.run(
+        ["git", "ls-files", *FOLDERS], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    unshipped = []
+    for name in tracked:
+        path = ROOT / name
+        if path.suffix == ".py" or path.name == "README.md":
+            continue
+        package = path.parent
+        while not (package / "__init__.py").exists():
+            package = package.parent
+        dotted = "nudgeability." + ".".join(package.relative_to(ROOT).parts)
+        inside = path.relative_to(package)
+        if not any(inside.match(pattern) for pattern in data.get(dotted, [])):
+            unshipped.append(name)
+    assert unshipped == []

@@ -37,6 +37,11 @@ OTHER_REASONS = (
     THINK_REOPENED,
 )
 
+# The finish reason of a generation that spent its token budget (one of the engine's
+# FINISH_REASONS, engine/sequence.py, which owns them): the only one the parser tells apart, as
+# every other reason ended the turn. Spelled here so that models/ does not import the engine.
+BUDGET_SPENT = "length"
+
 # TRUNC reasons: where the budget ran out.
 BUDGET_IN_THINKING = "budget_in_thinking"
 BUDGET_AFTER_THINK = "budget_after_think"  # closed, but nothing written yet
@@ -52,7 +57,7 @@ class Action:
     SELF carries `answer`; TOOL carries `tool_name`, `arguments` and any `narration` written beside
     the call; OTHER carries `reason` (one of
     OTHER_REASONS) and, when a call was seen, `tool_name`; TRUNC carries `reason` (one of
-    TRUNC_REASONS). Records store this dataclass as it is (`nudgeability.splice.records`), and
+    TRUNC_REASONS). Records store this dataclass as it is (`nudgeability.splice.experiment.records`), and
     `nudgeability.stats.actions` codes its kinds as int8.
     """
 

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from nudgeability.engine.sequence import FINISH_REASONS  # the engine owns why a sequence stopped
 from nudgeability.models.families.action import (
     BUDGET_AFTER_THINK,
     BUDGET_IN_ANSWER,
     BUDGET_IN_THINKING,
     BUDGET_IN_TOOL_CALL,
+    BUDGET_SPENT,
     CALL_AND_ANSWER,
     CALL_OUTSIDE_FORMAT,
     EMPTY_COMMITMENT,
@@ -235,7 +235,8 @@ class Family:
         arm's generation. `tools` are the declared tool names (or tool dicts); None declares none.
         `is_answer(text)` says whether text holds an answer in the task's answer format (the task
         supplies it: `Task.holds_answer`); without it no text counts as an answer beside a call.
-        The turn counts as ended when `finish_reason` is not "length" or an end-of-turn marker
+        The turn counts as ended when `finish_reason` (one of the engine's, engine/sequence.py
+        FINISH_REASONS) is not "length" (`BUDGET_SPENT`) or an end-of-turn marker
         follows the close. Reading order (models/README.md, "Actions"): no close -> TRUNC/OTHER;
         a think block reopened and not closed -> TRUNC/OTHER; calls -> OTHER(call_and_answer) when
         the text beside them holds an answer, OTHER when a name is not declared or a call cannot be
@@ -243,14 +244,14 @@ class Family:
         tool's call written as JSON outside the call syntax -> OTHER(call_outside_format); other
         text -> SELF; nothing -> OTHER (ended) or TRUNC.
         """
-        if finish_reason not in FINISH_REASONS:
+        if not isinstance(finish_reason, str) or not finish_reason:
             raise FamilyError(
-                f"finish_reason={finish_reason!r}: expected one of {', '.join(FINISH_REASONS)}"
+                f"finish_reason={finish_reason!r}: expected the engine's finish reason, a string"
             )
         declared = tool_names(tools)
         text = self.decode(ids)
         close = text.rfind(self.think_close_text)
-        truncated = finish_reason == "length"
+        truncated = finish_reason == BUDGET_SPENT
         if close < 0:
             return (
                 Action(TRUNC, reason=BUDGET_IN_THINKING)

@@ -15,7 +15,7 @@
   one row) when bitsandbytes has a CUDA library; else this project's Triton kernel.
 
 These paths are checked against the exact ones on a GPU by `benchmarks/gpu_quant.py`; the Triton
-kernels are also checked on CPU under `TRITON_INTERPRET=1` (tests/quant/test_triton_kernels.py).
+kernels are also checked on CPU under `TRITON_INTERPRET=1` (tests/models/quant/test_triton_kernels.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Reading official data files record by record, with the line each record starts on.
 
 Both readers report a broken file as a one-line `DataFileError` naming the file and line, so a
-truncated download says where it was cut instead of raising a bare `JSONDecodeError`.
+truncated download says where it was cut instead of raising a bare `JSONDecodeError`. JSON Lines
+are read by the project's one JSON-lines reader (splice/rundir/layout.py `json_lines`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import os
 import re
 
+from nudgeability.splice.rundir.layout import JsonLinesError, json_lines
 from nudgeability.splice.tasks.base import DataFileError
 
 _WHITESPACE = re.compile(r"\s*")
@@ -39,24 +41,28 @@ LINES_NOT_ARRAY = (
 
 def read_jsonl(path: str | os.PathLike) -> list[tuple[int, object]]:
     """Parse a JSON Lines file into `(line_number, value)` pairs; blank lines are skipped."""
-    records = []
-    text = _read_text(path)
-    if text.lstrip().startswith("[") and not _first_line_is_json(text):
+    first = _first_nonblank_line(path)
+    if first.lstrip().startswith("[") and not _first_line_is_json(first):
         raise DataFileError(path, ARRAY_NOT_LINES)
-    # split on "\n" only: str.splitlines would also split inside strings holding U+2028 and kin
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append((number, json.loads(line)))
-        except json.JSONDecodeError as exc:
+    try:  # split at "\n" only, so a string holding U+2028 and kin stays one record
+        return [(line.number, line.value) for line in json_lines(path, objects=False)]
+    except JsonLinesError as exc:
+        if exc.kind == "utf8":
             raise DataFileError(
-                path,
-                f"not valid JSON ({exc.msg} at column {exc.colno}); the line may be "
-                "truncated: fetch the file again",
-                line=number,
+                path, "not UTF-8 text; pass the official file", line=exc.line
             ) from None
-    return records
+        raise DataFileError(
+            path, f"{exc.reason}; the line may be truncated: fetch the file again", line=exc.line
+        ) from None
+
+
+def _first_nonblank_line(path: str | os.PathLike) -> str:
+    """The file's first line that is not blank (decoded loosely: this only tells the layouts apart)."""
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                return raw.decode("utf-8", errors="replace")
+    return ""
 
 
 def read_json_array(path: str | os.PathLike) -> list[tuple[int, object]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.servers import FixedAnswerServer, free_port
-from helpers.tiny_runs import run_nudge
+from helpers.tiny_runs import nudge_run_args, run_nudge
 
 from nudgeability.models.smollm2 import converted_dir, find_gguf
 
@@ -26,30 +26,9 @@ def tokenizer_dir():
 def _fails_cleanly(url: str, model: str, tokenizer, tmp_path, monkeypatch) -> str:
     monkeypatch.setenv("NUDGE_TEST_KEY", KEY)
     out = tmp_path / "out"
-    status, err = run_nudge(
-        [
-            "run",
-            "--backend",
-            "openai",
-            "--base-url",
-            url,
-            "--model",
-            model,
-            "--tokenizer",
-            tokenizer,
-            "--prompt-format",
-            "text",
-            "--api-key-env",
-            "NUDGE_TEST_KEY",
-            "--task",
-            "strategyqa",
-            "--n",
-            1,
-            "--out",
-            out,
-            "--quiet",
-        ]
-    )
+    server = {"backend": "openai", "base_url": url, "tokenizer": tokenizer}
+    key = {"prompt_format": "text", "api_key_env": "NUDGE_TEST_KEY"}
+    status, err = run_nudge(nudge_run_args(model, out, **server, **key, n=1, max_new_tokens=None))
     assert status == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nudge run: error: "), err

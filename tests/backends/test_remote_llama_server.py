@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 from helpers.servers import free_port
-from helpers.tiny_runs import read_records, run_nudge
+from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
 
 from nudgeability.models.smollm2 import converted_dir, find_gguf
 
@@ -55,33 +55,9 @@ def llama(tmp_path_factory):
 
 
 def _run(url, model, out, *extra):
-    return run_nudge(
-        [
-            "run",
-            "--backend",
-            "openai",
-            "--base-url",
-            url,
-            "--model",
-            model,
-            "--tokenizer",
-            converted_dir(find_gguf()),
-            "--family",
-            "chatml",
-            "--task",
-            "strategyqa",
-            "--n",
-            4,
-            "--conditions",
-            "primary",
-            "--max-new-tokens",
-            "24,12",
-            "--out",
-            out,
-            "--quiet",
-            *extra,
-        ]
-    )
+    server = {"backend": "openai", "base_url": url, "tokenizer": converted_dir(find_gguf())}
+    run = {"family": "chatml", "n": 4, "conditions": "primary", "max_new_tokens": "24,12"}
+    return run_nudge([*nudge_run_args(model, out, **server, **run), *extra])
 
 
 def test_token_mode_is_token_exact_and_repeatable(llama, tmp_path):

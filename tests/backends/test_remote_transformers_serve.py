@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 from helpers.servers import FaultPlan, FaultProxy, free_port, start_transformers_serve
-from helpers.tiny_runs import read_records, run_nudge, run_verify
+from helpers.tiny_runs import nudge_run_args, read_records, run_nudge, run_verify
 from transformers import AutoTokenizer
 
 from nudgeability.models.families import get_family
 from nudgeability.models.smollm2 import converted_dir, find_gguf
-from nudgeability.splice.replay import choose_units
+from nudgeability.splice.audit.replay import choose_units
+from nudgeability.splice.audit.stored_run import open_run
 from nudgeability.splice.tasks import get_task
-from nudgeability.splice.verify import open_run
 
 pytestmark = pytest.mark.slow
 
@@ -48,40 +48,12 @@ def server(tmp_path_factory):
     serve.stop()
 
 
-def _args(url: str, model: str, out: Path, *extra) -> list:
-    return [
-        "run",
-        "--backend",
-        "openai",
-        "--base-url",
-        url,
-        "--model",
-        model,
-        "--api",
-        "completions",
-        "--prompt-format",
-        "text",
-        "--tokenizer",
-        model,
-        "--api-key-env",
-        "NUDGE_TEST_KEY",
-        "--task",
-        "strategyqa",
-        "--n",
-        4,
-        "--conditions",
-        "conf,doubt",
-        "--max-new-tokens",
-        "24,12",
-        "--chunk-size",
-        2,
-        "--concurrency",
-        3,
-        "--out",
-        out,
-        "--quiet",
-        *extra,
-    ]
+def _args(url: str, model: str, out: Path, *extra, **changes) -> list:
+    """The test's `nudge run` against the server; `changes` replace flags (`api="chat"`)."""
+    flags = {"backend": "openai", "base_url": url, "api": "completions", "tokenizer": model}
+    flags |= {"prompt_format": "text", "api_key_env": "NUDGE_TEST_KEY", "concurrency": 3}
+    flags |= {"n": 4, "conditions": "conf,doubt", "max_new_tokens": "24,12", "chunk_size": 2}
+    return [*nudge_run_args(model, out, **(flags | changes)), *extra]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -137,7 +109,7 @@ def test_every_record_is_there_and_reads_as_a_local_run(server, first_run):
 
 
 def _splice(family, manifest, record) -> list[int]:
-    from nudgeability.splice.sentences import load_sentences
+    from nudgeability.splice.experiment.sentences import load_sentences
 
     sentences = load_sentences(manifest["inputs"]["sentences"]["path"])
     text = "" if record["sentence_id"] is None else sentences.text(record["sentence_id"])
@@ -276,9 +248,7 @@ def test_verify_replays_the_run_against_the_server_and_names_a_forged_text(
 
 def test_an_unknown_model_is_one_line_naming_url_and_model(server, tmp_path):
     out = tmp_path / "out"
-    args = _args(server.url, server.model, out)
-    args[args.index(server.model)] = "no-such-model"  # --model; the tokenizer stays
-    status, err = run_nudge(args)
+    status, err = run_nudge(_args(server.url, "no-such-model", out, tokenizer=server.model))
     assert status == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nudge run: error: "), err
@@ -292,11 +262,7 @@ def test_chat_bases_come_back_in_the_family_format(server, tmp_path):
     partial assistant turn, so the arms are left to llama-server's test): every record is there,
     chat-level, and reads as the family reads it."""
     out = tmp_path / "chat"
-    args = _args(server.url, server.model, out)
-    args[args.index("completions")] = "chat"
-    args[args.index("conf,doubt")] = "B"
-    args[args.index(4)] = 2  # --n
-    status, err = run_nudge(args)
+    status, err = run_nudge(_args(server.url, server.model, out, api="chat", conditions="B", n=2))
     assert status == 0, err
     records = read_records(out)
     family = get_family("chatml", AutoTokenizer.from_pretrained(server.model))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers.engine_reference import ARCHS
 
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 
 @pytest.fixture(scope="module", params=ARCHS)

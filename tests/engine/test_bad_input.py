@@ -11,7 +11,7 @@ from nudgeability.engine import (
     SamplingParams,
     UnsupportedModelError,
 )
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from helpers.engine_reference import assert_matches_reference, random_ids
 
 from nudgeability.engine import Engine, EngineInputError, ForkRequest, SamplingParams
 from nudgeability.engine.scheduler import GroupShape, batch_cost, plan_batches
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 
 def test_arms_finishing_at_very_different_steps_still_match_solo():

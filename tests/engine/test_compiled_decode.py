@@ -7,7 +7,7 @@ import torch
 from helpers.engine_reference import random_ids
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.engine.profile import engine_step_ops, hf_step_ops
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 # every way Python code can read a tensor's value on the host
 HOST_READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy")

@@ -9,7 +9,7 @@ import nudgeability.engine.engine as engine_module
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.engine.attention_layout import ArmStep
 from nudgeability.engine.fork_cache import ForkCache
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from transformers.generation.logits_process import TopPLogitsWarper
 
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.engine.sampler import greedy, sample
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 
 def _params(key):

@@ -6,7 +6,7 @@ import pytest
 from helpers.engine_reference import random_ids
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.models.tiny import tiny_model
+from nudgeability.models.testing.tiny import tiny_model
 
 
 def test_stop_token_ends_the_sequence_where_the_unconstrained_run_emits_it():

@@ -5,26 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.engine_reference import random_ids
+from helpers.engine_reference import hf_greedy, random_ids
 
 from nudgeability.engine import Engine, SamplingParams
 
 
-def reference_from_scores(model, ids, new_tokens, eos_ids):
-    """HF greedy generate with output_scores: (tokens, log-probs of the tokens, entropies)."""
-    inputs = torch.tensor([ids])
-    out = model.generate(
-        inputs,
-        attention_mask=torch.ones_like(inputs),
-        max_new_tokens=new_tokens,
-        do_sample=False,
-        eos_token_id=sorted(eos_ids) or None,
-        pad_token_id=min(eos_ids, default=0),
-        output_scores=True,
-        return_dict_in_generate=True,
-    )
-    tokens = out.sequences[0, inputs.shape[1] :].tolist()
-    logp = torch.log_softmax(torch.stack(out.scores)[:, 0].double(), dim=-1)
+def reference_from_generate(model, ids, new_tokens, eos_ids):
+    """HF greedy generate's logits: (tokens, log-probs of the tokens, entropies)."""
+    reference = hf_greedy(model, ids, new_tokens, eos_ids)
+    tokens = reference.tokens
+    logp = torch.log_softmax(reference.logits.double(), dim=-1)
     chosen = logp[torch.arange(len(tokens)), torch.tensor(tokens)]
     entropy = -(logp.exp() * logp).sum(-1)
     return tokens, chosen.tolist(), entropy.tolist()
@@ -46,7 +36,7 @@ def test_greedy_summaries_equal_generate_output_scores(tiny):
     prompts = [random_ids(n, seed=40 + n) for n in (9, 23, 15)]
     outs = engine.generate(prompts, SamplingParams(max_new_tokens=12, token_stats=True))
     for prompt, out in zip(prompts, outs):
-        tokens, logprobs, entropies = reference_from_scores(model, prompt, 12, engine.eos_ids)
+        tokens, logprobs, entropies = reference_from_generate(model, prompt, 12, engine.eos_ids)
         assert out.token_ids == tokens
         assert out.logprobs == pytest.approx(logprobs, abs=1e-4)
         assert out.entropies == pytest.approx(entropies, abs=1e-4)
@@ -97,7 +87,7 @@ def test_smollm2_greedy_summaries_equal_generate_output_scores(smollm2):
     engine = Engine(model, tokenizer)
     prompt = tokenizer("The capital of France is", add_special_tokens=False)["input_ids"]
     out = engine.generate([prompt], SamplingParams(max_new_tokens=16, token_stats=True))[0]
-    tokens, logprobs, entropies = reference_from_scores(model, prompt, 16, engine.eos_ids)
+    tokens, logprobs, entropies = reference_from_generate(model, prompt, 16, engine.eos_ids)
     assert out.token_ids == tokens
     assert out.logprobs == pytest.approx(logprobs, abs=2e-3)
     assert out.entropies == pytest.approx(entropies, abs=2e-3)

@@ -1,8 +1,9 @@
-"""The staged numba kernels of the bootstrap (draw, sum, evaluate), moved out of the library.
+"""The staged numba kernels of the bootstrap (draw, then sum), kept out of the library.
 
-The library runs only the fused kernel `nudgeability.stats.kernels.bootstrap_statistics` and the
-staged numpy twins; these numba stages are the tests' second route to the same numbers: each is
-checked against its numpy twin, and the fused kernel against the chain of the three.
+The library runs the fused kernel `nudgeability.stats.resampling.kernels.resample_sums` (draws
+counted per type, then summed) and its numpy twin; these numba stages are the tests' second route
+to the same numbers: the plain draw is checked against its numpy twin, and the fused kernel
+against the chain of the two.
 """
 
 from __future__ import annotations
@@ -10,14 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nudgeability.stats.kernels import (
-    _LOW32,
-    _SHIFT32,
-    N_STATISTICS,
-    _scale,
-    _statistics_into,
-    _word,
-)
+from nudgeability.stats.resampling.kernels import _LOW32, _SHIFT32, _scale, _word
 
 
 @numba.njit(parallel=True, cache=True)
@@ -44,13 +38,4 @@ def sums_from_indices(contrib, indices):
             row = indices[r, j]
             for c in range(n_cols):
                 out[r, c] += contrib[row, c]
-    return out
-
-
-@numba.njit(parallel=True, cache=True)
-def statistics_from_sums(sums):
-    """(n, 4) float64 of S, WT, WTrand, L from (n, N_COLUMNS) count sums."""
-    out = np.empty((sums.shape[0], N_STATISTICS), dtype=np.float64)
-    for r in numba.prange(sums.shape[0]):
-        _statistics_into(sums[r], out[r])
     return out

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from nudgeability.models.families import get_family
-from nudgeability.models.tiny import tiny_model
-from nudgeability.models.tiny_tokenizers import tiny_tokenizer
+from nudgeability.models.testing.tiny import tiny_model
+from nudgeability.models.testing.tiny_tokenizers import tiny_tokenizer
 
 # tiny model architecture -> the family of the tiny tokenizer it pairs with
 PAIRS = {"qwen3": "qwen3", "glm4": "glm_z1", "gemma4": "gemma4", "llama": "chatml"}
@@ -40,7 +40,7 @@ def _last_hidden(model, sequences: list[list[int]], every: bool = False) -> torc
 
 def push_towards_close(model, family, strength: float) -> None:
     """Edit `model`'s output head in place as `close_push` says (module docstring)."""
-    from nudgeability.splice.prompts import render
+    from nudgeability.splice.experiment.prompts import render
     from nudgeability.splice.tasks import get_task, sample_problems
 
     task = get_task("strategyqa")
@@ -82,6 +82,29 @@ def save_tiny_checkpoint(
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def nudge_run_args(
+    model=None,
+    out=None,
+    *,
+    task: str | None = "strategyqa",
+    max_new_tokens: str | None = "16,8",
+    quiet: bool = True,
+    **flags,
+) -> list[str]:
+    """The argument list of `nudge run`, as every test writes it: the tests' defaults (StrategyQA,
+    budgets 16,8, --quiet) and each flag given, `chunk_size=1` -> `--chunk-size 1` (True: the flag
+    alone; None or False: left out). `model` None runs the embedded SmolLM2."""
+    named = {"model": model, "task": task, "max_new_tokens": max_new_tokens, **flags, "out": out}
+    argv = ["run"]
+    for name, value in named.items():
+        if value is None or value is False:
+            continue
+        argv.append("--" + name.replace("_", "-"))
+        if value is not True:
+            argv.append(str(value))
+    return argv + (["--quiet"] if quiet else [])
 
 
 def read_records(out: Path) -> list[dict]:

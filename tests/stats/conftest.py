@@ -164,8 +164,8 @@ def record_line(
     boundary: int | None = None,
     task: str = "musique",
 ) -> str:
-    """One records.jsonl line in the runner's schema (built with nudgeability.splice.records.Record)."""
-    from nudgeability.splice.records import ActionRecord, GradeRecord, Record
+    """One records.jsonl line in the runner's schema (built with nudgeability.splice.experiment.records.Record)."""
+    from nudgeability.splice.experiment.records import ActionRecord, GradeRecord, Record
 
     is_base = condition in ("B", "oracle_B")
     return Record(

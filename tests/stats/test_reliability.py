@@ -211,7 +211,8 @@ def test_report_on_a_stats_directory_without_stats_json_says_so(tmp_path, capsys
 
 # ------------------------------------------------------------------ 8. an empty figure says why
 def test_an_s_vs_l_figure_without_any_defined_l_says_why(tmp_path, runs, planted, monkeypatch):
-    from nudgeability.stats import figures, load_experiments, summarize
+    from nudgeability.stats import load_experiments, summarize
+    from nudgeability.stats.report.figures import experiments as figures
 
     arrays = _table(planted)
     arrays["s"] = np.full_like(arrays["s"], -1)  # no competence label: L undefined

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from nudgeability.stats import ExperimentTable, TableError
-from nudgeability.stats.contributions import compress
 
 
 def test_mismatched_array_lengths_name_the_field():
@@ -49,13 +48,3 @@ def test_valid_table_is_stored_as_int8_and_selects_seeds():
         and seed1.cluster.tolist() == [0, 1]
         and not seed1.is_clustered
     )
-
-
-@pytest.mark.parametrize(
-    "high", [2, 40]
-)  # small values: integer keys; large: row-wise unique fallback
-def test_compress_merges_equal_rows_and_maps_each_unit_to_its_type(high):
-    units = np.random.default_rng(high).integers(0, high, size=(500, 20))
-    types, unit_type = compress(units)
-    np.testing.assert_array_equal(types[unit_type], units)
-    assert len(np.unique(types, axis=0)) == len(types)

@@ -1,6 +1,6 @@
 """The shared vocabulary: conditions and action kinds are defined once, and stats follows them.
 
-A condition added to splice/conditions.py (or an action kind added to models/families/action.py)
+A condition added to splice/experiment/conditions.py (or an action kind added to models/families/action.py)
 must show up in the report order, the figures, the report tables and the records join without a
 second edit; these tests fail when one of them is left behind.
 """
@@ -13,13 +13,13 @@ import json
 import pytest
 
 from nudgeability.models.families.action import ACTION_KINDS, Action
-from nudgeability.splice.conditions import CONDITION_CODES, CONDITIONS, PAIR_HEADERS
+from nudgeability.splice.experiment.conditions import CONDITION_CODES, CONDITIONS, PAIR_HEADERS
 from nudgeability.stats import CONDITIONS as REPORT_CONDITIONS
 from nudgeability.stats import PAIRS, ExperimentTable, table_from_records
-from nudgeability.stats.action_table import ExperimentLabel
 from nudgeability.stats.actions import NONE, action_code, action_kind
-from nudgeability.stats.figures import _CONDITION_LABELS
-from nudgeability.stats.report_tables import _PAIR_COLUMNS
+from nudgeability.stats.report.figures.experiments import CONDITION_LABELS
+from nudgeability.stats.report.tables.experiments import PAIR_COLUMNS
+from nudgeability.stats.table import ExperimentLabel
 
 BY_CODE = {condition.code: condition for condition in CONDITIONS}
 
@@ -46,14 +46,14 @@ def test_the_pairs_stats_uses_are_exactly_the_conditions_plus_minus_pairs():
     assert {tuple(pair) for pair in PAIRS.values()} == expected
     assert len(PAIRS) == len(expected)
     # every pair but the primary one has a column in the controls table, with its header
-    assert {name for name, _ in _PAIR_COLUMNS} == set(PAIRS) - {"first"}
-    assert all(header == PAIR_HEADERS[name] for name, header in _PAIR_COLUMNS)
+    assert {name for name, _ in PAIR_COLUMNS} == set(PAIRS) - {"first"}
+    assert all(header == PAIR_HEADERS[name] for name, header in PAIR_COLUMNS)
 
 
 def test_every_condition_is_in_the_report_order_once_and_has_a_figure_label():
     assert sorted(REPORT_CONDITIONS) == sorted(CONDITION_CODES)
     for code in CONDITION_CODES:
-        assert _CONDITION_LABELS[code], code
+        assert CONDITION_LABELS[code], code
     # the hand-checked order the reports have always used (bases, controls, then signed arms)
     assert REPORT_CONDITIONS[:6] == ("NT", "B", "empty", "neutral", "conf", "doubt")
     assert REPORT_CONDITIONS[-3:] == ("oracle_B", "oracle_conf", "oracle_doubt")

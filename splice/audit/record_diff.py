@@ -1,0 +1,66 @@
+"""Where two lines of a records file first differ: the record's key and the first differing field.
+
+`nudge verify` uses it to name what changed when a records file disagrees with its part files or
+a replayed unit disagrees with the stored one, e.g.
+`record ('q1', 'B', 0): first differing field generated_ids[7]: stored 12, replayed 40`.
+Fields are walked in the record schema's order (`records.Record`), so a changed token is named
+before the text decoded from it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+from nudgeability.splice.experiment.records import Record
+from nudgeability.splice.rundir.layout import RecordKey
+
+_ABSENT = object()  # a field one record has and the other lacks (not the same as null)
+
+
+def first_difference(
+    stored: str, replayed: str, labels: tuple[str, str] = ("stored", "replayed")
+) -> str:
+    """The record's key and its first differing field, in the record schema's field order;
+    `labels` name the two sides in the message."""
+    try:
+        a, b = json.loads(stored), json.loads(replayed)
+    except json.JSONDecodeError as exc:
+        return f"a line is not valid JSON ({exc.msg})"
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return "a line is not a JSON object"
+    key = RecordKey(*(a.get(name) for name in RecordKey._fields))  # a damaged line may lack one
+    order = [f.name for f in fields(Record)]
+    for name in order + sorted((set(a) | set(b)) - set(order)):
+        path = _first_path(a.get(name, _ABSENT), b.get(name, _ABSENT), name, labels)
+        if path is not None:
+            return f"record {key}: first differing field {path}"
+    return f"record {key}: same values, other bytes (formatting)"
+
+
+def _first_path(a: object, b: object, path: str, labels: tuple[str, str]) -> str | None:
+    """Where two JSON values first differ, e.g. 'generated_ids[7]: stored 12, replayed 40'."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = _first_path(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{path}.{key}", labels)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _first_path(x, y, f"{path}[{i}]", labels)
+            if found is not None:
+                return found
+        if len(a) != len(b):
+            return f"{path}: {labels[0]} {len(a)} items, {labels[1]} {len(b)}"
+        return None
+    if a != b or type(a) is not type(b):
+        return f"{path}: {labels[0]} {_short(a)}, {labels[1]} {_short(b)}"
+    return None
+
+
+def _short(value: object) -> str:
+    if value is _ABSENT:
+        return "absent"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."

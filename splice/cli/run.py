@@ -1,0 +1,364 @@
+"""`nudge run`: the flags, then `prepare` and `run` (splice/run/), then one line of result.
+
+nudge run                                   # the embedded demo: SmolLM2 on the MuSiQue sample
+nudge run --model DIR --task strategyqa --n 250 --max-new-tokens 4096,2048 --device cuda
+nudge run ... --shard 2/8 --out runs/x-shard2  # one slice of a campaign (`nudge merge` joins them)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+from nudgeability.backends.names import APIS, BACKENDS, CONTINUE_FLAGS, PROMPT_FORMATS
+from nudgeability.splice.run.config import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_N,
+    ConfigError,
+    RunConfig,
+)
+
+_DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
+
+
+def register(subparsers) -> None:
+    """Add the `run` subcommand to the `nudge` parser."""
+    run = subparsers.add_parser(
+        "run",
+        help="run the experiment: NT, B, the oracle base and every splice arm",
+        description="Run NT, B (and oracle_B) for each drawn problem, then fork every splice arm from "
+        "B's reasoning prefix. With no options: the embedded demo (SmolLM2 on the shipped "
+        "MuSiQue sample). Killed runs resume when started again with the same options.",
+    )
+    run.add_argument(
+        "--model",
+        default="smollm2",
+        help="'smollm2' (embedded), a checkpoint directory, "
+        "a .gguf file or a repo id already in the local HF cache (default: smollm2)",
+    )
+    run.add_argument("--task", default="musique", help="musique or strategyqa (default: musique)")
+    run.add_argument("--data", help="the official data file (default: the task's shipped sample)")
+    run.add_argument(
+        "--n", default=str(DEFAULT_N), help=f"problems to draw, or 'all' (default: {DEFAULT_N})"
+    )
+    run.add_argument("--seed", type=int, default=0, help="seed of the problem draw (default: 0)")
+    run.add_argument(
+        "--decoding",
+        default="greedy",
+        help="greedy, or sampled: temperature 1.0, top-p 0.95 (default: greedy)",
+    )
+    run.add_argument(
+        "--seeds",
+        help="decoding seeds of a sampled run, e.g. 0,1,2 (the default); each is a full replicate",
+    )
+    run.add_argument(
+        "--conditions",
+        default="all",
+        help="condition codes and presets (primary, voices, "
+        "sealed, oracle, all), comma-separated (default: all)",
+    )
+    run.add_argument(
+        "--max-new-tokens",
+        default=_DEFAULT_TOKENS,
+        metavar="BASE[,ARM]",
+        help=f"token budget of the bases, and of each arm after the splice (default: {_DEFAULT_TOKENS})",
+    )
+    run.add_argument(
+        "--out", help="output directory (default: runs/<model>-<task>-<decoding>[-shardKofN])"
+    )
+    run.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="compute only shard K of N (whole chunks of problems); "
+        "join the shards with `nudge merge`",
+    )
+    run.add_argument(
+        "--family", help="model family, overriding detection: qwen3, glm_z1, gemma4, chatml"
+    )
+    run.add_argument("--sentences", help="the sentences file (default: the shipped sentences.toml)")
+    run.add_argument(
+        "--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)"
+    )
+    run.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    run.add_argument(
+        "--quant-compute",
+        help="a quantised checkpoint's linears: fused (default: low-bit kernels), exact (dequantise "
+        "each forward, bit for bit as the format's library) or dense (dequantise once at load: exact "
+        "and fast, full-precision memory)",
+    )
+    run.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        help="KV token slots per engine batch (memory budget; default: one batch per chunk)",
+    )
+    run.add_argument(
+        "--chunk-size",
+        type=int,
+        default=DEFAULT_CHUNK_SIZE,
+        help="problems per unit of work: the resume and shard granularity "
+        f"(default: {DEFAULT_CHUNK_SIZE})",
+    )
+    run.add_argument(
+        "--consistency-samples",
+        type=int,
+        default=0,
+        metavar="K",
+        help="K unaided samples per problem at T=1.0, top-p 0.95 for the self-consistency signal "
+        "(default: 0, none)",
+    )
+    run.add_argument(
+        "--signals",
+        action="store_true",
+        help="store B's token uncertainty and hidden state at the cut (on with "
+        "--consistency-samples)",
+    )
+    run.add_argument(
+        "--resolve",
+        action="store_true",
+        help="then execute every TOOL record's call on the task's offline tools, let the model "
+        "finish and grade its final answer (resolutions.jsonl; see README, Delegation value)",
+    )
+    run.add_argument(
+        "--retrieve-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --resolve: paragraphs MuSiQue's retrieve returns (default: 1, as its prompt says)",
+    )
+    run.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default: torch's choice); give each process sharing a machine "
+        "its own share of the cores (README: Sharding)",
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    _register_remote(run)
+    run.set_defaults(func=_run)
+
+
+def _register_remote(run) -> None:
+    """The flags of `--backend openai`: a server instead of the in-process engine (README,
+    "Run against a server or a provider")."""
+    group = run.add_argument_group("running against a server (--backend openai)")
+    group.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="local: the in-process engine (default); openai: an OpenAI-compatible server",
+    )
+    group.add_argument("--base-url", help="the server's OpenAI base URL, e.g. http://host:8000/v1")
+    group.add_argument(
+        "--api",
+        choices=APIS,
+        default="completions",
+        help="completions: /v1/completions (default); chat: /v1/chat/completions, continuing a "
+        "partial assistant turn",
+    )
+    group.add_argument(
+        "--prompt-format",
+        choices=PROMPT_FORMATS,
+        default="token",
+        help="completions: send token ids and read ids back (token, default: vLLM, SGLang, "
+        "llama-server) or the rendered text (text: transformers serve); text is text-level",
+    )
+    group.add_argument(
+        "--chat-continue",
+        choices=CONTINUE_FLAGS,
+        default="continue_final_message",
+        help="chat: how the partial assistant turn is marked: vLLM's continue_final_message "
+        "(default) or a provider's prefix flag",
+    )
+    group.add_argument(
+        "--tokenizer",
+        help="the model's tokenizer: a directory or a repo id in the local HF cache "
+        "(default: --model)",
+    )
+    group.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="the environment variable holding the API key (never written anywhere)",
+    )
+    group.add_argument(
+        "--concurrency", type=int, default=8, help="requests in flight at most (default: 8)"
+    )
+    group.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds one request may take before it is retried (default: 600)",
+    )
+    group.add_argument(
+        "--retry-backoff",
+        type=float,
+        default=0.5,
+        metavar="S",
+        help="base of the exponential backoff between retries, seconds (default: 0.5)",
+    )
+
+
+def remote_from_args(args: argparse.Namespace):
+    """The `RemoteSpec` of `--backend openai`, or None for the in-process engine."""
+    from nudgeability.splice.run.remote import RemoteSpec
+
+    if args.backend == "local":
+        if args.base_url is not None:
+            raise ConfigError("--base-url: only with --backend openai")
+        return None
+    if not args.base_url:
+        raise ConfigError("--backend openai: needs --base-url URL (e.g. http://localhost:8000/v1)")
+    return RemoteSpec(
+        base_url=args.base_url,
+        api=args.api,
+        prompt_format=args.prompt_format,
+        chat_continue=args.chat_continue,
+        tokenizer=args.tokenizer,
+        api_key_env=args.api_key_env,
+        concurrency=args.concurrency,
+        request_timeout=args.request_timeout,
+        retry_backoff=args.retry_backoff,
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run `nudge run`'s arguments ask for, unresolved (ConfigError naming a bad flag)."""
+    base_budget, arm_budget = parse_max_new_tokens(args.max_new_tokens)
+    return RunConfig(
+        model=args.model,
+        task=args.task,
+        data=args.data,
+        n=parse_n(args.n),
+        sample_seed=args.seed,
+        decoding=args.decoding,
+        seeds=None if args.seeds is None else parse_seeds(args.seeds),
+        conditions=tuple(args.conditions.split(",")),
+        max_new_tokens=base_budget,
+        max_new_tokens_arm=arm_budget,
+        family=args.family,
+        sentences=args.sentences,
+        dtype=args.dtype,
+        device=args.device,
+        quant_compute=args.quant_compute,
+        max_batch_tokens=args.max_batch_tokens,
+        chunk_size=args.chunk_size,
+        shard=None if args.shard is None else parse_shard(args.shard),
+        consistency_samples=args.consistency_samples,
+        signals=args.signals,
+        resolve=args.resolve,
+        retrieve_k=parse_retrieve_k(args.retrieve_k, args.resolve),
+    )
+
+
+def default_out(label: str, task: str, decoding: str, shard: tuple[int, int] | None) -> Path:
+    """runs/<model>-<task>-<decoding>, with -shardKofN for a shard; '/' in a repo id becomes '--'."""
+    name = f"{label.replace('/', '--')}-{task}-{decoding}"
+    if shard is not None:
+        name += f"-shard{shard[0]}of{shard[1]}"
+    return Path("runs") / name
+
+
+def _run(args: argparse.Namespace) -> int:
+    from nudgeability.engine.threads import set_threads
+    from nudgeability.splice.run.prepare import prepare
+    from nudgeability.splice.run.runner import run
+
+    requested = config_from_args(args)
+    remote = remote_from_args(args)
+    set_threads(getattr(args, "threads", None))  # before prepare: the manifest records it
+    with _quiet_transformers(args.quiet):
+        prepared = prepare(requested, remote=remote)
+    config = prepared.config
+    out = (
+        Path(args.out)
+        if args.out
+        else default_out(config.model_label, config.task, config.decoding, config.shard)
+    )
+    result = run(prepared, out, progress=not args.quiet)
+    resolved = f", {result.resolutions} resolutions" if config.resolve else ""
+    print(
+        f"nudge run: {result.records} records{resolved} in {result.out} "
+        f"({result.units_computed} units computed, {result.units_resumed} resumed)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+@contextlib.contextmanager
+def _quiet_transformers(quiet: bool):
+    """Hide transformers' own progress bars (weight loading) under --quiet, or when stderr is not
+    a terminal (their redraw codes would garble a log), restoring them after."""
+    from transformers.utils import logging
+
+    from nudgeability.engine.progress import is_terminal
+
+    was_disabled = not logging.is_progress_bar_enabled()
+    quiet = quiet or not is_terminal()
+    if quiet:
+        logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet and not was_disabled:
+            logging.enable_progress_bar()
+
+
+# ----- parsing the compact command-line values (ConfigError naming the flag) ----------------------------------------------------
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """`--seeds 0,1,2` -> (0, 1, 2): distinct non-negative integers, in the order given."""
+    try:
+        seeds = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--seeds {text!r}: expected comma-separated whole numbers, e.g. 0,1,2"
+        ) from None
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {text!r}: seeds must be distinct and >= 0")
+    return seeds
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`--shard K/N` -> (K, N) with 1 <= K <= N."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard {text!r}: expected K/N, e.g. 1/4") from None
+    if not 1 <= k <= n:
+        raise ConfigError(f"--shard {text!r}: need 1 <= K <= N")
+    return k, n
+
+
+def parse_max_new_tokens(text: str) -> tuple[int, int]:
+    """`--max-new-tokens BASE[,ARM]` -> (base, arm); ARM defaults to BASE."""
+    try:
+        parts = [int(part) for part in text.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or any(part < 1 for part in parts):
+        raise ConfigError(
+            f"--max-new-tokens {text!r}: expected BASE or BASE,ARM, positive whole numbers"
+        )
+    return parts[0], parts[-1]
+
+
+def parse_n(text: str) -> int | None:
+    """`--n 25` -> 25; `--n all` -> None (every problem of the file)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--n {text!r}: expected a positive whole number or 'all'") from None
+
+
+def parse_retrieve_k(value: int | None, resolve: bool) -> int:
+    """`--retrieve-k K`: a whole number >= 1, meaningful only with --resolve (default 1)."""
+    if value is None:
+        return 1
+    if not resolve:
+        raise ConfigError("--retrieve-k: tools run only in the resolution phase; add --resolve")
+    if value < 1:
+        raise ConfigError(f"--retrieve-k {value}: must be >= 1")
+    return value

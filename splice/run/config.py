@@ -1,0 +1,143 @@
+"""The configuration of one `nudge run`, as asked and as resolved, and its canonical JSON form.
+
+A `RunConfig` holds every setting that can change a record: the model and its family, the task,
+data file and problem draw, the decoding, the conditions, the token budgets, the sentences file,
+the dtype and device, and the batching (chunk size and KV budget: batch composition can change
+floating-point results in the last bits). As the user asks for a run (`nudge run`'s flags, parsed
+in splice/cli/run.py, or `RunConfig(...)` in Python) a field may be None, meaning "the default"; and
+`conditions` may hold presets. `prepare` (splice/run/prepare.py) returns the resolved config: no None left
+but where the setting is genuinely absent (`max_batch_tokens`, `shard`), paths absolute,
+conditions as codes in canonical order, `n` the number of problems drawn. Its canonical JSON
+(sorted keys) is stored in the run's manifest; a later run against the same `--out` must resolve
+to the same config (splice/rundir/manifest.py `compare_manifests` names every key that differs).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from nudgeability.models.smollm2 import ALIAS as DEFAULT_MODEL  # the embedded model
+
+DECODINGS = ("greedy", "sampled")
+DTYPES = ("float32", "bfloat16", "float16")
+SERVER = "server"  # the resolved dtype and device of a run on a server: they are the server's
+SAMPLED_TEMPERATURE = 1.0
+SAMPLED_TOP_P = 0.95
+DEFAULT_SAMPLED_SEEDS = (0, 1, 2)
+# the defaults run the embedded demo (SmolLM2 on the MuSiQue sample) in a few minutes on a CPU
+DEFAULT_N = 3
+DEFAULT_MAX_NEW_TOKENS = (256, 128)
+DEFAULT_CHUNK_SIZE = 32
+
+
+class ConfigError(ValueError):
+    """A command-line value or config that cannot be used; the message names the flag or key."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every setting that decides the records of a run (see the module docstring).
+
+    The defaults run the embedded demo; None is resolved by `prepare` as the comment says.
+    """
+
+    model: str = DEFAULT_MODEL  # 'smollm2', a checkpoint directory or .gguf, or a repo id
+    model_label: str | None = None  # the experiment's model name (stats joins runs by it)
+    family: str | None = None  # the model family; None: detected
+    dtype: str = "float32"
+    device: str | None = None  # None: cuda if available, else cpu
+    task: str = "musique"
+    data: str | None = None  # the data file; None: the task's shipped sample
+    n: int | None = DEFAULT_N  # problems to draw (None: all); resolved: problems drawn
+    sample_seed: int = 0  # the seed of the problem draw
+    decoding: str = "greedy"  # "greedy" | "sampled"
+    temperature: float | None = None  # None: the decoding's
+    top_p: float | None = None  # None: the decoding's
+    seeds: tuple[int, ...] | None = None  # decoding seeds; None: (0,) greedy, (0, 1, 2) sampled
+    conditions: tuple[str, ...] = ("all",)  # codes and presets; resolved: codes, canonical order
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS[0]  # budget of the bases (NT, B, oracle_B)
+    max_new_tokens_arm: int = DEFAULT_MAX_NEW_TOKENS[1]  # each arm's budget after the splice
+    sentences: str | None = None  # the sentences file; None: the shipped sentences.toml
+    chunk_size: int = DEFAULT_CHUNK_SIZE  # problems per unit of work (and per base batch)
+    max_batch_tokens: int | None = None  # the engine's KV budget per batch; None: one per unit
+    shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
+    consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
+    # B's token uncertainty and hidden state at the cut (splice/run/signals.py); on with --signals,
+    # and with --consistency-samples (a grounded-nudge run)
+    signals: bool = False
+    resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)
+    retrieve_k: int = 1  # paragraphs MuSiQue's `retrieve` returns in the resolution phase
+    # how a quantised checkpoint's linears compute: exact | fused | dense (models/quant/compute.py);
+    # None: fused for a quantised checkpoint; resolved None for an unquantised one or a server
+    quant_compute: str | None = None
+
+    def to_dict(self) -> dict:
+        """The config as plain JSON values (tuples become lists).
+
+        A run without the resolution phase leaves out `resolve` and `retrieve_k`, and one with the
+        default signals `consistency_samples` and `signals`, so its manifest is the one earlier
+        versions wrote, and their runs still resume.
+        """
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, tuple):
+                data[key] = list(value)
+        if not self.resolve:
+            del data["resolve"], data["retrieve_k"]
+        # Likewise the signals at their defaults (none), as earlier versions wrote.
+        if not self.consistency_samples:
+            del data["consistency_samples"]
+        if not self.signals:
+            del data["signals"]
+        if self.quant_compute is None:  # unquantised: the manifest earlier versions wrote
+            del data["quant_compute"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunConfig:
+        """The config of `to_dict`'s JSON form (a manifest's `config`); ConfigError naming a key
+        that is unknown or missing."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"config.{unknown[0]}: not a setting of this version of nudgeability")
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"config: {exc}") from None
+
+    def canonical_json(self) -> str:
+        """Sorted-key JSON: equal configs give equal strings."""
+        return json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False)
+
+    @property
+    def experiment(self) -> dict:
+        """The `experiment` object of the manifest, as `nudgeability.stats` reads it."""
+        return {
+            "model": self.model_label,
+            "task": self.task,
+            "decoding": self.decoding,
+            "seeds": list(self.seeds),
+        }
+
+
+def resolve_decoding(
+    decoding: str, seeds: tuple[int, ...] | None
+) -> tuple[float, float, tuple[int, ...]]:
+    """(temperature, top_p, seeds) of a decoding mode.
+
+    Greedy is deterministic and runs once, as seed 0; giving other seeds is an error. Sampled
+    decoding uses temperature 1.0 and top-p 0.95, each seed a full replicate (default 0, 1, 2).
+    """
+    if decoding not in DECODINGS:
+        raise ConfigError(f"--decoding {decoding!r}: expected one of {', '.join(DECODINGS)}")
+    if decoding == "greedy":
+        if seeds not in (None, (0,)):
+            raise ConfigError(
+                "--seeds: greedy decoding is deterministic and runs as seed 0; "
+                "pass --decoding sampled to run several seeds"
+            )
+        return 0.0, 1.0, (0,)
+    return SAMPLED_TEMPERATURE, SAMPLED_TOP_P, seeds if seeds is not None else DEFAULT_SAMPLED_SEEDS

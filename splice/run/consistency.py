@@ -1,0 +1,57 @@
+"""The self-consistency unit: K unaided samples per problem in one batched Engine.generate.
+
+Its records are read and graded as NT's (never the competence label) and carry their answer key;
+see splice/run/signals.py for the signals and stats/grounding/join.py for how they are read back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from nudgeability.splice.experiment.conditions import NO_TOOL_BASE
+from nudgeability.splice.experiment.records import Record
+from nudgeability.splice.run.signals import CONSISTENCY_TEMPERATURE, CONSISTENCY_TOP_P
+from nudgeability.splice.run.units import UnitContext, UnitCounts, base_record
+
+
+def run_consistency_unit(
+    ctx: UnitContext, code: str, seed: int, indices: Sequence[int]
+) -> tuple[list[Record], UnitCounts]:
+    """The K unaided self-consistency samples of each problem at `indices`, one batched generate.
+
+    Sample k of a problem decodes at temperature 1.0, top-p 0.95 from its own stream, keyed by
+    (seed, problem, code, k); its record is read and graded as NT's and carries its answer key.
+    """
+    samples = ctx.prepared.config.consistency_samples
+    prompts, params, owners = [], [], []
+    for i in indices:
+        prompt = list(ctx.prepared.prompts[i].for_base(NO_TOOL_BASE))
+        for k in range(samples):
+            prompts.append(prompt)
+            params.append(
+                dataclasses.replace(
+                    ctx.params(
+                        seed, ctx.prepared.problems[i].id, code, ctx.prepared.config.max_new_tokens
+                    ),
+                    temperature=CONSISTENCY_TEMPERATURE,
+                    top_p=CONSISTENCY_TOP_P,
+                    seed_key=(seed, ctx.prepared.problems[i].id, code, k),
+                )
+            )
+            owners.append((i, k))
+    counts, records = UnitCounts(), []
+    if not prompts:
+        return records, counts
+    for (i, k), prompt, out in zip(owners, prompts, ctx.backend.generate(prompts, params)):
+        counts.add(out, shared=False)
+        record = base_record(ctx, ctx.prepared.problems[i], NO_TOOL_BASE, seed, prompt, out)
+        records.append(
+            dataclasses.replace(
+                record,
+                condition=code,
+                sample=k,
+                signals={"answer_key": ctx.prepared.task.answer_key(record.action.answer)},
+            )
+        )
+    return records, counts

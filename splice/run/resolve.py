@@ -1,0 +1,266 @@
+"""The resolution phase (`nudge run --resolve`): execute each TOOL record's call and let the model finish.
+
+Measurement ends at the committed action; this optional phase asks what the action was worth.
+Every record whose action is TOOL (a base B / oracle_B, or an arm) gets one resolution:
+
+1. its call is executed by the task's offline tools (`tasks/tools.py`); a call whose arguments do
+   not fit the declaration is not executed, and the resolution says why;
+2. the resolution prompt is the record's whole context, cut just after the call (prompt, the base's
+   reasoning prefix, the arm's splice and generation up to and including the call), then the tool
+   result in the family's native tool-result turn and the header of the model's next turn
+   (`Family.continuation_ids`, byte-identical to the real chat template);
+3. the model generates that turn; its action is read like any other (a second tool call is
+   recorded as TOOL and not executed: one call per problem, as in the paper's design) and a SELF
+   answer is graded with the task's scorer.
+
+All resolutions of one problem and base share the prompt and the base's reasoning prefix (the
+base's own commitment, and each arm's splice, is part of its suffix), so they go through
+the backend's `fork_many` as one request per (problem, base): the prefix is prefilled once. A unit is one
+(seed, chunk), like the arms, and reads the chunk's base and arms parts; its sequences decode
+with `seed_key = (seed, problem_id, "resolve:" + condition)` and the arms' token budget.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nudgeability.engine import Completion, ForkRequest
+from nudgeability.engine.scheduler import GroupShape, batch_cost
+from nudgeability.models.families import SELF, TOOL, FamilyError
+from nudgeability.splice.experiment.conditions import ARM_BASES, base_of, get_condition
+from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
+from nudgeability.splice.experiment.records import ResolutionRecord, record_sha256
+from nudgeability.splice.run.units import UnitContext, UnitCounts
+from nudgeability.splice.rundir.layout import RecordKey
+from nudgeability.splice.tasks import Problem
+from nudgeability.splice.tasks.tools import ToolCallError
+
+SEED_KEY_PREFIX = "resolve:"
+
+
+@dataclass
+class _Source:
+    """One TOOL record to resolve, and what its resolution needs."""
+
+    line: str  # the record's JSON line, as stored
+    record: dict
+    after_cut: list[int]  # the ids after the shared prefix, up to the end of the record
+
+
+def thinking_opens_after_result(ctx: UnitContext) -> bool:
+    """Whether the family's next-turn header leaves the thinking block open (GLM-Z1 writes
+    `<think>`, Gemma 4 `<|channel>thought`), so the generated ids start inside the thinking."""
+    text = ctx.prepared.family.render_tool_result("tool", "result", thinking=True)
+    return text.rfind(ctx.prepared.family.think_open_text) > text.rfind(
+        ctx.prepared.family.think_close_text
+    )
+
+
+def tool_record_sources(
+    ctx: UnitContext, base: str, problem_id: str, base_lines: dict, arm_lines: dict
+) -> tuple[dict | None, list[_Source]]:
+    """The base record of (problem, base) and its TOOL records (the base's own, then its arms')."""
+    line = base_lines.get(problem_id)
+    if line is None:
+        return None, []
+    record = json.loads(line)
+    boundary = record["boundary"]
+    sources = []
+    if record["action"]["kind"] == TOOL and boundary is not None:
+        sources.append(_Source(line, record, record["generated_ids"][boundary:]))
+    for arm in ctx.arms_of(base):
+        arm_line = arm_lines.get(RecordKey(problem_id, arm.code, record["seed"]))
+        if arm_line is None:
+            continue
+        arm_record = json.loads(arm_line)
+        if arm_record["action"]["kind"] == TOOL:
+            after = list(ctx.prepared.splices[arm.code]) + arm_record["generated_ids"]
+            sources.append(_Source(arm_line, arm_record, after))
+    return record, sources
+
+
+def run_resolve_unit(
+    ctx: UnitContext,
+    seed: int,
+    indices: Sequence[int],
+    parts: dict[str, list[str]],
+) -> tuple[list[ResolutionRecord], UnitCounts]:
+    """Resolve every TOOL record of the problems at `indices` (one seed).
+
+    `parts` maps each base phase ('B', 'oracle_B') and 'arms' to the record lines of this chunk's
+    unit. Returns the resolutions in canonical order (problems, then conditions) and the counts.
+    """
+    base_lines = {
+        base: {json.loads(line)["problem_id"]: line for line in parts.get(base, [])}
+        for base in ARM_BASES
+    }
+    arm_lines = {RecordKey.of(json.loads(line)): line for line in parts.get("arms", [])}
+    limit = _context_limit(ctx)
+    thinking_open = thinking_opens_after_result(ctx)
+    requests, pending = [], []  # pending: (problem, source, tool output, prompt) per suffix
+    done: dict[tuple[str, str], ResolutionRecord] = {}
+    for i in indices:
+        problem = ctx.prepared.problems[i]
+        for base in ARM_BASES:
+            if base not in base_lines or not base_lines[base]:
+                continue
+            record, sources = tool_record_sources(
+                ctx, base, problem.id, base_lines[base], arm_lines
+            )
+            if not sources:
+                continue
+            prefix = (
+                list(ctx.prepared.prompts[i].for_base(base))
+                + record["generated_ids"][: record["boundary"]]
+            )
+            suffixes, params, group = [], [], []
+            for source in sources:
+                resolved = _prepare(ctx, problem, source, prefix, limit)
+                if isinstance(resolved, ResolutionRecord):
+                    done[(problem.id, source.record["condition"])] = resolved
+                    continue
+                output, suffix = resolved
+                suffixes.append(suffix)
+                code = source.record["condition"]
+                params.append(
+                    ctx.params(
+                        seed,
+                        problem.id,
+                        SEED_KEY_PREFIX + code,
+                        ctx.prepared.config.max_new_tokens_arm,
+                    )
+                )
+                group.append((problem, source, output, prefix + suffix))
+            if not suffixes:
+                continue
+            budget = ctx.prepared.config.max_new_tokens_arm
+            shape = GroupShape.of(len(prefix), [len(x) for x in suffixes], [budget] * len(suffixes))
+            if _fits(ctx, shape):
+                requests.append(ForkRequest(prefix, suffixes, params))
+                pending.append(group)
+            else:  # over the KV budget together: one request each (each fits, see _prepare)
+                for suffix, param, one in zip(suffixes, params, group):
+                    requests.append(ForkRequest(prefix, [suffix], [param]))
+                    pending.append([one])
+    counts = UnitCounts()
+    if requests:
+        for group, outs in zip(pending, ctx.backend.fork_many(requests)):
+            for j, ((problem, source, output, prompt), out) in enumerate(zip(group, outs)):
+                counts.add(out, shared=j == 0)
+                done[(problem.id, source.record["condition"])] = _resolved(
+                    ctx, problem, source, output, prompt, out, thinking_open
+                )
+    return _in_canonical_order(ctx, indices, done), counts
+
+
+def _fits(ctx: UnitContext, shape: GroupShape) -> bool:
+    budget = ctx.prepared.config.max_batch_tokens
+    return budget is None or batch_cost([shape]) <= budget
+
+
+def _context_limit(ctx: UnitContext) -> int | None:
+    return ctx.backend.context_limit
+
+
+def _prepare(ctx, problem, source, prefix, limit):
+    """(tool output, suffix ids), or the ResolutionRecord of a call that is not continued."""
+    record = source.record
+    action = record["action"]
+    try:
+        output = ctx.prepared.toolbox.execute(problem, action["tool_name"], action["arguments"])
+    except ToolCallError as exc:
+        return _unresolved(ctx, problem, source, None, f"not executed: {exc}")
+    try:
+        suffix = ctx.prepared.family.continuation_ids(source.after_cut, output.name, output.text)
+    except FamilyError as exc:  # the parser saw a call that the cut cannot find: keep the reason
+        return _unresolved(ctx, problem, source, output, f"not continued: {exc}")
+    needed = len(prefix) + len(suffix) + ctx.prepared.config.max_new_tokens_arm
+    alone = GroupShape.of(len(prefix), [len(suffix)], [ctx.prepared.config.max_new_tokens_arm])
+    if not _fits(ctx, alone):
+        return _unresolved(
+            ctx,
+            problem,
+            source,
+            output,
+            f"not continued: it needs {batch_cost([alone])} KV token slots, more than "
+            f"--max-batch-tokens {ctx.prepared.config.max_batch_tokens}",
+        )
+    if limit is not None and needed > limit:
+        return _unresolved(
+            ctx,
+            problem,
+            source,
+            output,
+            f"not continued: the prompt ({len(prefix) + len(suffix)} tokens) and its budget need "
+            f"{needed} positions, more than the model's context of {limit}",
+        )
+    return output, suffix
+
+
+def _unresolved(ctx, problem: Problem, source: _Source, output, reason: str) -> ResolutionRecord:
+    record = source.record
+    return ResolutionRecord(
+        problem_id=problem.id,
+        task=ctx.prepared.task.name,
+        condition=record["condition"],
+        seed=record["seed"],
+        source_sha256=record_sha256(source.line),
+        tool_name=record["action"]["tool_name"],
+        arguments=record["action"]["arguments"],
+        executed=output is not None,
+        result_sha256=None if output is None else output.sha256,
+        unresolved=reason,
+        prompt_tokens=None,
+        prompt_sha256=None,
+        generated_ids=[],
+        text="",
+        finish_reason=None,
+        action=None,
+        grade=None,
+    )
+
+
+def _resolved(
+    ctx, problem: Problem, source: _Source, output, prompt: list[int], out: Completion, open_: bool
+) -> ResolutionRecord:
+    record = source.record
+    generated = list(out.token_ids)
+    # Read the turn as the family reads any commitment: after its final think-close. A turn that
+    # starts outside the thinking block gets the close in front, so a direct answer counts.
+    read = generated if open_ else list(ctx.prepared.family.think_close_ids) + generated
+    tools = declared_tools(ctx.prepared.task, base_of(get_condition(record["condition"])))
+    action = ctx.prepared.family.parse_action(
+        read, out.finish_reason, tools=tools, is_answer=ctx.prepared.task.holds_answer
+    )
+    grade = ctx.prepared.task.grade(problem, action.answer) if action.kind == SELF else None
+    return ResolutionRecord(
+        problem_id=problem.id,
+        task=ctx.prepared.task.name,
+        condition=record["condition"],
+        seed=record["seed"],
+        source_sha256=record_sha256(source.line),
+        tool_name=output.name,
+        arguments=output.arguments,
+        executed=True,
+        result_sha256=output.sha256,
+        unresolved=None,
+        prompt_tokens=len(prompt),
+        prompt_sha256=prompt_sha256(prompt),
+        generated_ids=generated,
+        text=ctx.prepared.family.decode(generated),
+        finish_reason=out.finish_reason,
+        action=action,
+        grade=grade,
+    )
+
+
+def _in_canonical_order(ctx, indices, done: dict) -> list[ResolutionRecord]:
+    ordered = []
+    for i in indices:
+        for condition in ctx.prepared.plan.conditions:
+            found = done.pop((ctx.prepared.problems[i].id, condition.code), None)
+            if found is not None:
+                ordered.append(found)
+    return ordered

@@ -1,0 +1,95 @@
+"""The model's own uncertainty signals, computed in the run and stored with the records.
+
+Small summaries only, never logits (stats/grounding/join.py reads them back):
+
+- **Token uncertainty of B's reasoning up to the cut.** The engine returns, per generated token,
+  its log-probability and the entropy of the model's next-token distribution (temperature 1,
+  whole vocabulary; `SamplingParams.token_stats`). Over B's tokens before the think-close
+  (generated_ids[:boundary]) the B record stores `entropy_mean`, `entropy_max`, `nll_mean`
+  (nats) and `tokens`; all None when the cut is at 0 tokens; no signals when B never closed.
+- **Hidden state at B's cut.** The final-layer hidden state at the last position before the cut
+  (the state whose logits chose the think-close), float16. One engine pass over prompt + reasoning
+  with `return_hidden` computes it; the states of a B unit go to one side file
+  `signals/<unit>.npy` (rows in the unit's problem order, closed B's only), written atomically
+  before the unit's part file, and the B record stores `hidden = {"file", "row"}`.
+- **Self-consistency.** K unaided samples per problem (condition `consistency`, `sample` 0..K-1)
+  at temperature 1.0 and top-p 0.95, seed key (seed, problem, "consistency", k), in one batched
+  `Engine.generate` per unit; each stores `answer_key`, the task's normalised answer
+  (Task.answer_key). They are graded against the gold like NT but are never the competence label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+
+from nudgeability.engine import Completion, Engine, SamplingParams
+from nudgeability.models.atomic import atomic_write_bytes
+from nudgeability.splice.experiment.records import Record
+from nudgeability.splice.rundir.layout import side_file
+
+CONSISTENCY_TEMPERATURE = 1.0
+CONSISTENCY_TOP_P = 0.95
+
+
+def token_uncertainty(
+    logprobs: list[float] | None, entropies: list[float] | None, boundary: int | None
+) -> dict | None:
+    """The B record's token-uncertainty summary over generated[:boundary]; None without a cut."""
+    if boundary is None or logprobs is None or entropies is None:
+        return None
+    if boundary == 0:
+        return {"entropy_mean": None, "entropy_max": None, "nll_mean": None, "tokens": 0}
+    entropy = np.asarray(entropies[:boundary], dtype=np.float64)
+    nll = -np.asarray(logprobs[:boundary], dtype=np.float64)
+    return {
+        "entropy_mean": float(entropy.mean()),
+        "entropy_max": float(entropy.max()),
+        "nll_mean": float(nll.mean()),
+        "tokens": int(boundary),
+    }
+
+
+def hidden_reference(unit_name: str, row: int) -> dict:
+    """What a B record stores to find its hidden state: the side file (relative to the run
+    directory) and the row in it."""
+    return {"file": side_file(unit_name), "row": int(row)}
+
+
+def write_hidden(path: str | os.PathLike, states: np.ndarray) -> None:
+    """Save a float16 (rows, hidden) array as .npy atomically (models/atomic.py)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(states, dtype=np.float16))
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def with_b_signals(
+    engine: Engine,
+    records: list[Record],
+    prompts: list[list[int]],
+    outs: list[Completion],
+    path: Path,
+    unit_name: str,
+) -> list[Record]:
+    """B's records with their token uncertainty up to the cut and the reference of their hidden
+    state at the cut; one engine pass over prompt + reasoning gives the hidden states, which are
+    written to `path` (rows: the closed B's in unit order)."""
+    closed = [j for j, record in enumerate(records) if record.boundary is not None]
+    rows = {j: row for row, j in enumerate(closed)}
+    if closed:
+        cut = [prompts[j] + records[j].generated_ids[: records[j].boundary] for j in closed]
+        states = engine.generate(cut, SamplingParams(max_new_tokens=1, return_hidden=True))
+        write_hidden(path, np.stack([state.hidden.float().numpy() for state in states]))
+    out = []
+    for j, (record, completion) in enumerate(zip(records, outs)):
+        summary = token_uncertainty(completion.logprobs, completion.entropies, record.boundary)
+        if summary is not None:
+            summary["hidden"] = hidden_reference(unit_name, rows[j])
+        out.append(dataclasses.replace(record, signals=summary))
+    return out

@@ -1,0 +1,237 @@
+"""Computing one unit of work: a base phase for a chunk of problems, or the chunk's splice arms.
+
+A base unit (NT, B or oracle_B) is one `generate` over the chunk's prompts. The arms unit is one
+`fork_many` holding, for every problem of the chunk whose base closed its
+thinking, one request on B's prefix (prompt + B's ids before the first think-close) with every
+B-arm as a suffix (the empty splice is an empty suffix), and one on oracle_B's own prefix with the
+oracle arms. Each sequence decodes with `seed_key = (seed, problem_id, condition)`. Both calls go
+to the run's backend (nudgeability.backends: the in-process engine or a server); each record
+states the continuation level of its completion.
+
+Actions are read by the family after the cut: NT from its whole generation with no tool declared,
+a base from its ids from the boundary on, an arm from its splice ids plus its generation. NT is
+always graded; B, oracle_B and the arms when they answer (SELF), so that the resolution phase's
+final accuracy (resolve.py) can read every condition's answers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nudgeability.backends.base import Backend, continuation_of
+from nudgeability.engine import Completion, ForkRequest, SamplingParams
+from nudgeability.models.families import SELF
+from nudgeability.splice.experiment.conditions import NO_TOOL_BASE, TOOL_BASE, Condition
+from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
+from nudgeability.splice.experiment.records import Record
+from nudgeability.splice.run.prepare import Prepared
+from nudgeability.splice.run.signals import with_b_signals
+from nudgeability.splice.tasks import Problem
+
+
+@dataclass
+class UnitCounts:
+    """Token counts of one unit, for the timings file and the progress bar."""
+
+    sequences: int = 0
+    prefill_tokens: int = 0  # per-sequence prefill (whole prompts; arms' suffixes)
+    shared_prefill_tokens: int = 0  # prefixes computed once per fork group
+    generated_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens a server said it served from its prefix cache
+    retries: int = 0  # requests a server backend retried
+    seconds: float = 0.0  # wall time of the unit
+
+    def add(self, completion: Completion, shared: bool) -> None:
+        self.sequences += 1
+        self.cached_prompt_tokens += getattr(completion, "cached_tokens", None) or 0
+        self.prefill_tokens += completion.prefill_tokens
+        self.generated_tokens += len(completion.token_ids)
+        if shared:
+            self.shared_prefill_tokens += completion.shared_prefill_tokens
+
+
+@dataclass
+class UnitContext:
+    """What every unit of one run needs; built once per run."""
+
+    prepared: Prepared  # the config, task, family, problems, prompts, splices and plan
+    backend: Backend
+
+    def arms_of(self, base: str) -> list[Condition]:
+        """The arms that fork from `base`, in canonical order (the run's plan)."""
+        return self.prepared.plan.arms_of(base)
+
+    def params(
+        self, seed: int, problem_id: str, code: str, budget: int, *, token_stats: bool = False
+    ) -> SamplingParams:
+        """Sampling settings of one sequence; its random stream is keyed by (seed, problem, condition)."""
+        return SamplingParams(
+            token_stats=token_stats,
+            max_new_tokens=budget,
+            temperature=self.prepared.config.temperature,
+            top_p=self.prepared.config.top_p,
+            seed_key=(seed, problem_id, code),
+            stop_token_ids=tuple(self.prepared.family.stop_token_ids),
+            stop_strings=tuple(self.prepared.family.stop_strings),
+        )
+
+
+def run_base_unit(
+    ctx: UnitContext,
+    base: str,
+    seed: int,
+    indices: Sequence[int],
+    signals_file: tuple[Path, str] | None = None,
+) -> tuple[list[Record], UnitCounts]:
+    """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each.
+
+    With `signals_file` = (path, unit name) and base B, the records carry B's uncertainty signals
+    and the hidden states at the cut go to `path` (splice/run/signals.py).
+    """
+    with_signals = signals_file is not None and base == TOOL_BASE
+    prompts = [list(ctx.prepared.prompts[i].for_base(base)) for i in indices]
+    budget = ctx.prepared.config.max_new_tokens
+    params = [
+        ctx.params(seed, ctx.prepared.problems[i].id, base, budget, token_stats=with_signals)
+        for i in indices
+    ]
+    outs = ctx.backend.generate(prompts, params)
+    counts, records = UnitCounts(), []
+    for i, prompt, out in zip(indices, prompts, outs):
+        counts.add(out, shared=False)
+        records.append(base_record(ctx, ctx.prepared.problems[i], base, seed, prompt, out))
+    if with_signals:
+        records = with_b_signals(ctx.backend.engine, records, prompts, outs, *signals_file)
+    return records, counts
+
+
+def base_record(
+    ctx: UnitContext, problem: Problem, base: str, seed: int, prompt: list[int], out: Completion
+) -> Record:
+    """The record of a base run: its boundary (B, oracle_B), action and grade."""
+    generated = list(out.token_ids)
+    tools = declared_tools(ctx.prepared.task, base)
+    boundary = None if base == NO_TOOL_BASE else ctx.prepared.family.find_boundary(generated)
+    action = ctx.prepared.family.parse_action(
+        generated[boundary or 0 :],
+        out.finish_reason,
+        tools=tools,
+        is_answer=ctx.prepared.task.holds_answer,
+    )
+    grade = None
+    if base == NO_TOOL_BASE or action.kind == SELF:
+        grade = ctx.prepared.task.grade(problem, action.answer)
+    return Record(
+        problem_id=problem.id,
+        task=ctx.prepared.task.name,
+        condition=base,
+        sentence_id=None,
+        seed=seed,
+        prompt_tokens=len(prompt),
+        prompt_sha256=prompt_sha256(prompt),
+        prefix_tokens=None,
+        boundary=boundary,
+        generated_ids=generated,
+        text=ctx.prepared.family.decode(generated),
+        finish_reason=out.finish_reason,
+        action=action,
+        grade=grade,
+        continuation=continuation_of(out),
+    )
+
+
+@dataclass
+class _Group:
+    """One fork request's bookkeeping: which problem, base and arms its completions belong to."""
+
+    index: int
+    base: str
+    arms: list[Condition]
+    prefix_tokens: int
+
+
+def run_arms_unit(
+    ctx: UnitContext, seed: int, indices: Sequence[int], base_lines: dict[str, list[str]]
+) -> tuple[list[Record], UnitCounts]:
+    """Fork every arm of the problems at `indices` from their bases' stored records.
+
+    `base_lines` maps 'B' / 'oracle_B' to the record lines of this chunk's base unit (same seed).
+    A problem whose base never closed its thinking (boundary null) gets no arms of that base.
+    """
+    bases: dict[str, dict[str, dict]] = {}
+    for base, lines in base_lines.items():
+        bases[base] = {record["problem_id"]: record for record in map(json.loads, lines)}
+    requests, groups = [], []
+    for i in indices:
+        problem = ctx.prepared.problems[i]
+        for base in ctx.prepared.plan.arm_bases:
+            arms = ctx.arms_of(base)
+            record = bases[base][problem.id]
+            if record["boundary"] is None:
+                continue
+            reasoning = record["generated_ids"][: record["boundary"]]
+            prefix = list(ctx.prepared.prompts[i].for_base(base)) + reasoning
+            suffixes = [list(ctx.prepared.splices[arm.code]) for arm in arms]
+            params = [
+                ctx.params(seed, problem.id, arm.code, ctx.prepared.config.max_new_tokens_arm)
+                for arm in arms
+            ]
+            requests.append(ForkRequest(prefix, suffixes, params))
+            groups.append(_Group(i, base, arms, len(reasoning)))
+    counts, records = UnitCounts(), []
+    if not requests:
+        return records, counts
+    for group, outs in zip(groups, ctx.backend.fork_many(requests)):
+        for j, (arm, out) in enumerate(zip(group.arms, outs)):
+            counts.add(out, shared=j == 0)
+            records.append(
+                arm_record(
+                    ctx,
+                    ctx.prepared.problems[group.index],
+                    arm,
+                    seed,
+                    ctx.prepared.prompts[group.index].for_base(group.base),
+                    group.prefix_tokens,
+                    out,
+                )
+            )
+    return records, counts
+
+
+def arm_record(
+    ctx: UnitContext,
+    problem: Problem,
+    arm: Condition,
+    seed: int,
+    prompt: Sequence[int],
+    prefix_tokens: int,
+    out: Completion,
+) -> Record:
+    """The record of one arm: the action read from its splice ids plus its generation."""
+    generated = list(out.token_ids)
+    action = ctx.prepared.family.parse_action(
+        list(ctx.prepared.splices[arm.code]) + generated,
+        out.finish_reason,
+        tools=declared_tools(ctx.prepared.task, arm.parent),
+        is_answer=ctx.prepared.task.holds_answer,
+    )
+    return Record(
+        problem_id=problem.id,
+        task=ctx.prepared.task.name,
+        condition=arm.code,
+        sentence_id=arm.sentence_id,
+        seed=seed,
+        prompt_tokens=len(prompt),
+        prompt_sha256=prompt_sha256(prompt),
+        prefix_tokens=prefix_tokens,
+        boundary=None,
+        generated_ids=generated,
+        text=ctx.prepared.family.decode(generated),
+        finish_reason=out.finish_reason,
+        action=action,
+        grade=ctx.prepared.task.grade(problem, action.answer) if action.kind == SELF else None,
+        continuation=continuation_of(out),
+    )

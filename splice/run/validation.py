@@ -1,0 +1,186 @@
+"""Checking a requested run before anything is loaded or written: each error names its flag.
+
+`validate(requested, remote)` checks the settings that need no file and no model, in order of
+cost (decoding, conditions, budgets, chunk size, signals, KV budget, dtype, quantised compute
+mode, what a server cannot do, device, family, resolution), and returns what they resolve to. `check_fits` checks, once the
+prompts are rendered, that no problem's longest sequence overflows the model's context or one
+engine group the KV budget. Every failure is a one-line `ConfigError` (a ValueError) naming the
+flag, and the file and line of the problem where there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from nudgeability.engine import GroupShape, batch_cost
+from nudgeability.models.families import KNOWN_FAMILIES
+from nudgeability.models.quant.compute import QUANT_COMPUTES
+from nudgeability.splice.experiment.conditions import (
+    NO_TOOL_BASE,
+    Condition,
+    UnknownConditionError,
+    base_of,
+    parse_conditions,
+)
+from nudgeability.splice.experiment.prompts import ProblemPrompts
+from nudgeability.splice.run.config import DTYPES, SERVER, ConfigError, RunConfig, resolve_decoding
+from nudgeability.splice.run.remote import RemoteSpec
+from nudgeability.splice.tasks import Problem
+
+
+@dataclass(frozen=True)
+class Validated:
+    """What the checked settings resolve to."""
+
+    temperature: float
+    top_p: float
+    seeds: tuple[int, ...]
+    conditions: list[Condition]  # canonical order, without the self-consistency samples
+    device: str  # "cpu", "cuda", "cuda:N", or SERVER for a run on a server
+
+
+def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validated:
+    """Check `requested` (and, for a run on a server, what a server cannot do); see the module
+    docstring. Loads nothing and creates no file."""
+    temperature, top_p, seeds = resolve_decoding(requested.decoding, requested.seeds)
+    if (requested.temperature, requested.top_p) not in ((None, None), (temperature, top_p)):
+        raise ConfigError(
+            f"temperature/top_p: --decoding {requested.decoding} uses {temperature}/{top_p}; "
+            "leave them unset"
+        )
+    try:
+        conditions = parse_conditions(requested.conditions)
+    except UnknownConditionError as exc:
+        raise ConfigError(f"--conditions: {exc}") from None
+    if min(requested.max_new_tokens, requested.max_new_tokens_arm) < 1:
+        raise ConfigError("--max-new-tokens: budgets must be >= 1")
+    if requested.chunk_size < 1:
+        raise ConfigError(f"--chunk-size {requested.chunk_size}: must be >= 1")
+    if requested.consistency_samples < 0:
+        raise ConfigError(
+            f"--consistency-samples {requested.consistency_samples}: must be >= 0 (0: none)"
+        )
+    if requested.max_batch_tokens is not None and requested.max_batch_tokens < 1:
+        raise ConfigError(f"--max-batch-tokens {requested.max_batch_tokens}: must be >= 1")
+    if requested.dtype not in DTYPES:
+        raise ConfigError(f"--dtype {requested.dtype!r}: expected one of {', '.join(DTYPES)}")
+    if requested.quant_compute is not None and requested.quant_compute not in QUANT_COMPUTES:
+        raise ConfigError(
+            f"--quant-compute {requested.quant_compute!r}: expected one of {', '.join(QUANT_COMPUTES)}"
+        )
+    if remote is not None:
+        _check_remote(requested, remote)
+    device = SERVER if remote is not None else resolve_device(requested.device)
+    if requested.family is not None and requested.family not in KNOWN_FAMILIES:
+        raise ConfigError(
+            f"--family {requested.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
+        )
+    if requested.resolve and (isinstance(requested.retrieve_k, bool) or requested.retrieve_k < 1):
+        raise ConfigError(f"--retrieve-k {requested.retrieve_k}: must be >= 1")
+    return Validated(temperature, top_p, tuple(seeds), conditions, device)
+
+
+def _check_remote(requested: RunConfig, remote: RemoteSpec) -> None:
+    """What a run on a server cannot do, naming the flag."""
+    if requested.quant_compute is not None:
+        raise ConfigError(
+            "--quant-compute: the in-process engine's setting; a server computes on its own"
+        )
+    if remote.api == "chat" and requested.resolve:
+        raise ConfigError(
+            "--resolve: a chat-level run cannot continue after a tool result; use --api completions"
+        )
+    if requested.signals or requested.consistency_samples:
+        raise ConfigError(
+            "--signals/--consistency-samples: the uncertainty signals read the in-process engine's "
+            "per-token entropies and hidden states; run them with --backend local"
+        )
+    if requested.max_batch_tokens is not None:
+        raise ConfigError("--max-batch-tokens: the engine's budget; a server batches on its own")
+
+
+def resolve_device(device: str | None) -> str:
+    """`--device` as torch names it: cuda when available and none is asked for, else cpu; a
+    ConfigError naming the flag for a device that is unknown or not on this machine."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"--device {device}: CUDA is not available on this machine; pass --device cpu"
+        )
+    if parsed.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {device!r}: expected cpu, cuda or cuda:N")
+    return str(parsed)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The sequences a run will ask for, as far as their lengths go (what `check_fits` reads)."""
+
+    data: Path  # the data file (the problem's line is named in a message)
+    problems: Sequence[Problem]
+    prompts: Sequence[ProblemPrompts]
+    conditions: Sequence[Condition]
+    splices: dict[str, tuple[int, ...]]  # arm code -> the ids appended at the cut
+    base_budget: int
+    arm_budget: int
+
+
+def check_fits(work: Workload, context: int | None, max_batch_tokens: int | None) -> None:
+    """Refuse up front a problem whose longest sequence would not fit the model's `context`, or
+    whose largest engine group could exceed `max_batch_tokens` mid-run (None: no limit)."""
+    if context is not None:
+        _check_context(work, context)
+    if max_batch_tokens is not None:
+        _check_batch_budget(work, max_batch_tokens)
+
+
+def _check_context(work: Workload, limit: int) -> None:
+    longest_splice = max((len(ids) for ids in work.splices.values()), default=0)
+    bases = {base_of(condition) for condition in work.conditions}
+    arms = any(condition.kind == "arm" for condition in work.conditions)
+    for problem, prompt in zip(work.problems, work.prompts):
+        for base in sorted(bases):
+            # an arm continues at most base_budget - 1 reasoning tokens, then its splice and budget
+            needed = len(prompt.for_base(base)) + work.base_budget
+            if base != NO_TOOL_BASE and arms:
+                needed += longest_splice + work.arm_budget
+            if needed > limit:
+                raise ConfigError(
+                    f"{work.data}:{problem.source_line}: problem {problem.id}: the {base} prompt "
+                    f"({len(prompt.for_base(base))} tokens) plus the token budgets needs {needed} "
+                    f"positions, more than the model's context of {limit}; lower --max-new-tokens"
+                )
+
+
+def _check_batch_budget(work: Workload, budget: int) -> None:
+    """A base is a prompt run alone (an empty suffix); an arms group's prefix is the prompt plus
+    at most `base_budget - 1` reasoning tokens, with one suffix (the splice) per arm."""
+    for problem, prompt in zip(work.problems, work.prompts):
+        shapes = {}
+        for base in sorted({base_of(condition) for condition in work.conditions}):
+            length = len(prompt.for_base(base))
+            shapes[base] = GroupShape.of(length, (0,), (work.base_budget,))
+            arms = [c for c in work.conditions if c.kind == "arm" and c.parent == base]
+            if arms:
+                shapes[f"{base} arms"] = GroupShape.of(
+                    length + work.base_budget - 1,
+                    [len(work.splices[c.code]) for c in arms],
+                    (work.arm_budget,) * len(arms),
+                )
+        for name, shape in shapes.items():
+            need = batch_cost([shape])
+            if need > budget:
+                raise ConfigError(
+                    f"--max-batch-tokens {budget}: {work.data}:{problem.source_line}: problem "
+                    f"{problem.id}'s {name} can need {need} KV token slots; raise the budget to "
+                    f"at least {need}, or lower --max-new-tokens"
+                )

@@ -1,0 +1,182 @@
+"""A run directory opened for work: its manifest, finished units as part files, the final files.
+
+What each file holds, and in which order the runner writes them, is in splice/rundir/README.md.
+Every file is written to a temporary name, fsynced and renamed into place (`models/atomic.py`),
+so a run killed at any moment leaves either a whole file or none: a resumed run skips the parts
+that exist and recomputes the rest. A lock file keeps two processes from working in one directory at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from nudgeability.models.atomic import (
+    atomic_directory,
+    atomic_write_lines,
+    remove_temporaries,
+)
+from nudgeability.splice.rundir.layout import (
+    DAMAGED,
+    LOCK,
+    MANIFEST,
+    PART_SUFFIX,
+    PARTS,
+    RECORDS,
+    TIMINGS,
+    part_file,
+    split_lines,
+)
+from nudgeability.splice.rundir.manifest import (
+    OutputDirError,
+    compare_manifests,
+    manifest_text,
+    read_manifest,
+)
+from nudgeability.splice.rundir.plan import Unit
+from nudgeability.splice.rundir.seal import write_sealed_manifest
+
+try:  # POSIX advisory locks; released by the kernel when the process dies, even by SIGKILL
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+
+class ConfigChangedError(OutputDirError):
+    """An existing output directory was made by a different config; the message lists the keys."""
+
+
+def part_path(root: Path, unit: Unit) -> Path:
+    """Where a run directory stores a finished unit's records."""
+    return Path(root) / part_file(unit.name)
+
+
+class WorkStore:
+    """An output directory opened for work. Use `WorkStore.open`; call `close` (or use `with`)."""
+
+    def __init__(self, root: Path, lock_fd: int | None, provenance_changes: list[str]):
+        self.root = Path(root)
+        self.parts = self.root / PARTS
+        self._lock_fd = lock_fd
+        self.provenance_changes = provenance_changes  # versions / git commit that differ on resume
+
+    @classmethod
+    def open(cls, out: str | os.PathLike, manifest: dict) -> WorkStore:
+        """Create `out` with `manifest`, or reopen it for resuming when its manifest is equal.
+
+        A new directory appears whole (made under a temporary name and renamed), so a failure
+        leaves nothing behind. An existing directory whose manifest differs in what decides the
+        records raises `ConfigChangedError` listing every differing key; differing versions or git
+        commit are kept in `provenance_changes` for the caller to report. A directory that is not
+        empty and holds no manifest raises `OutputDirError`.
+        """
+        out = Path(out).absolute()
+        if out.exists() and not out.is_dir():
+            raise OutputDirError(f"{out}: exists and is not a directory; pass another --out")
+        provenance: list[str] = []
+        if not out.exists() or not any(out.iterdir()):
+            _create(out, manifest)
+        else:
+            differences, provenance = compare_manifests(read_manifest(out), manifest)
+            if differences:
+                raise ConfigChangedError(
+                    f"{out / MANIFEST}: this directory holds a run with another config "
+                    f"({len(differences)} difference(s): {'; '.join(differences)}); pass the same "
+                    "arguments to resume it, or another --out"
+                )
+        store = cls(out, _lock(out), provenance)
+        store.parts.mkdir(exist_ok=True)
+        # Temp files of a killed run (the lock says no other process works here).
+        remove_temporaries(store.parts)
+        remove_temporaries(out)
+        return store
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> WorkStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ----- parts ----------------------------------------------------------------------------------
+    def part_path(self, unit: Unit) -> Path:
+        return part_path(self.root, unit)
+
+    def has(self, unit: Unit) -> bool:
+        """Whether the unit finished (its part file exists, whole)."""
+        return self.part_path(unit).is_file()
+
+    def write_part(self, unit: Unit, lines: list[str]) -> None:
+        """Store a finished unit's record lines (possibly none) atomically."""
+        atomic_write_lines(self.part_path(unit), lines)
+
+    def set_aside(self, unit: Unit) -> Path:
+        """Move a damaged part out of `parts/` (kept for inspection); return where it went."""
+        target_dir = self.root / DAMAGED
+        target_dir.mkdir(exist_ok=True)
+        number = 1
+        while (target := target_dir / f"{unit.name}.{number}{PART_SUFFIX}").exists():
+            number += 1
+        os.replace(self.part_path(unit), target)
+        return target
+
+    def read_part(self, unit: Unit) -> list[str]:
+        """The record lines of a finished unit."""
+        return split_lines(self.part_path(unit).read_text(encoding="utf-8"))
+
+    # ----- final files ----------------------------------------------------------------------------
+    def append_timing(self, entry: dict) -> None:
+        """Append one line to timings.jsonl with a single write (no torn line if killed)."""
+        data = (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
+        fd = os.open(self.root / TIMINGS, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def write_records(self, lines: Iterable[str], name: str = RECORDS) -> Path:
+        """Write records.jsonl (or `name`, e.g. RESOLUTIONS) atomically from `lines`; its path."""
+        path = self.root / name
+        atomic_write_lines(path, lines)
+        return path
+
+    def seal(self) -> None:
+        """Rewrite the manifest with the seal of records.jsonl, every part file and every side
+        file, atomically (splice/rundir/seal.py).
+
+        Called last, when records.jsonl is written: the stored manifest (the one the run started
+        with, whatever code resumes it) is kept, and only its seal is replaced."""
+        write_sealed_manifest(self.root, read_manifest(self.root))
+
+
+def _create(out: Path, manifest: dict) -> None:
+    # The rename replaces an empty directory too, and fails if another run made `out` meanwhile.
+    try:
+        with atomic_directory(out) as tmp:
+            atomic_write_lines(tmp / MANIFEST, [manifest_text(manifest)])
+            (tmp / PARTS).mkdir()
+    except OSError as exc:
+        raise OutputDirError(
+            f"{out}: cannot create the output directory ({exc.strerror or exc})"
+        ) from None
+
+
+def _lock(out: Path) -> int | None:
+    if fcntl is None:  # pragma: no cover
+        return None
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise OutputDirError(
+            f"{out}: another `nudge run` is working in this directory; wait for it "
+            "to finish or pass another --out"
+        ) from None
+    return fd

@@ -1,0 +1,217 @@
+"""The join from run directories to experiment tables: the one place records become arrays.
+
+Data flows one way: stats reads the JSON of a run directory (reading.py, run_dirs.py) and never
+imports the runner. Rules of the join (the delegation and grounding joins follow the same rows and
+the same competence label, through `Rows` and `competence_label`):
+
+- one table row per (problem, seed) seen in the records; problems in order of first appearance,
+  seeds ascending; the rows of one problem share a cluster;
+- s from the NT record: grade.correct True -> 1, False -> 0; None, no grade, a TRUNC action or
+  no NT record -> -1 (unknown);
+- base from the B record's action; -1 without a B record;
+- correct['B'] / correct['oracle_B']: the grade of a SELF answer (1 / 0), else -1;
+- every other condition becomes an arm, as does every condition the manifest's config asked for
+  (so a run whose B never closed its thinking still has its conf/doubt arrays, all -1); where B
+  (or oracle_B for the oracle arms) never closed its thinking (boundary null) the arms are -1, as
+  are arms without a record;
+- run directories of one (model, task, decoding) are pooled as run_dirs.py says;
+- a repeated (problem, condition, seed) is an error;
+- self-consistency samples (records with a `sample` index) are signals, not arms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from nudgeability.backends.names import CONTINUATION_LEVELS
+from nudgeability.splice.experiment.conditions import (
+    BASE_CODES,
+    CONDITIONS,
+    NO_TOOL_BASE,
+    TOOL_BASE,
+)
+from nudgeability.splice.rundir.layout import RECORDS
+
+from ..actions import NONE, SELF, TRUNC, action_code, competence_code
+from ..table import ExperimentLabel, ExperimentTable
+from .reading import continuation_of, iter_records, record_key
+from .run_dirs import RecordsError, RunDir, check_poolable, labelled_run_dirs
+
+_PARENTS = {condition.code: condition.parent for condition in CONDITIONS}
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows of one experiment's table: one per (problem, seed), problems in order of first
+    appearance, seeds ascending; `cluster` is each row's problem index."""
+
+    keys: tuple[tuple[str, int], ...]  # (problem_id, seed) of each row
+    cluster: np.ndarray  # int64 (rows,)
+
+    @classmethod
+    def of(cls, seen: Iterable[tuple[str, int]]) -> Rows:
+        """The rows of the (problem_id, seed) pairs in the order the records were read."""
+        problems: dict[str, int] = {}
+        pairs: dict[tuple[str, int], None] = {}
+        for problem_id, seed in seen:
+            problems.setdefault(problem_id, len(problems))
+            pairs[(problem_id, int(seed))] = None
+        keys = tuple(sorted(pairs, key=lambda key: (problems[key[0]], key[1])))
+        cluster = np.array([problems[p] for p, _ in keys], dtype=np.int64)
+        return cls(keys, cluster)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def index(self) -> dict[tuple[str, int], int]:
+        """(problem_id, seed) -> row number."""
+        return {key: i for i, key in enumerate(self.keys)}
+
+
+def slim(record: dict) -> dict:
+    """Only the fields the joins read: a campaign's generated ids would not fit in memory."""
+    grade = record.get("grade")
+    return {
+        "problem_id": record["problem_id"],
+        "condition": record["condition"],
+        "seed": record["seed"],
+        "action": {"kind": record["action"]["kind"]},
+        "boundary": record.get("boundary", 0),
+        "grade": None if grade is None else {"correct": grade["correct"]},
+        "sample": record.get("sample"),
+    }
+
+
+def graded(record: dict | None) -> int:
+    """1 / 0 for a record whose grade says right / wrong, -1 when absent or ungradeable."""
+    if record is None or record.get("grade") is None:
+        return -1
+    return competence_code(record["grade"]["correct"])
+
+
+def competence_label(nt: dict | None) -> int:
+    """s of a row from its NT record: the grade, unless NT was truncated or has none (-1)."""
+    if nt is None or action_code(nt["action"]["kind"]) == TRUNC:
+        return -1
+    return graded(nt)
+
+
+def _closed(base_record: dict | None) -> bool:
+    """False when the base record says its thinking never closed (boundary null): no splice."""
+    return base_record is None or base_record.get("boundary", 0) is not None
+
+
+def table_from_records(
+    records: Sequence[dict], label: ExperimentLabel, conditions: Sequence[str] = ()
+) -> ExperimentTable:
+    """Join the records of one experiment into its ExperimentTable (rules in the module docstring).
+
+    Records must be unique per (problem_id, condition, seed). `conditions` adds arms that were
+    asked for even where no record holds them.
+    """
+    arms_of = [r for r in records if r.get("sample") is None]  # samples: signals, not arms
+    rows = Rows.of((r["problem_id"], r["seed"]) for r in arms_of)
+    found_at: list[dict[str, dict]] = [{} for _ in rows.keys]
+    where = rows.index()
+    for record in arms_of:
+        found_at[where[(record["problem_id"], int(record["seed"]))]][record["condition"]] = record
+    conditions = sorted(
+        ({c for found in found_at for c in found} | set(conditions)) - {NO_TOOL_BASE, TOOL_BASE}
+    )
+    n = len(rows)
+    s, base = np.full(n, -1, np.int8), np.full(n, NONE, np.int8)
+    arms = {c: np.full(n, NONE, np.int8) for c in conditions}
+    with_grade = [TOOL_BASE] + [code for code in BASE_CODES if code in conditions]
+    correct = {name: np.full(n, -1, np.int8) for name in with_grade}
+    for i, found in enumerate(found_at):
+        s[i] = competence_label(found.get(NO_TOOL_BASE))
+        if TOOL_BASE in found:
+            base[i] = action_code(found[TOOL_BASE]["action"]["kind"])
+        for name in with_grade:
+            record = found.get(name)
+            if record is not None and action_code(record["action"]["kind"]) == SELF:
+                correct[name][i] = graded(record)
+        for c in conditions:
+            # A base has no parent; a code this version does not know is taken as a fork of B.
+            parent = _PARENTS.get(c, TOOL_BASE)
+            if c in found and (parent is None or _closed(found.get(parent))):
+                arms[c][i] = action_code(found[c]["action"]["kind"])
+    return ExperimentTable(
+        s=s,
+        base=base,
+        arms=arms,
+        correct=correct,
+        cluster=rows.cluster,
+        seed=np.array([seed for _, seed in rows.keys], dtype=np.int64),
+        problem_ids=tuple(p for p, _ in rows.keys),
+        label=label,
+    )
+
+
+@dataclass
+class _Experiment:
+    """What the join gathers for one experiment while it reads its run directories."""
+
+    label: ExperimentLabel
+    first: RunDir  # the run directory every other one must pool with
+    asked: set[str]  # the conditions the manifests asked for
+    levels: set[str]  # the continuation levels seen
+    seen: dict[tuple, tuple[str, dict]]  # record key -> (where it was read, slim record)
+
+
+def load_experiments(
+    run_dirs: Sequence[str | Path], labels: Mapping[str | Path, str] | None = None
+) -> list[ExperimentTable]:
+    """One ExperimentTable per distinct (model, task, decoding) among the run directories, in
+    order of first appearance. `labels` maps run directories to a name that keeps them as their
+    own rows ("model (name)"). Raises RecordsError naming the file and line of any bad record,
+    or the differing keys of runs that cannot be pooled."""
+    experiments: dict[tuple[str, ...], _Experiment] = {}
+    for run_dir in labelled_run_dirs(run_dirs, labels):
+        key = run_dir.label.key
+        if key not in experiments:
+            level = run_dir.label.continuation
+            experiments[key] = _Experiment(run_dir.label, run_dir, set(), {level}, {})
+        experiment = experiments[key]
+        check_poolable(experiment.first, run_dir)
+        experiment.asked.update(run_dir.conditions)
+        _read_records(run_dir, experiment)
+    return [
+        table_from_records(
+            [record for _, record in e.seen.values()],
+            replace(e.label, continuation=_least_faithful(e.levels)),
+            sorted(e.asked),
+        )
+        for e in experiments.values()
+    ]
+
+
+def _read_records(run_dir: RunDir, experiment: _Experiment) -> None:
+    """Add a run directory's records to its experiment, checked against its manifest."""
+    label, path = experiment.label, run_dir.path / RECORDS
+    for number, record in iter_records(path):
+        if record["task"] != label.task:
+            raise RecordsError(
+                f"{path}:{number}: task {record['task']!r} but the manifest says {label.task!r}"
+            )
+        if record["seed"] not in run_dir.seeds:
+            seeds = list(run_dir.seeds)
+            raise RecordsError(
+                f"{path}:{number}: seed {record['seed']} is not among the manifest's seeds {seeds}"
+            )
+        key = record_key(record)
+        if key in experiment.seen:
+            first_at = experiment.seen[key][0]
+            raise RecordsError(f"{path}:{number}: duplicate record {key} (first at {first_at})")
+        experiment.seen[key] = (f"{path}:{number}", slim(record))
+        experiment.levels.add(continuation_of(record, path, number))
+
+
+def _least_faithful(levels: set[str]) -> str:
+    """The experiment's level: its least faithful record's (a server that returned no ids for
+    some requests makes a token-mode run text-level)."""
+    return max(levels, key=CONTINUATION_LEVELS.index)

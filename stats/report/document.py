@@ -1,0 +1,157 @@
+"""The files `nudge stats` writes and `nudge report` reads back: stats.json, grounding.json, tables.
+
+stats.json (schema SCHEMA_VERSION) is one object:
+
+    schema            SCHEMA_VERSION
+    run_dirs          the run directories given, as strings
+    experiments       one ExperimentSummary per experiment (estimators/summary.py)
+    across            cohort -> AcrossExperiments: medians and Spearman rho per decoding config,
+                      a continuation level below token its own cohort (estimators/across.py)
+    delegation_value  one DelegationValueSummary per resolved experiment (delegation/summary.py);
+                      absent when no run was resolved
+
+grounding.json is a list of GroundingSummary (grounding/summary.py), written only when a run
+stored uncertainty signals. Summaries are written by serialize.to_jsonable (every field and
+property, NaN as null) and read back by from_jsonable into equal objects. `stats_files` gives
+every file of a `nudge stats` output directory, the tables rendered by report/tables/;
+`write_files` writes them together and atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from nudgeability.models.atomic import atomic_write_files, remove_temporaries
+
+from ..delegation.summary import DelegationValueSummary
+from ..estimators.across import AcrossExperiments, across_cohorts
+from ..estimators.summary import ExperimentSummary
+from ..grounding.summary import GroundingSummary
+from ..records import RecordsError
+from .serialize import from_jsonable, to_jsonable
+from .tables import delegation as value_tables
+from .tables import experiments as experiment_tables
+from .tables import grounding as grounding_tables
+
+STATS_FILE = "stats.json"
+GROUNDING_FILE = "grounding.json"
+SCHEMA_VERSION = 1
+VALUE_KEY = "delegation_value"  # the key of stats.json that holds the delegation value
+TABLE_FILES = ("table.md", "table.csv", "table.tex")
+VALUE_FILES = ("delegation_value.md", "delegation_value.csv", "delegation_value.tex")
+GROUNDING_TABLE_FILES = ("grounding.md", "grounding.csv")
+
+
+def stats_document(
+    summaries: Sequence[ExperimentSummary],
+    run_dirs: Sequence[str | Path],
+    values: Sequence[DelegationValueSummary] = (),
+) -> dict:
+    """The content of stats.json (module docstring)."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "run_dirs": [str(p) for p in run_dirs],
+        "experiments": to_jsonable(list(summaries)),
+        "across": to_jsonable(across_cohorts(summaries)),
+        **({VALUE_KEY: to_jsonable(list(values))} if values else {}),
+    }
+
+
+def _json(document) -> str:
+    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+
+
+def stats_files(
+    summaries: Sequence[ExperimentSummary],
+    run_dirs: Sequence[str | Path],
+    values: Sequence[DelegationValueSummary] = (),
+    grounding: Sequence[GroundingSummary] = (),
+) -> dict[str, str]:
+    """File name -> text of every file `nudge stats` writes: stats.json and the experiment
+    tables; the delegation-value tables when a run was resolved; grounding.json and its tables
+    when a run stored signals."""
+    files = {
+        STATS_FILE: _json(stats_document(summaries, run_dirs, values)),
+        "table.md": experiment_tables.render_markdown(summaries),
+        "table.csv": experiment_tables.render_csv(summaries),
+        "table.tex": experiment_tables.render_latex(summaries),
+    }
+    if values:
+        renderers = (
+            value_tables.render_value_markdown,
+            value_tables.render_value_csv,
+            value_tables.render_value_latex,
+        )
+        files |= {name: render(values) for name, render in zip(VALUE_FILES, renderers)}
+    if grounding:
+        files[GROUNDING_FILE] = _json(to_jsonable(list(grounding)))
+        renderers = (grounding_tables.render_markdown, grounding_tables.render_csv)
+        files |= {name: render(grounding) for name, render in zip(GROUNDING_TABLE_FILES, renderers)}
+    return files
+
+
+def write_files(out: str | Path, files: Mapping[str, str]) -> list[Path]:
+    """Write `files` (name -> text) into `out` together and atomically (all are complete on disk
+    before any replaces its old version); return their paths in order. Temporaries a killed
+    earlier write left behind are removed first."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(out, only_abandoned=True)
+    return atomic_write_files({out / name: text.encode("utf-8") for name, text in files.items()})
+
+
+def stats_file(path: str | Path) -> Path:
+    """The stats.json a path names: the file itself, or the one in a directory."""
+    path = Path(path)
+    return path / STATS_FILE if path.is_dir() else path
+
+
+def is_stats(path: str | Path) -> bool:
+    """Whether `path` is a stats.json (any .json file) or a directory holding one."""
+    path = Path(path)
+    return (path.is_dir() and (path / STATS_FILE).is_file()) or (
+        path.is_file() and path.name.endswith(".json")
+    )
+
+
+def read_stats(path: str | Path) -> list[ExperimentSummary]:
+    """The experiment summaries of a stats.json (or of a directory holding one)."""
+    file = stats_file(path)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordsError(f"{file}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA_VERSION:
+        raise RecordsError(
+            f"{file}: not a {STATS_FILE} of schema {SCHEMA_VERSION}; rerun `nudge stats`"
+        )
+    try:
+        return from_jsonable(list[ExperimentSummary], document["experiments"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_values(path: str | Path) -> list[DelegationValueSummary]:
+    """The delegation-value summaries stored in a stats.json ([] when it holds none)."""
+    file = stats_file(path)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+        return from_jsonable(list[DelegationValueSummary], document.get(VALUE_KEY, []))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_across(path: str | Path) -> dict[str, AcrossExperiments]:
+    """The per-cohort medians and Spearman rho stored in a stats.json."""
+    document = json.loads(stats_file(path).read_text(encoding="utf-8"))
+    return from_jsonable(dict[str, AcrossExperiments], document["across"])
+
+
+def read_grounding(directory: str | Path) -> list[GroundingSummary]:
+    """The summaries of a grounding.json in `directory` (empty when there is none)."""
+    file = Path(directory) / GROUNDING_FILE
+    if not file.is_file():
+        return []
+    return from_jsonable(list[GroundingSummary], json.loads(file.read_text(encoding="utf-8")))

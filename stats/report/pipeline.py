@@ -1,0 +1,197 @@
+"""The pipelines of `nudge stats` and `nudge report`, as library functions returning results.
+
+    result = run_stats(StatsOptions(run_dirs=["runs/a"], out="stats"))
+    result.summaries, result.values, result.grounding, result.written
+
+`run_stats` joins the run directories' records once (records/), summarises every experiment
+(estimators/summary.py), the delegation value of the resolved ones (delegation/) and the grounded
+nudges of those that stored signals (grounding/), then writes stats.json, grounding.json and
+every table together and atomically (document.py): an error anywhere leaves the previous files.
+`run_report` reads stats.json files (or summarises run directories the same way) and draws the
+figures (figures/). The command line (splice/cli/stats.py, splice/cli/report.py) only parses flags, calls these and prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nudgeability.splice.rundir.layout import MANIFEST
+
+from ..delegation.join import load_value_tables
+from ..delegation.summary import DelegationValueSummary, summarize_value
+from ..estimators.profiles import ProfileRule
+from ..estimators.summary import ExperimentSummary, summarize
+from ..grounding.join import load_signals
+from ..grounding.signals import DEFAULT_FOLDS
+from ..grounding.summary import GroundingSummary, ground
+from ..records import RecordsError, load_experiments
+from ..table import ExperimentTable
+from .document import (
+    STATS_FILE,
+    is_stats,
+    read_grounding,
+    read_stats,
+    read_values,
+    stats_files,
+    write_files,
+)
+from .figures.delegation import draw_value
+from .figures.experiments import draw_all
+from .figures.grounding import draw_grounding
+
+Warn = Callable[[str], None]  # told each warning as it arises (the CLI prints it)
+
+
+@dataclass(frozen=True)
+class Summaries:
+    """Everything computed from a set of run directories."""
+
+    summaries: list[ExperimentSummary]
+    values: list[DelegationValueSummary]  # experiments with resolutions only
+    grounding: list[GroundingSummary]  # experiments with uncertainty signals only
+    warnings: list[str]
+
+
+def no_label_warning(table: ExperimentTable) -> str:
+    """The warning for an experiment in which no problem has a competence label."""
+    label = table.label
+    return (
+        f"{label.model} / {label.task} / {label.decoding}: no NT record has a grade, so no "
+        "problem has a competence label; WT, WTrand and L are undefined (run the NT condition, "
+        "with a task whose answers can be graded)"
+    )
+
+
+def summarize_runs(
+    run_dirs: Sequence[str | Path],
+    *,
+    n_boot: int = 20000,
+    seed: int = 0,
+    folds: int = DEFAULT_FOLDS,
+    profile_rule: ProfileRule | None = None,
+    labels: Mapping[str | Path, str] | None = None,
+    warn: Warn | None = None,
+) -> Summaries:
+    """Every summary of the experiments in `run_dirs` (pooled and labelled as
+    records.load_experiments says), with the same bootstrap seed and replicates for all."""
+    warnings: list[str] = []
+    summaries = []
+    tables = load_experiments(run_dirs, labels)
+    for table in tables:
+        if not (table.s >= 0).any():
+            warnings.append(no_label_warning(table))
+            if warn is not None:
+                warn(warnings[-1])
+        summaries.append(summarize(table, n_boot=n_boot, seed=seed, profile_rule=profile_rule))
+    values = [
+        summarize_value(t, n_boot=n_boot, seed=seed) for t in load_value_tables(run_dirs, labels)
+    ]
+    grounding = []
+    for table in tables:
+        rows = list(zip(table.problem_ids, table.seed.tolist()))
+        signals = load_signals(run_dirs, table.label.key, rows, labels)
+        found = ground(table, signals, folds=folds, n_boot=n_boot, seed=seed)
+        if found is not None:
+            grounding.append(found)
+    return Summaries(summaries, values, grounding, warnings)
+
+
+@dataclass(frozen=True)
+class StatsOptions:
+    """What `nudge stats` is asked (its flags)."""
+
+    run_dirs: Sequence[str | Path]
+    out: str | Path = "stats"
+    n_boot: int = 20000
+    seed: int = 0
+    folds: int = DEFAULT_FOLDS
+    profile_rule: ProfileRule = field(default_factory=ProfileRule)
+    labels: Mapping[str | Path, str] = field(default_factory=dict)  # run dir -> row name
+
+
+@dataclass(frozen=True)
+class StatsResult:
+    """What `nudge stats` computed and the files it wrote, in order."""
+
+    summaries: list[ExperimentSummary]
+    values: list[DelegationValueSummary]
+    grounding: list[GroundingSummary]
+    warnings: list[str]
+    written: list[Path]
+
+
+def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
+    """Summarise the run directories and write every output file (module docstring)."""
+    found = summarize_runs(
+        options.run_dirs,
+        n_boot=options.n_boot,
+        seed=options.seed,
+        folds=options.folds,
+        profile_rule=options.profile_rule,
+        labels=options.labels,
+        warn=warn,
+    )
+    files = stats_files(found.summaries, options.run_dirs, found.values, found.grounding)
+    written = write_files(options.out, files)
+    return StatsResult(found.summaries, found.values, found.grounding, found.warnings, written)
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What `nudge report` is asked (its flags): stats.json files or directories holding one,
+    and run directories, summarised with `n_boot`, `seed` and `profile_rule`."""
+
+    sources: Sequence[str | Path]
+    out: str | Path = "report"
+    n_boot: int = 20000
+    seed: int = 0
+    profile_rule: ProfileRule = field(default_factory=ProfileRule)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What `nudge report` drew, and the figure files it wrote, in order."""
+
+    summaries: list[ExperimentSummary]
+    values: list[DelegationValueSummary]
+    grounding: list[GroundingSummary]
+    warnings: list[str]
+    written: list[Path]
+
+
+def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult:
+    """Read or compute the summaries of every source, then draw every figure into `out`."""
+    summaries: list[ExperimentSummary] = []
+    values: list[DelegationValueSummary] = []
+    grounding: list[GroundingSummary] = []
+    run_dirs = []
+    for source in map(Path, options.sources):
+        if is_stats(source):
+            summaries += read_stats(source)
+            grounding += read_grounding(source if source.is_dir() else source.parent)
+            values += read_values(source)
+        elif source.is_dir() and not (source / MANIFEST).exists():
+            raise RecordsError(
+                f"{source}: holds no {STATS_FILE} (written by `nudge stats --out`) and no "
+                f"{MANIFEST} (written by `nudge run`); pass a directory made by one of them"
+            )
+        else:
+            run_dirs.append(source)
+    warnings: list[str] = []
+    if run_dirs:
+        found = summarize_runs(
+            run_dirs,
+            n_boot=options.n_boot,
+            seed=options.seed,
+            profile_rule=options.profile_rule,
+            warn=warn,
+        )
+        summaries += found.summaries
+        values += found.values
+        grounding += found.grounding
+        warnings = found.warnings
+    written = draw_all(summaries, options.out) + draw_value(values, options.out)
+    written += draw_grounding(grounding, options.out)
+    return ReportResult(summaries, values, grounding, warnings, written)

@@ -1,0 +1,3 @@
+"""The tables of `nudge stats`: experiments.py (Table 1, medians, per-seed rows, controls and
+diagnostics), delegation.py (delegation value), grounding.py (grounded nudges). Each renders
+summaries to text; report/document.py names the files."""

@@ -1,0 +1,150 @@
+"""The delegation-value table of `nudge stats`, in Markdown, CSV and LaTeX.
+
+Markdown and LaTeX show, per experiment and (+, -) pair: the final accuracy (%) under the base and
+both arms, the value swing V (pp) with its 95% interval and n_V, the helpful and harmful shares
+of the flip events (%) each with its matched random reference, F, and the accuracy of every tool
+that was resolved. Markdown adds a long table of the final accuracy of every condition. The CSV
+is long: one estimate per line (section, experiment, name, estimate, value, interval, count), at
+full precision. Markdown and LaTeX round to one decimal; '–' marks an undefined value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from nudgeability.splice.experiment.conditions import PAIRS
+
+from ..cells import ci, csv_text, fmt, latex_tabular, tex_escape
+
+CSV_COLUMNS = (
+    "section",
+    "model",
+    "task",
+    "decoding",
+    "name",
+    "estimate",
+    "value",
+    "low",
+    "high",
+    "n",
+)
+
+
+def _accuracy(e, code: str) -> str:
+    found = e.accuracy.get(code)
+    return "–" if found is None else f"{fmt(found.accuracy)} {ci(found.ci)}"
+
+
+def _tools(e) -> str:
+    return (
+        "; ".join(
+            f"{tool} {fmt(100 * t.accuracy)} ({t.right}/{t.resolved})"
+            for tool, t in e.tools.items()
+        )
+        or "–"
+    )
+
+
+def _pair_rows(summaries: Sequence):
+    for e in summaries:
+        for pair, v in e.swing.items():
+            yield e, pair, v, e.flips[pair]
+
+
+def render_value_markdown(summaries: Sequence) -> str:
+    """The Markdown delegation-value table (pairs, then every condition's final accuracy)."""
+    lines = [
+        "| Model | Task | Decoding | Pair | Acc base (%) | Acc + (%) | Acc − (%) | V (pp) [95% CI] "
+        "| n_V | Helpful (%) [95% CI] | rand | Harmful (%) [95% CI] | rand | F | Tool accuracy (%) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e, pair, v, f in _pair_rows(summaries):
+        plus, minus, base = PAIRS[pair]
+        lines.append(
+            f"| {e.model} | {e.task} | {e.decoding} | {pair} | {_accuracy(e, base)} "
+            f"| {_accuracy(e, plus)} | {_accuracy(e, minus)} | {fmt(v.V)} {ci(v.ci)} | {v.n_V} "
+            f"| {fmt(100 * f.helpful)} {ci(f.helpful_ci, 100)} | {fmt(100 * f.helpful_rand)} "
+            f"| {fmt(100 * f.harmful)} {ci(f.harmful_ci, 100)} | {fmt(100 * f.harmful_rand)} "
+            f"| {f.F} | {_tools(e)} |"
+        )
+    lines += [
+        "",
+        "| Model | Task | Decoding | Condition | Final accuracy (%) [95% CI] | Right | Retained |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in summaries:
+        for code, a in e.accuracy.items():
+            lines.append(
+                f"| {e.model} | {e.task} | {e.decoding} | {code} | {fmt(a.accuracy)} {ci(a.ci)} "
+                f"| {a.right} | {a.retained} |"
+            )
+    lines += [
+        "",
+        "Final outcome: SELF graded as answered, TOOL graded on its resolved answer, OTHER and "
+        "TRUNC wrong. V = final accuracy under doubt − under confidence on the rows with both. "
+        "rand: the matched random reference (the same flips per (polarity, base action) stratum, "
+        "placed at random).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def value_csv_rows(summaries: Sequence) -> list[dict]:
+    """One dict per estimate, full precision (the CSV's rows)."""
+    rows = []
+
+    def add(e, section, name, estimate, value, interval, n):
+        low, high = (interval.low, interval.high) if interval is not None else (math.nan, math.nan)
+        rows.append(
+            {
+                "section": section,
+                "model": e.model,
+                "task": e.task,
+                "decoding": e.decoding,
+                "name": name,
+                "estimate": estimate,
+                "value": value,
+                "low": low,
+                "high": high,
+                "n": n,
+            }
+        )
+
+    for e in summaries:
+        for code, a in e.accuracy.items():
+            add(e, "final_accuracy", code, "accuracy_percent", a.accuracy, a.ci, a.retained)
+        for pair, v in e.swing.items():
+            add(e, "value_swing", pair, "V_pp", v.V, v.ci, v.n_V)
+            f = e.flips[pair]
+            for estimate in ("helpful", "harmful", "helpful_rand", "harmful_rand"):
+                interval = getattr(f, estimate + "_ci")
+                add(e, "flip_value", pair, estimate, getattr(f, estimate), interval, f.F)
+        for tool, t in e.tools.items():
+            add(e, "tool_accuracy", tool, "accuracy", t.accuracy, t.ci, t.resolved)
+    return rows
+
+
+def render_value_csv(summaries: Sequence) -> str:
+    """The long CSV: one estimate per line (fractions for shares, % for accuracy, pp for V)."""
+    return csv_text(value_csv_rows(summaries), CSV_COLUMNS)
+
+
+def render_value_latex(summaries: Sequence) -> str:
+    """A booktabs LaTeX tabular of the pairs table."""
+    header = (
+        "Model & Task & Decoding & Pair & Acc$_B$ & Acc$_+$ & Acc$_-$ & $V$ (pp) & $n_V$ "
+        "& Helpful (\\%) & rand & Harmful (\\%) & rand & $F$"
+    )
+    lines = []
+    for e, pair, v, f in _pair_rows(summaries):
+        plus, minus, base = PAIRS[pair]
+        accuracies = " & ".join(
+            fmt(e.accuracy[c].accuracy) if c in e.accuracy else "–" for c in (base, plus, minus)
+        )
+        lines.append(
+            f"{tex_escape(e.model)} & {tex_escape(e.task)} & {tex_escape(e.decoding)} & {tex_escape(pair)} & {accuracies} "
+            f"& {fmt(v.V)} {ci(v.ci)} & {v.n_V} & {fmt(100 * f.helpful)} {ci(f.helpful_ci, 100)} "
+            f"& {fmt(100 * f.helpful_rand)} & {fmt(100 * f.harmful)} {ci(f.harmful_ci, 100)} "
+            f"& {fmt(100 * f.harmful_rand)} & {f.F} \\\\"
+        )
+    return latex_tabular("llllrrrrrrrrrr", header, [lines])

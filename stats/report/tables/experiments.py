@@ -1,0 +1,268 @@
+"""Table-1-style tables of experiments, in Markdown, CSV and LaTeX.
+
+One row per experiment: S, WT and L with their 95% intervals, WTrand, the retained counts n_S and
+n_WT, the flip events F and well-targeted flips H, and the profile label; a dagger marks an L
+whose interval excludes 0. Below, per decoding config: the medians of S, WT and L per task and
+pooled, Spearman's rho between S and L across the experiments, and the SELF->TOOL share of all
+flip events pooled over the experiments; then the profile rule with its thresholds. WT is shown
+in percent.
+Markdown and LaTeX round to one decimal; the CSV keeps full precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nudgeability.splice.experiment.conditions import PAIR_HEADERS, PAIRS, PRIMARY_PAIR
+
+from ...estimators.across import across_cohorts
+from ..cells import DAGGER, ci, csv_text, fmt, latex_tabular, tex_escape
+
+_CSV_COLUMNS = (
+    "row",
+    "model",
+    "task",
+    "decoding",
+    "S",
+    "S_low",
+    "S_high",
+    "WT",
+    "WT_low",
+    "WT_high",
+    "WTrand",
+    "WTrand_low",
+    "WTrand_high",
+    "L",
+    "L_low",
+    "L_high",
+    "L_dagger",
+    "n_S",
+    "n_WT",
+    "F",
+    "H",
+    "profile",
+    "n_experiments",
+    "spearman_S_L",
+    "seed",
+    "self_to_tool_flips",
+    "pooled_flips",
+    "self_to_tool_share",
+)
+# The pairs besides the primary one, with their column headers (splice/experiment/conditions.py owns both).
+PAIR_COLUMNS = tuple((name, PAIR_HEADERS[name]) for name in PAIRS if name != PRIMARY_PAIR)
+
+
+def _pooled_share(medians) -> str:
+    """The pooled SELF->TOOL share of flips in percent, with its counts."""
+    return f"{fmt(100 * medians.share_self_to_tool)} ({medians.self_to_tool}/{medians.flips})"
+
+
+def profile_rules(summaries: Sequence) -> list[str]:
+    """The profile rule(s) the labels were read with, one line each (estimators/profiles.py)."""
+    rules = dict.fromkeys(e.profile_rule for e in summaries)
+    return [rule.describe() for rule in rules]
+
+
+def _model(e) -> str:
+    """The model cell, marking an experiment whose splice was not continued token-exactly."""
+    level = getattr(e, "continuation", "token")
+    return e.model if level == "token" else f"{e.model} ({level}-level)"
+
+
+def render_markdown(summaries: Sequence) -> str:
+    """The Markdown table (experiments, then medians and Spearman rho per decoding config)."""
+    lines = [
+        "| Model | Task | Decoding | S (pp) [95% CI] | WT (%) [95% CI] | WTrand (%) | L (pp) [95% CI] "
+        "| n_S | n_WT | F | H | Profile |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in summaries:
+        dagger = DAGGER if e.primary.L_significant else ""
+        lines.append(
+            f"| {_model(e)} | {e.task} | {e.decoding} | {fmt(e.S)} {ci(e.S_ci)} "
+            f"| {fmt(100 * e.WT)} {ci(e.WT_ci, 100)} | {fmt(100 * e.WTrand)} | {fmt(e.L)}{dagger} {ci(e.L_ci)} "
+            f"| {e.n_S} | {e.n_WT} | {e.F} | {e.H} | {e.profile} |"
+        )
+    lines += [
+        "",
+        "| Median | Decoding | Experiments | S (pp) | WT (%) | L (pp) | Spearman ρ(S, L) "
+        "| SELF→TOOL (% of pooled flips) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for decoding, across in across_cohorts(summaries).items():
+        for name, m in across.medians.items():
+            rho = fmt(across.spearman_S_L, 2) if name == "pooled" else ""
+            lines.append(
+                f"| {name} | {decoding} | {m.n} | {fmt(m.S)} | {fmt(100 * m.WT)} | {fmt(m.L)} | {rho} "
+                f"| {_pooled_share(m)} |"
+            )
+    lines += ["", f"{DAGGER} L's 95% bootstrap interval excludes 0."]
+    lines += ["", *profile_rules(summaries)]
+    seeded = [e for e in summaries if e.per_seed]
+    if seeded:
+        lines += [
+            "",
+            "| Model | Task | Decoding | Seed | S (pp) [95% CI] | WT (%) | L (pp) [95% CI] | n_S | F |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for e in seeded:
+            for seed, p in e.per_seed.items():
+                lines.append(
+                    f"| {_model(e)} | {e.task} | {e.decoding} | {seed} | {fmt(p.S)} {ci(p.S_ci)} "
+                    f"| {fmt(100 * p.WT)} | {fmt(p.L)} {ci(p.L_ci)} | {p.n_S} | {p.F} |"
+                )
+    return "\n".join(lines) + "\n" + "\n" + render_diagnostics_markdown(summaries)
+
+
+def render_diagnostics_markdown(summaries: Sequence) -> str:
+    """Controls and supporting diagnostics per experiment: S of the other pairs (voices, sealed,
+    oracle), Gamma, |empty - B|, neutral - empty, the SELF->TOOL share of flips, Dself, Rself and
+    the oracle's rho, omega and Phi. Rates in %, differences in pp; '–' where not run."""
+    header = [
+        "Model",
+        "Task",
+        "Decoding",
+        *(name for _, name in PAIR_COLUMNS),
+        "Γ",
+        "abs(∅−B)",
+        "0−∅",
+        "SELF→TOOL (%)",
+        "Dself (%)",
+        "Rself (%)",
+        "ρ (%)",
+        "ω (%)",
+        "Φ",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for e in summaries:
+        cells = [_model(e), e.task, e.decoding]
+        cells += [fmt(e.pairs[pair].S) if pair in e.pairs else "–" for pair, _ in PAIR_COLUMNS]
+        cells += [
+            fmt(e.gamma.gamma),
+            fmt(e.controls.empty_vs_base),
+            fmt(e.controls.neutral_vs_empty),
+            fmt(100 * e.primary.flips.share_self_to_tool),
+        ]
+        rates = (e.self_answers.dself, e.self_answers.rself) if e.self_answers else ()
+        cells += [f"{fmt(r.percent)} ({r.numerator}/{r.denominator})" for r in rates] or ["–", "–"]
+        oracle = e.oracle
+        cells += (
+            [fmt(oracle.rho.percent), fmt(oracle.omega.percent), fmt(oracle.phi)]
+            if oracle
+            else ["–"] * 3
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_rows(summaries: Sequence) -> list[dict]:
+    """The table as dicts with full-precision numbers (the CSV's rows)."""
+    rows = []
+    for e in summaries:
+        rows.append(
+            {
+                "row": "experiment",
+                "model": _model(e),
+                "task": e.task,
+                "decoding": e.decoding,
+                "S": e.S,
+                "S_low": e.S_ci.low,
+                "S_high": e.S_ci.high,
+                "WT": e.WT,
+                "WT_low": e.WT_ci.low,
+                "WT_high": e.WT_ci.high,
+                "WTrand": e.WTrand,
+                "WTrand_low": e.WTrand_ci.low,
+                "WTrand_high": e.WTrand_ci.high,
+                "L": e.L,
+                "L_low": e.L_ci.low,
+                "L_high": e.L_ci.high,
+                "L_dagger": int(e.primary.L_significant),
+                "n_S": e.n_S,
+                "n_WT": e.n_WT,
+                "F": e.F,
+                "H": e.H,
+                "profile": e.profile,
+            }
+        )
+    for e in summaries:
+        for seed, p in e.per_seed.items():
+            rows.append(
+                {
+                    "row": "seed",
+                    "model": _model(e),
+                    "task": e.task,
+                    "decoding": e.decoding,
+                    "seed": seed,
+                    "S": p.S,
+                    "S_low": p.S_ci.low,
+                    "S_high": p.S_ci.high,
+                    "WT": p.WT,
+                    "WT_low": p.WT_ci.low,
+                    "WT_high": p.WT_ci.high,
+                    "WTrand": p.WTrand,
+                    "L": p.L,
+                    "L_low": p.L_ci.low,
+                    "L_high": p.L_ci.high,
+                    "L_dagger": int(p.L_significant),
+                    "n_S": p.n_S,
+                    "n_WT": p.n_WT,
+                    "F": p.F,
+                    "H": p.H,
+                }
+            )
+    for decoding, across in across_cohorts(summaries).items():
+        for name, m in across.medians.items():
+            rows.append(
+                {
+                    "row": "median",
+                    "model": "median",
+                    "task": name,
+                    "decoding": decoding,
+                    "S": m.S,
+                    "WT": m.WT,
+                    "L": m.L,
+                    "n_experiments": m.n,
+                    "spearman_S_L": across.spearman_S_L if name == "pooled" else "",
+                    "self_to_tool_flips": m.self_to_tool,
+                    "pooled_flips": m.flips,
+                    "self_to_tool_share": m.share_self_to_tool,
+                }
+            )
+    return rows
+
+
+def render_csv(summaries: Sequence) -> str:
+    """The CSV table: one experiment or median per row, numbers at full precision."""
+    return csv_text(csv_rows(summaries), _CSV_COLUMNS)
+
+
+def render_latex(summaries: Sequence) -> str:
+    """A booktabs LaTeX tabular of the same table."""
+    header = (
+        "Model & Task & Decoding & $S$ (pp) & WT (\\%) & WT$_\\mathrm{rand}$ (\\%) & $L$ (pp) "
+        "& $n_S$ & $n_\\mathrm{WT}$ & $F$ & $H$ & Profile"
+    )
+    lines, medians = [], []
+    for e in summaries:
+        dagger = "$^\\dagger$" if e.primary.L_significant else ""
+        lines.append(
+            f"{tex_escape(_model(e))} & {tex_escape(e.task)} & {tex_escape(e.decoding)} & {fmt(e.S)} {ci(e.S_ci)} "
+            f"& {fmt(100 * e.WT)} {ci(e.WT_ci, 100)} & {fmt(100 * e.WTrand)} & {fmt(e.L)}{dagger} {ci(e.L_ci)} "
+            f"& {e.n_S} & {e.n_WT} & {e.F} & {e.H} & {e.profile} \\\\"
+        )
+    for decoding, across in across_cohorts(summaries).items():
+        for name, m in across.medians.items():
+            medians.append(
+                f"Median & {tex_escape(name)} & {tex_escape(decoding)} & {fmt(m.S)} & {fmt(100 * m.WT)} & & {fmt(m.L)} "
+                f"& \\multicolumn{{5}}{{l}}{{{m.n} experiments"
+                + (
+                    f"; Spearman $\\rho(S, L) = {fmt(across.spearman_S_L, 2)}$"
+                    if name == "pooled"
+                    else ""
+                )
+                + f"; SELF$\\to$TOOL {fmt(100 * m.share_self_to_tool)}\\% of {m.flips} pooled flips"
+                + "} \\\\"
+            )
+    notes = ["$^\\dagger$: the 95% bootstrap interval of L excludes 0.", *profile_rules(summaries)]
+    return latex_tabular("lllrrrrrrrrl", header, [lines, medians], notes)

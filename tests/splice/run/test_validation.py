@@ -1,0 +1,97 @@
+"""`validate` and `check_fits` (splice/run/validation.py) called directly: each refusal names its
+flag (and the file and line of the problem at fault), with the slot counts worked out by hand
+from the engine's documented shapes (engine/scheduler.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nudgeability.splice.experiment.conditions import parse_conditions
+from nudgeability.splice.experiment.prompts import ProblemPrompts
+from nudgeability.splice.run.config import SERVER, ConfigError, RunConfig
+from nudgeability.splice.run.remote import RemoteSpec
+from nudgeability.splice.run.validation import Workload, check_fits, validate
+from nudgeability.splice.tasks import Problem
+
+
+def test_a_valid_request_resolves_its_decoding_conditions_and_device():
+    valid = validate(RunConfig(decoding="sampled", conditions=("conf",), device="cpu"))
+    assert (valid.temperature, valid.top_p, valid.seeds) == (1.0, 0.95, (0, 1, 2))
+    assert [c.code for c in valid.conditions] == ["NT", "B", "conf"]
+    assert valid.device == "cpu"
+    assert validate(RunConfig(), RemoteSpec("http://x/v1")).device == SERVER
+
+
+@pytest.mark.parametrize(
+    "changes,named",
+    [
+        ({"temperature": 0.7}, "temperature/top_p: --decoding greedy uses 0.0/1.0"),
+        ({"conditions": ("nope",)}, "--conditions: unknown condition 'nope'"),
+        ({"max_new_tokens_arm": 0}, "--max-new-tokens: budgets must be >= 1"),
+        ({"chunk_size": 0}, "--chunk-size 0: must be >= 1"),
+        ({"consistency_samples": -1}, "--consistency-samples -1: must be >= 0"),
+        ({"max_batch_tokens": 0}, "--max-batch-tokens 0: must be >= 1"),
+        ({"dtype": "int8"}, "--dtype 'int8': expected one of float32, bfloat16, float16"),
+        ({"device": "tpu"}, "--device 'tpu': expected cpu, cuda or cuda:N"),
+        ({"family": "nope"}, "--family 'nope': unknown"),
+        ({"resolve": True, "retrieve_k": 0}, "--retrieve-k 0: must be >= 1"),
+    ],
+)
+def test_each_bad_setting_names_its_flag(changes, named):
+    with pytest.raises(ConfigError) as error:
+        validate(RunConfig(**{"device": "cpu", **changes}))
+    assert str(error.value).startswith(named)
+
+
+@pytest.mark.parametrize(
+    "changes,spec,named",
+    [
+        ({"signals": True}, {}, "--signals/--consistency-samples:"),
+        ({"max_batch_tokens": 100}, {}, "--max-batch-tokens: the engine's budget"),
+        ({"resolve": True}, {"api": "chat"}, "--resolve: a chat-level run cannot continue"),
+    ],
+)
+def test_what_a_server_cannot_do_names_its_flag(changes, spec, named):
+    with pytest.raises(ConfigError) as error:
+        validate(RunConfig(**changes), RemoteSpec("http://x/v1", **spec))
+    assert str(error.value).startswith(named)
+
+
+def _workload(conditions: str, splices: dict, budgets=(4, 2)) -> Workload:
+    problem = Problem(id="q7", task="strategyqa", question="?", gold=True, source_line=31)
+    prompts = ProblemPrompts(unaided=tuple(range(10)), with_tool=tuple(range(12)), oracle=None)
+    return Workload(
+        Path("data.json"), [problem], [prompts], parse_conditions(conditions), splices, *budgets
+    )
+
+
+def test_a_prompt_longer_than_the_context_names_the_problem_and_its_line():
+    work = _workload("primary", {"empty": (), "conf": (1, 2, 3), "doubt": (1, 2), "neutral": (9,)})
+    # B: 12 prompt tokens + 4 base tokens + the longest splice (3) + 2 arm tokens = 21 positions
+    check_fits(work, 21, None)
+    with pytest.raises(ConfigError) as error:
+        check_fits(work, 20, None)
+    assert str(error.value) == (
+        "data.json:31: problem q7: the B prompt (12 tokens) plus the token budgets needs 21 "
+        "positions, more than the model's context of 20; lower --max-new-tokens"
+    )
+
+
+def test_a_kv_budget_one_group_could_exceed_names_the_group_and_its_need():
+    splices = {"empty": (), "conf": (1, 2, 3), "doubt": (1, 2), "neutral": (1, 2, 3, 4, 5)}
+    work = _workload("primary", splices)
+    # B's arms: prefix 12 + 4 - 1 = 15; the empty splice borrows its last token: prefix 14, suffixes
+    # 1, 4, 3, 6; each row holds its longest suffix + arm budget - 1 = 7 slots: 14 + 4 * 7 = 42
+    check_fits(work, None, 42)
+    with pytest.raises(ConfigError) as error:
+        check_fits(work, None, 41)
+    assert str(error.value) == (
+        "--max-batch-tokens 41: data.json:31: problem q7's B arms can need 42 KV token slots; "
+        "raise the budget to at least 42, or lower --max-new-tokens"
+    )
+    # NT alone: prompt 10, borrowed to 9 + one row of 1 + 4 - 1 = 4 slots = 13
+    check_fits(_workload("NT", {}), None, 13)
+    with pytest.raises(ConfigError, match="problem q7's NT can need 13 KV token slots"):
+        check_fits(_workload("NT", {}), None, 12)
