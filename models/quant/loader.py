@@ -151,7 +151,7 @@ def _configure(
         read, copies = None, []
         if device.type == "cpu":  # repack from fresh copies: the mapped tensors stay untouched
 
-            def read(attr: str, name: str = name) -> torch.Tensor:
+            def read(attr: str, name: str = name, copies: list = copies) -> torch.Tensor:
                 copies.append(attr)
                 return reader.read_copy(f"{name}.{attr}")
 

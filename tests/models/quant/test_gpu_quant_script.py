@@ -11,15 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_quant.py"
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
 def gpu_quant():
-    spec = importlib.util.spec_from_file_location("gpu_quant", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script("gpu_quant")
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "w4a16", "nf4"])
@@ -80,3 +84,14 @@ def test_without_cuda_the_section_says_so(gpu_quant):
     if torch.cuda.is_available():
         pytest.skip("a GPU is here")
     assert gpu_quant.section(time.monotonic() + 60) == "No CUDA device: nothing measured."
+
+
+def test_the_one_gpu_driver_runs_this_section(monkeypatch):
+    """benchmarks/gpu_check.py finds the section by its SECTIONS entry and calls its `section`."""
+    monkeypatch.delenv("OUT", raising=False)  # no partial copy written beside the test
+    gpu_check = _script("gpu_check")
+    assert gpu_check.SECTIONS["quant"] == "gpu_quant"
+    text = gpu_check.run(["quant"], budget_s=60)
+    assert "### quant" in text and "FAILED" not in text, text
+    if not torch.cuda.is_available():
+        assert "No CUDA device: nothing measured." in text
