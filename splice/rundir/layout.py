@@ -20,6 +20,8 @@ PARTS = "parts"
 DAMAGED = "damaged"
 SIGNALS_DIR = "signals"  # the side files stats reads beside the records (splice/run/signals.py)
 LOCK = ".lock"
+# the sha256 of each part written since the seal (all of them, in a run not yet sealed)
+PART_HASHES = "part_hashes.jsonl"
 PART_SUFFIX = ".jsonl"  # parts/<unit>.jsonl: a finished unit's records
 SIDE_SUFFIX = ".npy"  # signals/<unit>.npy: a B unit's hidden states
 
