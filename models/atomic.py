@@ -12,6 +12,7 @@ directories, part files, records, merge output, stats.json, tables, figures) goe
 - `atomic_directory(target)`: a context manager that yields a temporary directory next to
   `target`; on a clean exit it is renamed to `target`, on an exception it is removed.
 - `remove_temporaries(directory)`: delete the temporaries a killed writer left behind.
+- `directory_problem(path)`: why no output directory can be made at `path` (a file is in the way).
 
 Temporaries are named `.{target name}.tmp-{pid}-{random}`, so they are hidden, say what they
 were for, and say which process made them: `only_abandoned=True` removes only those whose
@@ -162,6 +163,20 @@ def atomic_directory(target: str | os.PathLike, replace: bool = False) -> Iterat
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     fsync_directory(target.parent)
+
+
+def directory_problem(path: str | os.PathLike) -> str | None:
+    """Why no directory can be made or written into at `path`, in words, or None: the path is a
+    file, or one of its parents is (checked before any work, so that the command fails at once)."""
+    path = Path(path).absolute()
+    for place in (path, *path.parents):
+        if place.exists():
+            if place.is_dir():
+                return None
+            if place == path:
+                return "exists and is a file, not a directory"
+            return f"{place} is a file, not a directory"
+    return None
 
 
 def remove_temporaries(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
+from nudgeability.models.json_errors import json_error
 from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.rundir.layout import RecordKey
 
@@ -26,7 +27,7 @@ def first_difference(
     try:
         a, b = json.loads(stored), json.loads(replayed)
     except json.JSONDecodeError as exc:
-        return f"a line is not valid JSON ({exc.msg})"
+        return f"a line is {json_error(exc)}"
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return "a line is not a JSON object"
     key = RecordKey(*(a.get(name) for name in RecordKey._fields))  # a damaged line may lack one

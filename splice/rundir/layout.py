@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from nudgeability.models.json_errors import json_error  # standard library only
+
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 RESOLUTIONS = "resolutions.jsonl"
@@ -123,7 +125,7 @@ def json_lines(
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:
-                reason = f"not valid JSON ({exc.msg}, column {exc.colno})"
+                reason = json_error(exc)
                 raise fail(number, reason, "json") from None
             if objects and not isinstance(value, dict):
                 raise fail(number, f"expected a JSON object, got {type(value).__name__}", "object")

@@ -18,6 +18,7 @@ from nudgeability.models.atomic import (
     atomic_directory,
     atomic_write_bytes,
     atomic_write_lines,
+    directory_problem,
     remove_temporaries,
 )
 from nudgeability.splice.rundir.layout import (
@@ -89,8 +90,9 @@ class WorkStore:
         empty and holds no manifest raises `OutputDirError`.
         """
         out = Path(out).absolute()
-        if out.exists() and not out.is_dir():
-            raise OutputDirError(f"{out}: exists and is not a directory; pass another --out")
+        problem = directory_problem(out)
+        if problem is not None:
+            raise OutputDirError(f"--out {out}: {problem}; pass another --out")
         provenance: list[str] = []
         if not out.exists() or not any(out.iterdir()):
             _create(out, manifest)
@@ -216,7 +218,8 @@ def _create(out: Path, manifest: dict) -> None:
             (tmp / PARTS).mkdir()
     except OSError as exc:
         raise OutputDirError(
-            f"{out}: cannot create the output directory ({exc.strerror or exc})"
+            f"--out {out}: cannot create the output directory ({exc.strerror or exc}); pass "
+            "another --out"
         ) from None
 
 
