@@ -143,7 +143,13 @@ def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit) -> UnitCounts:
         records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices, wanted)
     seconds = time.perf_counter() - start
     counts.retries = ctx.backend.retries - retries_before
-    store.write_part(unit, [record.to_json() for record in records])
+    lines = [record.to_json() for record in records]
+    for dependent, moved in store.write_part(unit, lines, plan.dependents_of(unit)):
+        print(
+            f"nudge run: warning: {store.part_path(dependent)}: built on {unit.name}, whose "
+            f"records came out other than before; moved to {moved}, recomputing its unit",
+            file=sys.stderr,
+        )
     store.append_timing(
         {
             "unit": unit.name,

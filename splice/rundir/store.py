@@ -9,6 +9,7 @@ and recomputes the rest. A lock file keeps two processes from working in one dir
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -132,10 +133,24 @@ class WorkStore:
         """Whether the unit finished (its part file exists, whole)."""
         return self.part_path(unit).is_file()
 
-    def write_part(self, unit: Unit, lines: list[str]) -> None:
+    def write_part(
+        self, unit: Unit, lines: list[str], dependents: Iterable[Unit] = ()
+    ) -> list[tuple[Unit, Path]]:
         """Store a finished unit's record lines (possibly none) atomically, its sha256 recorded in
-        the part journal first."""
-        self._store_part(unit, "".join(line + "\n" for line in lines).encode("utf-8"))
+        the part journal first.
+
+        A unit computed again whose bytes differ from the ones the run recorded for it before
+        (a server's answer that changed) makes the stored parts of its `dependents`, which were
+        computed from the old bytes, unverified: they are set aside first, before the new part
+        lands, so that a kill in between cannot leave them trusted. Returns those moved (unit,
+        where it went)."""
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
+        recorded = self._trusted.get(self.part_path(unit).name)
+        moved = []
+        if recorded is not None and recorded != hashlib.sha256(data).hexdigest():
+            moved = [(dep, self.set_aside(dep)) for dep in dependents if self.has(dep)]
+        self._store_part(unit, data)
+        return moved
 
     def copy_part(self, unit: Unit, source: Path) -> None:
         """Store the bytes of the part file at `source` (another directory's) as this unit's part."""

@@ -244,3 +244,25 @@ def test_a_part_no_hash_was_recorded_for_is_recomputed(whole, tmp_path):
     assert status == 0, err
     assert "NT-s0-c00002.jsonl: damaged part (no sha256 was recorded for it" in err, err
     assert (out / "manifest.json").read_bytes() == (whole_dir / "manifest.json").read_bytes()
+
+
+def test_units_built_on_a_base_computed_again_with_other_bytes_are_recomputed(whole, tmp_path):
+    """The seal says B-s0-c00000 held other bytes than a recomputation gives (as when a server
+    answered differently the first time): the arms forked from the old B are not reused."""
+    model_dir, whole_dir = whole
+    out = tmp_path / "run"
+    shutil.copytree(whole_dir, out)
+    (out / "records.jsonl").unlink()
+    (out / "parts" / "B-s0-c00000.jsonl").unlink()
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["seal"]["parts"]["B-s0-c00000.jsonl"] = "0" * 64
+    (out / "manifest.json").write_text(manifest_text(manifest) + "\n", encoding="utf-8")
+    status, err = run_nudge([*_args(model_dir), "--out", out])
+    assert status == 0, err
+    arms = out / "parts" / "arms-s0-c00000.jsonl"
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and f"{arms}: built on B-s0-c00000" in warnings[0], err
+    assert "(2 units computed" in err, err  # B and the arms built on it
+    assert [p.name for p in (out / "damaged").iterdir()] == ["arms-s0-c00000.1.jsonl"]
+    assert (out / "records.jsonl").read_bytes() == (whole_dir / "records.jsonl").read_bytes()
+    assert (out / "manifest.json").read_bytes() == (whole_dir / "manifest.json").read_bytes()
