@@ -275,3 +275,14 @@ def test_chat_bases_come_back_in_the_family_format(server, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["backend"]["api"] == "chat" and manifest["experiment"]["continuation"] == "chat"
 
+
+def test_token_mode_against_it_is_refused_naming_the_flag_to_use(server, tmp_path):
+    """transformers serve refuses token mode's fields (HTTP 422 "Unexpected fields"): one line
+    saying to pass --prompt-format text (issue 25, case 5), nothing written but the manifest."""
+    out = tmp_path / "token"
+    status, err = run_nudge(_args(server.url, server.model, out, prompt_format="token"))
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, err
+    assert "HTTP 422" in lines[0] and "Unexpected fields" in lines[0], err
+    assert "pass --prompt-format text" in lines[0] and KEY not in err
+    assert not (out / "records.jsonl").exists()
