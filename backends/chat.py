@@ -54,6 +54,7 @@ class ChatBackend(HttpBackend):
         family: Family,
         *,
         continue_flag: str = "continue_final_message",
+        served_model: str | None = None,
         progress: bool = False,
     ):
         if continue_flag not in CONTINUE_FLAGS:
@@ -62,7 +63,7 @@ class ChatBackend(HttpBackend):
             )
         self.continue_flag = continue_flag
         self.conversations: dict[tuple[int, ...], Conversation] = {}
-        super().__init__(client, family, progress=progress)
+        super().__init__(client, family, served_model=served_model, progress=progress)
 
     def describe(self) -> dict:
         return {**super().describe(), "chat_continue": self.continue_flag}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from nudgeability.backends.base import RemoteCompletion
 from nudgeability.backends.http_backend import HttpBackend
-from nudgeability.backends.http_client import HttpClient
+from nudgeability.backends.http_client import HttpClient, RemoteError
 from nudgeability.backends.names import PROMPT_FORMATS
 from nudgeability.engine import SamplingParams
 from nudgeability.models.families import Family
@@ -31,12 +31,20 @@ class CompletionsBackend(HttpBackend):
     api = "completions"
     path = "completions"
 
-    def __init__(self, client: HttpClient, family: Family, mode: str, *, progress: bool = False):
+    def __init__(
+        self,
+        client: HttpClient,
+        family: Family,
+        mode: str,
+        *,
+        served_model: str | None = None,
+        progress: bool = False,
+    ):
         if mode not in MODES:
             raise ValueError(f"--prompt-format {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self.continuation = "token" if mode == "token" else "text"
-        super().__init__(client, family, progress=progress)
+        super().__init__(client, family, served_model=served_model, progress=progress)
 
     def describe(self) -> dict:
         return {**super().describe(), "prompt_format": self.mode}
@@ -64,6 +72,23 @@ class CompletionsBackend(HttpBackend):
         if stops:
             body["stop"] = list(dict.fromkeys(stops))
         return body
+
+    def refused(self, error: RemoteError) -> RemoteError:
+        """A server that refuses token mode's fields (`transformers serve`: HTTP 422 "Unexpected
+        fields in the request") gets the flag that works with it named in the same line."""
+        said = error.detail.lower()
+        if (
+            self.mode == "token"
+            and error.status in (400, 422)
+            and any(word in said for word in ("unexpected field", "extra field", "unrecognized"))
+        ):
+            return RemoteError(
+                f"{error}; this server does not take token mode's fields: pass "
+                "--prompt-format text (it sends the rendered text; the records say text-level)",
+                error.status,
+                error.detail,
+            )
+        return error
 
     def completion(self, data: dict, ids: list[int], params: SamplingParams) -> RemoteCompletion:
         try:

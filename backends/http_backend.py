@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 
 from nudgeability.backends.base import RemoteCompletion
-from nudgeability.backends.http_client import HttpClient, Session
+from nudgeability.backends.http_client import HttpClient, RemoteError, Session
 from nudgeability.backends.progress import RequestBar
 from nudgeability.engine import ForkRequest, SamplingParams
 from nudgeability.models.families import Family
@@ -35,13 +35,22 @@ class HttpBackend:
     path = ""  # the endpoint under the base URL
     continuation = "token"
 
-    def __init__(self, client: HttpClient, family: Family, *, progress: bool = False):
+    def __init__(
+        self,
+        client: HttpClient,
+        family: Family,
+        *,
+        served_model: str | None = None,
+        progress: bool = False,
+    ):
         self.client = client
         self.family = family
         self.progress = progress
         eos = family.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
-        self.served_model = client.check_model()
+        client.check_model()
+        # the model every answer must name: --model, or the snapshot --served-model names
+        self.served_model = served_model or client.model
 
     def describe(self) -> dict:
         """The manifest's `backend` object: never a key, never a URL with credentials."""
@@ -100,7 +109,11 @@ class HttpBackend:
     async def _one(
         self, session: Session, ids: list[int], params: SamplingParams, bar: RequestBar
     ) -> RemoteCompletion:
-        data = await session.post(self.path, self.body(ids, params))
+        try:
+            data = await session.post(self.path, self.body(ids, params))
+        except RemoteError as exc:
+            raise self.refused(exc) from None
+        self.check_answered_model(data)
         out = self.completion(data, ids, params)
         bar.advance()
         return out
@@ -108,10 +121,36 @@ class HttpBackend:
     def body(self, ids: list[int], params: SamplingParams) -> dict:
         raise NotImplementedError
 
+    def refused(self, error: RemoteError) -> RemoteError:
+        """The error to raise for a request the server refused (a subclass adds a hint)."""
+        return error
+
     def completion(self, data: dict, ids: list[int], params: SamplingParams) -> RemoteCompletion:
         raise NotImplementedError
 
     # --- shared answer reading --------------------------------------------------------------
+    def check_answered_model(self, data: dict) -> None:
+        """Stop (one line) when an answer names another model than `served_model`: a server
+        that lists one model and answers with another must not give a run that says it ran the
+        first. An answer that names no model cannot be checked, and passes."""
+        answered = data.get("model")
+        if answered is None or answered == self.served_model:
+            return
+        if self.served_model == self.client.model:
+            hint = (
+                f"if {answered!r} is {self.client.model!r} under a dated snapshot name, pass "
+                f"--served-model {answered}"
+            )
+        else:
+            hint = (
+                f"the run pinned the snapshot {self.served_model!r} (--served-model); for "
+                "another snapshot start another run (another --out)"
+            )
+        raise self.client._error(
+            self.path,
+            f"the server answered as model {answered!r}, not {self.served_model!r}; {hint}",
+        )
+
     def sampling_fields(self, params: SamplingParams) -> dict:
         fields = {
             "model": self.client.model,

@@ -35,7 +35,25 @@ T = TypeVar("T")
 
 
 class RemoteError(OSError):
-    """A server problem the user must fix (or a retry budget spent); the message is one line."""
+    """A server problem the user must fix (or a retry budget spent); the message is one line.
+    `status` is the HTTP status of a refused request (None for other problems), `detail` what
+    the server said."""
+
+    def __init__(self, message: str, status: int | None = None, detail: str = ""):
+        super().__init__(message)
+        self.status, self.detail = status, detail
+
+
+DETAIL_CHARS = 300  # of a server's error body, in a message (the rest is counted, not cut silently)
+
+
+def shortened(text: str, limit: int = DETAIL_CHARS) -> str:
+    """`text` whole when it is short, else its first words up to `limit` characters and how many
+    characters were left out (never a phrase cut without saying so)."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return f"{head} … ({len(text) - len(head)} more characters)"
 
 
 def public_url(url: str) -> str:
@@ -117,12 +135,15 @@ class HttpClient:
         text = " ".join(str(text).split())
         return text.replace(self._key, "***") if self._key else text
 
-    def _error(self, path: str, what: str) -> RemoteError:
-        return RemoteError(self.mask(f"{self.url}/{path}: model {self.model!r}: {what}"))
+    def _error(
+        self, path: str, what: str, status: int | None = None, detail: str = ""
+    ) -> RemoteError:
+        message = self.mask(f"{self.url}/{path}: model {self.model!r}: {what}")
+        return RemoteError(message, status, detail)
 
     def _status_error(self, path: str, response: httpx.Response) -> RemoteError:
         status = response.status_code
-        detail = self.mask(response.text)[:300]
+        detail = shortened(self.mask(response.text))
         if status in (401, 403):
             hint = (
                 f"check the key in ${self.api_key_env}"
@@ -138,7 +159,12 @@ class HttpClient:
                 "HTTP 404 not found; check --base-url (usually ending in /v1) and --model"
                 + (f" ({detail})" if detail else ""),
             )
-        return self._error(path, f"HTTP {status}: {detail or response.reason_phrase}")
+        return self._error(
+            path,
+            f"HTTP {status}: {detail or response.reason_phrase}",
+            status,
+            self.mask(response.text),
+        )
 
     # --- the model check (before any output exists) ----------------------------------------
     def check_model(self) -> str:

@@ -12,10 +12,14 @@ directories, part files, records, merge output, stats.json, tables, figures) goe
 - `atomic_directory(target)`: a context manager that yields a temporary directory next to
   `target`; on a clean exit it is renamed to `target`, on an exception it is removed.
 - `remove_temporaries(directory)`: delete the temporaries a killed writer left behind.
+- `directory_problem(path)`: why no output directory can be made at `path` (a file is in the way).
 
 Temporaries are named `.{target name}.tmp-{pid}-{random}`, so they are hidden, say what they
 were for, and say which process made them: `only_abandoned=True` removes only those whose
-process is gone (a concurrent writer's temporaries are left alone).
+process is gone (a concurrent writer's temporaries are left alone). They are created as `open()`
+and `mkdir()` create files (modes 0666 and 0777 less the umask), not as `tempfile`'s private
+0600/0700 ones, so the renamed file is as readable as any other file the user writes: 0644 under
+umask 022, 0600 under 077.
 
 Why here: this module needs only the standard library, and `models` is the first stage that
 writes files (the GGUF conversion cache). Every later stage (`splice`, `stats`) may import it
@@ -26,8 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -37,6 +41,31 @@ TMP_MARK = ".tmp-"
 def temporary_prefix(name: str) -> str:
     """The name prefix of every temporary made for a target called `name` by this process."""
     return f".{name}{TMP_MARK}{os.getpid()}-"
+
+
+def _temporary_name(target: Path) -> Path:
+    return target.parent / (temporary_prefix(target.name) + secrets.token_hex(4))
+
+
+def _new_temporary_file(target: Path) -> tuple[int, Path]:
+    """A new temporary file next to `target`, open for writing, with the umask's mode."""
+    while True:
+        tmp = _temporary_name(target)
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:  # pragma: no cover - 32 random bits taken by this very process
+            continue
+
+
+def _new_temporary_directory(target: Path) -> Path:
+    """A new empty temporary directory next to `target`, with the umask's mode."""
+    while True:
+        tmp = _temporary_name(target)
+        try:
+            os.mkdir(tmp, 0o777)
+            return tmp
+        except FileExistsError:  # pragma: no cover
+            continue
 
 
 def fsync_directory(path: str | os.PathLike) -> None:
@@ -59,7 +88,7 @@ def atomic_write_chunks(path: str | os.PathLike, chunks: Iterable[bytes]) -> Pat
     `chunks` may be a generator; if it raises, the temporary is removed and `path` is untouched.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=path.parent)
+    fd, tmp = _new_temporary_file(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             for chunk in chunks:
@@ -96,7 +125,7 @@ def atomic_write_files(files: Mapping[str | os.PathLike, bytes]) -> list[Path]:
     try:
         for path, data in files.items():
             path = Path(path)
-            fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=path.parent)
+            fd, tmp = _new_temporary_file(path)
             staged.append((tmp, path))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -124,7 +153,7 @@ def atomic_directory(target: str | os.PathLike, replace: bool = False) -> Iterat
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(target.name), dir=target.parent))
+    tmp = _new_temporary_directory(target)
     try:
         yield tmp
         if replace and target.exists():
@@ -134,6 +163,20 @@ def atomic_directory(target: str | os.PathLike, replace: bool = False) -> Iterat
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     fsync_directory(target.parent)
+
+
+def directory_problem(path: str | os.PathLike) -> str | None:
+    """Why no directory can be made or written into at `path`, in words, or None: the path is a
+    file, or one of its parents is (checked before any work, so that the command fails at once)."""
+    path = Path(path).absolute()
+    for place in (path, *path.parents):
+        if place.exists():
+            if place.is_dir():
+                return None
+            if place == path:
+                return "exists and is a file, not a directory"
+            return f"{place} is a file, not a directory"
+    return None
 
 
 def remove_temporaries(

@@ -16,6 +16,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from nudgeability.models.json_errors import json_error
 from nudgeability.models.loader import ModelLoadError
 
 # At least one of these is needed to build a tokenizer (tokenizer_config.json alone only points).
@@ -40,7 +41,7 @@ def read_config(directory: Path) -> dict:
         config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ModelLoadError(
-            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); the file may be truncated: "
+            f"{path}:{exc.lineno}: {json_error(exc)}; the file may be truncated: "
             "copy it again from the original checkpoint"
         ) from None
     except UnicodeDecodeError as exc:

@@ -4,7 +4,9 @@
 a replayed unit disagrees with the stored one, e.g.
 `record ('q1', 'B', 0): first differing field generated_ids[7]: stored 12, replayed 40`.
 Fields are walked in the record schema's order (`records.Record`), so a changed token is named
-before the text decoded from it.
+before the text decoded from it. Two long strings are shown where they differ: the first
+differing character's index, with `CONTEXT` characters of context on each side, e.g.
+`text[char 1203]: stored …"so the answer is yes"…, replayed …"so the answer is no"…`.
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
+from nudgeability.models.json_errors import json_error
 from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.rundir.layout import RecordKey
 
 _ABSENT = object()  # a field one record has and the other lacks (not the same as null)
+SHORT = 60  # a value written whole when its JSON is at most this long
+CONTEXT = 20  # characters shown on each side of the first difference of two long strings
 
 
 def first_difference(
@@ -26,7 +31,7 @@ def first_difference(
     try:
         a, b = json.loads(stored), json.loads(replayed)
     except json.JSONDecodeError as exc:
-        return f"a line is not valid JSON ({exc.msg})"
+        return f"a line is {json_error(exc)}"
     if not (isinstance(a, dict) and isinstance(b, dict)):
         return "a line is not a JSON object"
     key = RecordKey(*(a.get(name) for name in RecordKey._fields))  # a damaged line may lack one
@@ -54,13 +59,32 @@ def _first_path(a: object, b: object, path: str, labels: tuple[str, str]) -> str
         if len(a) != len(b):
             return f"{path}: {labels[0]} {len(a)} items, {labels[1]} {len(b)}"
         return None
+    if (
+        isinstance(a, str)
+        and isinstance(b, str)
+        and a != b
+        and max(map(_json_length, (a, b))) > SHORT
+    ):
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return f"{path}[char {at}]: {labels[0]} {_around(a, at)}, {labels[1]} {_around(b, at)}"
     if a != b or type(a) is not type(b):
         return f"{path}: {labels[0]} {_short(a)}, {labels[1]} {_short(b)}"
     return None
+
+
+def _json_length(text: str) -> int:
+    return len(json.dumps(text, ensure_ascii=False))
+
+
+def _around(text: str, at: int) -> str:
+    """The characters of `text` around index `at`, as JSON, with … where text was left out."""
+    start, end = max(at - CONTEXT, 0), min(at + CONTEXT + 1, len(text))
+    window = json.dumps(text[start:end], ensure_ascii=False)
+    return f"{'…' if start else ''}{window}{'…' if end < len(text) else ''}"
 
 
 def _short(value: object) -> str:
     if value is _ABSENT:
         return "absent"
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= SHORT else text[: SHORT - 3] + "..."

@@ -163,7 +163,7 @@ def _stage(run: StoredRun, store: WorkStore, unit: Unit) -> str | None:
         source = part_path(run.root, source_unit)
         if not source.is_file():
             return f"the part it builds on, {source}, is missing"
-        shutil.copyfile(source, store.part_path(source_unit))
+        store.copy_part(source_unit, source)
     return None
 
 

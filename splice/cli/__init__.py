@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # subcommand -> the module that registers it. Only the chosen command's module is imported, so
@@ -40,8 +41,37 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def values_kept(argv: list[str]) -> list[str]:
+    """`--flag -5,3` as `--flag=-5,3`: argparse reads a value that starts with '-' and is not a
+    plain number as another flag, and would print the usage instead of the flag's own check
+    (every nudge value that starts with '-' and a digit is a value: no flag or path does)."""
+    kept: list[str] = []
+    for arg in argv:
+        previous = kept[-1] if kept else ""
+        if (
+            arg[:1] == "-"
+            and arg[1:2].isdigit()
+            and previous.startswith("--")
+            and "=" not in previous
+        ):
+            kept[-1] = f"{previous}={arg}"
+        else:
+            kept.append(arg)
+    return kept
+
+
+def check_out(value: str | os.PathLike) -> None:
+    """`--out DIR` of a command that writes a directory: refused at once, naming the flag, when a
+    file is in the way (before any work)."""
+    from nudgeability.models.atomic import directory_problem
+
+    problem = directory_problem(value)
+    if problem is not None:
+        raise ValueError(f"--out {value}: {problem}; pass another --out")
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = values_kept(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:

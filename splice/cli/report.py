@@ -12,10 +12,12 @@ import argparse
 from nudgeability.stats.report.document import STATS_FILE
 from nudgeability.stats.report.pipeline import ReportOptions, run_report
 
+from . import check_out
 from .stats import add_profile_options, positive, rule, warn
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    check_out(args.out)
     options = ReportOptions(
         sources=args.sources,
         out=args.out,

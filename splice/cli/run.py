@@ -182,6 +182,13 @@ def _register_remote(run) -> None:
         help="the environment variable holding the API key (never written anywhere)",
     )
     group.add_argument(
+        "--served-model",
+        metavar="NAME",
+        help="the model id the server's answers name when it is not --model: a provider's dated "
+        "snapshot, e.g. --model gpt-4o --served-model gpt-4o-2024-08-06 (recorded in the "
+        "manifest; an answer naming any other model stops the run)",
+    )
+    group.add_argument(
         "--concurrency", type=int, default=8, help="requests in flight at most (default: 8)"
     )
     group.add_argument(
@@ -205,8 +212,9 @@ def remote_from_args(args: argparse.Namespace):
     from nudgeability.splice.run.remote import RemoteSpec
 
     if args.backend == "local":
-        if args.base_url is not None:
-            raise ConfigError("--base-url: only with --backend openai")
+        for flag, value in (("--base-url", args.base_url), ("--served-model", args.served_model)):
+            if value is not None:
+                raise ConfigError(f"{flag}: only with --backend openai")
         return None
     if not args.base_url:
         raise ConfigError("--backend openai: needs --base-url URL (e.g. http://localhost:8000/v1)")
@@ -220,6 +228,7 @@ def remote_from_args(args: argparse.Namespace):
         concurrency=args.concurrency,
         request_timeout=args.request_timeout,
         retry_backoff=args.retry_backoff,
+        served_model=args.served_model,
     )
 
 

@@ -25,6 +25,8 @@ from nudgeability.stats.records import RecordsError
 from nudgeability.stats.report.document import STATS_FILE
 from nudgeability.stats.report.pipeline import StatsOptions, run_stats
 
+from . import check_out
+
 
 def warn(message: str) -> None:
     print(f"nudge stats: warning: {message}", file=sys.stderr)
@@ -41,6 +43,7 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
+    check_out(args.out)
     options = StatsOptions(
         run_dirs=args.run_dirs,
         out=args.out,

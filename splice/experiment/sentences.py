@@ -63,9 +63,15 @@ def load_sentences(path: str | os.PathLike | None = None) -> Sentences:
 
     Raises `SentencesFileError` (a ValueError) naming the file and the key when the TOML does not
     parse, a voice table or a polarity is missing, a value is not a non-empty string, or a key is
-    unknown. A missing file raises `FileNotFoundError`.
+    unknown, and when the path is missing or not a file.
     """
     path = DEFAULT_SENTENCES_PATH if path is None else Path(path)
+    if not Path(path).is_file():
+        what = "is a directory" if Path(path).is_dir() else "no such file"
+        raise SentencesFileError(
+            path,
+            f"{what}; pass a sentences file (TOML, the keys of sentences.toml) with --sentences",
+        )
     raw = Path(path).read_bytes()
     try:
         data = tomllib.loads(raw.decode("utf-8"))

@@ -3,7 +3,9 @@
 `prepare` calls `open_remote` instead of loading a model when a `RemoteSpec` is given: the model's
 tokenizer is loaded locally (it renders the prompts, cuts the reasoning and reads the actions as in
 a local run), the server is asked whether it serves the model (a wrong URL, key or model name is one
-line, before any output exists), and `remote_manifest` states in the manifest what ran the run.
+line, before any output exists), and `remote_manifest` states in the manifest what ran the run:
+`served_model` is the model id every answer named (`--model`, or the dated snapshot
+`--served-model` gives); an answer naming another stops the run (backends/http_backend.py).
 
 Manifest keys a remote run adds (a local run's manifest is unchanged):
   backend   {backend, api, prompt_format | chat_continue, model, served_model, continuation} --
@@ -41,6 +43,7 @@ class RemoteSpec:
     concurrency: int = 8
     request_timeout: float = 600.0
     retry_backoff: float = 0.5  # seconds; the base of the exponential backoff
+    served_model: str | None = None  # the model id answers name, when not `model` (a snapshot)
 
 
 @dataclass
@@ -119,8 +122,10 @@ def open_remote(spec: RemoteSpec, model: str, family) -> HttpBackend:
         backoff=spec.retry_backoff,
     )
     if spec.api == "chat":
-        return ChatBackend(client, family, continue_flag=spec.chat_continue)
-    return CompletionsBackend(client, family, spec.prompt_format)
+        return ChatBackend(
+            client, family, continue_flag=spec.chat_continue, served_model=spec.served_model
+        )
+    return CompletionsBackend(client, family, spec.prompt_format, served_model=spec.served_model)
 
 
 def register_conversations(backend, task, problems, prompts) -> None:
@@ -153,6 +158,7 @@ def remote_spec_of(
     `base_url` and `tokenizer` give them anew, and the key comes only from `api_key_env`, as in
     `nudge run` (it is never in the manifest). KeyError naming the missing key."""
     backend = manifest["backend"]
+    served = backend.get("served_model")
     return RemoteSpec(
         base_url=base_url or manifest["endpoint"]["base_url"],
         api=backend["api"],
@@ -160,6 +166,7 @@ def remote_spec_of(
         chat_continue=backend.get("chat_continue", RemoteSpec.chat_continue),
         tokenizer=tokenizer or manifest["inputs"]["tokenizer"]["directory"],
         api_key_env=api_key_env,
+        served_model=served if served != backend["model"] else None,
     )
 
 

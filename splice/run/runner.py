@@ -34,7 +34,7 @@ from nudgeability.splice.run.resolve import run_resolve_unit
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions, tool_keys
 from nudgeability.splice.rundir.layout import RESOLUTIONS, side_file
-from nudgeability.splice.rundir.part_check import base_records, part_problem
+from nudgeability.splice.rundir.part_check import base_records
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
 from nudgeability.splice.rundir.store import WorkStore
 
@@ -94,7 +94,7 @@ def _sound(plan: Plan, store: WorkStore, unit: Unit) -> bool:
         expected = tool_keys(plan, store.read_part, unit.seed, unit.chunk)
     else:  # an arms unit's bases were checked (or recomputed) in earlier phases
         expected = plan.expected_keys(unit, base_records(plan, unit, store.part_path))
-    problem = part_problem(store.part_path(unit), expected)
+    problem = store.part_problem(unit, expected)
     if problem is None:
         return True
     moved = store.set_aside(unit)
@@ -143,7 +143,13 @@ def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit) -> UnitCounts:
         records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices, wanted)
     seconds = time.perf_counter() - start
     counts.retries = ctx.backend.retries - retries_before
-    store.write_part(unit, [record.to_json() for record in records])
+    lines = [record.to_json() for record in records]
+    for dependent, moved in store.write_part(unit, lines, plan.dependents_of(unit)):
+        print(
+            f"nudge run: warning: {store.part_path(dependent)}: built on {unit.name}, whose "
+            f"records came out other than before; moved to {moved}, recomputing its unit",
+            file=sys.stderr,
+        )
     store.append_timing(
         {
             "unit": unit.name,

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from nudgeability.models.json_errors import json_error  # standard library only
+
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 RESOLUTIONS = "resolutions.jsonl"
@@ -20,6 +22,8 @@ PARTS = "parts"
 DAMAGED = "damaged"
 SIGNALS_DIR = "signals"  # the side files stats reads beside the records (splice/run/signals.py)
 LOCK = ".lock"
+# the sha256 of each part written since the seal (all of them, in a run not yet sealed)
+PART_HASHES = "part_hashes.jsonl"
 PART_SUFFIX = ".jsonl"  # parts/<unit>.jsonl: a finished unit's records
 SIDE_SUFFIX = ".npy"  # signals/<unit>.npy: a B unit's hidden states
 
@@ -121,7 +125,7 @@ def json_lines(
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:
-                reason = f"not valid JSON ({exc.msg}, column {exc.colno})"
+                reason = json_error(exc)
                 raise fail(number, reason, "json") from None
             if objects and not isinstance(value, dict):
                 raise fail(number, f"expected a JSON object, got {type(value).__name__}", "object")

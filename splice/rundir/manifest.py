@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nudgeability.models.atomic import atomic_write_text
+from nudgeability.models.json_errors import json_error
 from nudgeability.splice.rundir.layout import MANIFEST
 
 if TYPE_CHECKING:
@@ -274,4 +275,4 @@ def read_manifest(directory: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise OutputDirError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise OutputDirError(f"{path}:{exc.lineno}: {json_error(exc)}") from None

@@ -2,8 +2,9 @@
 
     nudge merge runs/all runs/shard1 runs/shard2 runs/shard3
 
-The shards must be complete (each holds its records.jsonl), be exactly shards 1..N of one N, and
-have manifests equal in everything but `config.shard`. Chunk i of the drawn problems was computed
+The shards must be complete (each holds its records.jsonl and is sealed), be exactly shards 1..N
+of one N, have manifests equal in everything but `config.shard`, and hold exactly the bytes each
+sealed (`seal.py` `check_seal`: a part or records file changed since is refused, naming it). Chunk i of the drawn problems was computed
 by shard i % N + 1, batched as the unsharded run batches it, so concatenating the shards' records
 chunk by chunk gives the unsharded records byte for byte. The merged directory gets the manifest
 with `config.shard` null (the unsharded run's) sealed with the hashes of the merged files and
@@ -44,7 +45,7 @@ from nudgeability.splice.rundir.manifest import (
     read_manifest,
 )
 from nudgeability.splice.rundir.plan import Plan
-from nudgeability.splice.rundir.seal import write_sealed_manifest
+from nudgeability.splice.rundir.seal import check_seal, write_sealed_manifest
 
 
 class MergeError(ValueError):
@@ -171,6 +172,18 @@ def _check_shards(dirs: list[Path], manifests: list[dict]) -> tuple[int, list[st
             raise MergeError(
                 f"{d / MANIFEST}: differs from {dirs[0] / MANIFEST} in {len(differences)} "
                 f"key(s): {'; '.join(differences)}"
+            )
+    for d, manifest in zip(dirs, manifests):  # the same rule as a resume's: sealed bytes only
+        sealed = check_seal(d, manifest)
+        if not sealed.sealed:
+            raise MergeError(
+                f"{d / MANIFEST}: not sealed; the shard is not finished: run it again to complete it"
+            )
+        if sealed.problems:
+            more = f" (and {len(sealed.problems) - 1} more)" if len(sealed.problems) > 1 else ""
+            raise MergeError(
+                f"{sealed.problems[0]}{more}: the shard {d} holds files other than the ones it "
+                "sealed; run the shard again (its damaged units are recomputed), then merge"
             )
     numbers = sorted(k for k, _ in shards)
     if len(set(numbers)) != len(numbers):

@@ -54,10 +54,11 @@ def part_problem(path: Path, expected: set[RecordKey]) -> str | None:
     if len(set(found)) != len(found):
         return "a record appears twice"
     missing, extra = expected - set(found), set(found) - expected
+    if extra:  # said first: a part holding another unit's records also misses its own
+        instead = f" instead of {len(missing)} of its own" if missing else ""
+        return f"it holds {len(extra)} record(s) of another unit, e.g. {min(extra, key=_order)}{instead}"
     if missing:
         return f"{len(missing)} record(s) missing, e.g. {min(missing, key=_order)}"
-    if extra:
-        return f"{len(extra)} record(s) of another unit, e.g. {min(extra, key=_order)}"
     return None
 
 

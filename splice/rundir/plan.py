@@ -208,6 +208,11 @@ class Plan:
             return []
         return [Unit(phase, unit.seed, unit.chunk) for phase in phases]
 
+    def dependents_of(self, unit: Unit) -> list[Unit]:
+        """The units computed from `unit` (those whose `inputs_of` hold it), in order of work."""
+        chunk_units = self.units_of_chunk(unit.chunk, self.phases)
+        return [u for u in chunk_units if u.seed == unit.seed and unit in self.inputs_of(u)]
+
     # ----- keys ---------------------------------------------------------------------------------
     def keys(self, chunk: int) -> Iterator[RecordKey]:
         """The keys a chunk's records can have, in canonical order (an arm's only where its base

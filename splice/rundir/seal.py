@@ -7,16 +7,29 @@ manifest, by the runner (`WorkStore.seal`) and by `nudge merge` (`write_sealed_m
 checked here, by `check_seal`: the one place that says whether a run directory's files are the ones
 it sealed (`nudge verify`'s integrity line reports it). A seal written before side files were
 sealed has no `signals` entry. Hashes are always read from the bytes, never from the hash cache.
+
+A run that has not finished has no seal. What protects its parts is the part journal,
+`part_hashes.jsonl`: before a part is renamed into place, one line naming it and the sha256 of
+its bytes is appended (`record_part_hash`), so a part on disk always has its hash. A resumed
+run reuses a stored part only when its bytes hash to the last hash the journal gives it, or,
+for a part not written since the seal, to the seal's (`trusted_part_hashes`, `part_hash_problem`);
+a part another run wrote, or one edited by hand, is damaged and its unit computed again. Sealing
+checks every part against the same hashes first, so nothing unverified is sealed, and then
+removes the journal: the seal holds the same hashes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from nudgeability.models.atomic import atomic_write_lines
+from nudgeability.models.atomic import atomic_write_lines, fsync_directory
 from nudgeability.splice.rundir.layout import (
     MANIFEST,
+    PART_HASHES,
     PART_SUFFIX,
     PARTS,
     RECORDS,
@@ -139,3 +152,66 @@ def check_seal(root: Path, manifest: dict) -> SealCheck:
             "written before side files were): they are not checked against hashes",
         )
     return SealCheck(True, tuple(problems), warnings, len(sealed_parts), len(sealed_side or {}))
+
+
+# ----- the parts a run may reuse: the seal's hashes and the part journal's --------------------------
+def record_part_hash(root: Path, name: str, data: bytes) -> str:
+    """Append the sha256 of the part `name`'s bytes `data` to the part journal, durably, before
+    the part is renamed into place; its hex digest. One write per line: a kill leaves no torn line
+    (and a torn line at the end, after a crash of the disk, is read as no line)."""
+    digest = hashlib.sha256(data).hexdigest()
+    line = (json.dumps({"part": name, "sha256": digest}, sort_keys=True) + "\n").encode()
+    fd = os.open(Path(root) / PART_HASHES, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return digest
+
+
+def _journal(root: Path) -> dict[str, str]:
+    path = Path(root) / PART_HASHES
+    if not path.is_file():
+        return {}
+    hashes = {}
+    for raw in path.read_bytes().split(b"\n"):
+        try:
+            entry = json.loads(raw)
+            hashes[entry["part"]] = entry["sha256"]  # a unit computed again: its last line counts
+        except (ValueError, TypeError, KeyError):
+            continue  # a torn last line: its part, if it was renamed at all, is unverified
+    return hashes
+
+
+def trusted_part_hashes(root: Path, manifest: dict) -> dict[str, str]:
+    """Part file name -> the sha256 its bytes must have to be reused: the seal's, replaced by the
+    part journal's for every part written since (see the module docstring)."""
+    return {**manifest.get(SEAL_KEY, {}).get("parts", {}), **_journal(root)}
+
+
+def part_hash_problem(path: Path, trusted: dict[str, str]) -> str | None:
+    """None when the part at `path` hashes to its trusted sha256; else what is wrong, in words."""
+    if path.name not in trusted:
+        return "no sha256 was recorded for it: this run did not write it"
+    digest = sha256_file(path, cached=False)
+    if digest != trusted[path.name]:
+        return (
+            f"its sha256 {digest[:12]}… is not the {trusted[path.name][:12]}… this run recorded: "
+            "not the bytes this run wrote"
+        )
+    return None
+
+
+def unverified_parts(root: Path, trusted: dict[str, str]) -> list[str]:
+    """One line per part file of `root` that is not, byte for byte, a part this run wrote or
+    verified: what must hold before a seal is written."""
+    present = {path.name: path for path in part_files(root)}
+    listed = {name: digest for name, digest in trusted.items() if name in present}
+    return named_file_problems("part file", Path(root) / PARTS, listed, present, "the part hashes")
+
+
+def remove_part_journal(root: Path) -> None:
+    """Remove the part journal once the seal holding its hashes is written."""
+    (Path(root) / PART_HASHES).unlink(missing_ok=True)
+    fsync_directory(root)

@@ -11,6 +11,7 @@ import json
 import os
 import re
 
+from nudgeability.models.json_errors import json_error
 from nudgeability.splice.rundir.layout import JsonLinesError, json_lines
 from nudgeability.splice.tasks.base import DataFileError
 
@@ -100,8 +101,7 @@ def read_json_array(path: str | os.PathLike) -> list[tuple[int, object]]:
         except json.JSONDecodeError as exc:
             raise fail(
                 exc.pos,
-                f"not valid JSON ({exc.msg} at column {exc.colno}); the file "
-                "may be truncated: fetch it again",
+                f"{json_error(exc)}; the file may be truncated: fetch it again",
             ) from None
         elements.append((line_at(position), value))
         position = _WHITESPACE.match(text, end).end()

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from nudgeability.models.json_errors import json_error
 from nudgeability.splice.rundir.layout import MANIFEST
 
 from ..table import ExperimentLabel
@@ -91,7 +92,7 @@ def read_run_dir(path: str | Path) -> RunDir:
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise RecordsError(f"{manifest}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise RecordsError(f"{manifest}:{exc.lineno}: {json_error(exc)}") from None
     experiment = data.get("experiment") if isinstance(data, dict) else None
     if not isinstance(experiment, dict):
         raise RecordsError(

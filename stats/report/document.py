@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from nudgeability.models.atomic import atomic_write_files, remove_temporaries
+from nudgeability.models.json_errors import json_error
 
 from ..delegation.summary import DelegationValueSummary
 from ..estimators.across import AcrossExperiments, across_cohorts
@@ -122,7 +123,7 @@ def read_stats(path: str | Path) -> list[ExperimentSummary]:
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise RecordsError(f"{file}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise RecordsError(f"{file}:{exc.lineno}: {json_error(exc)}") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA_VERSION:
         raise RecordsError(
             f"{file}: not a {STATS_FILE} of schema {SCHEMA_VERSION}; rerun `nudge stats`"

@@ -242,8 +242,8 @@ def test_verify_replays_the_run_against_the_server_and_names_a_forged_text(
     key = (record["problem_id"], record["condition"], record["seed"])
     assert _line(lines, "replay").startswith(
         f"replay: FAIL: 1 of 1 regenerated units differ ({part.stem}); first: {part}:2: "
-        f"record {key}: first differing field text: stored "
-    )
+        f'record {key}: first differing field text[char 0]: stored "Yes. '
+    )  # the forged text shown where it differs: its first characters
 
 
 def test_an_unknown_model_is_one_line_naming_url_and_model(server, tmp_path):
@@ -274,3 +274,15 @@ def test_chat_bases_come_back_in_the_family_format(server, tmp_path):
         assert r["continuation"] == "chat" and r["text"] == family.decode(r["generated_ids"])
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["backend"]["api"] == "chat" and manifest["experiment"]["continuation"] == "chat"
+
+
+def test_token_mode_against_it_is_refused_naming_the_flag_to_use(server, tmp_path):
+    """transformers serve refuses token mode's fields (HTTP 422 "Unexpected fields"): one line
+    saying to pass --prompt-format text (issue 25, case 5), nothing written but the manifest."""
+    out = tmp_path / "token"
+    status, err = run_nudge(_args(server.url, server.model, out, prompt_format="token"))
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, err
+    assert "HTTP 422" in lines[0] and "Unexpected fields" in lines[0], err
+    assert "pass --prompt-format text" in lines[0] and KEY not in err
+    assert not (out / "records.jsonl").exists()

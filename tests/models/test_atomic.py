@@ -90,3 +90,32 @@ def test_files_written_together_replace_nothing_unless_all_are_written(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stats.json", "table.md"]
     assert atomic_write_files({first: b"new stats", second: b"new table"}) == [first, second]
     assert (first.read_text(), second.read_text()) == ("new stats", "new table")
+
+
+def _mode(path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_written_files_and_directories_get_the_modes_of_the_umask(tmp_path, umask):
+    """What a rename leaves has the mode a plain open() or mkdir() gives under the same umask
+    (0644 and 0755 under umask 022), not the 0600/0700 of tempfile's private temporaries."""
+    from nudgeability.models.atomic import atomic_write_bytes, atomic_write_files
+
+    previous = os.umask(umask)
+    try:
+        with open(tmp_path / "by-open", "w"):
+            pass
+        os.mkdir(tmp_path / "by-mkdir")
+        atomic_write_text(tmp_path / "a.json", "{}")
+        atomic_write_bytes(tmp_path / "b.npy", b"x")
+        atomic_write_files({tmp_path / "c.md": b"c", tmp_path / "d.csv": b"d"})
+        with atomic_directory(tmp_path / "run") as tmp:
+            atomic_write_lines(tmp / "records.jsonl", ["{}"])
+    finally:
+        os.umask(previous)
+    file_mode, dir_mode = _mode(tmp_path / "by-open"), _mode(tmp_path / "by-mkdir")
+    assert file_mode == 0o666 & ~umask and dir_mode == 0o777 & ~umask
+    for name in ("a.json", "b.npy", "c.md", "d.csv", "run/records.jsonl"):
+        assert _mode(tmp_path / name) == file_mode, name
+    assert _mode(tmp_path / "run") == dir_mode

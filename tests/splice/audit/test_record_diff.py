@@ -47,3 +47,25 @@ def test_same_values_in_other_bytes_and_broken_lines():
         "record ('q1', 'B', 0): same values, other bytes (formatting)"
     )
     assert first_difference(line(), line()[:-3]).startswith("a line is not valid JSON")
+
+
+def test_long_texts_are_shown_where_they_differ_with_context():
+    """Not two 57-character heads that look the same (issue 25, case 6): the first differing
+    character, 20 characters each side, … where text was left out."""
+    stored, replayed = "x" * 100 + "cat" + "y" * 100, "x" * 100 + "cut" + "y" * 100
+    message = first_difference(line(text=stored), line(text=replayed))
+    window = "x" * 19 + "c{}t" + "y" * 19
+    assert message == (
+        "record ('q1', 'B', 0): first differing field text[char 101]: "
+        f'stored …"{window.format("a")}"…, replayed …"{window.format("u")}"…'
+    )
+
+
+def test_a_long_text_cut_short_is_shown_where_the_shorter_one_ends():
+    stored = "the model answers: " + "yes " * 20  # 19 + 80 characters
+    message = first_difference(line(text=stored), line(text=stored[:30]))
+    # characters 10..50 of the stored text (from "answers"), 10..29 of the replayed, its end
+    assert message == (
+        "record ('q1', 'B', 0): first differing field text[char 30]: "
+        'stored …"answers: yes yes yes yes yes yes yes yes "…, replayed …"answers: yes yes yes"'
+    )

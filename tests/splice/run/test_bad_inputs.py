@@ -100,6 +100,41 @@ def test_bad_flag_values_name_the_flag(nudge_error, flag, value, named):
     assert named in nudge_error(flag, value)
 
 
+@pytest.mark.parametrize("value", ["-5,3", "-5", "4,-2"])
+def test_a_negative_budget_reaches_the_check_and_is_refused_naming_the_flag(nudge_error, value):
+    """Not argparse's usage and "expected one argument" (it took "-5,3" for a flag): the value
+    reaches the flag's own check (issue 25, case 4)."""
+    err = nudge_error("--max-new-tokens", value)
+    assert err == (
+        f"nudge run: error: --max-new-tokens {value!r}: expected BASE or BASE,ARM, positive "
+        "whole numbers"
+    )
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_a_sentences_path_that_is_no_file_names_the_flag(nudge_error, tmp_path, kind):
+    path = tmp_path / "sentences.toml"
+    if kind == "directory":
+        path.mkdir()
+    err = nudge_error("--sentences", path)
+    what = "no such file" if kind == "missing" else "is a directory"
+    assert err.startswith(f"nudge run: error: {path}: {what}; ") and "with --sentences" in err, err
+    assert "Errno" not in err
+
+
+@pytest.mark.parametrize("where", ["the file", "under the file"])
+def test_an_out_that_is_a_file_or_lies_under_one_names_the_flag(tiny_checkpoint, tmp_path, where):
+    regular = tmp_path / "notes.txt"
+    regular.write_text("mine")
+    out = regular if where == "the file" else regular / "run"
+    args = nudge_run_args(tiny_checkpoint("qwen3"), out, n=1, conditions="NT", max_new_tokens=4)
+    status, err = run_nudge(args)
+    assert status == 2 and err.count("\n") == 1 and "Errno" not in err, err
+    problem = "exists and is a file" if out == regular else f"{regular} is a file"
+    assert err.startswith(f"nudge run: error: --out {out}: {problem}, not a directory; "), err
+    assert regular.read_text() == "mine"
+
+
 def test_prompt_longer_than_the_context_names_the_problem(nudge_error, musique_record, write_jsonl):
     long = musique_record("2hop__1_2", paragraphs=20)
     for paragraph in long["paragraphs"]:

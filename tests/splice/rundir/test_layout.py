@@ -46,7 +46,7 @@ def test_lines_are_split_at_newlines_only_and_kept_as_stored(tmp_path):
 @pytest.mark.parametrize(
     "content,reason",
     [
-        (b'{"n": 1}\n{"n": \n', "not valid JSON (Expecting value, column 7)"),
+        (b'{"n": 1}\n{"n": \n', "not valid JSON (Expecting value at column 7)"),
         (b'{"n": 1}\n[1, 2]\n', "expected a JSON object, got list"),
         (b'{"n": 1}\n{"t": "\xff"}\n', "not valid UTF-8 (a damaged line)"),
     ],

@@ -46,3 +46,17 @@ def test_config_differences_name_each_nested_key():
         "config.shard: stored null, now nothing",
     ]
     assert manifest.diff_configs(stored, stored) == []
+
+
+def test_a_cut_manifest_is_named_by_line_with_the_whole_reason(tmp_path):
+    """Not `manifest.json:3: not valid JSON (Unterminated string starting at)`, cut mid-phrase
+    (issue 25, case 4): the place is said, once."""
+    import pytest
+
+    (tmp_path / "manifest.json").write_text('{\n  "config": {\n    "model": "cut')
+    with pytest.raises(manifest.OutputDirError) as caught:
+        manifest.read_manifest(tmp_path)
+    # line 3: four spaces, "model": and a space, so the string opens at column 14
+    assert str(caught.value) == (
+        f"{tmp_path / 'manifest.json'}:3: not valid JSON (Unterminated string starting at column 14)"
+    )

@@ -1,5 +1,6 @@
 """`--shard 1/2` + `--shard 2/2`, then `nudge merge`, equals the unsharded run byte for byte;
-merge refuses incomplete, missing, repeated or mismatched shards with a one-line error."""
+merge refuses incomplete, missing, repeated or mismatched shards with a one-line error, and a
+shard whose files are not the bytes it sealed (issue 25, case 1)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,26 @@ def test_a_shard_verifies_against_its_own_plan(runs):
     parts = sorted(p.stem for p in (root / "s2" / "parts").glob("*.jsonl"))
     assert all(name.endswith("c00001") for name in parts)  # chunk 1 of 0, 1, 2
     assert sorted(lines[3].rsplit(": ", 1)[1].split(", ")) == parts
+
+
+@pytest.mark.parametrize("damaged", ["parts/NT-s0-c00001.jsonl", "records.jsonl"])
+def test_merge_refuses_a_shard_whose_files_differ_from_its_seal(runs, tmp_path, damaged):
+    model_dir, root, common = runs
+    shard = tmp_path / "s2"
+    shutil.copytree(root / "s2", shard)
+    path = shard / damaged
+    lines = path.read_text(encoding="utf-8").split("\n")
+    record = json.loads(lines[0])
+    record["prompt_tokens"] += 1  # one field edited, still valid JSON
+    lines[0] = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    path.write_text("\n".join(lines), encoding="utf-8")
+    err = _merge_error(tmp_path / "m", root / "s1", shard)
+    assert str(path) in err and "the manifest recorded" in err, err
+    # as the message says: the shard run again mends it, and the merge then equals the whole run
+    status, err = run_nudge([*common, "--shard", "2/2", "--out", shard])
+    assert status == 0, err
+    status, err = run_nudge(["merge", tmp_path / "m", root / "s1", shard])
+    assert status == 0, err
+    assert (tmp_path / "m" / "records.jsonl").read_bytes() == (
+        root / "whole" / "records.jsonl"
+    ).read_bytes()

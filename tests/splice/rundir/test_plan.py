@@ -103,6 +103,12 @@ def test_each_unit_reads_the_parts_it_forks_from():
         Unit("arms", 0, 1),
     ]
 
+    # and the other way round: what must not be reused when a unit's records change
+    assert plan.dependents_of(Unit("NT", 0, 1)) == []
+    assert plan.dependents_of(Unit("B", 0, 1)) == [Unit("arms", 0, 1), Unit("resolve", 0, 1)]
+    assert plan.dependents_of(Unit("arms", 0, 1)) == [Unit("resolve", 0, 1)]
+    assert plan.dependents_of(Unit("resolve", 0, 1)) == []
+
 
 def test_the_keys_a_unit_must_hold():
     plan = Plan.from_manifest(_manifest(consistency_samples=2))

@@ -42,9 +42,11 @@ def test_truncated_file_names_the_line_it_was_cut_on(write_json):
     with pytest.raises(DataFileError) as error:
         StrategyQATask().load(path)
     expected_line = text[:cut].count("\n") + 1  # the unterminated string starts on this line
+    quote = text.index("Was it cut") - 1  # the string's opening quote, 1-based column below
+    column = quote - text.rindex("\n", 0, quote)
     assert str(error.value).startswith(
-        f"{path}:{expected_line}: not valid JSON (Unterminated string"
-    )
+        f"{path}:{expected_line}: not valid JSON (Unterminated string starting at column {column});"
+    )  # said once, whole (issue 25, case 4: not "starting at at column")
     assert "truncated" in str(error.value) and "\n" not in str(error.value)
 
 
