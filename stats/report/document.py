@@ -157,6 +157,12 @@ def read_values(path: str | Path) -> list[DelegationValueSummary]:
         raise RecordsError(f"{file}: {exc}") from None
 
 
+def read_run_dirs(path: str | Path) -> list[str]:
+    """The run directories a stats.json was computed from, as given to `nudge stats`."""
+    document = json.loads(stats_file(path).read_text(encoding="utf-8"))
+    return [str(p) for p in document.get("run_dirs", [])]
+
+
 def read_across(path: str | Path) -> dict[str, AcrossExperiments]:
     """The per-cohort medians and Spearman rho stored in a stats.json."""
     document = json.loads(stats_file(path).read_text(encoding="utf-8"))
