@@ -1,6 +1,8 @@
 """`nudge run`: the flags, then `prepare` and `run` (splice/run/), then one line of result.
 
-nudge run                                   # the embedded demo: SmolLM2 on the MuSiQue sample
+nudge run                                   # the embedded demo: SmolLM2 on 8 StrategyQA problems,
+                                            # then its stats and report.html (runs/...-report/)
+nudge run --task musique                    # the MuSiQue sample (3 problems; SmolLM2 gives n_S = 0)
 nudge run --model DIR --task strategyqa --n 250 --max-new-tokens 4096,2048 --device cuda
 nudge run ... --shard 2/8 --out runs/x-shard2  # one slice of a campaign (`nudge merge` joins them)
 """
@@ -22,6 +24,9 @@ from nudgeability.splice.run.config import (
 )
 
 _DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
+DEMO_TASK = "strategyqa"  # the first run shows the tool: the task whose report fills on SmolLM2
+# problems drawn when --n is not given: MuSiQue's twenty paragraphs make each problem ~4x longer
+DEFAULT_N_OF_TASK = {"strategyqa": 8, "musique": DEFAULT_N}
 
 
 def register(subparsers) -> None:
@@ -30,8 +35,9 @@ def register(subparsers) -> None:
         "run",
         help="run the experiment: NT, B, the oracle base and every splice arm",
         description="Run NT, B (and oracle_B) for each drawn problem, then fork every splice arm from "
-        "B's reasoning prefix. With no options: the embedded demo (SmolLM2 on the shipped "
-        "MuSiQue sample). Killed runs resume when started again with the same options.",
+        "B's reasoning prefix, then (unless --no-report or --shard) write its stats and "
+        "report.html. With no options: the embedded demo (SmolLM2 on 8 problems of the shipped "
+        "StrategyQA set). Killed runs resume when started again with the same options.",
     )
     run.add_argument(
         "--model",
@@ -39,10 +45,16 @@ def register(subparsers) -> None:
         help="'smollm2' (embedded), a checkpoint directory, "
         "a .gguf file or a repo id already in the local HF cache (default: smollm2)",
     )
-    run.add_argument("--task", default="musique", help="musique or strategyqa (default: musique)")
+    run.add_argument(
+        "--task", default=DEMO_TASK, help=f"musique or strategyqa (default: {DEMO_TASK})"
+    )
     run.add_argument("--data", help="the official data file (default: the task's shipped sample)")
     run.add_argument(
-        "--n", default=str(DEFAULT_N), help=f"problems to draw, or 'all' (default: {DEFAULT_N})"
+        "--n",
+        default=None,
+        help="problems to draw, or 'all' (default: "
+        + ", ".join(f"{n} for {task}" for task, n in DEFAULT_N_OF_TASK.items())
+        + ")",
     )
     run.add_argument("--seed", type=int, default=0, help="seed of the problem draw (default: 0)")
     run.add_argument(
@@ -129,6 +141,12 @@ def register(subparsers) -> None:
         "its own share of the cores (README: Sharding)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument(
+        "--no-report",
+        action="store_true",
+        help="only the run: skip `nudge stats` and `nudge report` into OUT-report/ "
+        "(a shard never runs them: its stats would be partial)",
+    )
     _register_remote(run)
     run.set_defaults(func=_run)
 
@@ -224,7 +242,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         model=args.model,
         task=args.task,
         data=args.data,
-        n=parse_n(args.n),
+        n=parse_n(
+            args.n if args.n is not None else str(DEFAULT_N_OF_TASK.get(args.task, DEFAULT_N))
+        ),
         sample_seed=args.seed,
         decoding=args.decoding,
         seeds=None if args.seeds is None else parse_seeds(args.seeds),
@@ -276,7 +296,47 @@ def _run(args: argparse.Namespace) -> int:
         f"({result.units_computed} units computed, {result.units_resumed} resumed)",
         file=sys.stderr,
     )
+    if not args.no_report and config.shard is None:
+        report_run(Path(result.out))
     return 0
+
+
+def report_dir(out: Path) -> Path:
+    """Where `nudge run` writes the stats and report of run directory `out`: OUT-report/."""
+    return out.with_name(out.name + "-report")
+
+
+def report_run(out: Path) -> Path:
+    """`nudge stats OUT --out OUT-report` then `nudge report OUT-report --out OUT-report`, and the
+    lines that say where report.html is (and why a report is empty: n_S = 0)."""
+    from nudgeability.stats.report.html.page import REPORT_FILE
+    from nudgeability.stats.report.pipeline import (
+        ReportOptions,
+        StatsOptions,
+        run_report,
+        run_stats,
+    )
+
+    from .stats import warn
+
+    target = report_dir(out)
+    found = run_stats(StatsOptions([out], out=target), warn=warn)
+    run_report(ReportOptions([target], out=target), warn=warn)
+    empty = [e for e in found.summaries if e.n_S == 0]
+    for e in empty:
+        print(
+            f"nudge run: {e.model} / {e.task}: n_S = 0: no problem has both the confidence and "
+            "the doubt arm completed (on MuSiQue SmolLM2 never closes its thinking, so no arm "
+            "is forked); the report shows the empty shape. `nudge run --task strategyqa` fills it.",
+            file=sys.stderr,
+        )
+    page = target / REPORT_FILE
+    print(
+        f"nudge run: stats, tables and figures in {target}; open {page.resolve().as_uri()}",
+        file=sys.stderr,
+    )
+    print(page)
+    return page
 
 
 @contextlib.contextmanager
