@@ -1,8 +1,10 @@
 """`nudge report STATS_DIR_OR_RUN_DIR... --out DIR`: flags, one library call, printing.
 
 nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S] [--min-s PP] [--min-l PP]
-    draws the figures as PNG and PDF, from stats.json files (a directory holding one, or the
-    file itself) or straight from run directories: nudgeability.stats.report.pipeline.run_report.
+    draws the figures as PNG and PDF and writes report.html (every table and figure, the runs'
+    provenance, the problem browser over the records of the run directories the stats name),
+    from stats.json files (a directory holding one, or the file itself) or straight from run
+    directories: nudgeability.stats.report.pipeline.run_report.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the `report` subcommand to the `nudge` parser."""
-    report = subparsers.add_parser("report", help="draw the figures (PNG and PDF)")
+    report = subparsers.add_parser("report", help="draw the figures (PNG and PDF) and write report.html")
     report.add_argument(
         "sources",
         nargs="+",
