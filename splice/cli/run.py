@@ -297,46 +297,10 @@ def _run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if not args.no_report and config.shard is None:
+        from .report import report_run
+
         report_run(Path(result.out))
     return 0
-
-
-def report_dir(out: Path) -> Path:
-    """Where `nudge run` writes the stats and report of run directory `out`: OUT-report/."""
-    return out.with_name(out.name + "-report")
-
-
-def report_run(out: Path) -> Path:
-    """`nudge stats OUT --out OUT-report` then `nudge report OUT-report --out OUT-report`, and the
-    lines that say where report.html is (and why a report is empty: n_S = 0)."""
-    from nudgeability.stats.report.html.page import REPORT_FILE
-    from nudgeability.stats.report.pipeline import (
-        ReportOptions,
-        StatsOptions,
-        run_report,
-        run_stats,
-    )
-
-    from .stats import warn
-
-    target = report_dir(out)
-    found = run_stats(StatsOptions([out], out=target), warn=warn)
-    run_report(ReportOptions([target], out=target), warn=warn)
-    empty = [e for e in found.summaries if e.n_S == 0]
-    for e in empty:
-        print(
-            f"nudge run: {e.model} / {e.task}: n_S = 0: no problem has both the confidence and "
-            "the doubt arm completed (on MuSiQue SmolLM2 never closes its thinking, so no arm "
-            "is forked); the report shows the empty shape. `nudge run --task strategyqa` fills it.",
-            file=sys.stderr,
-        )
-    page = target / REPORT_FILE
-    print(
-        f"nudge run: stats, tables and figures in {target}; open {page.resolve().as_uri()}",
-        file=sys.stderr,
-    )
-    print(page)
-    return page
 
 
 @contextlib.contextmanager

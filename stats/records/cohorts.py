@@ -12,8 +12,9 @@ provider may serve token-level completions, and a user's own server may be drive
   the weights its manifest names (its tokenizer's sha256);
 - any other remote endpoint: provider-served.
 
-`nudge stats --cohort RUN_DIR=NAME` overrides the reading for one run directory (a provider
-reached through a private gateway, a self-hosted server on a public name).
+A provider reached through a private gateway reads as open-weight, and a self-hosted server on a
+public name as provider-served: there is no override flag yet (`--label` keeps such a run as its
+own row).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import argparse
 import numpy as np
 from helpers import synthetic_run as synthetic
 
+from nudgeability.splice.cli import report as report_cli
 from nudgeability.splice.cli import run as run_cli
 
 
@@ -34,7 +35,7 @@ def test_the_default_run_is_the_strategyqa_demo_with_a_report():
 def test_report_run_writes_the_report_beside_the_run_and_prints_it(tmp_path, capsys):
     arrays = synthetic.paper_arrays(np.random.default_rng(1), 12)
     out = synthetic.write_run(tmp_path / "runs" / "m-strategyqa-greedy", synthetic.records(arrays))
-    page = run_cli.report_run(out)
+    page = report_cli.report_run(out)
     assert page == tmp_path / "runs" / "m-strategyqa-greedy-report" / "report.html"
     assert (
         page.is_file()
@@ -55,6 +56,6 @@ def test_a_run_without_arms_explains_its_empty_report(tmp_path, capsys):
     out = synthetic.write_run(
         tmp_path / "m-musique-greedy", synthetic.records(arrays), manifest_extra=asked
     )
-    page = run_cli.report_run(out)
+    page = report_cli.report_run(out)
     assert page.is_file()
     assert "n_S = 0" in capsys.readouterr().err
