@@ -66,13 +66,6 @@ def report_dir(out: Path) -> Path:
 def report_run(out: Path) -> Path:
     """`nudge stats OUT --out OUT-report` then `nudge report OUT-report --out OUT-report`, and the
     lines that say where report.html is (and why a report is empty: n_S = 0)."""
-    from nudgeability.stats.report.pipeline import (
-        ReportOptions,
-        run_report,
-    )
-
-    from .stats import warn
-
     target = report_dir(out)
     found = run_stats(StatsOptions([out], out=target), warn=warn)
     run_report(ReportOptions([target], out=target), warn=warn)
