@@ -37,6 +37,9 @@ class ExperimentLabel:
     # how the runs were continued (token / text / chat, see nudgeability.backends): runs at
     # different levels are different experiments, never joined
     continuation: str = "token"
+    # open-weight (the local engine, or a server the user runs) or provider-served, read from the
+    # manifest (records/cohorts.py); not part of the key: it describes the model, never splits it
+    cohort: str = "open-weight"
 
     @property
     def key(self) -> tuple[str, ...]:

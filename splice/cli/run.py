@@ -1,6 +1,8 @@
 """`nudge run`: the flags, then `prepare` and `run` (splice/run/), then one line of result.
 
-nudge run                                   # the embedded demo: SmolLM2 on the MuSiQue sample
+nudge run                                   # the embedded demo: SmolLM2 on 8 StrategyQA problems,
+                                            # then its stats and report.html (runs/...-report/)
+nudge run --task musique                    # the MuSiQue sample (3 problems; SmolLM2 gives n_S = 0)
 nudge run --model DIR --task strategyqa --n 250 --max-new-tokens 4096,2048 --device cuda
 nudge run ... --shard 2/8 --out runs/x-shard2  # one slice of a campaign (`nudge merge` joins them)
 """
@@ -22,6 +24,9 @@ from nudgeability.splice.run.config import (
 )
 
 _DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
+DEMO_TASK = "strategyqa"  # the first run shows the tool: the task whose report fills on SmolLM2
+# problems drawn when --n is not given: MuSiQue's twenty paragraphs make each problem ~4x longer
+DEFAULT_N_OF_TASK = {"strategyqa": 8, "musique": DEFAULT_N}
 
 
 def register(subparsers) -> None:
@@ -30,8 +35,9 @@ def register(subparsers) -> None:
         "run",
         help="run the experiment: NT, B, the oracle base and every splice arm",
         description="Run NT, B (and oracle_B) for each drawn problem, then fork every splice arm from "
-        "B's reasoning prefix. With no options: the embedded demo (SmolLM2 on the shipped "
-        "MuSiQue sample). Killed runs resume when started again with the same options.",
+        "B's reasoning prefix, then (unless --no-report or --shard) write its stats and "
+        "report.html. With no options: the embedded demo (SmolLM2 on 8 problems of the shipped "
+        "StrategyQA set). Killed runs resume when started again with the same options.",
     )
     run.add_argument(
         "--model",
@@ -39,10 +45,16 @@ def register(subparsers) -> None:
         help="'smollm2' (embedded), a checkpoint directory, "
         "a .gguf file or a repo id already in the local HF cache (default: smollm2)",
     )
-    run.add_argument("--task", default="musique", help="musique or strategyqa (default: musique)")
+    run.add_argument(
+        "--task", default=DEMO_TASK, help=f"musique or strategyqa (default: {DEMO_TASK})"
+    )
     run.add_argument("--data", help="the official data file (default: the task's shipped sample)")
     run.add_argument(
-        "--n", default=str(DEFAULT_N), help=f"problems to draw, or 'all' (default: {DEFAULT_N})"
+        "--n",
+        default=None,
+        help="problems to draw, or 'all' (default: "
+        + ", ".join(f"{n} for {task}" for task, n in DEFAULT_N_OF_TASK.items())
+        + ")",
     )
     run.add_argument("--seed", type=int, default=0, help="seed of the problem draw (default: 0)")
     run.add_argument(
@@ -135,6 +147,12 @@ def register(subparsers) -> None:
         "its own share of the cores (README: Sharding)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument(
+        "--no-report",
+        action="store_true",
+        help="only the run: skip `nudge stats` and `nudge report` into OUT-report/ "
+        "(a shard never runs them: its stats would be partial)",
+    )
     _register_remote(run)
     run.set_defaults(func=_run)
 
@@ -239,7 +257,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         model=args.model,
         task=args.task,
         data=args.data,
-        n=parse_n(args.n),
+        n=parse_n(
+            args.n if args.n is not None else str(DEFAULT_N_OF_TASK.get(args.task, DEFAULT_N))
+        ),
         sample_seed=args.seed,
         decoding=args.decoding,
         seeds=None if args.seeds is None else parse_seeds(args.seeds),
@@ -292,6 +312,10 @@ def _run(args: argparse.Namespace) -> int:
         f"({result.units_computed} units computed, {result.units_resumed} resumed)",
         file=sys.stderr,
     )
+    if not args.no_report and config.shard is None:
+        from .report import report_run
+
+        report_run(Path(result.out))
     return 0
 
 

@@ -3,7 +3,8 @@
 nudge stats RUN_DIR... [--label RUN_DIR=NAME]... [--out DIR] [--n-boot N] [--seed S]
         [--folds K] [--min-s PP] [--min-l PP]
     summarises the run directories and writes DIR/stats.json and the tables (table.md, .csv,
-    .tex; delegation_value.* for runs made with `nudge run --resolve`; grounding.json, .md, .csv
+    .tex; the paper's tables by number, table1.*, table4.* ... table9.*, sealed.*, summaries.*;
+    delegation_value.* for runs made with `nudge run --resolve`; grounding.json, .md, .csv
     for runs that stored uncertainty signals), together and atomically:
     nudgeability.stats.report.pipeline.run_stats.
 

@@ -2,8 +2,7 @@
 
 stats/README.md, "Across experiments". Medians summarise experiment-level estimates (not pooled
 problem rows), within one cohort (`cohorts`): the paper does not pool the sampled-decoding check
-with the greedy campaign, and a provider's text- or chat-level experiments are never pooled with
-token-level ones.
+with the greedy campaign, nor the provider-served models with the open-weight ones.
 """
 
 from __future__ import annotations
@@ -103,14 +102,19 @@ def across_experiments(experiments: Sequence) -> AcrossExperiments:
     return AcrossExperiments(table, rho, len(experiments))
 
 
+def cohort_key(summary) -> str:
+    """The group an experiment's medians belong to: its cohort (open-weight or provider-served,
+    read from the manifest by records/cohorts.py) and its decoding config."""
+    return f"{getattr(summary, 'cohort', 'open-weight')}, {summary.decoding}"
+
+
 def cohorts(summaries: Sequence) -> dict[str, list]:
-    """Experiments grouped for the medians: by decoding config, and apart by continuation level
-    (a provider's text- or chat-level experiments are never pooled with token-level ones)."""
+    """Experiments grouped for the medians, by `cohort_key`, in order of first appearance. The
+    continuation level does not decide the cohort (a provider may serve token-level completions);
+    it stays marked on each experiment's row."""
     groups: dict[str, list] = {}
     for summary in summaries:
-        level = getattr(summary, "continuation", "token")
-        key = summary.decoding if level == "token" else f"{summary.decoding}, {level}-level"
-        groups.setdefault(key, []).append(summary)
+        groups.setdefault(cohort_key(summary), []).append(summary)
     return groups
 
 

@@ -6,7 +6,7 @@ well-targeted flips H; Gamma; Dself and Rself; rho, omega and Phi of the oracle 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, REPORT_ORDER
 
@@ -29,6 +29,8 @@ from .diagnostics import (
 from .intervals import BootstrapResult, bootstrap, bootstrap_clustered, pair_arrays
 from .mcnemar import McNemar, mcnemar
 from .profiles import ProfileRule
+from .ratios import Estimate, ratio_estimates
+from .seeds import RepeatedLabels, SeedSpread, repeated_labels, seed_spread
 from .sensitivity import sensitivity
 from .targeting import Stratum, targeting
 
@@ -89,6 +91,11 @@ class ExperimentSummary:
     oracle: OracleDiagnostics | None
     profile_rule: ProfileRule = ProfileRule()
     continuation: str = "token"  # token / text / chat: below token level it is reported apart
+    cohort: str = "open-weight"  # or "provider-served": from the manifest (records/cohorts.py)
+    # every ratio diagnostic with its interval (ratios.py): delegation.<code>, gamma, dself, ...
+    estimates: dict[str, Estimate] = field(default_factory=dict)
+    seed_spread: SeedSpread | None = None  # sampled runs: the spread across seeds (seeds.py)
+    repeated_labels: RepeatedLabels | None = None  # sampled runs: the repeated-label check
 
     # The paper's headline names, read from the primary (first-person) pair.
     S = property(lambda self: self.primary.S)
@@ -200,4 +207,8 @@ def summarize(
         if oracle_base is None
         else oracle_diagnostics(table.s, table.base, oracle_base),
         profile_rule=rule,
+        cohort=table.label.cohort,
+        estimates=ratio_estimates(table, n_boot, seed),
+        seed_spread=seed_spread(table, per_seed),
+        repeated_labels=repeated_labels(table),
     )

@@ -31,8 +31,9 @@ def json_lines(path: Path) -> Iterator[tuple[int, dict]]:
 def record_key(record: dict) -> tuple:
     """What names a record in a run, as a plain tuple (the form error messages show):
     (problem_id, condition, seed), with the sample index of a self-consistency sample appended."""
-    key = tuple(RecordKey.of(record))
-    return key if record.get("sample") is None else (*key, record["sample"])
+    key = RecordKey.of(record)
+    named = (key.problem_id, key.condition, key.seed)
+    return named if key.sample is None else (*named, key.sample)
 
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:

@@ -21,6 +21,7 @@ from nudgeability.models.json_errors import json_error
 from nudgeability.splice.rundir.layout import MANIFEST
 
 from ..table import ExperimentLabel
+from .cohorts import cohort_of
 
 # Config keys that may differ between runs pooled into one experiment: how the work was split or
 # batched, where it ran, and where the inputs were found (their sha256 are compared instead).
@@ -108,7 +109,11 @@ def read_run_dir(path: str | Path) -> RunDir:
     if not isinstance(continuation, str):
         raise RecordsError(f"{manifest}: field experiment.continuation must be a string")
     label = ExperimentLabel(
-        experiment["model"], experiment["task"], experiment["decoding"], continuation
+        experiment["model"],
+        experiment["task"],
+        experiment["decoding"],
+        continuation,
+        cohort_of(data),
     )
     asked = (data.get("config") or {}).get("conditions") or ()
     if not (isinstance(asked, (list, tuple)) and all(isinstance(c, str) for c in asked)):

@@ -69,8 +69,11 @@ def latex_tabular(
 
 
 def experiment_name(e) -> str:
-    """How a figure names an experiment: "model / task", with the decoding unless greedy."""
-    return f"{e.model} / {e.task}" + ("" if e.decoding == "greedy" else f" ({e.decoding})")
+    """How a figure names an experiment: "model / task", with the decoding unless greedy and
+    the cohort when provider-served (records/cohorts.py)."""
+    notes = [] if e.decoding == "greedy" else [e.decoding]
+    notes += ["provider"] if getattr(e, "cohort", "open-weight") == "provider-served" else []
+    return f"{e.model} / {e.task}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def whiskers(values, intervals, scale: float = 1.0) -> np.ndarray:

@@ -5,8 +5,9 @@ stats.json (schema SCHEMA_VERSION) is one object:
     schema            SCHEMA_VERSION
     run_dirs          the run directories given, as strings
     experiments       one ExperimentSummary per experiment (estimators/summary.py)
-    across            cohort -> AcrossExperiments: medians and Spearman rho per decoding config,
-                      a continuation level below token its own cohort (estimators/across.py)
+    across            cohort -> AcrossExperiments: medians and Spearman rho per cohort
+                      (open-weight or provider-served, per decoding config; estimators/across.py)
+    claims            cohort -> the paper's cross-experiment statements (estimators/claims.py)
     delegation_value  one DelegationValueSummary per resolved experiment (delegation/summary.py);
                       absent when no run was resolved
 
@@ -28,19 +29,26 @@ from nudgeability.models.json_errors import json_error
 
 from ..delegation.summary import DelegationValueSummary
 from ..estimators.across import AcrossExperiments, across_cohorts
+from ..estimators.claims import claims_by_cohort
 from ..estimators.summary import ExperimentSummary
 from ..grounding.summary import GroundingSummary
 from ..records import RecordsError
 from .serialize import from_jsonable, to_jsonable
 from .tables import delegation as value_tables
 from .tables import experiments as experiment_tables
+from .tables import grid as grids
 from .tables import grounding as grounding_tables
+from .tables.paper import GRID_NAMES, GRIDS
 
 STATS_FILE = "stats.json"
 GROUNDING_FILE = "grounding.json"
 SCHEMA_VERSION = 1
 VALUE_KEY = "delegation_value"  # the key of stats.json that holds the delegation value
 TABLE_FILES = ("table.md", "table.csv", "table.tex")
+# the paper's tables by number, and its cross-experiment statements: table1.md, ..., summaries.tex
+PAPER_TABLE_FILES = tuple(
+    f"{name}.{ext}" for name in ("table1", *GRID_NAMES) for ext in ("md", "csv", "tex")
+)
 VALUE_FILES = ("delegation_value.md", "delegation_value.csv", "delegation_value.tex")
 GROUNDING_TABLE_FILES = ("grounding.md", "grounding.csv")
 
@@ -56,6 +64,7 @@ def stats_document(
         "run_dirs": [str(p) for p in run_dirs],
         "experiments": to_jsonable(list(summaries)),
         "across": to_jsonable(across_cohorts(summaries)),
+        "claims": to_jsonable(claims_by_cohort(summaries)),
         **({VALUE_KEY: to_jsonable(list(values))} if values else {}),
     }
 
@@ -78,7 +87,12 @@ def stats_files(
         "table.md": experiment_tables.render_markdown(summaries),
         "table.csv": experiment_tables.render_csv(summaries),
         "table.tex": experiment_tables.render_latex(summaries),
+        "table1.md": experiment_tables.render_markdown(summaries, table1_only=True),
+        "table1.csv": experiment_tables.render_csv(summaries, table1_only=True),
+        "table1.tex": experiment_tables.render_latex(summaries),
     }
+    for build in GRIDS:
+        files |= grids.files(build(summaries))
     if values:
         renderers = (
             value_tables.render_value_markdown,
@@ -142,6 +156,12 @@ def read_values(path: str | Path) -> list[DelegationValueSummary]:
         return from_jsonable(list[DelegationValueSummary], document.get(VALUE_KEY, []))
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_run_dirs(path: str | Path) -> list[str]:
+    """The run directories a stats.json was computed from, as given to `nudge stats`."""
+    document = json.loads(stats_file(path).read_text(encoding="utf-8"))
+    return [str(p) for p in document.get("run_dirs", [])]
 
 
 def read_across(path: str | Path) -> dict[str, AcrossExperiments]:

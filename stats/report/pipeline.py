@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nudgeability.models.atomic import atomic_write_files
 from nudgeability.splice.rundir.layout import MANIFEST
 
 from ..delegation.join import load_value_tables
@@ -32,6 +33,7 @@ from .document import (
     STATS_FILE,
     is_stats,
     read_grounding,
+    read_run_dirs,
     read_stats,
     read_values,
     stats_files,
@@ -40,6 +42,8 @@ from .document import (
 from .figures.delegation import draw_value
 from .figures.experiments import draw_all
 from .figures.grounding import draw_grounding
+from .html.data import browser_data
+from .html.page import REPORT_FILE, render_page
 
 Warn = Callable[[str], None]  # told each warning as it arises (the CLI prints it)
 
@@ -166,10 +170,11 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
     summaries: list[ExperimentSummary] = []
     values: list[DelegationValueSummary] = []
     grounding: list[GroundingSummary] = []
-    run_dirs = []
+    run_dirs, recorded = [], []  # given as sources; named by a stats.json
     for source in map(Path, options.sources):
         if is_stats(source):
             summaries += read_stats(source)
+            recorded += read_run_dirs(source)
             grounding += read_grounding(source if source.is_dir() else source.parent)
             values += read_values(source)
         elif source.is_dir() and not (source / MANIFEST).exists():
@@ -194,4 +199,33 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
         warnings = found.warnings
     written = draw_all(summaries, options.out) + draw_value(values, options.out)
     written += draw_grounding(grounding, options.out)
+    written += write_html(
+        options.out, summaries, values, grounding, [*recorded, *run_dirs], written
+    )
     return ReportResult(summaries, values, grounding, warnings, written)
+
+
+def write_html(
+    out: str | Path,
+    summaries: Sequence[ExperimentSummary],
+    values: Sequence[DelegationValueSummary],
+    grounding: Sequence[GroundingSummary],
+    run_dirs: Sequence[str | Path],
+    figures: Sequence[Path],
+) -> list[Path]:
+    """report.html (html/page.py): every table (the Markdown `nudge stats` writes), every PNG
+    figure just drawn, and the browser over the run directories that can still be read."""
+    files = stats_files(summaries, run_dirs, values, grounding)
+    tables = {name: text for name, text in files.items() if name.endswith(".md")}
+    tables = {name: tables[name] for name in sorted(tables, key=_table_order)}
+    page = render_page(
+        tables, [f for f in figures if f.suffix == ".png"], browser_data(dict.fromkeys(run_dirs))
+    )
+    return atomic_write_files({Path(out) / REPORT_FILE: page.encode("utf-8")})
+
+
+def _table_order(name: str) -> tuple[int, str]:
+    """table1, table4, ..., table9, then the rest (the overview table.md last: it repeats them)."""
+    if name.startswith("table") and name[5:6].isdigit():
+        return (0, name)
+    return (2, name) if name == "table.md" else (1, name)

@@ -91,10 +91,12 @@ def nudge_run_args(
     task: str | None = "strategyqa",
     max_new_tokens: str | None = "16,8",
     quiet: bool = True,
+    report: bool = False,
     **flags,
 ) -> list[str]:
     """The argument list of `nudge run`, as every test writes it: the tests' defaults (StrategyQA,
-    budgets 16,8, --quiet) and each flag given, `chunk_size=1` -> `--chunk-size 1` (True: the flag
+    budgets 16,8, --quiet, --no-report: the runner's tests leave the stats to tests/stats, and
+    `report=True` keeps the report) and each flag given, `chunk_size=1` -> `--chunk-size 1` (True: the flag
     alone; None or False: left out). `model` None runs the embedded SmolLM2."""
     named = {"model": model, "task": task, "max_new_tokens": max_new_tokens, **flags, "out": out}
     argv = ["run"]
@@ -104,7 +106,7 @@ def nudge_run_args(
         argv.append("--" + name.replace("_", "-"))
         if value is not True:
             argv.append(str(value))
-    return argv + (["--quiet"] if quiet else [])
+    return argv + (["--quiet"] if quiet else []) + ([] if report else ["--no-report"])
 
 
 def read_records(out: Path) -> list[dict]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers.synthetic_run import write_run
 
 from nudgeability.stats.actions import KINDS, NONE, SELF, TOOL, TRUNC
 
@@ -264,17 +264,11 @@ def write_run_dir(
     conditions: list[str] | None = None,
 ) -> Path:
     """A run directory: manifest.json with the experiment (and, if given, the config's conditions),
-    records.jsonl, an empty timings.jsonl."""
-    path.mkdir(parents=True, exist_ok=True)
-    manifest = {
-        "experiment": {"model": model, "task": task, "decoding": decoding, "seeds": list(seeds)}
-    }
-    if conditions is not None:
-        manifest["config"] = {"conditions": conditions}
-    (path / "manifest.json").write_text(json.dumps(manifest))
-    (path / "records.jsonl").write_text("".join(line + "\n" for line in lines))
-    (path / "timings.jsonl").write_text("")
-    return path
+    records.jsonl, an empty timings.jsonl (helpers/synthetic_run.py writes it)."""
+    extra = None if conditions is None else {"config": {"conditions": conditions}}
+    return write_run(
+        path, lines, model=model, task=task, decoding=decoding, seeds=seeds, manifest_extra=extra
+    )
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from nudgeability.splice.cli import main
 from nudgeability.stats import ProfileRule
-from nudgeability.stats.report.document import read_stats
+from nudgeability.stats.report.document import PAPER_TABLE_FILES, TABLE_FILES, read_stats
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def run_dir(tmp_path, planted, runs):
 def test_the_commands_print_every_file_they_write(tmp_path, run_dir, capsys):
     out, report = tmp_path / "stats", tmp_path / "report"
     assert main(["stats", str(run_dir), "--out", str(out), "--n-boot", "100"]) == 0
-    names = ["stats.json", "table.md", "table.csv", "table.tex"]
+    names = ["stats.json", *TABLE_FILES, *PAPER_TABLE_FILES]
     assert capsys.readouterr().out.splitlines() == [str(out / name) for name in names]
     assert main(["report", str(out), "--out", str(report)]) == 0
     stems = ("s_vs_l", "flip_composition", "delegation", "oracle")

@@ -1,8 +1,10 @@
 """Figures of `nudge report`, drawn with matplotlib's Agg canvas and saved as PNG and PDF.
 
 - s_vs_l: S against L per experiment, each interval as a whisker (the paper's Figure 2; the
-  whiskers are the two marginal 95% intervals, not a joint region);
-- flip_composition: flip events split into SELF->TOOL and TOOL->SELF, well- or ill-targeted;
+  whiskers are the two marginal 95% intervals, not a joint region), one panel per cohort and
+  decoding;
+- flip_composition: flip events split into SELF->TOOL and TOOL->SELF, well- or ill-targeted
+  (the paper's Figure 5), each bar named with its cohort;
 - delegation: the delegation rate (TOOL among completed actions) of every condition present;
 - oracle: rho, omega and Phi of the free perfect-oracle control.
 
@@ -22,6 +24,7 @@ from matplotlib.figure import Figure
 from nudgeability.models.atomic import remove_temporaries
 from nudgeability.splice.experiment.conditions import CONDITIONS, REPORT_ORDER
 
+from ...estimators.across import cohorts
 from ..cells import experiment_name, save_figure, whiskers
 
 _TASK_MARKERS = ("o", "s", "^", "D", "v")
@@ -29,9 +32,18 @@ CONDITION_LABELS = {c.code: c.label for c in CONDITIONS}  # the short name under
 
 
 def plot_s_vs_l(summaries: Sequence, out_dir: Path) -> list[Path]:
-    """Figure 2: S (x, pp) against L (y, pp), one point per experiment with both 95% whiskers."""
-    figure = Figure(figsize=(6.4, 4.8))
-    ax = figure.add_subplot()
+    """Figure 2: S (x, pp) against L (y, pp), one point per experiment with both 95% whiskers,
+    one panel per cohort and decoding (open-weight / provider-served; estimators/across.py)."""
+    groups = cohorts(summaries)
+    figure = Figure(figsize=(6.4 * len(groups), 4.8))
+    for k, (key, members) in enumerate(groups.items()):
+        ax = figure.add_subplot(1, len(groups), k + 1)
+        _s_vs_l_panel(ax, members)
+        ax.set_title(f"{key}: S vs L (95% bootstrap whiskers)", fontsize=10)
+    return save_figure(figure, out_dir, "s_vs_l")
+
+
+def _s_vs_l_panel(ax, summaries: Sequence) -> None:
     tasks = list(dict.fromkeys(e.task for e in summaries))
     for t, task in enumerate(tasks):
         group = [e for e in summaries if e.task == task]
@@ -67,9 +79,7 @@ def plot_s_vs_l(summaries: Sequence, out_dir: Path) -> list[Path]:
     ax.axvline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("sensitivity S (pp)")
     ax.set_ylabel("targeting lift L (pp)")
-    ax.set_title("Sensitivity vs targeting lift (95% bootstrap whiskers)")
     ax.legend(title="task")
-    return save_figure(figure, out_dir, "s_vs_l")
 
 
 def plot_flip_composition(summaries: Sequence, out_dir: Path) -> list[Path]:

@@ -69,8 +69,9 @@ def _model(e) -> str:
     return e.model if level == "token" else f"{e.model} ({level}-level)"
 
 
-def render_markdown(summaries: Sequence) -> str:
-    """The Markdown table (experiments, then medians and Spearman rho per decoding config)."""
+def render_markdown(summaries: Sequence, *, table1_only: bool = False) -> str:
+    """The Markdown table (experiments, then medians and Spearman rho per cohort), then the
+    per-seed rows and the diagnostics; `table1_only` stops after the profile rule (table1.md)."""
     lines = [
         "| Model | Task | Decoding | S (pp) [95% CI] | WT (%) [95% CI] | WTrand (%) | L (pp) [95% CI] "
         "| n_S | n_WT | F | H | Profile |",
@@ -85,7 +86,7 @@ def render_markdown(summaries: Sequence) -> str:
         )
     lines += [
         "",
-        "| Median | Decoding | Experiments | S (pp) | WT (%) | L (pp) | Spearman ρ(S, L) "
+        "| Median | Cohort | Experiments | S (pp) | WT (%) | L (pp) | Spearman ρ(S, L) "
         "| SELF→TOOL (% of pooled flips) |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -98,6 +99,8 @@ def render_markdown(summaries: Sequence) -> str:
             )
     lines += ["", f"{DAGGER} L's 95% bootstrap interval excludes 0."]
     lines += ["", *profile_rules(summaries)]
+    if table1_only:
+        return "\n".join(lines) + "\n"
     seeded = [e for e in summaries if e.per_seed]
     if seeded:
         lines += [
@@ -232,9 +235,13 @@ def csv_rows(summaries: Sequence) -> list[dict]:
     return rows
 
 
-def render_csv(summaries: Sequence) -> str:
-    """The CSV table: one experiment or median per row, numbers at full precision."""
-    return csv_text(csv_rows(summaries), _CSV_COLUMNS)
+def render_csv(summaries: Sequence, *, table1_only: bool = False) -> str:
+    """The CSV table: one experiment, seed or median per row, numbers at full precision;
+    `table1_only` leaves out the per-seed rows (table1.csv)."""
+    rows = csv_rows(summaries)
+    if table1_only:
+        rows = [row for row in rows if row["row"] != "seed"]
+    return csv_text(rows, _CSV_COLUMNS)
 
 
 def render_latex(summaries: Sequence) -> str:

@@ -64,7 +64,7 @@ def test_summary_equals_the_estimators_applied_one_by_one(planted):
     )
     assert result.primary.mcnemar == mcnemar(conf, doubt)
     assert result.gamma == gamma(table.s, table.base)
-    assert result.profile_rule == ProfileRule()  # the documented defaults, 10 and 5 pp
+    assert result.profile_rule == ProfileRule()  # the documented defaults, 15 and 5 pp
     assert result.profile == profile_label(result.S, result.S_ci, result.L, result.L_ci)
     assert set(result.pairs) == {"first", "sealed"}  # oracle needs oracle_conf and oracle_doubt too
     assert (

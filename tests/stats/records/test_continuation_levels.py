@@ -1,5 +1,6 @@
 """Experiments continued below token level (a server's text- or chat-level splice) are marked in
-the report, never joined with a token-level run of the same name, and get medians of their own."""
+the report and never joined with a token-level run of the same name; the cohort of the medians is
+who serves the model (records/cohorts.py), not the continuation level."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def test_levels_stay_apart_and_are_marked(tmp_path, planted, runs):
     assert main(["stats", str(local), str(served), "--out", str(out), "--n-boot", "200"]) == 0
     document = json.loads((out / "stats.json").read_text())
     assert [e["continuation"] for e in document["experiments"]] == ["token", "text"]
-    assert set(document["across"]) == {"greedy", "greedy, text-level"}
+    # both are the user's own runs (no remote backend): one open-weight cohort, each row marked
+    assert set(document["across"]) == {"open-weight, greedy"}
     table = (out / "table.md").read_text()
     assert "| m (text-level) |" in table and "| m | " in table

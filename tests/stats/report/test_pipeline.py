@@ -12,7 +12,7 @@ import pytest
 
 from nudgeability.splice.experiment.conditions import CONDITION_CODES
 from nudgeability.stats import NONE, TRUNC, ProfileRule, RecordsError, load_experiments, summarize
-from nudgeability.stats.report.document import read_stats
+from nudgeability.stats.report.document import PAPER_TABLE_FILES, TABLE_FILES, read_stats
 from nudgeability.stats.report.pipeline import ReportOptions, StatsOptions, run_report, run_stats
 from nudgeability.stats.report.serialize import to_jsonable
 
@@ -55,7 +55,7 @@ def run_dirs(tmp_path, planted, runs):
 def test_run_stats_writes_every_file_and_its_table_matches_summarize(tmp_path, run_dirs):
     out = tmp_path / "stats"
     result = run_stats(StatsOptions(run_dirs, out=out, n_boot=2000, seed=3))
-    names = ["stats.json", "table.md", "table.csv", "table.tex"]
+    names = ["stats.json", *TABLE_FILES, *PAPER_TABLE_FILES]
     assert result.written == [out / name for name in names]  # no resolution, no signal
     assert result.values == [] and result.grounding == [] and result.warnings == []
     summaries = [summarize(table, n_boot=2000, seed=3) for table in load_experiments(run_dirs)]
@@ -99,7 +99,8 @@ def test_run_stats_writes_every_file_and_its_table_matches_summarize(tmp_path, r
     assert set(full.pairs) == {"first", "second", "reviewer", "expert", "sealed", "oracle"}
     assert full.oracle is not None and not np.isnan(full.controls.empty_vs_base)
     assert sampled.clustered and sorted(sampled.per_seed) == [0, 1, 2] and sampled.n_problems == 60
-    assert "| pooled | greedy | 2 |" in markdown and "| pooled | sampled | 1 |" in markdown
+    assert "| pooled | open-weight, greedy | 2 |" in markdown
+    assert "| pooled | open-weight, sampled | 1 |" in markdown
     seed_rows = [r for r in all_rows if r["row"] == "seed"]
     assert [(int(r["seed"]), float(r["S"])) for r in seed_rows] == [
         (k, p.S) for k, p in sampled.per_seed.items()
