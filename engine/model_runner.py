@@ -1,4 +1,14 @@
-"""Runs an HF decoder on a `ForkCache` and turns the chosen hidden states into logits."""
+"""Runs an HF decoder on a `PoolCache` and turns the chosen hidden states into logits.
+
+`ROW_MULTIPLE`: every forward and every LM-head call runs a multiple of this many rows (pad rows
+added). On this project's CPU (MKL sgemm, fp32) a row's matrix product takes one of three code
+paths by the number of rows (1; 2-15; 16 and more), and rows agree bit for bit only within a path;
+and the vectorised elementwise kernels (exp, sigmoid, cos, ...) compute the last elements of a
+tensor with a scalar loop, whose results can differ from the vector code in the last bit. With
+16 rows at least, and a multiple of 16, every row takes the same path at any batch size and none
+of its elements fall in a scalar tail: a row's logits do not depend on what else is in the batch
+(engine/README.md). It is also faster from 4 to 15 rows, where MKL's middle path is slow.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +18,9 @@ import torch
 
 from nudgeability.engine import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
-from nudgeability.engine.fork_cache import ForkCache
+from nudgeability.engine.kv_cache import PoolCache
+
+ROW_MULTIPLE = 16
 
 
 class ModelRunner:
@@ -18,8 +30,9 @@ class ModelRunner:
     `[tokens, vocab]` logits tensor.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, row_multiple: int = ROW_MULTIPLE):
         self.model = model
+        self.row_multiple = row_multiple
         self.decoder = model.get_decoder()
         self.lm_head = model.get_output_embeddings()
         config = model.config
@@ -48,7 +61,7 @@ class ModelRunner:
             self.model.set_attn_implementation(previous)
 
     def forward(
-        self, cache: ForkCache, input_ids: torch.Tensor, position_ids: torch.Tensor
+        self, cache: PoolCache, input_ids: torch.Tensor, position_ids: torch.Tensor
     ) -> torch.Tensor:
         """Hidden states [B, L, hidden] of `input_ids` at `position_ids`, reading and writing `cache`."""
         out = self.decoder(
@@ -59,9 +72,14 @@ class ModelRunner:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits [n, vocab] of hidden states [n, hidden], with the model's final soft-capping.
 
-        Soft-capping runs in the model dtype before the cast, exactly as the HF model does.
+        Soft-capping runs in the model dtype before the cast, exactly as the HF model does. The
+        rows are padded with zeros to a multiple of `row_multiple` (module docstring).
         """
+        n = hidden.shape[0]
+        pad = -(-n // self.row_multiple) * self.row_multiple - n
+        if pad:
+            hidden = torch.cat([hidden, hidden.new_zeros(pad, hidden.shape[1])])
         logits = self.lm_head(hidden)
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits.float()
+        return logits[:n].float()
