@@ -152,6 +152,7 @@ class Engine:
             max_rows=self.max_rows,
             max_step_tokens=self.prefill_tokens,
             chunk=min(PREFILL_CHUNK, self.prefill_tokens),
+            reserve=self.max_batch_tokens is not None,
         )
         self.cache = PoolCache(self.pool, self.runner.layer_windows)
 

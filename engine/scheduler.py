@@ -133,8 +133,10 @@ class Scheduler:
         max_step_tokens: int,
         chunk: int,
         lookahead: int | None = None,
+        reserve: bool = True,
     ):
         self.pool = pool
+        self.keep_reserve = reserve
         self.max_rows = max_rows
         self.max_step_tokens = max_step_tokens
         self.chunk = chunk
@@ -262,8 +264,8 @@ class Scheduler:
 
     def _reserve(self) -> int:
         """Blocks kept free when admitting: one per running row, so that rows can grow a block
-        without preempting each other at once."""
-        return len(self.running)
+        without preempting each other at once (none in a pool sized for all the work)."""
+        return len(self.running) if self.keep_reserve else 0
 
     def _unstarted(self) -> int:
         return sum(len(g.waiting) for g in self.admitted)
