@@ -114,7 +114,9 @@ def main():
     ap.add_argument("--sigma", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", default="", help="ways to leave out, e.g. hf_batch_arms,hf_padded")
-    ap.add_argument("--small", action="store_true", help="8 problems, 2 arms, 4 rows: a quick check")
+    ap.add_argument(
+        "--small", action="store_true", help="8 problems, 2 arms, 4 rows: a quick check"
+    )
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if args.small:

@@ -25,7 +25,7 @@ from nudgeability.engine import requests as req
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.kv_cache import PoolCache
 from nudgeability.engine.kv_pool import KVPool
-from nudgeability.engine.model_runner import ROW_MULTIPLE, ModelRunner
+from nudgeability.engine.model_runner import ModelRunner
 from nudgeability.engine.outputs import (
     append_tokens,
     keep_hidden,
@@ -37,6 +37,7 @@ from nudgeability.engine.sampler import greedy, sample, token_uncertainty
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import PREFILL_CHUNK, GroupShape, Scheduler, StepPlan
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
+from nudgeability.engine.static_decode import BUCKETS, GraphedDecode, StaticDecode
 from nudgeability.engine.step_layout import StepLayout
 from nudgeability.models.progress import progress_bar
 
@@ -60,7 +61,7 @@ class EngineStats:
     prefix_tokens: int = 0  # prefix-chunk tokens (groups' own runs)
     suffix_tokens: int = 0  # row-prefill tokens (suffixes, stems, recomputation)
     decode_tokens: int = 0  # single-token rows
-    pad_tokens: int = 0  # pad rows that round a forward up to ROW_MULTIPLE
+    pad_tokens: int = 0  # pad rows (ModelRunner.padded: batch invariance)
     forward_calls: int = 0
     steps: int = 0
     sampled_rows: int = 0  # rows that chose a token, summed over steps
@@ -91,8 +92,12 @@ class Engine:
     `prefill_tokens` is smaller, which changes the prefixes' last bits). `progress` shows a bar with prefill
     and decode tokens/s per call. `compile_decode` runs the forward through
     `torch.compile(dynamic=True)` (minutes of compiling on CPU). `trace` keeps a `StepRecord`
-    per step in `stats.trace`. `row_multiple` pads every forward and LM-head call to a multiple
-    of that many rows (`model_runner.ROW_MULTIPLE`, batch invariance); 1 turns the padding off.
+    per step in `stats.trace`. `batch_invariant` pads every forward and LM-head call to the rows
+    that keep a sequence's logits independent of the batch (`model_runner`, engine/README.md);
+    False runs them at their natural row counts.
+    `static_decode` (default: on CUDA) runs steps of single-token rows with fixed shapes, rows
+    padded to a bucket and one FlexAttention call per layer (`static_decode.py`), and
+    `cuda_graphs` (default: with static_decode on CUDA) replays them as CUDA graphs.
     """
 
     def __init__(
@@ -107,7 +112,9 @@ class Engine:
         prefill_tokens: int = 2048,
         compile_decode: bool = False,
         trace: bool = False,
-        row_multiple: int = ROW_MULTIPLE,
+        batch_invariant: bool = True,
+        static_decode: bool | None = None,
+        cuda_graphs: bool | None = None,
     ):
         if prefill_tokens < 1:
             raise EngineInputError(f"prefill_tokens must be positive, got {prefill_tokens}")
@@ -116,7 +123,7 @@ class Engine:
         if block_size < 1:
             raise EngineInputError(f"block_size must be positive, got {block_size}")
         self.prefill_tokens = prefill_tokens
-        self.runner = ModelRunner(model, row_multiple)
+        self.runner = ModelRunner(model, batch_invariant)
         self._forward = (
             torch.compile(self.runner.forward, dynamic=True)
             if compile_decode
@@ -132,6 +139,13 @@ class Engine:
         self.pad_id = _pad_id(model, tokenizer, self.eos_ids)
         self.vocab_size = self.runner.lm_head.weight.shape[0]
         self.stats = EngineStats(trace=[] if trace else None)
+        on_cuda = self.runner.device.type == "cuda"
+        self.static_decode = on_cuda if static_decode is None else static_decode
+        use_graphs = on_cuda and self.static_decode if cuda_graphs is None else cuda_graphs
+        if use_graphs and not on_cuda:
+            raise EngineInputError("cuda_graphs needs the model on a CUDA device")
+        self._graphs = GraphedDecode(self.runner.forward) if use_graphs else None
+        self._statics: dict[int, StaticDecode] = {}
         self._builder = req.Builder()
         self._rows: dict[int, Sequence] = {}
         self._need_blocks = 0  # blocks all unfinished work could take (max_batch_tokens None)
@@ -145,7 +159,11 @@ class Engine:
 
     def _new_pool(self, blocks: int) -> None:
         self.pool = KVPool(
-            blocks, self.block_size, len(self.runner.layer_windows), self.runner.device
+            blocks,
+            self.block_size,
+            len(self.runner.layer_windows),
+            self.runner.device,
+            zero=self.static_decode,
         )
         self.scheduler = Scheduler(
             self.pool,
@@ -250,27 +268,67 @@ class Engine:
         self.scheduler.release(row)
 
     def step(self) -> list[tuple[SequenceRef, Completion]]:
-        """One step: schedule, run the model, postprocess; the sequences it finished."""
+        """One step: schedule, run the model, postprocess; the sequences it finished.
+
+        While the engine has work, the model runs the engine's attention: call the model's own
+        forward between steps inside `engine.runner.own_attention()`."""
         t0 = time.perf_counter()
         plan = self.scheduler.schedule()
         if not plan.row_chunks and not plan.prefix_chunks:
             raise RuntimeError(
                 "the engine has work but could schedule none of it (KV pool too small?)"
             )
-        layout, hidden = self._run(plan)
+        try:
+            layout, hidden = self._run(plan)
+        except BaseException:
+            self.runner.disengage()
+            raise
         finished = self._postprocess(plan, layout, hidden)
         self._account(plan, layout, time.perf_counter() - t0)
+        if not self.busy:
+            self.runner.disengage()
         return finished
 
     # --- one step -------------------------------------------------------------------------------
-    def _run(self, plan: StepPlan) -> tuple[StepLayout, torch.Tensor]:
+    def _run(self, plan: StepPlan):
+        self.runner.engage()
+        static = self._static_for(plan)
+        if static is not None:
+            static.load(plan, self.pad_id)
+            self.cache.layout = static
+            with torch.inference_mode():
+                if self._graphs is not None:
+                    hidden = self._graphs.run(self.cache, static)
+                else:
+                    hidden = self._forward(self.cache, static.input_ids, static.positions)
+            return static, hidden
         layout = StepLayout.of(
-            plan, self.block_size, self.runner.device, self.pad_id, self.runner.row_multiple
+            plan, self.block_size, self.runner.device, self.pad_id, self.runner.padded
         )
         self.cache.layout = layout
-        with torch.inference_mode(), self.runner.fork_attention():
+        with torch.inference_mode():
             hidden = self._forward(self.cache, layout.input_ids, layout.positions)
         return layout, hidden
+
+    def _static_for(self, plan: StepPlan) -> StaticDecode | None:
+        """The fixed-shape buffers for a step of single-token rows, or None to run it eagerly."""
+        rows = len(plan.row_chunks)
+        if not self.static_decode or plan.prefix_chunks or rows > BUCKETS[-1] or not rows:
+            return None
+        if any(s1 - s0 != 1 for _, s0, s1 in plan.row_chunks):
+            return None
+        bucket = next(b for b in BUCKETS if b >= rows)
+        static = self._statics.get(bucket)
+        if (
+            static is None
+            or static.pool is not self.pool
+            or static.kv_indices.shape[-1] != self.pool.num_blocks
+        ):
+            static = StaticDecode(bucket, self.pool, self.runner.device, self.block_size)
+            self._statics[bucket] = static
+            if self._graphs is not None:
+                self._graphs.graphs.pop(bucket, None)
+        return static
 
     def _postprocess(
         self, plan: StepPlan, layout: StepLayout, hidden

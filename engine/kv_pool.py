@@ -16,8 +16,10 @@ Two kinds of allocation, from the two ends of the pool so that they fragment eac
 Block 0 is never handed out: its slots take the writes of the pad tokens that keep every forward
 at `ModelRunner.MIN_ROWS` rows. On CPU the storage is `torch.empty`: pages that no block has
 touched cost no memory, so the resident KV follows the blocks in use (the lowest-first / highest-
-first policy keeps the touched region close to the peak). On CUDA it is zeroed once, so that a
-masked slot never holds NaN.
+first policy keeps the touched region close to the peak); the attention then reads only written
+slots. On CUDA, and for the fixed-shape decode (`static_decode.py`, whose kernel reads whole
+blocks), it is zeroed once, so that a slot never written holds no NaN for a masked score to
+multiply.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ SCRATCH_BLOCK = 0  # the pad tokens' slots; never handed out
 class KVPool:
     """Blocks of `block_size` token slots; see the module docstring."""
 
-    def __init__(self, num_blocks: int, block_size: int, num_layers: int, device):
+    def __init__(self, num_blocks: int, block_size: int, num_layers: int, device, zero=False):
         if num_blocks < 2 or block_size < 1:
             raise ValueError(
                 f"a KV pool needs >= 2 blocks of >= 1 slot, got {num_blocks} x {block_size}"
@@ -38,6 +40,7 @@ class KVPool:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.device = torch.device(device)
+        self.zero = zero or self.device.type != "cpu"
         self.k: list[torch.Tensor | None] = [None] * num_layers
         self.v: list[torch.Tensor | None] = [None] * num_layers
         self._free = bytearray(b"\x01") * num_blocks  # 1 = free; bytes.find scans at C speed
@@ -112,7 +115,7 @@ class KVPool:
 
     # --- storage --------------------------------------------------------------------------------
     def _new(self, kv: int, slots: int, d: int, dtype) -> torch.Tensor:
-        if self.device.type == "cpu":  # untouched pages stay unmapped (module docstring)
+        if not self.zero:  # untouched pages stay unmapped (module docstring)
             return torch.empty(kv, slots, d, dtype=dtype, device=self.device)
         return torch.zeros(kv, slots, d, dtype=dtype, device=self.device)
 

@@ -1,16 +1,16 @@
 """The scheduler: which tokens each engine step computes, where their KV goes, and what waits.
 
-Each step (`schedule`) is built in four passes, in this order:
+Each step (`schedule`) is built in four passes:
 
 1. **running rows**: every row holding slots feeds its next tokens: one token when all that is
    left is its last sampled token (decode), else the next prefill chunk of its context. A row
    that needs a new block and finds the pool full makes room by preemption (below);
 2. **new rows**: rows of groups whose prefix is complete are admitted, oldest group first, while
    rows (`max_rows`), blocks and the step's token budget allow;
-3. **new groups**: waiting groups are admitted (their own prefix run allocated), oldest first,
-   while the rows they would bring stay within `lookahead` and the pool keeps a block per running
-   row in reserve;
-4. **prefix chunks**: admitted groups prefill their own run, one chunk each, within the budget.
+3. **prefix chunks** of groups admitted earlier whose prefix is longer than a chunk;
+4. **new groups**: waiting groups are admitted, oldest first, each with its first prefix chunk in
+   this step (so that no run is held before it is written), while the budget allows, the rows
+   they would bring stay within `lookahead` and the pool keeps a block per running row in reserve.
 
 Everything here is decided from token counts and submission order, never from timing, so a rerun
 schedules identically. Prefill chunks start at fixed multiples of `chunk` in each sequence (a
@@ -39,7 +39,7 @@ from nudgeability.engine.sequence import Group, Sequence
 
 # Positions per prefill chunk: a prefix's chunks start at multiples of it, whatever the step's
 # budget, so that a prefix's KV is the same under any budget of at least this many tokens.
-PREFILL_CHUNK = 512
+PREFILL_CHUNK = 2048
 
 
 @dataclass(frozen=True)
@@ -165,8 +165,8 @@ class Scheduler:
         self._running_rows(plan, budget)
         for _ in range(3):  # a stem copied or a group admitted can let rows start at once
             self._admit_rows(plan, budget)
-            self._admit_groups()
             self._prefix_chunks(plan, budget)
+            self._admit_groups(plan, budget)
             if plan.row_chunks or plan.prefix_chunks:
                 break
         plan.row_chunks.sort(key=lambda c: (c[0].group.id, c[0].id))
@@ -216,36 +216,50 @@ class Scheduler:
                 plan.row_chunks.append((row, row.computed, row.computed + n))
                 budget[0] -= n
 
-    def _admit_groups(self) -> None:
+    def _admit_groups(self, plan: StepPlan, budget: list[int]) -> None:
+        """Admit waiting groups, oldest first, each with its first prefix chunk in this step, so
+        that no run is held before it is written."""
         while self.waiting:
             group = self.waiting[0]
             if self.lookahead is not None and self._unstarted() >= self.lookahead:
                 return
             own = group.own
-            if own is not None and own.start is None:
+            if own is not None and own.start is None and own.length:
+                first = min(own.length, self.chunk)
+                if not self._fits(plan, first, budget):
+                    return
                 if self.pool.blocks_for(own.length) + self._reserve() > self.pool.free_blocks:
                     return
                 start = self.pool.take_run(own.length)
                 if start is None:  # enough free blocks, but no consecutive run of them
                     return
                 own.start = start
+            elif own is not None and own.start is None:
+                own.start = 0  # an empty run: nothing to hold
             self.waiting.pop(0)
             group.admitted = True
             self.admitted.append(group)
+            self._chunks_of(group, plan, budget)
 
     def _prefix_chunks(self, plan: StepPlan, budget: list[int]) -> None:
         for group in self.admitted:
-            run = group.own
-            if run is None or run.start is None:
-                continue
-            c0 = run.written
-            while c0 < run.length:
-                c1 = min(run.length, (c0 // self.chunk + 1) * self.chunk)
-                if not self._fits(plan, c1 - c0, budget):
-                    return
-                plan.prefix_chunks.append((group, c0, c1))
-                budget[0] -= c1 - c0
-                c0 = c1
+            if not self._chunks_of(group, plan, budget):
+                return
+
+    def _chunks_of(self, group: Group, plan: StepPlan, budget: list[int]) -> bool:
+        """Schedule the group's next prefix chunks within the budget; False once it is spent."""
+        run = group.own
+        if run is None or run.start is None:
+            return True
+        c0 = max(run.written, max((c1 for g, _, c1 in plan.prefix_chunks if g is group), default=0))
+        while c0 < run.length:
+            c1 = min(run.length, (c0 // self.chunk + 1) * self.chunk)
+            if not self._fits(plan, c1 - c0, budget):
+                return False
+            plan.prefix_chunks.append((group, c0, c1))
+            budget[0] -= c1 - c0
+            c0 = c1
+        return True
 
     # --- rules --------------------------------------------------------------------------------
     def _next_chunk(self, row: Sequence) -> int:

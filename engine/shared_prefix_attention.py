@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from nudgeability.engine.kv_cache import LayerKV
+from nudgeability.engine.static_decode import StaticDecode, flex_decode_attention
 from nudgeability.engine.step_layout import GroupSpan, StepLayout, SuffixPart
 
 NAME = "nudge_fork"
@@ -47,6 +48,8 @@ def shared_prefix_attention(
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     window = kwargs.get("sliding_window") or handle.window
+    if isinstance(handle.layout, StaticDecode):  # a fixed-shape decode step (static_decode.py)
+        return flex_decode_attention(query, handle, scaling, window), None
     return step_attention(query, handle, scaling, window), None
 
 
@@ -118,9 +121,10 @@ def _merge(o_a, lse_a, o_b, lse_b, with_lse: bool = False):
         out = torch.lerp(o_a, o_b, weight)
     if not with_lse:
         return out, None
-    return out, lse_a + _per_row(torch.log1p, _per_row(torch.exp, -(lse_a - lse_b).abs())) + (
-        lse_b - lse_a
-    ).clamp_min(0)
+    # logaddexp as max + log1p(exp(-|a - b|)): exact when one side is a hidden segment's
+    # near-lowest value (a + (b - a) would cancel catastrophically)
+    gap = _per_row(torch.exp, -(lse_a - lse_b).abs())
+    return out, torch.maximum(lse_a, lse_b) + _per_row(torch.log1p, gap)
 
 
 LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)
@@ -299,26 +303,34 @@ def _attend(q, k, v, bias, scaling: float):
         return out[0], out[1]
     if q.device.type == "cuda":
         return _attend_cuda(q, k, v, bias, scaling)
-    return _attend_explicit(q, k, v, bias, scaling)
+    return _attend_explicit(q, k, v, bias, scaling)  # other devices: plain matmuls
 
 
 def _attend_cuda(q, k, v, bias, scaling: float):
     """The CUDA kernels that return the log-sum-exp: flash when no mask is needed, the
-    memory-efficient kernel (which takes an additive bias) otherwise; the explicit path only
-    for shapes those kernels refuse."""
-    try:
-        if bias is None:
-            out = torch.ops.aten._scaled_dot_product_flash_attention(
-                q, k, v, 0.0, False, False, scale=scaling
-            )
-            return out[0], out[1]
-        bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-        out = torch.ops.aten._scaled_dot_product_efficient_attention(
-            q, k, v, bias, True, 0.0, False, scale=scaling
-        )
-        return out[0], out[1]
-    except RuntimeError:
-        return _attend_explicit(q, k, v, bias, scaling)
+    memory-efficient kernel (which takes an additive bias) otherwise. The efficient kernel wants
+    a 4-D bias whose rows are 16-element aligned, and pads its log-sum-exp to 32 queries."""
+    m = q.shape[2]
+    if bias is None and q.dtype in (torch.float16, torch.bfloat16):
+        out = CUDA_KERNELS["flash"](q, k, v, 0.0, False, False, scale=scaling)
+        return out[0], out[1][..., :m]
+    if bias is not None:
+        keys = bias.shape[-1]
+        if keys % 16:  # an aligned buffer, read through a view of the real width
+            wide = bias.new_zeros(*bias.shape[:-1], keys + 16 - keys % 16)
+            wide[..., :keys] = bias
+            bias = wide[..., :keys]
+        bias = bias.expand(q.shape[0], q.shape[1], m, k.shape[2])
+    out = CUDA_KERNELS["efficient"](q, k, v, bias, True, 0.0, False, scale=scaling)
+    return out[0], out[1][..., :m]
+
+
+# The CUDA kernels behind `_attend_cuda`, by name: the tests put CPU stand-ins with the same
+# signatures here to check the branch's logic.
+CUDA_KERNELS = {
+    "flash": lambda *a, **kw: torch.ops.aten._scaled_dot_product_flash_attention(*a, **kw),
+    "efficient": lambda *a, **kw: torch.ops.aten._scaled_dot_product_efficient_attention(*a, **kw),
+}
 
 
 def _attend_explicit(q, k, v, bias, scaling: float):

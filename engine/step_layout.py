@@ -8,8 +8,8 @@ A step's tokens, packed as one `[1, T]` sequence:
    (one token for a decode, several for a prefill). A row token attends to its group's prefix
    segments (read in place, once per group for all its row tokens: the arms are folded into the
    query rows) and to its own row's slots up to its own (gathered from the row's blocks);
-3. **pad tokens** up to a multiple of `row_multiple`, whose KV goes to the pool's scratch block
-   and whose attention output is zero.
+3. **pad tokens** up to `padded(tokens)` (`ModelRunner.padded`, batch invariance), whose KV goes
+   to the pool's scratch block and whose attention output is zero.
 
 Everything a layer needs is built here once per step and shared by every layer: the host
 decides it all, and the one transfer to the device happens before the forward, so that no layer
@@ -93,7 +93,7 @@ class StepLayout:
         return self.input_ids.shape[1]
 
     @classmethod
-    def of(cls, plan: StepPlan, block_size: int, device, pad_id: int, row_multiple: int):
+    def of(cls, plan: StepPlan, block_size: int, device, pad_id: int, padded):
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
@@ -127,7 +127,7 @@ class StepLayout:
         if current is not None:
             spans.append(_span(current, a0, len(ids) - row_start))
         row_end = len(ids)
-        pads = -(-max(row_end, 1) // row_multiple) * row_multiple - row_end
+        pads = padded(row_end) - row_end
         ids += [pad_id] * pads
         pos += [0] * pads
         slots += [i % block_size for i in range(pads)]  # the scratch block (kv_pool.SCRATCH_BLOCK)

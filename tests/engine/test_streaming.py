@@ -142,3 +142,17 @@ def test_reuse_refuses_a_prefix_that_is_not_the_bases():
         engine.submit_fork(ForkRequest(prompt + [7, 7, 7], [[5]], ARM, stem=4, reuse=base))
     engine.release(base)
     assert engine.pool.in_use == 0
+
+
+def test_arms_whose_prompt_slides_out_of_the_window_equal_their_solo_runs():
+    """Gemma 4's sliding layers (window 16) see the prompt's last positions from the arms' first
+    tokens and none of it a few tokens later: merging a segment the window hides stays exact."""
+    model = tiny_model("gemma4", seed=3)
+    prompt, cut = random_ids(50, seed=2), 12
+    base = Engine(model).generate([prompt], BASE)[0]
+    prefix = prompt + base.token_ids[:cut]
+    suffixes = [random_ids(3, seed=5), random_ids(6, seed=6)]
+    engine = Engine(model)
+    request = ForkRequest(prefix, suffixes, SamplingParams(max_new_tokens=12), stem=cut + 1)
+    for suffix, arm in zip(suffixes, engine.fork_many([request], return_logits=True)[0]):
+        assert_matches_reference(model, arm, prefix + suffix, 12, engine.eos_ids)
