@@ -408,6 +408,7 @@ class Engine:
     def _reserve(self, groups) -> None:
         """Refuse a group that could never run; with no budget, grow the pool to hold all work."""
         pool = self.pool
+        total = 0
         for group in groups:
             runs = [s for s in group.segments if s.start is None and (s is group.own)]
             stem_runs = [r.stem for r in group.rows if r.stem is not None]
@@ -427,7 +428,15 @@ class Engine:
                     f"{shape.prefix}, {len(group.rows)} arms) but max_batch_tokens is "
                     f"{self.max_batch_tokens}; raise the budget"
                 )
-            self._need_blocks += prefix + sum(arms)
+            # a run read from another sequence (a reused base) stays while this group reads it
+            total += prefix + sum(arms)
+            total += sum(pool.blocks_for(s.length) for s in group.segments if s.start is not None)
+        # The last group (the fork, after its stem group) outlives the others and reads their
+        # runs: it carries the request's reservation, which ends when it closes, so a stream that
+        # never drains sizes the pool for its open work, not for all it was ever given.
+        groups[-1].reserved = total
+        scheduled = self.scheduler.waiting + self.scheduler.admitted
+        self._need_blocks = sum(g.reserved for g in scheduled) + total
         if self.max_batch_tokens is None and self._need_blocks + 1 > self.pool.num_blocks:
             if not self.busy and self.pool.in_use == 0:
                 self._new_pool(max(self._need_blocks + 1, 4))

@@ -10,7 +10,8 @@ Each step (`schedule`) is built in four passes:
 3. **prefix chunks** of groups admitted earlier whose prefix is longer than a chunk;
 4. **new groups**: waiting groups are admitted, oldest first, each with its first prefix chunk in
    this step (so that no run is held before it is written), while the budget allows, the rows
-   they would bring stay within `lookahead` and the pool keeps a block per running row in reserve.
+   they would bring stay within `lookahead` and the pool keeps a block per running row in reserve,
+   and the blocks that admitted groups' waiting rows need to start (`_owed`).
 
 Everything here is decided from token counts and submission order, never from timing, so a rerun
 schedules identically. Prefill chunks start at fixed multiples of `chunk` in each sequence (a
@@ -163,14 +164,34 @@ class Scheduler:
         plan = self._plan = StepPlan()
         budget = self._budget = [self.max_step_tokens]
         self._running_rows(plan, budget)
-        for _ in range(3):  # a stem copied or a group admitted can let rows start at once
-            self._admit_rows(plan, budget)
-            self._prefix_chunks(plan, budget)
-            self._admit_groups(plan, budget)
-            if plan.row_chunks or plan.prefix_chunks:
+        while True:
+            for _ in range(3):  # a stem copied or a group admitted can let rows start at once
+                self._admit_rows(plan, budget)
+                self._prefix_chunks(plan, budget)
+                self._admit_groups(plan, budget)
+                if plan.row_chunks or plan.prefix_chunks:
+                    break
+            if plan.row_chunks or plan.prefix_chunks or not self._unstick():
                 break
         plan.row_chunks.sort(key=lambda c: (c[0].group.id, c[0].id))
         return plan
+
+    def _unstick(self) -> bool:
+        """Nothing could start while finished rows keep KV that only might be read: free the
+        oldest retained row, else a finished base that a waiting stem row meant to copy from (the
+        stem is computed instead, with the same bits); False when there is none."""
+        if self.retained:
+            row = self.retained.pop(0)
+            row.retain = False
+            self._free_blocks(row)
+            return True
+        for group in self.admitted:
+            for row in group.waiting:
+                base = row.copy_from[0] if row.copy_from is not None else None
+                if base is not None and base.finished and base.holds_slots:
+                    self._free_blocks(base)
+                    return True
+        return False
 
     def _running_rows(self, plan: StepPlan, budget: list[int]) -> None:
         # One chunk per row and step: a row's tokens must be contiguous in the forward.
@@ -228,7 +249,8 @@ class Scheduler:
                 first = min(own.length, self.chunk)
                 if not self._fits(plan, first, budget):
                     return
-                if self.pool.blocks_for(own.length) + self._reserve() > self.pool.free_blocks:
+                held = self._reserve() + self._owed()
+                if self.pool.blocks_for(own.length) + held > self.pool.free_blocks:
                     return
                 start = self.pool.take_run(own.length)
                 if start is None:  # enough free blocks, but no consecutive run of them
@@ -280,6 +302,15 @@ class Scheduler:
         """Blocks kept free when admitting: one per running row, so that rows can grow a block
         without preempting each other at once (none in a pool sized for all the work)."""
         return len(self.running) if self.keep_reserve else 0
+
+    def _owed(self) -> int:
+        """Blocks the admitted groups' waiting rows need to start: a new group's run must leave
+        them free, or work admitted earlier (a fork's arms, a stem) could wait on it for ever."""
+        owed = 0
+        for group in self.admitted:
+            for row in group.waiting:
+                owed += self._blocks_to_admit(row, self._next_chunk(row)) or 0
+        return owed
 
     def _unstarted(self) -> int:
         return sum(len(g.waiting) for g in self.admitted)

@@ -103,6 +103,7 @@ class Group:
     waiting: deque = field(default_factory=deque)  # rows not admitted yet (or preempted)
     admitted: bool = False
     live: int = 0  # rows not finished
+    reserved: int = 0  # pool blocks its request could take (Engine._reserve), while it is open
 
     @property
     def prefix_len(self) -> int:
