@@ -23,7 +23,8 @@ blocks are taken as slots are written.
 finished sequence retains; free the run of an admitted group with no row started (it will prefill
 again); preempt the most recently admitted running row: its blocks are freed and it waits at the
 front of its group, keeping its tokens, to recompute its context later. Stem rows are never
-preempted.
+preempted. When nothing at all could be scheduled, KV that is only kept in case it is read
+(a retained row, a finished base a waiting stem row meant to copy) is freed (`_unstick`).
 
 `GroupShape` and `batch_cost` size work before it exists (`splice/run/prepare.py`, `splice/run/resolve.py`).
 """

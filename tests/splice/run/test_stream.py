@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import nudgeability.splice.run.stream as stream_module
+import nudgeability.splice.run.stream_jobs as jobs_module
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.runner import run, streams
@@ -75,7 +76,7 @@ def test_arms_fork_from_running_bases_without_a_barrier(tiny_checkpoint, tmp_pat
     model = tiny_checkpoint("qwen3", close_boost=2.6)
     forks, finished_bases = [], []
     submit_fork = stream_module.Stream.fork
-    generate_done = stream_module._BaseJob._finished
+    generate_done = jobs_module.BaseJob._finished
 
     def fork(self, request, on_finish):
         running = request.reuse is not None and request.reuse.id in self.waiters
@@ -87,7 +88,7 @@ def test_arms_fork_from_running_bases_without_a_barrier(tiny_checkpoint, tmp_pat
         return generate_done(self, j, out)
 
     monkeypatch.setattr(stream_module.Stream, "fork", fork)
-    monkeypatch.setattr(stream_module._BaseJob, "_finished", finished)
+    monkeypatch.setattr(jobs_module.BaseJob, "_finished", finished)
     config = dict(n=6, chunk_size=2, conditions=("primary",))
     streamed = _run(model, tmp_path / "stream", "stream", **config)
     assert all(reused for reused, _, _ in forks)  # every fork names its base's cache
