@@ -14,9 +14,9 @@ Two floors, both measured in the benchmark's own process:
   prefill, the packed suffix tokens against the prefix. Nothing of the engine runs here (no
   masks built, no merge, no cache writes).
 
-`interleaved_fork` runs `Engine.fork` with its decode step wrapped: after the engine's prefill
-come the floors' prefill pieces, and after each engine step the linear floor's step and the
-attention kernels of that step's shapes. The linear forward streams every weight through the CPU
+`interleaved_fork` submits the fork to the engine and steps it: after the engine's prefill steps
+come the floors' prefill pieces, and after each engine decode step the linear floor's step and
+the attention kernels of that step's shapes. The linear forward streams every weight through the CPU
 caches just before the attention kernels run, so their K/V are as cold as in a real step.
 """
 
@@ -101,54 +101,49 @@ def _timed(fn, *args, **kwargs) -> float:
 
 
 def interleaved_fork(engine, model, kernels: AttentionKernels, prefix, suffixes, params) -> Round:
-    """One `engine.fork(prefix, suffixes, params)` with both floors interleaved (module docstring).
+    """One fork of `suffixes` from `prefix` with both floors interleaved (module docstring).
 
-    The engine's wall time is the fork's wall time less the time spent in the floors."""
+    The engine's prefill is its steps until every arm has its first token; its wall time is the
+    fork's wall time less the time spent in the floors."""
+    from nudgeability.engine import ForkRequest
+
     ids = torch.tensor([prefix])
     packed = torch.tensor([[t for s in suffixes for t in s]])
     rows = torch.tensor([[s[-1]] for s in suffixes])
 
-    hf_attention = model.config._attn_implementation  # the engine swaps in its own for the fork
-
     def forward(x) -> float:
         """Seconds of HF's own forward of `x`, with HF's attention (switched outside the timing)."""
-        fork_attention = model.config._attn_implementation
-        model.set_attn_implementation(hf_attention)
-        try:
+        with engine.runner.own_attention():
             return _timed(model, input_ids=x, use_cache=False, logits_to_keep=1)
-        finally:
-            model.set_attn_implementation(fork_attention)
 
     steps = {"engine": [], "linear": [], "attention": []}
-    prefill: dict[str, float] = {}
-    spent = 0.0  # seconds inside the wrapper but outside the engine's own step
-    original = type(engine).step
-
-    def step(batch, cache):
-        nonlocal spent
-        t0 = time.perf_counter()
-        if not prefill:  # the engine's prefill just ended: the floors' prefill pieces
-            prefill["prefix"] = forward(ids)
-            prefill["suffix"] = forward(packed)
-            prefill["attention"] = kernels.prefill()
-        i = batch.step_index
-        t1 = time.perf_counter()
-        original(engine, batch, cache)
-        t2 = time.perf_counter()
-        steps["engine"].append(t2 - t1)
-        steps["linear"].append(forward(rows))
-        steps["attention"].append(kernels.step(i))
-        spent += (t1 - t0) + (time.perf_counter() - t2)
-
     engine.stats = type(engine.stats)()
-    engine.step = step
-    try:
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            arms = engine.fork(prefix, suffixes, params)
-            wall = time.perf_counter() - t0 - spent
-    finally:
-        del engine.step
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        refs = engine.submit_fork(ForkRequest(prefix, suffixes, params))
+        while not all(engine.peek(r) for r in refs):
+            engine.step()
+        engine_prefill = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        prefill = {
+            "prefix": forward(ids),
+            "suffix": forward(packed),
+            "attention": kernels.prefill(),
+        }
+        spent = time.perf_counter() - t1  # seconds in the floors, outside the engine
+        tokens = {r.id: None for r in refs}
+        i = 1
+        while engine.busy:
+            t2 = time.perf_counter()
+            for ref, completion in engine.step():
+                tokens[ref.id] = completion.token_ids
+            t3 = time.perf_counter()
+            steps["engine"].append(t3 - t2)
+            steps["linear"].append(forward(rows))
+            steps["attention"].append(kernels.step(i))
+            spent += time.perf_counter() - t3
+            i += 1
+        wall = time.perf_counter() - t0 - spent
 
     def piece(name: str, prefill_s: float, wall_s: float | None = None) -> Piece:
         n = len(steps[name])
@@ -156,10 +151,10 @@ def interleaved_fork(engine, model, kernels: AttentionKernels, prefix, suffixes,
         return Piece(prefill_s, sum(steps[name]) / n, total if wall_s is None else wall_s)
 
     return Round(
-        engine=piece("engine", engine.stats.prefill_seconds, wall),
+        engine=piece("engine", engine_prefill, wall),
         linear=piece("linear", prefill["prefix"] + prefill["suffix"]),
         attention=piece("attention", prefill["attention"]),
         prefix=prefill["prefix"],
         suffix=prefill["suffix"],
-        tokens=[a.token_ids for a in arms],
+        tokens=[tokens[r.id] for r in refs],
     )

@@ -25,7 +25,7 @@ from _results import write_section
 from torch.profiler import ProfilerActivity, profile
 from workload import splice_workload
 
-from nudgeability.engine import Engine, SamplingParams
+from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.engine.profile import engine_step_ops, hf_expanded_decode, hf_step_ops
 from nudgeability.models.testing.tiny import tiny_model
 
@@ -43,16 +43,16 @@ def tiny_case(layers: int):
 def host_time_per_step(model, prefix, suffixes, steps: int) -> tuple[float, float]:
     """Best seconds of one decode step: the engine's, and HF's on an expanded DynamicCache."""
     engine = Engine(model)
+    refs = engine.submit_fork(
+        ForkRequest(prefix, suffixes, SamplingParams(max_new_tokens=steps + 1, ignore_eos=True))
+    )
+    while not engine.peek(refs[0]):  # the prefix's and the suffixes' steps
+        engine.step()
     times = []
-    original = Engine.step
-
-    def timed(batch, cache):
+    while engine.busy:
         t0 = time.perf_counter()
-        original(engine, batch, cache)
+        engine.step()
         times.append(time.perf_counter() - t0)
-
-    engine.step = timed
-    engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=steps + 1, ignore_eos=True))
     return min(times), _hf_step_seconds(model, prefix, suffixes, steps)
 
 
@@ -74,19 +74,16 @@ def p1_profile(rows: int = 12) -> list[tuple[str, float, int]]:
     lm = load_model("smollm2")
     w = splice_workload(lm.tokenizer, 1024, rows)
     engine = Engine(lm.model, lm.tokenizer)
-    found = []
-    original = Engine.step
-
-    def step(batch, cache):
-        if batch.step_index == 10 and not found:
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                original(engine, batch, cache)
-            found.append(prof)
-        else:
-            original(engine, batch, cache)
-
-    engine.step = step
-    engine.fork(w.prefix, w.suffixes, SamplingParams(max_new_tokens=16, ignore_eos=True))
+    refs = engine.submit_fork(
+        ForkRequest(w.prefix, w.suffixes, SamplingParams(max_new_tokens=16, ignore_eos=True))
+    )
+    while len(engine.peek(refs[0])) < 10:
+        engine.step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        engine.step()
+    found = [prof]
+    while engine.busy:
+        engine.step()
     totals = collections.defaultdict(lambda: [0.0, 0])
     for event in found[0].key_averages():
         if event.key.startswith("aten::"):
@@ -124,8 +121,10 @@ def main():
         f"| per layer | {(e4.total - e2.total) / 2:.0f} | {(e4.work - e2.work) / 2:.0f} | "
         f"{(h4.total - h2.total) / 2:.0f} | {(h4.work - h2.work) / 2:.0f} |",
         "",
-        "Per layer the cascade adds to HF's work: a second attention call, the merge (difference "
-        "of log-sum-exps, sigmoid, lerp) and the copy that folds the arms into query rows. Host "
+        "Per layer the cascade adds to HF's work: a second attention call, the gather of each "
+        "row's keys and values from its blocks, the copy that folds the arms into query rows, the "
+        "merge (difference of log-sum-exps, their padding onto whole vector lanes, sigmoid, lerp) "
+        "and the padding of the output to the step's pad rows. Host "
         f"reads (`.item()`/`bool()`) per engine step: {e2.host_reads}; the step's one read is the "
         "tokens' `.tolist()` (tests/engine/test_decode_step_lean.py).",
     ]

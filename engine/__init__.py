@@ -1,31 +1,31 @@
-"""nudgeability.engine: prefill a prefix once, fork it into many arms, decode them as one batch.
+"""nudgeability.engine: prefill a prefix once, fork it into many arms, batch everything continuously.
 
-Where each concept lives:
+Where each concept lives (engine/README.md tells how they fit):
 
-- `engine.py`: `Engine` (generate / fork / fork_many) and the loop; `sequence.py`: requests,
-  per-arm state, results, `FINISH_REASONS`; `sampling_params.py`, `sampler.py`: decoding.
-- `scheduler.py`: `GroupShape.of` (the shape a group runs with; an empty suffix borrows the
-  prefix's last token), `BatchSlots` (what a batch allocates = its cost under a budget),
-  `plan_batches`.
-- `batch.py`: one batch's token inputs, sampling inputs and stop checks.
-- `attention_layout.py`: what one forward call computes: `PrefixStep`, `ArmStep`, the `Fold` of
-  arms into query rows, query slots and attention biases.
-- `fork_cache.py`: `ForkCache` storage; `PrefixKV` / `ArmKV`, the handles its `update` returns.
-- `shared_prefix_attention.py`: the cascade attention over those handles.
-- `model_runner.py`: the HF model behind it; `errors.py`: `EngineInputError`,
-  `UnsupportedModelError`; `profile.py`: aten-op and host-read counts of a decode step;
-  `threads.py`: torch's CPU thread count.
+- `engine.py`: `Engine` (generate / fork / fork_many, and the streaming submit / step / peek /
+  release) and the step loop; `requests.py`: submitted work as groups and rows, and its checks;
+  `sequence.py`: requests, rows, groups, KV runs, results, `FINISH_REASONS`;
+  `sampling_params.py`, `sampler.py`: decoding; `outputs.py`: what a chosen token does to its row.
+- `scheduler.py`: what each step computes, admission and preemption; `GroupShape.of` (an empty
+  suffix borrows the prefix's last token) and `batch_cost` (a budget's check before a run).
+- `kv_pool.py`: the KV pool in blocks; `kv_cache.py`: the HF `Cache` that writes into it.
+- `step_layout.py`: one forward's tokens, slots and spans; `shared_prefix_attention.py`: the
+  cascade attention over them.
+- `model_runner.py`: the HF model behind it, rows padded to `MIN_ROWS`; `errors.py`:
+  `EngineInputError`, `UnsupportedModelError`; `profile.py`: aten-op and host-read counts of a
+  decode step; `threads.py`: torch's CPU thread count.
 """
 
-from nudgeability.engine.engine import Engine, EngineStats
+from nudgeability.engine.engine import Engine, EngineStats, StepRecord
 from nudgeability.engine.errors import EngineInputError, UnsupportedModelError
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import GroupShape, batch_cost
-from nudgeability.engine.sequence import Completion, ForkRequest
+from nudgeability.engine.sequence import Completion, ForkRequest, SequenceRef
 
 __all__ = [
     "Engine",
     "EngineStats",
+    "StepRecord",
     "EngineInputError",
     "UnsupportedModelError",
     "SamplingParams",
@@ -33,4 +33,5 @@ __all__ = [
     "batch_cost",
     "Completion",
     "ForkRequest",
+    "SequenceRef",
 ]

@@ -1,64 +1,103 @@
-"""The generation loop: prefill each prefix once, fork it into arms, decode the arms as one batch.
+"""The engine: submit sequences and fork groups at any time, and step until they finish.
 
     engine = Engine(model, tokenizer)
     arms = engine.fork(prefix_ids, [suffix_a, suffix_b, ...], SamplingParams(max_new_tokens=48))
     outs = engine.generate([prompt_1, prompt_2, ...], SamplingParams(max_new_tokens=256))
 
-Each batch runs three phases: the prefixes of all its groups (one padded forward, in chunks), the
-suffixes of all its arms (one forward, packed back to back without padding), then one `step()` per
-new token over the arms still running. A step reads the device once: the chosen tokens.
-`generate` is the same machinery with one arm per group: the prompt is the prefix and the suffix
-is empty, so the prompt's last token becomes the arm's input (`scheduler.GroupShape.of`).
+    base = engine.submit_generate(prompt, params)          # streaming: submit while others run,
+    while engine.busy:                                     # step, collect what finished
+        for ref, completion in engine.step(): ...
+
+Each `step()` is: the scheduler decides which tokens run (`scheduler.py`), one forward computes
+them (`step_layout.py`, `shared_prefix_attention.py`), the rows that finished their context
+choose a token and stop where they should (`outputs.py`). A step reads the device once: the
+chosen tokens. `generate`, `fork` and `fork_many` submit their work and step until it is done.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from nudgeability.engine.batch import Batch
+from nudgeability.engine import requests as req
 from nudgeability.engine.errors import EngineInputError
-from nudgeability.engine.fork_cache import ForkCache
+from nudgeability.engine.kv_cache import PoolCache
+from nudgeability.engine.kv_pool import KVPool
 from nudgeability.engine.model_runner import ModelRunner
+from nudgeability.engine.outputs import (
+    append_tokens,
+    keep_hidden,
+    record_uncertainty,
+    sampling_inputs,
+    uncertainty_rows,
+)
 from nudgeability.engine.progress import progress_bar
 from nudgeability.engine.sampler import greedy, sample, token_uncertainty
 from nudgeability.engine.sampling_params import SamplingParams
-from nudgeability.engine.scheduler import GroupShape, plan_batches
-from nudgeability.engine.sequence import Completion, ForkRequest
+from nudgeability.engine.scheduler import PREFILL_CHUNK, GroupShape, Scheduler, StepPlan
+from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
+from nudgeability.engine.static_decode import BUCKETS, GraphedDecode, StaticDecode
+from nudgeability.engine.step_layout import StepLayout
+
+
+@dataclass
+class StepRecord:
+    """What one step did (kept in `EngineStats.trace` when the engine is made with `trace=True`)."""
+
+    tokens: int  # tokens of the forward, pads excluded
+    rows: int  # rows that chose a token
+    running: int  # rows holding KV slots
+    waiting: int  # rows not admitted yet, in admitted or waiting groups
+    kv_blocks: int  # pool blocks in use after the step
+    live_tokens: int  # token slots whose KV is written and still needed, after the step
 
 
 @dataclass
 class EngineStats:
-    """Token-forwards actually computed since the engine was made (padding included)."""
+    """Token-forwards actually computed since the engine was made, and how full the steps were."""
 
-    prefix_tokens: int = 0  # prefix-phase positions, padded
-    suffix_tokens: int = 0  # suffix-prefill positions (packed: no padding)
-    decode_tokens: int = 0  # single-token decode forwards, summed over rows
+    prefix_tokens: int = 0  # prefix-chunk tokens (groups' own runs)
+    suffix_tokens: int = 0  # row-prefill tokens (suffixes, stems, recomputation)
+    decode_tokens: int = 0  # single-token rows
+    pad_tokens: int = 0  # pad rows (ModelRunner.padded: batch invariance)
     forward_calls: int = 0
-    peak_cache_bytes: int = 0  # largest KV cache of one batch
-    prefill_seconds: float = 0.0  # prefix + suffix prefill wall time
-    decode_seconds: float = 0.0  # decode-step wall time (each step ends in a host sync)
+    steps: int = 0
+    sampled_rows: int = 0  # rows that chose a token, summed over steps
+    preemptions: int = 0
+    peak_cache_bytes: int = 0  # largest KV held at once (pool blocks in use x block bytes)
+    prefill_seconds: float = 0.0  # steps with prefill work
+    decode_seconds: float = 0.0  # steps of single-token rows only (each ends in a host sync)
+    trace: list[StepRecord] | None = None
 
     @property
     def token_forwards(self) -> int:
         return self.prefix_tokens + self.suffix_tokens + self.decode_tokens
 
 
-class Engine:
-    """Batched generation and forked splice arms over any loaded HF causal LM.
+@dataclass
+class _Call:
+    refs: list[SequenceRef] = field(default_factory=list)
 
-    `max_batch_tokens` caps the KV token slots of one batch (see `scheduler.batch_cost`); None runs
-    each call as a single batch. `progress` shows a bar with prefill and decode tokens/s.
-    `prefill_tokens` bounds the tokens of one prefix-prefill forward (the prefixes are prefilled in
-    chunks of positions, so that activation memory does not grow with the prefix length).
-    `compile_decode` runs the decode step through `torch.compile(dynamic=True)`, meant to fuse the
-    many small kernels of a decode step on a GPU; it is off by default because on CPU compiling
-    alone takes minutes (about 100 s for a one-layer tiny model), which no short run pays back.
-    `static_shapes` makes every decode step read all of a batch's suffix slots (unwritten ones
-    are masked), so that the step's shapes stay fixed while the same rows run: what a CUDA graph
-    of the step needs. It changes no token; on a CPU it only costs the extra slots.
+
+class Engine:
+    """Generation, forked splice arms and streamed work over any loaded HF causal LM.
+
+    `max_batch_tokens` is the KV pool, in token slots (rounded up to whole blocks of
+    `block_size`, plus three blocks for rounding); None sizes the pool for everything submitted
+    and not finished, so that nothing waits for memory. `max_rows` caps the rows that decode
+    together (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and
+    contexts are prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when
+    `prefill_tokens` is smaller, which changes the prefixes' last bits). `progress` shows a bar with prefill
+    and decode tokens/s per call. `compile_decode` runs the forward through
+    `torch.compile(dynamic=True)` (minutes of compiling on CPU). `trace` keeps a `StepRecord`
+    per step in `stats.trace`. `batch_invariant` pads every forward and LM-head call to the rows
+    that keep a sequence's logits independent of the batch (`model_runner`, engine/README.md);
+    False runs them at their natural row counts.
+    `static_decode` (default: on CUDA) runs steps of single-token rows with fixed shapes, rows
+    padded to a bucket and one FlexAttention call per layer (`static_decode.py`), and
+    `cuda_graphs` (default: with static_decode on CUDA) replays them as CUDA graphs.
     """
 
     def __init__(
@@ -67,16 +106,25 @@ class Engine:
         tokenizer=None,
         *,
         max_batch_tokens: int | None = None,
+        max_rows: int | None = None,
+        block_size: int = 16,
         progress: bool = False,
         prefill_tokens: int = 2048,
         compile_decode: bool = False,
-        static_shapes: bool = False,
+        trace: bool = False,
+        batch_invariant: bool = True,
+        static_decode: bool | None = None,
+        cuda_graphs: bool | None = None,
     ):
         if prefill_tokens < 1:
             raise EngineInputError(f"prefill_tokens must be positive, got {prefill_tokens}")
+        if max_rows is not None and max_rows < 1:
+            raise EngineInputError(f"max_rows must be positive, got {max_rows}")
+        if block_size < 1:
+            raise EngineInputError(f"block_size must be positive, got {block_size}")
         self.prefill_tokens = prefill_tokens
-        self.runner = ModelRunner(model)
-        self._decode_forward = (
+        self.runner = ModelRunner(model, batch_invariant)
+        self._forward = (
             torch.compile(self.runner.forward, dynamic=True)
             if compile_decode
             else self.runner.forward
@@ -84,14 +132,49 @@ class Engine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens
+        self.max_rows = max_rows
+        self.block_size = block_size
         self.progress = progress
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = _pad_id(model, tokenizer, self.eos_ids)
         self.vocab_size = self.runner.lm_head.weight.shape[0]
-        self.static_shapes = static_shapes
-        self.stats = EngineStats()
+        self.stats = EngineStats(trace=[] if trace else None)
+        on_cuda = self.runner.device.type == "cuda"
+        self.static_decode = on_cuda if static_decode is None else static_decode
+        use_graphs = on_cuda and self.static_decode if cuda_graphs is None else cuda_graphs
+        if use_graphs and not on_cuda:
+            raise EngineInputError("cuda_graphs needs the model on a CUDA device")
+        self._graphs = GraphedDecode(self.runner.forward) if use_graphs else None
+        self._statics: dict[int, StaticDecode] = {}
+        self._builder = req.Builder()
+        self._rows: dict[int, Sequence] = {}
+        self._need_blocks = 0  # blocks all unfinished work could take (max_batch_tokens None)
+        if max_batch_tokens is not None:
+            if max_batch_tokens < 1:
+                raise EngineInputError(f"max_batch_tokens must be positive, got {max_batch_tokens}")
+            self._pool_blocks = -(-max_batch_tokens // block_size) + 3
+        else:
+            self._pool_blocks = 4
+        self._new_pool(self._pool_blocks)
 
-    # --- public API ---------------------------------------------------------------------------
+    def _new_pool(self, blocks: int) -> None:
+        self.pool = KVPool(
+            blocks,
+            self.block_size,
+            len(self.runner.layer_windows),
+            self.runner.device,
+            zero=self.static_decode,
+        )
+        self.scheduler = Scheduler(
+            self.pool,
+            max_rows=self.max_rows,
+            max_step_tokens=self.prefill_tokens,
+            chunk=min(PREFILL_CHUNK, self.prefill_tokens),
+            reserve=self.max_batch_tokens is not None,
+        )
+        self.cache = PoolCache(self.pool, self.runner.layer_windows)
+
+    # --- the one-call API ---------------------------------------------------------------------
     def generate(
         self,
         prompts: list[list[int]],
@@ -104,25 +187,16 @@ class Engine:
             raise EngineInputError(
                 "generate() needs a non-empty list of prompts (lists of token ids)"
             )
-        per = self._per_item(params, len(prompts), "prompt")
+        per = req.per_item(params, len(prompts), "prompt")
         for i, prompt in enumerate(prompts):
-            self._check_ids(prompt, f"prompt {i}", allow_empty=False)
-        self._check_stop_strings(per)
-        groups = [(list(p), [([], sp)]) for p, sp in zip(prompts, per)]
-        outs = [arms[0] for arms in self._run(groups, return_logits)]
-        for out in outs:  # a prompt is one sequence: report all of it as its own prefill
-            out.prefill_tokens += out.shared_prefill_tokens
-            out.shared_prefill_tokens = 0
-        return outs
+            req.check_ids(prompt, f"prompt {i}", False, self.vocab_size)
+        req.check_stop_strings(per, self.tokenizer)
+        refs = [
+            self.submit_generate(p, sp, return_logits=return_logits) for p, sp in zip(prompts, per)
+        ]
+        return self._drain(refs)
 
-    def fork(
-        self,
-        prefix_ids: list[int],
-        suffixes: list[list[int]],
-        params: SamplingParams | list[SamplingParams],
-        *,
-        return_logits=False,
-    ) -> list[Completion]:
+    def fork(self, prefix_ids, suffixes, params, *, return_logits=False) -> list[Completion]:
         """Prefill `prefix_ids` once, then continue it with each suffix; one `Completion` per suffix."""
         return self.fork_many(
             [ForkRequest(prefix_ids, suffixes, params)], return_logits=return_logits
@@ -131,160 +205,288 @@ class Engine:
     def fork_many(
         self, requests: list[ForkRequest], *, return_logits=False
     ) -> list[list[Completion]]:
-        """Several prefix groups (problems) batched together; results per request, in order."""
+        """Several prefix groups (problems) run together; results per request, in order."""
         if not requests:
             raise EngineInputError("fork_many() needs at least one ForkRequest")
-        groups = []
-        for i, req in enumerate(requests):
-            where = f"request {i}: " if len(requests) > 1 else ""
-            self._check_ids(req.prefix_ids, f"{where}prefix", allow_empty=False)
-            if not isinstance(req.suffixes, (list, tuple)) or not req.suffixes:
-                raise EngineInputError(f"{where}the suffix list is empty: give at least one arm")
-            per = self._per_item(req.params, len(req.suffixes), "suffix")
-            self._check_stop_strings(per, where)
-            for j, suffix in enumerate(req.suffixes):
-                self._check_ids(suffix, f"{where}suffix {j}", allow_empty=True)
-            groups.append((list(req.prefix_ids), [(list(s), p) for s, p in zip(req.suffixes, per)]))
-        return self._run(groups, return_logits)
+        for i, request in enumerate(requests):
+            self._check_fork(request, f"request {i}: " if len(requests) > 1 else "")
+        refs = [self.submit_fork(r, return_logits=return_logits, checked=True) for r in requests]
+        flat = self._drain([ref for group in refs for ref in group])
+        out, k = [], 0
+        for group in refs:
+            out.append(flat[k : k + len(group)])
+            k += len(group)
+        return out
 
-    # --- the loop -----------------------------------------------------------------------------
-    def _run(self, groups, return_logits: bool) -> list[list[Completion]]:
-        for g, (prefix, arms) in enumerate(groups):
-            for j, (suffix, params) in enumerate(arms):
-                self._check_context(len(prefix) + len(suffix) + params.max_new_tokens, g, j)
-        shapes = [
-            GroupShape.of(
-                len(prefix), [len(s) for s, _ in arms], [p.max_new_tokens for _, p in arms]
-            )
-            for prefix, arms in groups
-        ]
-        results: list[list[Completion] | None] = [None] * len(groups)
-        total = sum(len(arms) for _, arms in groups)
-        bar = progress_bar(total, "generate", "seq", enabled=self.progress, leave=False)
-        with torch.inference_mode(), self.runner.fork_attention():
-            for batch_groups in plan_batches(shapes, self.max_batch_tokens):
-                batch = Batch(
-                    [groups[i] for i in batch_groups],
-                    [shapes[i] for i in batch_groups],
-                    self.runner.device,
-                    self.eos_ids,
-                    self.tokenizer,
-                    return_logits,
-                    static_shapes=self.static_shapes,
-                )
-                self._run_batch(batch, bar)
-                for seqs_of, i in zip(_by_group(batch), batch_groups):
-                    results[i] = [s.completion() for s in seqs_of]
-        bar.close()
-        return results
-
-    def _run_batch(self, batch: Batch, bar) -> None:
-        cache = ForkCache(self.runner.layer_windows, batch.num_rows, batch.suffix_capacity)
-        t0 = time.perf_counter()
-        if batch.p_max > 0:
-            chunk = max(1, self.prefill_tokens // len(batch.prefixes))
-            for ids, positions, cache.ctx in batch.prefix_chunks(self.pad_id, chunk):
-                self.runner.forward(cache, ids, positions)
-                self.stats.prefix_tokens += ids.numel()
-                self.stats.forward_calls += 1
-            cache.finish_prefix(batch.prefix_lengths)
-        ids, positions, cache.ctx = batch.suffix_inputs()
-        hidden = self.runner.forward(cache, ids, positions)
-        last = hidden[0].index_select(0, batch.last_hidden_index())
-        batch.keep_hidden(batch.active, last)
-        self._sample_and_record(batch, batch.active, last)
-        self.stats.suffix_tokens += ids.numel()
-        self.stats.forward_calls += 1
-        prefill_s = time.perf_counter() - t0
-        self.stats.prefill_seconds += prefill_s
-        bar.set_postfix(
-            prefill_tok_s=f"{(batch.shared_prefix_tokens() + ids.numel()) / max(prefill_s, 1e-9):.0f}"
+    # --- the streaming API --------------------------------------------------------------------
+    def submit_generate(
+        self, prompt: list[int], params: SamplingParams, *, retain=False, return_logits=False
+    ) -> SequenceRef:
+        """Queue one prompt; it starts when rows and KV allow. `retain` keeps its KV after it
+        finishes, so that a later `ForkRequest(reuse=...)` can copy its stem (`release` it then)."""
+        req.check_ids(prompt, "prompt", False, self.vocab_size)
+        req.check_stop_strings([params], self.tokenizer)
+        (ref,) = self.submit_fork(
+            ForkRequest(list(prompt), [[]], [params]), return_logits=return_logits, checked=True
         )
-        bar.update(batch.num_rows - len(batch.active))
-        t0, decoded = time.perf_counter(), 0
-        while not batch.done:
-            running = len(batch.active)
-            decoded += running
-            self.step(batch, cache)
-            if self.progress:  # the decode loop is the hot path: no formatting when nobody looks
-                bar.update(running - len(batch.active))
-                bar.set_postfix(
-                    decode_tok_s=f"{decoded / max(time.perf_counter() - t0, 1e-9):.0f}",
-                    running=len(batch.active),
+        row = self._rows[ref.id]
+        row.retain, row.solo = retain, True
+        return ref
+
+    def submit_fork(
+        self, request: ForkRequest, *, return_logits=False, checked=False
+    ) -> list[SequenceRef]:
+        """Queue one fork group (one ref per arm, in order); see `ForkRequest` for `stem`/`reuse`."""
+        if not checked:
+            self._check_fork(request, "")
+        params = req.per_item(request.params, len(request.suffixes), "suffix")
+        base = None
+        if request.reuse is not None:
+            base = self._rows.get(request.reuse.id)
+            if base is None:
+                raise EngineInputError(f"reuse: {request.reuse} is not a sequence of this engine")
+        groups, rows = req.fork_groups(self._builder, request, params, base, return_logits)
+        self._reserve(groups)
+        for group in groups:
+            self.scheduler.add(group)
+        for row in rows:
+            self._rows[row.id] = row
+        return [SequenceRef(row.id) for row in rows]
+
+    @property
+    def busy(self) -> bool:
+        """True while submitted sequences have not all finished."""
+        return self.scheduler.busy
+
+    def peek(self, ref: SequenceRef) -> list[int]:
+        """The tokens a sequence has generated so far (it may still be running)."""
+        return list(self._rows[ref.id].token_ids)
+
+    def release(self, ref: SequenceRef) -> None:
+        """Let go of a finished sequence's retained KV."""
+        row = self._rows.pop(ref.id)
+        self.scheduler.release(row)
+
+    def step(self) -> list[tuple[SequenceRef, Completion]]:
+        """One step: schedule, run the model, postprocess; the sequences it finished.
+
+        While the engine has work, the model runs the engine's attention: call the model's own
+        forward between steps inside `engine.runner.own_attention()`."""
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule()
+        if not plan.row_chunks and not plan.prefix_chunks:
+            raise RuntimeError(
+                "the engine has work but could schedule none of it (KV pool too small?)"
+            )
+        try:
+            layout, hidden = self._run(plan)
+        except BaseException:
+            self.runner.disengage()
+            raise
+        finished = self._postprocess(plan, layout, hidden)
+        self._account(plan, layout, time.perf_counter() - t0)
+        if not self.busy:
+            self.runner.disengage()
+        return finished
+
+    # --- one step -------------------------------------------------------------------------------
+    def _run(self, plan: StepPlan):
+        self.runner.engage()
+        static = self._static_for(plan)
+        if static is not None:
+            static.load(plan, self.pad_id)
+            self.cache.layout = static
+            with torch.inference_mode():
+                if self._graphs is not None:
+                    hidden = self._graphs.run(self.cache, static)
+                else:
+                    hidden = self._forward(self.cache, static.input_ids, static.positions)
+            return static, hidden
+        layout = StepLayout.of(
+            plan, self.block_size, self.runner.device, self.pad_id, self.runner.padded
+        )
+        self.cache.layout = layout
+        with torch.inference_mode():
+            hidden = self._forward(self.cache, layout.input_ids, layout.positions)
+        return layout, hidden
+
+    def _static_for(self, plan: StepPlan) -> StaticDecode | None:
+        """The fixed-shape buffers for a step of single-token rows, or None to run it eagerly."""
+        rows = len(plan.row_chunks)
+        if not self.static_decode or plan.prefix_chunks or rows > BUCKETS[-1] or not rows:
+            return None
+        if any(s1 - s0 != 1 for _, s0, s1 in plan.row_chunks):
+            return None
+        bucket = next(b for b in BUCKETS if b >= rows)
+        static = self._statics.get(bucket)
+        if (
+            static is None
+            or static.pool is not self.pool
+            or static.kv_indices.shape[-1] != self.pool.num_blocks
+        ):
+            static = StaticDecode(bucket, self.pool, self.runner.device, self.block_size)
+            self._statics[bucket] = static
+            if self._graphs is not None:
+                self._graphs.graphs.pop(bucket, None)
+        return static
+
+    def _postprocess(
+        self, plan: StepPlan, layout: StepLayout, hidden
+    ) -> list[tuple[SequenceRef, Completion]]:
+        self.scheduler.after_step(plan)
+        rows = plan.sampling()
+        if not rows:
+            return []
+        with torch.inference_mode():
+            last = hidden[0].index_select(0, layout.sample_index)
+            keep_hidden(rows, last)
+            logits = self.runner.logits(last)
+            inputs = sampling_inputs(rows, logits.device)
+            chosen = greedy(logits) if inputs is None else sample(logits, *inputs)
+            # The step's one host read. Anything else computed per token on the device must join
+            # this transfer rather than add its own.
+            asked = uncertainty_rows(rows, logits.device)
+            if asked is None:
+                tokens = chosen.tolist()
+            else:  # SamplingParams.token_stats: the summaries travel with the tokens
+                logprob, entropy = token_uncertainty(logits[asked], chosen[asked])
+                packed = torch.cat([chosen.double(), logprob.double(), entropy.double()]).tolist()
+                n, k = len(rows), len(asked)
+                tokens = [int(t) for t in packed[:n]]
+                record_uncertainty(rows, packed[n : n + k], packed[n + k :])
+        done = append_tokens(rows, tokens, logits, self.eos_ids, self.tokenizer)
+        out = []
+        for row in done:
+            self.scheduler.finish(row)
+            shared = sum(s.length for s in row.group.segments if s is row.group.own)
+            out.append((SequenceRef(row.id), row.completion(shared)))
+            if not row.retain:
+                del self._rows[row.id]
+        return out
+
+    def _account(self, plan: StepPlan, layout: StepLayout, seconds: float) -> None:
+        stats = self.stats
+        stats.prefix_tokens += sum(c1 - c0 for _, c0, c1 in plan.prefix_chunks)
+        single = plan.decode_rows
+        stats.decode_tokens += single
+        stats.suffix_tokens += sum(s1 - s0 for _, s0, s1 in plan.row_chunks) - single
+        stats.pad_tokens += layout.tokens - layout.row_end
+        stats.forward_calls += 1
+        stats.steps += 1
+        stats.sampled_rows += len(layout.sample_index)
+        stats.preemptions = self.scheduler.preemptions
+        slot_bytes = self.pool.slot_bytes()
+        stats.peak_cache_bytes = max(
+            stats.peak_cache_bytes, self.pool.in_use * self.block_size * slot_bytes
+        )
+        if plan.prefix_chunks or single < len(plan.row_chunks):
+            stats.prefill_seconds += seconds
+        else:
+            stats.decode_seconds += seconds
+        if stats.trace is not None:
+            stats.trace.append(self._record(plan, layout))
+
+    def _record(self, plan: StepPlan, layout: StepLayout) -> StepRecord:
+        sched = self.scheduler
+        groups = sched.admitted + sched.waiting
+        runs = {id(s): s for g in sched.admitted for s in g.segments if s.start is not None}
+        live = sum(s.written for s in runs.values() if s.start is not None)
+        live += sum(r.computed for r in self._all_rows() if r.holds_slots and r.stem is None)
+        return StepRecord(
+            tokens=layout.row_end,
+            rows=len(layout.sample_index),
+            running=sum(1 for r in sched.running if r.stem is None),
+            waiting=sum(sum(1 for r in g.waiting if r.stem is None) for g in groups),
+            kv_blocks=self.pool.in_use,
+            live_tokens=live,
+        )
+
+    def _all_rows(self):
+        return list(self.scheduler.running) + list(self.scheduler.retained)
+
+    # --- memory -----------------------------------------------------------------------------------
+    def _reserve(self, groups) -> None:
+        """Refuse a group that could never run; with no budget, grow the pool to hold all work."""
+        pool = self.pool
+        total = 0
+        for group in groups:
+            runs = [s for s in group.segments if s.start is None and (s is group.own)]
+            stem_runs = [r.stem for r in group.rows if r.stem is not None]
+            prefix = sum(pool.blocks_for(s.length) for s in runs + stem_runs)
+            arms = [
+                pool.blocks_for(len(r.suffix_ids) + r.params.max_new_tokens - 1)
+                for r in group.rows
+                if r.stem is None
+            ]
+            least = prefix + max(arms, default=0)
+            if self.max_batch_tokens is not None and least > self._pool_blocks - 1:
+                shape = GroupShape(
+                    group.prefix_len, tuple(len(r.suffix_ids) for r in group.rows), ()
                 )
-        self.stats.decode_seconds += time.perf_counter() - t0
-        self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, sum(cache.nbytes().values()))
+                raise EngineInputError(
+                    f"one prefix group needs {least * self.block_size} KV token slots (prefix "
+                    f"{shape.prefix}, {len(group.rows)} arms) but max_batch_tokens is "
+                    f"{self.max_batch_tokens}; raise the budget"
+                )
+            # a run read from another sequence (a reused base) stays while this group reads it
+            total += prefix + sum(arms)
+            total += sum(pool.blocks_for(s.length) for s in group.segments if s.start is not None)
+        # The last group (the fork, after its stem group) outlives the others and reads their
+        # runs: it carries the request's reservation, which ends when it closes, so a stream that
+        # never drains sizes the pool for its open work, not for all it was ever given.
+        groups[-1].reserved = total
+        scheduled = self.scheduler.waiting + self.scheduler.admitted
+        self._need_blocks = sum(g.reserved for g in scheduled) + total
+        if self.max_batch_tokens is None and self._need_blocks + 1 > self.pool.num_blocks:
+            if not self.busy and self.pool.in_use == 0:
+                self._new_pool(max(self._need_blocks + 1, 4))
+            else:
+                self.pool.grow(max(self._need_blocks + 1, 2 * self.pool.num_blocks))
 
-    def step(self, batch: Batch, cache: ForkCache) -> None:
-        """One decode step: schedule the running arms, run the model on one token each, postprocess."""
-        rows = batch.active
-        ids, positions, cache.ctx = batch.decode_inputs()
-        hidden = self._decode_forward(cache, ids, positions)
-        self._sample_and_record(batch, rows, hidden[:, -1])
-        self.stats.decode_tokens += len(rows)
-        self.stats.forward_calls += 1
+    def _drain(self, refs: list[SequenceRef]) -> list[Completion]:
+        """Step until every sequence in `refs` has finished; their completions, in order."""
+        wanted = {ref.id for ref in refs}
+        done: dict[int, Completion] = {}
+        bar = progress_bar(len(refs), "generate", "seq", enabled=self.progress, leave=False)
+        t0, tokens = time.perf_counter(), 0
+        while len(done) < len(wanted):
+            before = self.stats.token_forwards
+            for ref, completion in self.step():
+                if ref.id in wanted:
+                    done[ref.id] = completion
+                    bar.update(1)
+            tokens += self.stats.token_forwards - before
+            if self.progress:  # the loop is the hot path: no formatting when nobody looks
+                bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - t0, 1e-9):.0f}")
+        bar.close()
+        if not self.busy:
+            self._need_blocks = 0
+        return [done[ref.id] for ref in refs]
 
-    def _sample_and_record(self, batch: Batch, rows: list[int], hidden: torch.Tensor) -> None:
-        logits = self.runner.logits(hidden)
-        inputs = batch.sampling_inputs(rows)
-        chosen = greedy(logits) if inputs is None else sample(logits, *inputs)
-        # The step's one host read. Anything else computed per token on the device must join
-        # this transfer rather than add its own.
-        asked = batch.uncertainty_rows(rows)
-        if asked is None:
-            tokens = chosen.tolist()
-        else:  # SamplingParams.token_stats: the summaries travel with the tokens
-            logprob, entropy = token_uncertainty(logits[asked], chosen[asked])
-            packed = torch.cat([chosen.double(), logprob.double(), entropy.double()]).tolist()
-            n, k = len(rows), len(asked)
-            tokens = [int(t) for t in packed[:n]]
-            batch.record_uncertainty(rows, packed[n : n + k], packed[n + k :])
-        batch.postprocess(rows, chosen, tokens, logits)
-
-    # --- validation ---------------------------------------------------------------------------
-    def _per_item(self, params, count: int, what: str) -> list[SamplingParams]:
-        if isinstance(params, SamplingParams):
-            return [params] * count
-        params = list(params)
-        if len(params) != count or not all(isinstance(p, SamplingParams) for p in params):
-            raise EngineInputError(
-                f"give one SamplingParams, or a list of {count} (one per {what}); got {len(params)}"
-            )
-        return params
-
-    def _check_stop_strings(self, params: list[SamplingParams], where: str = "") -> None:
-        # Stop strings are matched on decoded text, which needs the tokenizer.
-        if self.tokenizer is None and any(p.stop_strings for p in params):
-            raise EngineInputError(
-                f"{where}stop_strings need a tokenizer: build the Engine with Engine(model, tokenizer), "
-                "or use stop_token_ids"
-            )
-
-    def _check_ids(self, ids, what: str, allow_empty: bool) -> None:
-        if not isinstance(ids, (list, tuple)):
-            raise EngineInputError(f"{what} must be a list of token ids, got {type(ids).__name__}")
-        if not ids and not allow_empty:
-            raise EngineInputError(f"{what} is empty: it needs at least one token id")
-        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
-        if bad:
-            raise EngineInputError(
-                f"{what} holds {bad[0]!r}, not a token id in [0, {self.vocab_size})"
+    # --- validation -------------------------------------------------------------------------------
+    def _check_fork(self, request: ForkRequest, where: str) -> None:
+        req.check_ids(request.prefix_ids, f"{where}prefix", False, self.vocab_size)
+        if not isinstance(request.suffixes, (list, tuple)) or not request.suffixes:
+            raise EngineInputError(f"{where}the suffix list is empty: give at least one arm")
+        per = req.per_item(request.params, len(request.suffixes), "suffix")
+        req.check_stop_strings(per, self.tokenizer, where)
+        for j, suffix in enumerate(request.suffixes):
+            req.check_ids(suffix, f"{where}suffix {j}", True, self.vocab_size)
+        if not 0 <= request.stem <= len(request.prefix_ids):
+            raise EngineInputError(f"{where}stem {request.stem} is not within the prefix")
+        for j, (suffix, params) in enumerate(zip(request.suffixes, per)):
+            self._check_context(
+                len(request.prefix_ids) + len(suffix) + params.max_new_tokens, where, j
             )
 
-    def _check_context(self, needed: int, group: int, arm: int) -> None:
+    def _check_context(self, needed: int, where: str, arm: int) -> None:
         limit = self.runner.max_positions
         if limit is not None and needed > limit:
             raise EngineInputError(
-                f"group {group}, arm {arm}: prefix + suffix + max_new_tokens = {needed} tokens exceeds the "
-                f"model's context of {limit} (max_position_embeddings); shorten the input or max_new_tokens"
+                f"{where}arm {arm}: prefix + suffix + max_new_tokens = {needed} tokens exceeds the "
+                f"model's context of {limit} (max_position_embeddings); shorten the input or "
+                "max_new_tokens"
             )
-
-
-def _by_group(batch: Batch):
-    out = [[] for _ in batch.prefixes]
-    for seq in batch.seqs:
-        out[seq.group].append(seq)
-    return out
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
@@ -299,7 +501,7 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 
 def _pad_id(model, tokenizer, eos_ids: set[int]) -> int:
-    # Pad slots are never attended to; any valid id will do.
+    # Pad tokens are never attended to; any valid id will do.
     for candidate in (
         getattr(model.config, "pad_token_id", None),
         getattr(tokenizer, "pad_token_id", None),

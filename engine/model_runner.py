@@ -1,14 +1,32 @@
-"""Runs an HF decoder on a `ForkCache` and turns the chosen hidden states into logits."""
+"""Runs an HF decoder on a `PoolCache` and turns the chosen hidden states into logits.
+
+Batch invariance (engine/README.md): every forward and every LM-head call runs at least
+`MIN_ROWS` rows, and a multiple of `ROW_MULTIPLE` (pad rows added). On this project's CPU
+(MKL sgemm, fp32) a row's matrix product takes one of three code paths by the number of rows (1;
+2-15; 16 and more), and rows agree bit for bit only within a path; 16 rows or more keep every row
+on the last one (and from 4 to 15 rows that is also faster). ATen's vectorised elementwise kernels
+(exp, sigmoid, cos, ...) compute a tensor's last elements with a scalar loop, whose results can
+differ from the vector code in the last bit: the row multiple makes every per-token tensor (the
+narrowest is a head's rotary part) a whole number of vector iterations, so that no token's
+elements fall in that tail.
+"""
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 
 import torch
 
 from nudgeability.engine import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
-from nudgeability.engine.fork_cache import ForkCache
+from nudgeability.engine.kv_cache import PoolCache
+
+MIN_ROWS = 16
+# Rows per forward are a multiple of this: 4 rows times any per-token width that is a multiple of
+# 8 (the narrowest in the supported models: a GLM-4 head's rotary half, Gemma 4's per-layer input
+# in the tiny models) fill whole iterations of ATen's 32-element fp32 loops (AVX-512).
+ROW_MULTIPLE = 4
 
 
 class ModelRunner:
@@ -18,8 +36,10 @@ class ModelRunner:
     `[tokens, vocab]` logits tensor.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, batch_invariant: bool = True):
         self.model = model
+        self.min_rows = MIN_ROWS if batch_invariant else 1
+        self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()
         self.lm_head = model.get_output_embeddings()
         config = model.config
@@ -36,32 +56,64 @@ class ModelRunner:
         self.max_positions = getattr(config, "max_position_embeddings", None)
         first = next(model.parameters())
         self.device = first.device
+        self._previous = config._attn_implementation
+        # transformers 5.24 names the decoder's cache argument `cache`; earlier 5.x releases
+        # (5.17, on the GPU machine) name it `past_key_values`
+        parameters = inspect.signature(self.decoder.forward).parameters
+        self._cache_arg = "cache" if "cache" in parameters else "past_key_values"
+
+    def padded(self, rows: int) -> int:
+        """The rows a forward of `rows` rows runs (module docstring)."""
+        return max(self.min_rows, -(-rows // self.row_multiple) * self.row_multiple)
+
+    def engage(self) -> None:
+        """Switch the model to shared-prefix attention (until `disengage`); cheap when it already is.
+
+        The engine keeps it switched while it has work (switching costs about 1.5 ms on SmolLM2),
+        so run the model's own forward between engine steps inside `own_attention()`."""
+        if self.model.config._attn_implementation != shared_prefix_attention.NAME:
+            self._previous = self.model.config._attn_implementation
+            self.model.set_attn_implementation(shared_prefix_attention.NAME)
+
+    def disengage(self) -> None:
+        """Give the model back the attention it had before `engage`."""
+        if self.model.config._attn_implementation == shared_prefix_attention.NAME:
+            self.model.set_attn_implementation(self._previous)
 
     @contextmanager
-    def fork_attention(self):
-        """Switch the model to shared-prefix attention for the duration, then restore it."""
-        previous = self.model.config._attn_implementation
-        self.model.set_attn_implementation(shared_prefix_attention.NAME)
+    def own_attention(self):
+        """The model's own attention for the duration (e.g. an HF forward between engine steps)."""
+        engaged = self.model.config._attn_implementation == shared_prefix_attention.NAME
+        self.disengage()
         try:
             yield
         finally:
-            self.model.set_attn_implementation(previous)
+            if engaged:
+                self.engage()
 
     def forward(
-        self, cache: ForkCache, input_ids: torch.Tensor, position_ids: torch.Tensor
+        self, cache: PoolCache, input_ids: torch.Tensor, position_ids: torch.Tensor
     ) -> torch.Tensor:
         """Hidden states [B, L, hidden] of `input_ids` at `position_ids`, reading and writing `cache`."""
         out = self.decoder(
-            input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True
+            input_ids=input_ids,
+            position_ids=position_ids,
+            use_cache=True,
+            **{self._cache_arg: cache},
         )
         return out.last_hidden_state
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits [n, vocab] of hidden states [n, hidden], with the model's final soft-capping.
 
-        Soft-capping runs in the model dtype before the cast, exactly as the HF model does.
+        Soft-capping runs in the model dtype before the cast, exactly as the HF model does. The
+        rows are padded with zeros as a forward's are (module docstring).
         """
+        n = hidden.shape[0]
+        pad = self.padded(n) - n
+        if pad:
+            hidden = torch.cat([hidden, hidden.new_zeros(pad, hidden.shape[1])])
         logits = self.lm_head(hidden)
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits.float()
+        return logits[:n].float()

@@ -94,24 +94,19 @@ def _copies(event) -> bool:
 
 
 def engine_step_ops(engine, prefix, suffixes, params, at_step: int = 3) -> OpCount:
-    """The ops of decode step `at_step` of `engine.fork(prefix, suffixes, params)`."""
-    found = []
-    original = type(engine).step
+    """The ops of the decode step that feeds each arm's `at_step`-th token, in a fork of
+    `suffixes` from `prefix` (every arm must still run then: give `max_new_tokens` > `at_step`)."""
+    from nudgeability.engine.sequence import ForkRequest
 
-    def step(batch, cache):
-        if batch.step_index == at_step and not found:
-            found.append(count_ops(original, engine, batch, cache)[0])
-        else:
-            original(engine, batch, cache)
-
-    engine.step = step
-    try:
-        engine.fork(prefix, suffixes, params)
-    finally:
-        del engine.step
-    if not found:
+    refs = engine.submit_fork(ForkRequest(prefix, suffixes, params))
+    while engine.busy and len(engine.peek(refs[0])) < at_step:
+        engine.step()
+    if not engine.busy:
         raise ValueError(f"the fork ended before decode step {at_step}; raise max_new_tokens")
-    return found[0]
+    counted, _ = count_ops(engine.step)
+    while engine.busy:
+        engine.step()
+    return counted
 
 
 def hf_expanded_decode(model, prefix: list[int], suffixes: list[list[int]]):

@@ -1,17 +1,47 @@
-"""The shapes of groups and batches as the engine runs them, and batches that fit a KV-token budget.
+"""The scheduler: which tokens each engine step computes, where their KV goes, and what waits.
 
-`GroupShape.of` is the one owner of the rule "an empty suffix borrows the prefix's last token",
-and `BatchSlots.of` the one owner of what a batch allocates: `Batch` sizes its cache from it and
-`batch_cost` is its token count, so the budget and the allocation agree by construction. Callers
-that size runs before they exist (`splice/run/prepare.py`) use the same two functions.
+Each step (`schedule`) is built in four passes:
+
+1. **running rows**: every row holding slots feeds its next tokens: one token when all that is
+   left is its last sampled token (decode), else the next prefill chunk of its context. A row
+   that needs a new block and finds the pool full makes room by preemption (below);
+2. **new rows**: rows of groups whose prefix is complete are admitted, oldest group first, while
+   rows (`max_rows`), blocks and the step's token budget allow;
+3. **prefix chunks** of groups admitted earlier whose prefix is longer than a chunk;
+4. **new groups**: waiting groups are admitted, oldest first, each with its first prefix chunk in
+   this step (so that no run is held before it is written), while the budget allows, the rows
+   they would bring stay within `lookahead` and the pool keeps a block per running row in reserve,
+   and the blocks that admitted groups' waiting rows need to start (`_owed`).
+
+Everything here is decided from token counts and submission order, never from timing, so a rerun
+schedules identically. Prefill chunks start at fixed multiples of `chunk` in each sequence (a
+step may run several chunks of one prefix), so how a prefix is cut does not depend on the step
+budget or on what else runs (`engine/README.md`, batch invariance). No row reserves its budget:
+blocks are taken as slots are written.
+
+**Preemption** when a running row needs a block and none is free, in this order: drop the KV a
+finished sequence retains; free the run of an admitted group with no row started (it will prefill
+again); preempt the most recently admitted running row: its blocks are freed and it waits at the
+front of its group, keeping its tokens, to recompute its context later. Stem rows are never
+preempted. When nothing at all could be scheduled, KV that is only kept in case it is read
+(a retained row, a finished base a waiting stem row meant to copy) is freed (`_unstick`).
+
+`GroupShape` and `batch_cost` size work before it exists (`splice/run/prepare.py`, `splice/run/resolve.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
 
-from nudgeability.engine.errors import EngineInputError
+import torch
+
+from nudgeability.engine.kv_pool import KVPool
+from nudgeability.engine.sequence import Group, Sequence
+
+# Positions per prefill chunk: a prefix's chunks start at multiples of it, whatever the step's
+# budget, so that a prefix's KV is the same under any budget of at least this many tokens.
+PREFILL_CHUNK = 2048
 
 
 @dataclass(frozen=True)
@@ -27,7 +57,7 @@ class GroupShape:
     borrowed: int = 0
 
     @classmethod
-    def of(cls, prefix: int, suffixes: Sequence[int], budgets: Sequence[int]) -> GroupShape:
+    def of(cls, prefix: int, suffixes: Seq[int], budgets: Seq[int]) -> GroupShape:
         """The shape the engine runs for a prefix of `prefix` tokens continued by suffixes of the
         given lengths, each generating up to its budget of new tokens.
 
@@ -47,65 +77,388 @@ class GroupShape:
         cut = len(prefix_ids) - self.borrowed
         return prefix_ids[:cut], [prefix_ids[cut:] + list(s) for s in suffix_ids]
 
-
-@dataclass(frozen=True)
-class BatchSlots:
-    """The KV storage a batch of groups allocates: `groups` prefixes padded to `prefix_max`, and
-    `rows` suffix rows of `suffix_capacity` static slots each (suffix plus new tokens; the last
-    new token is sampled, never written)."""
-
-    groups: int
-    prefix_max: int
-    rows: int
-    suffix_max: int
-    new_max: int
-
-    @classmethod
-    def of(cls, shapes: Sequence[GroupShape]) -> BatchSlots:
-        return cls(
-            groups=len(shapes),
-            prefix_max=max(s.prefix for s in shapes),
-            rows=sum(len(s.suffixes) for s in shapes),
-            suffix_max=max(max(s.suffixes) for s in shapes),
-            new_max=max(max(s.new_tokens) for s in shapes),
-        )
+    @property
+    def cost(self) -> int:
+        """KV token slots of the group with every arm at its full budget (the last new token is
+        sampled, never written)."""
+        return self.prefix + sum(s + n - 1 for s, n in zip(self.suffixes, self.new_tokens))
 
     @property
-    def suffix_capacity(self) -> int:
-        return self.suffix_max + self.new_max - 1
+    def least(self) -> int:
+        """KV token slots the group needs to make progress at all: its prefix and its largest arm."""
+        return self.prefix + max(s + n - 1 for s, n in zip(self.suffixes, self.new_tokens))
+
+
+def batch_cost(shapes: Seq[GroupShape]) -> int:
+    """KV token slots the groups need together when every arm runs to its full budget: what a
+    budget (`--max-batch-tokens`) is checked against before a run. The engine itself never
+    reserves it: it takes blocks as tokens are written, and runs a group whose arms do not fit
+    together in waves."""
+    return sum(s.cost for s in shapes)
+
+
+@dataclass
+class StepPlan:
+    """One step's work: prefix chunks `(group, c0, c1)` of groups' own runs, then row chunks
+    `(row, s0, s1)` of context tokens, rows ordered by group so that each group's tokens are
+    contiguous in the forward."""
+
+    prefix_chunks: list[tuple[Group, int, int]] = field(default_factory=list)
+    row_chunks: list[tuple[Sequence, int, int]] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
-        return self.groups * self.prefix_max + self.rows * self.suffix_capacity
+        return sum(c1 - c0 for _, c0, c1 in self.prefix_chunks) + sum(
+            s1 - s0 for _, s0, s1 in self.row_chunks
+        )
+
+    @property
+    def decode_rows(self) -> int:
+        """Rows feeding one generated token (a decode, not a prefill of their suffix)."""
+        return sum(
+            1 for row, s0, s1 in self.row_chunks if s1 - s0 == 1 and s0 >= len(row.suffix_ids)
+        )
+
+    def sampling(self) -> list[Sequence]:
+        """The rows that choose a token this step: their chunk ends their context."""
+        return [r for r, _, s1 in self.row_chunks if r.samples and s1 == len(r.context)]
 
 
-def batch_cost(shapes: Sequence[GroupShape]) -> int:
-    """KV token slots a batch allocates (`BatchSlots.of(shapes).tokens`)."""
-    return BatchSlots.of(shapes).tokens
+class Scheduler:
+    """Groups and rows waiting and running on one `KVPool`; see the module docstring."""
 
+    def __init__(
+        self,
+        pool: KVPool,
+        *,
+        max_rows: int | None,
+        max_step_tokens: int,
+        chunk: int,
+        lookahead: int | None = None,
+        reserve: bool = True,
+    ):
+        self.pool = pool
+        self.keep_reserve = reserve
+        self.max_rows = max_rows
+        self.max_step_tokens = max_step_tokens
+        self.chunk = chunk
+        self.lookahead = lookahead if lookahead is not None else max_rows
+        self.waiting: list[Group] = []  # not admitted, in submission order
+        self.admitted: list[Group] = []  # admitted, in submission order
+        self.running: list[Sequence] = []  # rows feeding tokens, in admission order
+        self.retained: list[Sequence] = []  # finished rows whose KV is kept, oldest first
+        self._admissions = 0
+        self.preemptions = 0
+        self._plan = StepPlan()
+        self._budget = [0]
 
-def plan_batches(shapes: list[GroupShape], max_batch_tokens: int | None) -> list[list[int]]:
-    """Group indices per batch, each batch's `batch_cost` within `max_batch_tokens` (None: one batch).
+    @property
+    def busy(self) -> bool:
+        """True while some group has rows that have not finished."""
+        return any(g.live for g in self.waiting) or any(g.live for g in self.admitted)
 
-    Groups are taken longest prefix first, so that a batch pads its prefixes to similar lengths;
-    the plan depends only on the shapes, so a rerun batches identically.
-    """
-    order = sorted(range(len(shapes)), key=lambda i: (-shapes[i].prefix, i))
-    if max_batch_tokens is None:
-        return [order] if order else []
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        alone = batch_cost([shapes[i]])
-        if alone > max_batch_tokens:
-            raise EngineInputError(
-                f"one prefix group needs {alone} KV token slots (prefix {shapes[i].prefix}, "
-                f"{len(shapes[i].suffixes)} arms) but max_batch_tokens is {max_batch_tokens}; raise the budget"
-            )
-        if current and batch_cost([shapes[j] for j in current + [i]]) > max_batch_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
+    def add(self, group: Group) -> None:
+        self.waiting.append(group)
+
+    # --- the four passes ----------------------------------------------------------------------
+    def schedule(self) -> StepPlan:
+        plan = self._plan = StepPlan()
+        budget = self._budget = [self.max_step_tokens]
+        self._running_rows(plan, budget)
+        while True:
+            for _ in range(3):  # a stem copied or a group admitted can let rows start at once
+                self._admit_rows(plan, budget)
+                self._prefix_chunks(plan, budget)
+                self._admit_groups(plan, budget)
+                if plan.row_chunks or plan.prefix_chunks:
+                    break
+            if plan.row_chunks or plan.prefix_chunks or not self._unstick():
+                break
+        plan.row_chunks.sort(key=lambda c: (c[0].group.id, c[0].id))
+        return plan
+
+    def _unstick(self) -> bool:
+        """Nothing could start while finished rows keep KV that only might be read: free the
+        oldest retained row, else a finished base that a waiting stem row meant to copy from (the
+        stem is computed instead, with the same bits); False when there is none."""
+        if self.retained:
+            row = self.retained.pop(0)
+            row.retain = False
+            self._free_blocks(row)
+            return True
+        for group in self.admitted:
+            for row in group.waiting:
+                base = row.copy_from[0] if row.copy_from is not None else None
+                if base is not None and base.finished and base.holds_slots:
+                    self._free_blocks(base)
+                    return True
+        return False
+
+    def _running_rows(self, plan: StepPlan, budget: list[int]) -> None:
+        # One chunk per row and step: a row's tokens must be contiguous in the forward.
+        decode = [r for r in self.running if len(r.context) - r.computed == 1]
+        prefill = [r for r in self.running if len(r.context) - r.computed > 1]
+        for row in decode + prefill:
+            if not row.holds_slots:  # preempted earlier in this pass
+                continue
+            n = self._next_chunk(row)
+            if n > 1 and not self._fits(plan, n, budget):
+                continue
+            if self._give_slots(row, n):
+                plan.row_chunks.append((row, row.computed, row.computed + n))
+                budget[0] -= n
+
+    def _admit_rows(self, plan: StepPlan, budget: list[int]) -> None:
+        for group in list(self.admitted):
+            if not group.ready:
+                continue
+            while group.waiting:
+                row = group.waiting[0]
+                if row.stem is None and not self._row_room():
+                    return
+                if row.copy_from is not None:
+                    taken = self._copy_stem(row)
+                    if taken is None:
+                        return  # its base has not written the stem yet
+                    if taken:
+                        group.waiting.popleft()
+                        self._close_if_done(group)
+                        continue
+                n = self._next_chunk(row)
+                need = self._blocks_to_admit(row, n)
+                if need is None or not self._fits(plan, n, budget):
+                    return  # first come, first served: nothing younger overtakes it
+                if need + self._reserve() > self.pool.free_blocks:
+                    return
+                group.waiting.popleft()
+                self._hold(row)
+                if row.stem is not None and row.stem.start is None:
+                    row.stem.start = self.pool.take_run(row.stem.length)
+                self._give_slots(row, n)
+                plan.row_chunks.append((row, row.computed, row.computed + n))
+                budget[0] -= n
+
+    def _admit_groups(self, plan: StepPlan, budget: list[int]) -> None:
+        """Admit waiting groups, oldest first, each with its first prefix chunk in this step, so
+        that no run is held before it is written."""
+        while self.waiting:
+            group = self.waiting[0]
+            if self.lookahead is not None and self._unstarted() >= self.lookahead:
+                return
+            own = group.own
+            if own is not None and own.start is None and own.length:
+                first = min(own.length, self.chunk)
+                if not self._fits(plan, first, budget):
+                    return
+                held = self._reserve() + self._owed()
+                if self.pool.blocks_for(own.length) + held > self.pool.free_blocks:
+                    return
+                start = self.pool.take_run(own.length)
+                if start is None:  # enough free blocks, but no consecutive run of them
+                    return
+                own.start = start
+            elif own is not None and own.start is None:
+                own.start = 0  # an empty run: nothing to hold
+            self.waiting.pop(0)
+            group.admitted = True
+            self.admitted.append(group)
+            self._chunks_of(group, plan, budget)
+
+    def _prefix_chunks(self, plan: StepPlan, budget: list[int]) -> None:
+        for group in self.admitted:
+            if not self._chunks_of(group, plan, budget):
+                return
+
+    def _chunks_of(self, group: Group, plan: StepPlan, budget: list[int]) -> bool:
+        """Schedule the group's next prefix chunks within the budget; False once it is spent."""
+        run = group.own
+        if run is None or run.start is None:
+            return True
+        c0 = max(run.written, max((c1 for g, _, c1 in plan.prefix_chunks if g is group), default=0))
+        while c0 < run.length:
+            c1 = min(run.length, (c0 // self.chunk + 1) * self.chunk)
+            if not self._fits(plan, c1 - c0, budget):
+                return False
+            plan.prefix_chunks.append((group, c0, c1))
+            budget[0] -= c1 - c0
+            c0 = c1
+        return True
+
+    # --- rules --------------------------------------------------------------------------------
+    def _next_chunk(self, row: Sequence) -> int:
+        """Context tokens the row feeds next: up to the next multiple of `chunk`."""
+        left = len(row.context) - row.computed
+        return min(left, (row.computed // self.chunk + 1) * self.chunk - row.computed)
+
+    def _fits(self, plan: StepPlan, n: int, budget: list[int]) -> bool:
+        # The first prefill work of a step always runs, so that prefills progress under any budget.
+        has_prefill = plan.prefix_chunks or any(s1 - s0 > 1 for _, s0, s1 in plan.row_chunks)
+        return n <= budget[0] or not has_prefill
+
+    def _row_room(self) -> bool:
+        rows = sum(1 for r in self.running if r.stem is None)
+        return self.max_rows is None or rows < self.max_rows
+
+    def _reserve(self) -> int:
+        """Blocks kept free when admitting: one per running row, so that rows can grow a block
+        without preempting each other at once (none in a pool sized for all the work)."""
+        return len(self.running) if self.keep_reserve else 0
+
+    def _owed(self) -> int:
+        """Blocks the admitted groups' waiting rows need to start: a new group's run must leave
+        them free, or work admitted earlier (a fork's arms, a stem) could wait on it for ever."""
+        owed = 0
+        for group in self.admitted:
+            for row in group.waiting:
+                owed += self._blocks_to_admit(row, self._next_chunk(row)) or 0
+        return owed
+
+    def _unstarted(self) -> int:
+        return sum(len(g.waiting) for g in self.admitted)
+
+    def _blocks_to_admit(self, row: Sequence, n: int) -> int | None:
+        """Blocks a row needs to start feeding `n` tokens; None when it cannot start yet."""
+        if row.stem is not None:
+            return self.pool.blocks_for(row.stem.length) if row.stem.start is None else 0
+        return self.pool.blocks_for(row.computed + n) - len(row.blocks)
+
+    def _hold(self, row: Sequence) -> None:
+        row.admitted_at = self._admissions
+        self._admissions += 1
+        self.running.append(row)
+
+    def _copy_stem(self, row: Sequence) -> bool | None:
+        """Take a stem row's KV from its base's cache when the base still holds it: True when
+        copied, False when the base's KV is gone (the row computes it), None while the base runs
+        but has not written the stem yet (the row waits)."""
+        base, tokens = row.copy_from
+        if base.holds_slots and base.computed < tokens:
+            return None
+        start = None
+        if base.holds_slots:
+            start = self.pool.take_run(row.stem.length)
+            if start is None:
+                return None  # no consecutive free blocks now; the base keeps its KV meanwhile
+            row.stem.start = start
+            slots = [base.slot(i, self.pool.block_size) for i in range(tokens)]
+            self.pool.copy_slots(torch.tensor(slots, device=self.pool.device), start)
+            row.stem.written = row.stem.length
+            row.computed = len(row.context)
+            row.group.live -= 1
+        row.copy_from = None
+        base.pins -= 1
+        self._free_if_unneeded(base)
+        return start is not None
+
+    # --- slots and preemption -----------------------------------------------------------------
+    def _give_slots(self, row: Sequence, n: int) -> bool:
+        """Blocks for the row's next `n` context tokens, preempting others if the pool is full;
+        False when the row itself had to be preempted."""
+        while row.stem is None and self.pool.blocks_for(row.computed + n) > len(row.blocks):
+            start = self.pool.take_block()
+            if start is not None:
+                row.blocks.append(start)
+                continue
+            if not self._evict(protect=row):
+                self._preempt(row)
+                return False
+        return True
+
+    def _evict(self, protect: Sequence) -> bool:
+        """Free some KV for `protect`'s sake (module docstring, preemption); False if nothing can go."""
+        if self.retained:
+            row = self.retained.pop(0)
+            row.retain = False
+            self._free_blocks(row)  # a stem still to be copied from it is computed instead
+            return True
+        for group in reversed(self.admitted):
+            own = group.own
+            if (
+                own is not None
+                and own.start is not None
+                and own.holders == 1
+                and group is not protect.group
+                and not any(r.holds_slots for r in group.rows)
+            ):
+                self.pool.give_run(own.start, own.length)
+                own.start, own.written = None, 0
+                group.admitted = False
+                self.admitted.remove(group)
+                self.waiting.append(group)
+                self.waiting.sort(key=lambda g: g.id)
+                return True
+        victims = [r for r in self.running if r is not protect and r.stem is None]
+        if not victims:
+            return False
+        self._preempt(max(victims, key=lambda r: r.admitted_at))
+        return True
+
+    def _preempt(self, row: Sequence) -> None:
+        for chunk in self._plan.row_chunks:  # planned earlier in this step: it no longer runs
+            if chunk[0] is row:
+                self._plan.row_chunks.remove(chunk)
+                self._budget[0] += chunk[2] - chunk[1]
+                break
+        self.pool.give_blocks(row.blocks)
+        row.blocks = []
+        row.recomputed += row.computed
+        row.computed = 0
+        row.admitted_at = -1
+        self.running.remove(row)
+        row.group.waiting.appendleft(row)
+        self.preemptions += 1
+
+    # --- finishing ----------------------------------------------------------------------------
+    def after_step(self, plan: StepPlan) -> None:
+        """Advance what the step computed: written prefix tokens and computed context tokens; a
+        stem row that has written its whole stem is done."""
+        for group, _, c1 in plan.prefix_chunks:
+            group.own.written = max(group.own.written, c1)
+        for row, _, s1 in plan.row_chunks:
+            row.computed = s1
+            if row.stem is not None and s1 == len(row.context):
+                row.stem.written = row.stem.length
+                self.running.remove(row)
+                row.admitted_at = -1
+                row.group.live -= 1
+                self._close_if_done(row.group)
+
+    def finish(self, row: Sequence) -> None:
+        """A sampled row hit a stop condition: free what it holds unless it is retained or a stem
+        may still be copied from it."""
+        self.running.remove(row)
+        row.group.live -= 1
+        if row.retain:
+            self.retained.append(row)
+        self._free_if_unneeded(row)
+
+    def release(self, row: Sequence) -> None:
+        """The caller no longer needs a retained row's KV."""
+        row.retain = False
+        if row in self.retained:
+            self.retained.remove(row)
+        self._free_if_unneeded(row)
+
+    def _free_if_unneeded(self, row: Sequence) -> None:
+        if row.finished and not row.retain and row.pins == 0 and row.holds_slots:
+            self._free_blocks(row)
+
+    def _free_blocks(self, row: Sequence) -> None:
+        self.pool.give_blocks(row.blocks)
+        row.blocks = []
+        row.admitted_at = -1
+        self._close_if_done(row.group)
+
+    def _close_if_done(self, group: Group) -> None:
+        """A group with no live row and no row holding slots lets go of its segments."""
+        if group.live or group.waiting or not group.admitted:
+            return
+        if any(r.holds_slots for r in group.rows):
+            return
+        group.admitted = False
+        self.admitted.remove(group)
+        for run in group.segments:
+            run.holders -= 1
+            if run.holders == 0 and run.start is not None:
+                self.pool.give_run(run.start, run.length)
+                run.start = None

@@ -1,7 +1,8 @@
-"""Requests, per-arm state and results."""
+"""Requests, results, and the running state of sequences, their groups and their KV segments."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -11,16 +12,34 @@ from nudgeability.engine.sampling_params import SamplingParams
 FINISH_REASONS = ("eos", "stop_token", "stop_string", "length")
 
 
+@dataclass(frozen=True)
+class SequenceRef:
+    """A handle to one submitted sequence (`Engine.submit`): name it to `Engine.peek`,
+    `Engine.release` or a `ForkRequest`'s `reuse`."""
+
+    id: int
+
+
 @dataclass
 class ForkRequest:
     """One prefix group: a prefix shared by every arm, and one suffix per arm.
 
     `params` is one `SamplingParams` for every arm, or a list with one per arm.
+
+    `stem` > 0 says that the last `stem` tokens of the prefix are a base's own generation (with the
+    last token of its prompt before them): they are computed as that base computed them, one
+    sequence continuing the rest of the prefix, and stored once as a segment of their own. Their
+    keys and values are then bitwise those of the base's run, so `reuse` may name the base (a
+    `SequenceRef` from `Engine.submit`, running or retained) to copy them from its cache instead of
+    computing them again, and a replay that recomputes them gets the same records. `stem = 0`
+    prefills the whole prefix in chunks.
     """
 
     prefix_ids: list[int]
     suffixes: list[list[int]]
     params: SamplingParams | list[SamplingParams]
+    stem: int = 0
+    reuse: SequenceRef | None = None
 
 
 @dataclass
@@ -28,10 +47,11 @@ class Completion:
     """The result of one sequence.
 
     `prefill_tokens` counts the tokens run through the model for this sequence alone (an arm's
-    suffix; a `generate` prompt in full). `shared_prefill_tokens` is its group's prefix, computed
-    once for all arms of the group (0 for `generate`). `decode_tokens` counts single-token decode
-    forwards (the first new token comes from the prefill). When an arm's suffix is empty, the
-    engine moves the prefix's last token into every arm of the group, and the counts say so.
+    suffix; a `generate` prompt in full; plus any tokens recomputed after a preemption).
+    `shared_prefill_tokens` is its group's prefix as computed for the group (0 for `generate`, and
+    0 for the parts taken from another sequence's cache). `decode_tokens` counts single-token
+    decode forwards (the first new token comes from the prefill). When an arm's suffix is empty,
+    the engine moves the prefix's last token into every arm of the group, and the counts say so.
     """
 
     token_ids: list[int]
@@ -47,34 +67,112 @@ class Completion:
     hidden: torch.Tensor | None = None  # SamplingParams.return_hidden: [hidden] float16, CPU
 
 
-@dataclass
-class Sequence:
-    """The running state of one arm (a row of the batch)."""
+class Run:
+    """A KV segment held in consecutive pool slots: a group's prefix, or a stem.
 
-    row: int
-    group: int
+    `offset` is the position of its first token; `written` counts the tokens whose KV is in the
+    pool; `holders` counts the groups that read it (freed when none do and nothing retains it)."""
+
+    __slots__ = ("token_ids", "offset", "start", "written", "holders")
+
+    def __init__(self, token_ids: list[int], offset: int):
+        self.token_ids = token_ids
+        self.offset = offset
+        self.start: int | None = None
+        self.written = 0
+        self.holders = 0
+
+    @property
+    def length(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def complete(self) -> bool:
+        return self.start is not None and self.written == self.length
+
+
+@dataclass(eq=False)
+class Group:
+    """Rows that read the same prefix segments. `own` is the segment this group prefills itself
+    (None when every segment is another's); a row's slot s sits at position `prefix_len + s`."""
+
+    id: int
+    segments: list[Run]
+    own: Run | None
+    rows: list[Sequence] = field(default_factory=list)
+    waiting: deque = field(default_factory=deque)  # rows not admitted yet (or preempted)
+    admitted: bool = False
+    live: int = 0  # rows not finished
+    reserved: int = 0  # pool blocks its request could take (Engine._reserve), while it is open
+
+    @property
+    def prefix_len(self) -> int:
+        return sum(s.length for s in self.segments)
+
+    @property
+    def ready(self) -> bool:
+        return self.admitted and all(s.complete for s in self.segments)
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One row: the tokens it feeds (`context` = suffix then generated tokens), where their KV goes,
+    and what it has produced. `computed` counts the context tokens whose KV is written.
+
+    A row's slots are its own blocks (`blocks`: the first slot of each), or, for a stem row, the
+    run `stem` (which becomes a segment of the fork group)."""
+
+    id: int
+    group: Group
     suffix_ids: list[int]
     params: SamplingParams
-    shared_prefill: int  # the group's prefix length as run
+    samples: bool = True  # False: a stem row, which only computes KV
+    stem: Run | None = None
+    context: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    computed: int = 0
+    admitted_at: int = -1  # admission counter while it holds slots; -1 when it holds none
+    solo: bool = False  # a generate prompt: its completion counts the prompt as its own prefill
+    retain: bool = False  # keep its KV after it finishes, until released
+    pins: int = 0  # stem rows that may still copy their KV from this row's
+    copy_from: tuple[Sequence, int] | None = None  # a stem row's base: (row, tokens to copy)
+    recomputed: int = 0  # context tokens computed again after preemptions
     finish_reason: str | None = None
     stop: int | str | None = None
     logits: list[torch.Tensor] | None = None
     logprobs: list[float] | None = None
     entropies: list[float] | None = None
     hidden: torch.Tensor | None = None
+    uniforms: list[float] | None = None  # sampled decoding: one uniform per new token
+
+    def __post_init__(self):
+        self.context = list(self.suffix_ids)
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def completion(self) -> Completion:
+    @property
+    def holds_slots(self) -> bool:
+        return self.admitted_at >= 0
+
+    def slot(self, index: int, block_size: int) -> int:
+        """The pool slot of context token `index`."""
+        if self.stem is not None:
+            return self.stem.start + index
+        return self.blocks[index // block_size] + index % block_size
+
+    def completion(self, shared_prefill: int) -> Completion:
+        own = len(self.suffix_ids) + self.recomputed
+        if self.solo:  # a prompt is one sequence: all of it is its own prefill
+            own, shared_prefill = own + shared_prefill, 0
         return Completion(
             token_ids=list(self.token_ids),
             finish_reason=self.finish_reason,
             stop=self.stop,
-            prefill_tokens=len(self.suffix_ids),
-            shared_prefill_tokens=self.shared_prefill,
+            prefill_tokens=own,
+            shared_prefill_tokens=shared_prefill,
             decode_tokens=max(len(self.token_ids) - 1, 0),
             logits=torch.stack(self.logits) if self.logits is not None else None,
             logprobs=None if self.logprobs is None else list(self.logprobs),

@@ -1,19 +1,26 @@
-"""Shared-prefix ("cascade") attention over a `ForkCache`.
+"""Shared-prefix ("cascade") attention over the `KVPool`, for every token of an engine step.
 
-Registered with transformers' `AttentionInterface` as `nudge_fork`. In the arm phase each query
-attends to two key sets, computed separately and merged exactly through their log-sum-exps:
+Registered with transformers' `AttentionInterface` as `nudge_fork`. A step's tokens come in three
+kinds (`step_layout`):
 
-1. **the group's prefix**, read once for all arms of the group: the arms are folded into the query
-   rows, `[G, kv, A*g, D]` against `prefix_k[G, kv, T, D]`, so the prefix is never broadcast or
-   copied per arm;
-2. **the arm's own suffix**: in a decode step, each row against its own static slots; in the
-   packed suffix prefill, the call's tokens against each other within an arm.
+- **prefix chunks** attend causally to their own run, read in place from the pool (SDPA's fused
+  kernels);
+- **row tokens** attend to two key sets, computed separately and merged exactly through their
+  log-sum-exps:
+  1. their group's prefix segments, read in place once per group for all its row tokens: the
+     tokens are folded into the query rows, `[1, kv, n*g, D]` against `[1, kv, P, D]`, so a
+     prefix is never broadcast or copied per arm;
+  2. their own row's slots up to their own, gathered from the row's blocks; one call for all
+     rows feeding one token (decode), one for the rows feeding several (prefill).
+  Softmax over both key sets is a convex mix of the two outputs, weighted by
+  `sigmoid(lse_prefix - lse_suffix)` (a prefix of two segments, a run and a stem, is merged the
+  same way first);
+- **pad tokens** get zeros.
 
-Each part is one attention call that also returns its log-sum-exp (on CPU the fused flash kernel
-behind SDPA; elsewhere plain matmuls with fp32 softmax statistics), with an additive bias that the
-step builds once (`attention_layout`). Softmax over both key sets is then a convex mix of the two
-outputs, weighted by `sigmoid(lse_prefix - lse_suffix)`. The prefix phase is plain causal
-self-attention over the padded prefix batch, through SDPA.
+Each part is one call of a kernel that returns the log-sum-exp (`_attend`): the fused flash
+kernel on CPU; on CUDA the fused flash kernel when no mask is needed and the memory-efficient
+kernel with an additive bias otherwise (`_attend_cuda`); elsewhere plain matmuls with fp32
+softmax statistics (`_attend_explicit`). Masks are additive biases built once per step.
 """
 
 from __future__ import annotations
@@ -22,49 +29,241 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from nudgeability.engine.attention_layout import ArmStep, prefix_bias, suffix_bias
-from nudgeability.engine.fork_cache import ArmKV, PrefixKV
+from nudgeability.engine.kv_cache import LayerKV
+from nudgeability.engine.static_decode import StaticDecode, flex_decode_attention
+from nudgeability.engine.step_layout import GroupSpan, StepLayout, SuffixPart
 
 NAME = "nudge_fork"
 PREFILL_WINDOW_BLOCK = 1024  # queries per SDPA call on sliding-window layers in prefill
-PREFIX_SCORE_ELEMENTS = 1 << 22  # fp32 prefix scores held at once by the arms (16 MiB)
+PREFIX_SCORE_ELEMENTS = 1 << 22  # fp32 scores held at once by the explicit path (16 MiB)
 
 
 def shared_prefix_attention(
     module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
 ):
-    """HF attention-interface entry point; `key` is the handle returned by `ForkCache.update`."""
+    """HF attention-interface entry point; `key` is the handle returned by `PoolCache.update`."""
     handle = key
-    if not isinstance(handle, (PrefixKV, ArmKV)):
-        raise RuntimeError("nudge_fork attention needs a ForkCache; use nudgeability.engine.Engine")
+    if not isinstance(handle, LayerKV):
+        raise RuntimeError("nudge_fork attention needs a PoolCache; use nudgeability.engine.Engine")
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
-    window = kwargs.get("sliding_window", handle.window)
-    if window is None:
-        window = handle.window
-    if isinstance(handle, ArmKV):
-        return _arm_attention(query, handle, scaling, window), None
-    out = _causal_self_attention(
-        query,
-        handle.keys,
-        handle.values,
-        scaling,
-        window,
-        handle.step.chunk_start,
-        handle.key_start,
-    )
-    return out, None
+    window = kwargs.get("sliding_window") or handle.window
+    if isinstance(handle.layout, StaticDecode):  # a fixed-shape decode step (static_decode.py)
+        return flex_decode_attention(query, handle, scaling, window), None
+    return step_attention(query, handle, scaling, window), None
 
 
+def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> torch.Tensor:
+    """[1, H, T, D] -> [1, T, H, D] for every token of the step (module docstring)."""
+    layout = handle.layout
+    _, h, t, d = q.shape
+    kv = handle.k.shape[0]
+    g = h // kv
+    a0, a1 = layout.row_start, layout.row_end
+    rows_out = None
+    if a1 > a0:
+        rows = q[0].transpose(0, 1)[a0:a1].reshape(a1 - a0, kv, g, d)  # [n, kv, g, D]
+        rows_out = _row_attention(rows, handle, layout, scaling, window).reshape(a1 - a0, h, d)
+    if not layout.prefix_chunks and rows_out is not None:  # the common step: rows, then pads
+        return F.pad(rows_out, (0, 0, 0, 0, 0, t - a1)).unsqueeze(0)
+    out = q.new_empty(1, t, h, d)
+    for chunk in layout.prefix_chunks:
+        k0 = 0 if window is None else max(0, chunk.c0 - window + 1)
+        keys = handle.k[:, chunk.start + k0 : chunk.start + chunk.c1].unsqueeze(0)
+        values = handle.v[:, chunk.start + k0 : chunk.start + chunk.c1].unsqueeze(0)
+        qc = q[:, :, chunk.t0 : chunk.t1]
+        out[:, chunk.t0 : chunk.t1] = _causal_self_attention(
+            qc, keys, values, scaling, window, chunk.c0, k0
+        )
+    if rows_out is not None:
+        out[0, a0:a1] = rows_out
+    if t > a1:
+        out[:, a1:] = 0
+    return out
+
+
+def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -> torch.Tensor:
+    """Every row token against its group's prefix and its own row's slots, merged: [n, kv, g, D]."""
+    o_s, lse_s = _suffix_attention(rows, handle, layout, scaling, window)
+    parts = [
+        _prefix_attention(rows, handle, layout, span, i, scaling, window)
+        for i, span in enumerate(layout.groups)
+    ]
+    if all(p is None for p in parts):
+        return o_s
+    if len(parts) == 1:
+        o_p, lse_p = parts[0]
+    else:
+        low = torch.finfo(torch.float32).min  # a group with no prefix: its tokens keep o_s
+        o_p = torch.cat(
+            [
+                p[0] if p is not None else torch.zeros_like(o_s[s.a0 : s.a1])
+                for p, s in zip(parts, layout.groups)
+            ]
+        )
+        lse_p = torch.cat(
+            [
+                p[1] if p is not None else torch.full_like(lse_s[s.a0 : s.a1], low)
+                for p, s in zip(parts, layout.groups)
+            ]
+        )
+    return _merge(o_s, lse_s, o_p, lse_p)[0]
+
+
+def _merge(o_a, lse_a, o_b, lse_b, with_lse: bool = False):
+    """Softmax over two key sets from each one's output and log-sum-exp: a convex mix of the two
+    outputs weighted by their mass; fp32 mixing, rounded once. Also the merged log-sum-exp when
+    `with_lse` (a prefix of two segments, merged again with the suffix)."""
+    weight = _per_row(torch.sigmoid, lse_b - lse_a).unsqueeze(-1)
+    if o_a.dtype != torch.float32:
+        out = torch.lerp(o_a.float(), o_b.float(), weight).to(o_a.dtype)
+    else:
+        out = torch.lerp(o_a, o_b, weight)
+    if not with_lse:
+        return out, None
+    # logaddexp as max + log1p(exp(-|a - b|)): exact when one side is a hidden segment's
+    # near-lowest value (a + (b - a) would cancel catastrophically)
+    gap = _per_row(torch.exp, -(lse_a - lse_b).abs())
+    return out, torch.maximum(lse_a, lse_b) + _per_row(torch.log1p, gap)
+
+
+LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)
+
+
+def _per_row(fn, x: torch.Tensor) -> torch.Tensor:
+    """`fn(x)` elementwise, with each row (first dim) of `x` laid out on whole iterations of the
+    vector loop: ATen computes a tensor's last elements with a scalar loop whose transcendentals
+    can differ from the vector code in the last bit, so where a row's elements fall must not
+    depend on how many rows there are (engine/README.md, batch invariance)."""
+    n = x.shape[0]
+    flat = x.reshape(n, -1)
+    width = flat.shape[1]
+    padded = F.pad(flat, (0, -(-width // LANES) * LANES - width))
+    return fn(padded)[:, :width].view(x.shape)
+
+
+def _prefix_attention(
+    rows, handle: LayerKV, layout: StepLayout, span: GroupSpan, index, scaling, window
+):
+    """(output [n, kv, g, D], lse [n, kv, g]) of one group's row tokens over its prefix
+    segments, or None when it has none; the tokens folded into the query rows."""
+    n = span.a1 - span.a0
+    if not span.segments:
+        return None
+    _, kv, g, d = rows.shape
+    folded = rows[span.a0 : span.a1].permute(1, 0, 2, 3).reshape(1, kv, n * g, d)
+    merged = None
+    for j, (start, length, offset) in enumerate(span.segments):
+        # On a sliding layer, keys before prefix_len - window + 1 are hidden from every row token
+        # (all sit at prefix_len or later): the view starts there, fixed by the group alone, so
+        # that a token's keys sit in the same places whatever else runs in the step.
+        lo = 0 if window is None else max(0, span.prefix_len - window + 1 - offset)
+        if lo >= length:
+            continue  # the window hides the whole segment from every query
+        keys = handle.k[:, start + lo : start + length].unsqueeze(0)
+        values = handle.v[:, start + lo : start + length].unsqueeze(0)
+        bias = None
+        if window is not None:
+            bias = _prefix_window_bias(
+                layout, span, index, j, offset + lo, length - lo, window, g, rows.dtype
+            )
+        o, lse = _attend(folded, keys, values, bias, scaling)
+        if merged is not None:  # in the row view, so that each row's elements stay together
+            o, lse = _merge(*merged, *_rows(o, lse, kv, n, g, d), with_lse=True)
+            merged = (o, lse)
+            continue
+        merged = _rows(o, lse, kv, n, g, d)
+    return merged
+
+
+def _rows(o, lse, kv: int, n: int, g: int, d: int):
+    """A folded part's output `[1, kv, n*g, D]` and lse `[1, kv, n*g]` in the row view
+    `[n, kv, g, D]`, `[n, kv, g]`."""
+    return o.view(kv, n, g, d).permute(1, 0, 2, 3), lse.view(kv, n, g).permute(1, 0, 2)
+
+
+def _suffix_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window):
+    """(output, lse) of every row token over its own row's slots up to its own, in row-token order."""
+    n_tok, kv, g, d = rows.shape
+    outs, lses = [], []
+    for index, part in enumerate(layout.parts):
+        if part.width == 1:
+            q = rows if layout.part_index is None else rows.index_select(0, part.tokens.view(-1))
+        else:
+            q = rows.index_select(0, part.tokens.view(-1)).view(part.rows, part.width, kv, g, d)
+            q = q.permute(0, 2, 1, 3, 4).reshape(part.rows, kv, part.width * g, d)
+        keys = handle.k.index_select(1, part.gather).view(kv, part.rows, part.hw, d).transpose(0, 1)
+        values = (
+            handle.v.index_select(1, part.gather).view(kv, part.rows, part.hw, d).transpose(0, 1)
+        )
+        bias = _suffix_bias(layout, part, index, window, g, rows.dtype)
+        o, lse = _attend(q, keys, values, bias, scaling)
+        if part.width > 1:
+            o = o.view(part.rows, kv, part.width, g, d).permute(0, 2, 1, 3, 4).reshape(-1, kv, g, d)
+            lse = lse.view(part.rows, kv, part.width, g).permute(0, 2, 1, 3).reshape(-1, kv, g)
+            o, lse = o.index_select(0, part.real), lse.index_select(0, part.real)
+        outs.append(o)
+        lses.append(lse)
+    if layout.part_index is None:
+        return outs[0], lses[0]
+    o_s = rows.new_empty(n_tok, kv, g, d)
+    lse_s = torch.empty(n_tok, kv, g, dtype=lses[0].dtype, device=rows.device)
+    o_s.index_copy_(0, layout.part_index, torch.cat(outs) if len(outs) > 1 else outs[0])
+    lse_s.index_copy_(0, layout.part_index, torch.cat(lses) if len(lses) > 1 else lses[0])
+    return o_s, lse_s
+
+
+# --- masks, built once per step and window, shared by every layer -----------------------------
+def _bias(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An additive attention bias: 0 where visible, the dtype's lowest finite value where hidden.
+
+    Finite on purpose: a query that sees no key at all (a prefix hidden by a window) then gets a
+    log-sum-exp near that lowest value, which weighs nothing in the merge, instead of NaN.
+    """
+    return torch.where(visible, 0.0, torch.finfo(dtype).min).to(dtype)
+
+
+def _suffix_bias(layout: StepLayout, part: SuffixPart, index: int, window, g: int, dtype):
+    """`[n, 1, L*g, hw]` (`[n, 1, 1, hw]` for a decode part): query i of row k, at slot
+    first_slot[k] + i, sees key slot j when j <= its slot (and within the window)."""
+    key = ("suffix", index, window, g, dtype)
+    if key in layout.per_call:
+        return layout.per_call[key]
+    i = part.first_slot[:, None] + torch.arange(part.width, device=part.first_slot.device)
+    j = torch.arange(part.hw, device=i.device)
+    visible = j[None, None, :] <= i[:, :, None]  # [n, L, hw]
+    if window is not None:
+        visible &= (i[:, :, None] - j[None, None, :]) < window
+    if part.width == 1:
+        visible = visible[:, None]  # [n, 1, 1, hw], broadcast over the g query heads
+    else:
+        visible = visible.repeat_interleave(g, dim=1)[:, None]  # (L, g) order, as the queries
+    layout.per_call[key] = _bias(visible, dtype)
+    return layout.per_call[key]
+
+
+def _prefix_window_bias(layout, span: GroupSpan, index, segment, k_first, keys, window, g, dtype):
+    """`[1, 1, n*g, keys]` on a sliding layer: a folded query sees prefix key position p when
+    q_pos - p < window (every prefix key is before every row token)."""
+    key = ("prefix", index, segment, k_first, window, g, dtype)
+    if key in layout.per_call:
+        return layout.per_call[key]
+    qpos = layout.row_positions[span.a0 : span.a1].repeat_interleave(g)
+    kpos = k_first + torch.arange(keys, device=qpos.device)
+    visible = (qpos[:, None] - kpos[None, :]) < window
+    layout.per_call[key] = _bias(visible[None, None], dtype)
+    return layout.per_call[key]
+
+
+# --- kernels --------------------------------------------------------------------------------------
 def _causal_self_attention(
     q, k, v, scaling: float, window: int | None, q0: int = 0, k0: int = 0
 ) -> torch.Tensor:
-    """Causal (optionally windowed) attention of a right-padded chunk: [B,H,L,D] -> [B,L,H,D].
+    """Causal (optionally windowed) attention of a chunk: [1,H,L,D] -> [1,L,H,D].
 
-    The queries sit at positions [q0, q0+L), the keys at [k0, q0+L). Right padding needs no mask:
-    a real token only sees earlier slots, which are all real. SDPA's fused kernels do the work
-    (flash on CPU and CUDA); when the chunk does not start the prefix or a window applies, a
-    boolean mask is built per block of queries, so that it stays small for long prefixes.
+    The queries sit at positions [q0, q0+L), the keys at [k0, q0+L). SDPA's fused kernels do the
+    work; when the chunk does not start the prefix or a window applies, a boolean mask is built
+    per block of queries, so that it stays small for long prefixes.
     """
     length = q.shape[2]
     if q0 == 0 and k0 == 0 and (window is None or window >= length):
@@ -76,9 +275,7 @@ def _causal_self_attention(
     block = max(window or 0, PREFILL_WINDOW_BLOCK)
     for b0 in range(0, length, block):
         b1 = min(b0 + block, length)
-        first = (
-            k0 if window is None else max(k0, q0 + b0 - window + 1)
-        )  # the first key position needed
+        first = k0 if window is None else max(k0, q0 + b0 - window + 1)
         qpos = torch.arange(q0 + b0, q0 + b1, device=q.device)[:, None]
         kpos = torch.arange(first, q0 + b1, device=q.device)[None, :]
         visible = kpos <= qpos
@@ -95,63 +292,50 @@ def _causal_self_attention(
     return out.transpose(1, 2)
 
 
-def _arm_attention(q, handle: ArmKV, scaling: float, window: int | None) -> torch.Tensor:
-    """[B, H, L, D] -> [B, L, H, D]: each query row against its group's prefix and its own suffix,
-    merged by log-sum-exp. Works in the row view `[n, kv, g, D]` (one query per row: a decode
-    step's scheduled rows, or the packed prefill's tokens)."""
-    step, layer = handle.step, handle.layer
-    b, h, length, d = q.shape
-    kv = layer.suffix_k.shape[1]
-    g = h // kv
-    if step.packed:  # [1, H, T, D] = [1, kv, g*T, D]; rows are the T tokens
-        o_s, lse_s = _attend(
-            q.reshape(1, kv, g * length, d),
-            handle.keys,
-            handle.values,
-            suffix_bias(step, window, g, q.dtype),
-            scaling,
-        )
-        o_s = o_s.view(kv, g, length, d).permute(2, 0, 1, 3)  # row view [T, kv, g, D]
-        lse_s = lse_s.view(kv, g, length).permute(2, 0, 1)
-        rows = q[0].view(kv, g, length, d).permute(2, 0, 1, 3)
-    else:  # [n, H, 1, D] = [n, kv, g, D]
-        rows = q.view(b, kv, g, d)
-        ks, vs = layer.suffix_k, layer.suffix_v
-        if step.hw < ks.shape[2]:
-            ks, vs = ks[:, :, : step.hw], vs[:, :, : step.hw]
-        if not step.fold.rows_are_all:
-            ks, vs = ks.index_select(0, step.fold.rows), vs.index_select(0, step.fold.rows)
-        o_s, lse_s = _attend(rows, ks, vs, suffix_bias(step, window, g, q.dtype), scaling)
-
-    if layer.prefix_k is not None and layer.prefix_k.shape[2] > 0:
-        o_p, lse_p = _prefix_part(rows, layer, step, scaling, window)
-        # softmax over both key sets = a convex mix of the two parts, weighted by their mass
-        weight = torch.sigmoid(lse_p - lse_s).unsqueeze(-1)
-        if o_s.dtype != torch.float32:  # mix in fp32, round once
-            out = torch.lerp(o_s.float(), o_p.float(), weight).to(q.dtype)
-        else:
-            out = torch.lerp(o_s, o_p, weight)
-    else:
-        out = o_s
-    # row view [n, kv, g, D] -> [B, L, H, D]
-    return out.reshape(b, length, h, d)
-
-
 def _attend(q, k, v, bias, scaling: float):
     """Attention of q `[B, h, M, D]` over k/v `[B, h, S, D]` with an additive `bias` (None: every
-    key visible), returning the
-    normalised output (q's dtype) and the fp32 log-sum-exp of the scores `[B, h, M]`."""
+    key visible): the normalised output (q's dtype) and the fp32 log-sum-exp `[B, h, M]`."""
     if q.device.type == "cpu":
         # One fused op (the CPU flash kernel behind SDPA), which also returns the log-sum-exp.
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, False, attn_mask=bias, scale=scaling
         )
-    return _attend_explicit(q, k, v, bias, scaling)
+        return out[0], out[1]
+    if q.device.type == "cuda":
+        return _attend_cuda(q, k, v, bias, scaling)
+    return _attend_explicit(q, k, v, bias, scaling)  # other devices: plain matmuls
+
+
+def _attend_cuda(q, k, v, bias, scaling: float):
+    """The CUDA kernels that return the log-sum-exp: flash when no mask is needed, the
+    memory-efficient kernel (which takes an additive bias) otherwise. The efficient kernel wants
+    a 4-D bias whose rows are 16-element aligned, and pads its log-sum-exp to 32 queries."""
+    m = q.shape[2]
+    if bias is None and q.dtype in (torch.float16, torch.bfloat16):
+        out = CUDA_KERNELS["flash"](q, k, v, 0.0, False, False, scale=scaling)
+        return out[0], out[1][..., :m]
+    if bias is not None:
+        keys = bias.shape[-1]
+        if keys % 16:  # an aligned buffer, read through a view of the real width
+            wide = bias.new_zeros(*bias.shape[:-1], keys + 16 - keys % 16)
+            wide[..., :keys] = bias
+            bias = wide[..., :keys]
+        bias = bias.expand(q.shape[0], q.shape[1], m, k.shape[2])
+    out = CUDA_KERNELS["efficient"](q, k, v, bias, True, 0.0, False, scale=scaling)
+    return out[0], out[1][..., :m]
+
+
+# The CUDA kernels behind `_attend_cuda`, by name: the tests put CPU stand-ins with the same
+# signatures here to check the branch's logic.
+CUDA_KERNELS = {
+    "flash": lambda *a, **kw: torch.ops.aten._scaled_dot_product_flash_attention(*a, **kw),
+    "efficient": lambda *a, **kw: torch.ops.aten._scaled_dot_product_efficient_attention(*a, **kw),
+}
 
 
 def _attend_explicit(q, k, v, bias, scaling: float):
     """The same as `_attend` with plain matmuls: fp32 scores in chunks of query rows, so that a
-    long prefix's scores stay within PREFIX_SCORE_ELEMENTS (used off CPU)."""
+    long prefix's scores stay within PREFIX_SCORE_ELEMENTS."""
     b, h, m, d = q.shape
     out = torch.empty(b, h, m, d, dtype=q.dtype, device=q.device)
     lse = torch.empty(b, h, m, dtype=torch.float32, device=q.device)
@@ -167,32 +351,6 @@ def _attend_explicit(q, k, v, bias, scaling: float):
         out[:, :, r0:r1] = (torch.matmul(e.to(v.dtype), v).float() / total).to(q.dtype)
         lse[:, :, r0:r1] = (mx + total.log()).squeeze(-1)
     return out, lse
-
-
-def _prefix_part(rows, layer, step: ArmStep, scaling, window):
-    """Prefix attention of the query rows `[n, kv, g, D]`, as (output, log-sum-exp) in the row view.
-
-    The rows are folded group by group into `[groups, kv, arms*g, D]`, so that each group's prefix
-    `[groups, kv, T, D]` is read once for all its arms (zero rows stand for absent arms)."""
-    n, kv, g, d = rows.shape
-    fold = step.fold
-    groups, arms = fold.group_hi - fold.group_lo, fold.arms_per_group
-    pk, pv = layer.prefix_k, layer.prefix_v
-    if groups < pk.shape[0]:  # a view: the prefix is never copied
-        pk, pv = pk[fold.group_lo : fold.group_hi], pv[fold.group_lo : fold.group_hi]
-    if fold.is_identity:
-        folded = rows
-    else:
-        folded = rows.new_zeros(groups * arms, kv, g, d)
-        folded[fold.index] = rows
-    folded = folded.reshape(groups, arms, kv, g, d).transpose(1, 2).reshape(groups, kv, arms * g, d)
-    bias = prefix_bias(step, layer.prefix_start, window, g, pk.shape[2], rows.dtype)
-    o, lse = _attend(folded, pk, pv, bias, scaling)
-    o = o.view(groups, kv, arms, g, d).transpose(1, 2).reshape(groups * arms, kv, g, d)
-    lse = lse.view(groups, kv, arms, g).transpose(1, 2).reshape(groups * arms, kv, g)
-    if not fold.is_identity:
-        o, lse = o[fold.index], lse[fold.index]
-    return o, lse
 
 
 AttentionInterface.register(NAME, shared_prefix_attention)

@@ -104,7 +104,7 @@ def register(subparsers) -> None:
     run.add_argument(
         "--max-batch-tokens",
         type=int,
-        help="KV token slots per engine batch (memory budget; default: one batch per chunk)",
+        help="the engine's KV pool in token slots (memory budget; default: grows with the work)",
     )
     run.add_argument(
         "--chunk-size",

@@ -60,7 +60,9 @@ class RunConfig:
     max_new_tokens_arm: int = DEFAULT_MAX_NEW_TOKENS[1]  # each arm's budget after the splice
     sentences: str | None = None  # the sentences file; None: the shipped sentences.toml
     chunk_size: int = DEFAULT_CHUNK_SIZE  # problems per unit of work (and per base batch)
-    max_batch_tokens: int | None = None  # the engine's KV budget per batch; None: one per unit
+    max_batch_tokens: int | None = (
+        None  # the engine's KV pool, in token slots; None: grows with the work
+    )
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
     # B's token uncertainty and hidden state at the cut (splice/run/signals.py); on with --signals,

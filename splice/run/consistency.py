@@ -9,20 +9,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from nudgeability.engine import Completion, SamplingParams
 from nudgeability.splice.experiment.conditions import NO_TOOL_BASE
 from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.run.signals import CONSISTENCY_TEMPERATURE, CONSISTENCY_TOP_P
 from nudgeability.splice.run.units import UnitContext, UnitCounts, base_record
 
 
-def run_consistency_unit(
+def consistency_inputs(
     ctx: UnitContext, code: str, seed: int, indices: Sequence[int]
-) -> tuple[list[Record], UnitCounts]:
-    """The K unaided self-consistency samples of each problem at `indices`, one batched generate.
+) -> tuple[list[list[int]], list[SamplingParams], list[tuple[int, int]]]:
+    """The prompts, sampling settings and (problem index, sample) of the K samples per problem.
 
     Sample k of a problem decodes at temperature 1.0, top-p 0.95 from its own stream, keyed by
-    (seed, problem, code, k); its record is read and graded as NT's and carries its answer key.
-    """
+    (seed, problem, code, k)."""
     samples = ctx.prepared.config.consistency_samples
     prompts, params, owners = [], [], []
     for i in indices:
@@ -40,18 +40,32 @@ def run_consistency_unit(
                 )
             )
             owners.append((i, k))
+    return prompts, params, owners
+
+
+def consistency_record(
+    ctx: UnitContext, code: str, seed: int, owner: tuple[int, int], prompt, out: Completion
+) -> Record:
+    """Sample `owner` = (problem index, k), read and graded as NT's, with its answer key."""
+    i, k = owner
+    record = base_record(ctx, ctx.prepared.problems[i], NO_TOOL_BASE, seed, prompt, out)
+    return dataclasses.replace(
+        record,
+        condition=code,
+        sample=k,
+        signals={"answer_key": ctx.prepared.task.answer_key(record.action.answer)},
+    )
+
+
+def run_consistency_unit(
+    ctx: UnitContext, code: str, seed: int, indices: Sequence[int]
+) -> tuple[list[Record], UnitCounts]:
+    """The K unaided self-consistency samples of each problem at `indices`, one batched generate."""
+    prompts, params, owners = consistency_inputs(ctx, code, seed, indices)
     counts, records = UnitCounts(), []
     if not prompts:
         return records, counts
-    for (i, k), prompt, out in zip(owners, prompts, ctx.backend.generate(prompts, params)):
+    for owner, prompt, out in zip(owners, prompts, ctx.backend.generate(prompts, params)):
         counts.add(out, shared=False)
-        record = base_record(ctx, ctx.prepared.problems[i], NO_TOOL_BASE, seed, prompt, out)
-        records.append(
-            dataclasses.replace(
-                record,
-                condition=code,
-                sample=k,
-                signals={"answer_key": ctx.prepared.task.answer_key(record.action.answer)},
-            )
-        )
+        records.append(consistency_record(ctx, code, seed, owner, prompt, out))
     return records, counts

@@ -15,7 +15,8 @@ Every record whose action is TOOL (a base B / oracle_B, or an arm) gets one reso
 
 All resolutions of one problem and base share the prompt and the base's reasoning prefix (the
 base's own commitment, and each arm's splice, is part of its suffix), so they go through
-the backend's `fork_many` as one request per (problem, base): the prefix is prefilled once. A unit is one
+the backend's `fork_many` as one request per (problem, base): the prefix is prefilled once (the
+base's reasoning as the request's stem, which a streamed run copies from the base's cache). A unit is one
 (seed, chunk), like the arms, and reads the chunk's base and arms parts; its sequences decode
 with `seed_key = (seed, problem_id, "resolve:" + condition)` and the arms' token budget.
 """
@@ -97,62 +98,91 @@ def run_resolve_unit(
         for base in ARM_BASES
     }
     arm_lines = {RecordKey.of(json.loads(line)): line for line in parts.get("arms", [])}
-    limit = _context_limit(ctx)
     thinking_open = thinking_opens_after_result(ctx)
-    requests, pending = [], []  # pending: (problem, source, tool output, prompt) per suffix
+    requests, pending = [], []
     done: dict[tuple[str, str], ResolutionRecord] = {}
     for i in indices:
-        problem = ctx.prepared.problems[i]
         for base in ARM_BASES:
-            if base not in base_lines or not base_lines[base]:
-                continue
-            record, sources = tool_record_sources(
-                ctx, base, problem.id, base_lines[base], arm_lines
-            )
-            if not sources:
-                continue
-            prefix = (
-                list(ctx.prepared.prompts[i].for_base(base))
-                + record["generated_ids"][: record["boundary"]]
-            )
-            suffixes, params, group = [], [], []
-            for source in sources:
-                resolved = _prepare(ctx, problem, source, prefix, limit)
-                if isinstance(resolved, ResolutionRecord):
-                    done[(problem.id, source.record["condition"])] = resolved
-                    continue
-                output, suffix = resolved
-                suffixes.append(suffix)
-                code = source.record["condition"]
-                params.append(
-                    ctx.params(
-                        seed,
-                        problem.id,
-                        SEED_KEY_PREFIX + code,
-                        ctx.prepared.config.max_new_tokens_arm,
-                    )
-                )
-                group.append((problem, source, output, prefix + suffix))
-            if not suffixes:
-                continue
-            budget = ctx.prepared.config.max_new_tokens_arm
-            shape = GroupShape.of(len(prefix), [len(x) for x in suffixes], [budget] * len(suffixes))
-            if _fits(ctx, shape):
-                requests.append(ForkRequest(prefix, suffixes, params))
+            line = base_lines[base].get(ctx.prepared.problems[i].id)
+            for request, group in resolve_requests(ctx, seed, i, line, arm_lines, done):
+                requests.append(request)
                 pending.append(group)
-            else:  # over the KV budget together: one request each (each fits, see _prepare)
-                for suffix, param, one in zip(suffixes, params, group):
-                    requests.append(ForkRequest(prefix, [suffix], [param]))
-                    pending.append([one])
     counts = UnitCounts()
     if requests:
         for group, outs in zip(pending, ctx.backend.fork_many(requests)):
-            for j, ((problem, source, output, prompt), out) in enumerate(zip(group, outs)):
-                counts.add(out, shared=j == 0)
-                done[(problem.id, source.record["condition"])] = _resolved(
-                    ctx, problem, source, output, prompt, out, thinking_open
-                )
-    return _in_canonical_order(ctx, indices, done), counts
+            resolutions_of(ctx, group, outs, counts, thinking_open, done)
+    return in_canonical_order(ctx, indices, done), counts
+
+
+ResolveGroup = list  # (problem, source, tool output, prompt) per suffix of one fork request
+
+
+def resolve_requests(
+    ctx: UnitContext,
+    seed: int,
+    index: int,
+    base_line: str | None,
+    arm_lines: dict[RecordKey, str],
+    done: dict[tuple[str, str], ResolutionRecord],
+) -> list[tuple[ForkRequest, ResolveGroup]]:
+    """The fork requests resolving the TOOL records of one problem and base: the base's record
+    line (None when the plan has no such base) and its arms' lines (`arm_lines`, by key).
+
+    All share the prompt and the base's reasoning, whose ids are the requests' stem (as for the
+    arms, units.py `arm_request`). A call that is not continued goes straight into `done`."""
+    problem = ctx.prepared.problems[index]
+    if base_line is None:
+        return []
+    base = json.loads(base_line)["condition"]
+    record, sources = tool_record_sources(ctx, base, problem.id, {problem.id: base_line}, arm_lines)
+    if not sources:
+        return []
+    reasoning = record["generated_ids"][: record["boundary"]]
+    prefix = list(ctx.prepared.prompts[index].for_base(base)) + reasoning
+    stem = len(reasoning) + 1
+    limit = _context_limit(ctx)
+    suffixes, params, group = [], [], []
+    for source in sources:
+        resolved = _prepare(ctx, problem, source, prefix, limit)
+        if isinstance(resolved, ResolutionRecord):
+            done[(problem.id, source.record["condition"])] = resolved
+            continue
+        output, suffix = resolved
+        suffixes.append(suffix)
+        code = source.record["condition"]
+        params.append(
+            ctx.params(
+                seed, problem.id, SEED_KEY_PREFIX + code, ctx.prepared.config.max_new_tokens_arm
+            )
+        )
+        group.append((problem, source, output, prefix + suffix))
+    if not suffixes:
+        return []
+    budget = ctx.prepared.config.max_new_tokens_arm
+    shape = GroupShape.of(len(prefix), [len(x) for x in suffixes], [budget] * len(suffixes))
+    if _fits(ctx, shape):
+        return [(ForkRequest(prefix, suffixes, params, stem=stem), group)]
+    # over the KV budget together: one request each (each fits, see _prepare)
+    return [
+        (ForkRequest(prefix, [suffix], [param], stem=stem), [one])
+        for suffix, param, one in zip(suffixes, params, group)
+    ]
+
+
+def resolutions_of(
+    ctx: UnitContext,
+    group: ResolveGroup,
+    outs: list[Completion],
+    counts: UnitCounts,
+    thinking_open: bool,
+    done: dict[tuple[str, str], ResolutionRecord],
+) -> None:
+    """The resolutions of one fork request's completions, into `done` (counts into `counts`)."""
+    for j, ((problem, source, output, prompt), out) in enumerate(zip(group, outs)):
+        counts.add(out, shared=j == 0)
+        done[(problem.id, source.record["condition"])] = _resolved(
+            ctx, problem, source, output, prompt, out, thinking_open
+        )
 
 
 def _fits(ctx: UnitContext, shape: GroupShape) -> bool:
@@ -256,7 +286,7 @@ def _resolved(
     )
 
 
-def _in_canonical_order(ctx, indices, done: dict) -> list[ResolutionRecord]:
+def in_canonical_order(ctx, indices, done: dict) -> list[ResolutionRecord]:
     ordered = []
     for i in indices:
         for condition in ctx.prepared.plan.conditions:

@@ -1,16 +1,20 @@
-"""Running a prepared experiment: the phases, unit by unit, then the records file.
+"""Running a prepared experiment: its units, on one of two schedules, then the records file.
 
     prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
     result = run(prepared, "runs/smollm2-musique-greedy")
 
-Order of work (splice/README.md): NT for all problems, then B, then oracle_B, then the arms. Each
-phase walks its units (seed, chunk) in order; a unit whose part file exists is skipped, so a run
-killed at any moment and started again finishes only the missing work. When every unit of this
-shard is stored, `records.jsonl` is assembled from the parts in canonical order (problems, then
-conditions, then seeds) and written atomically. The same config gives the same bytes. With
-`--resolve` a last phase resolves every TOOL record (resolve.py) and `resolutions.jsonl` is
-assembled the same way, one line per TOOL record, in the records' order. Then the manifest is
-sealed with the hashes of these files and of the parts (last, atomically).
+The units, their keys and their order are the plan's (splice/rundir/plan.py). They are computed
+on one of two schedules, which give the same records where the engine's logits do not depend on
+the batch (`streams`): the **stream** (stream.py) puts every unit on one engine queue, each
+request submitted as soon as its inputs are known (a problem's arms once its B has closed its
+thinking); **by unit**, each unit is one engine call, phase after phase in the protocol's order
+(NT, the self-consistency samples, B, oracle_B, the arms, the resolutions), and each call is the
+whole batch a resume or a replay computes again. Either way a unit whose part file exists is
+reused, so a run killed at any moment and started again finishes only the missing work. When
+every unit of this shard is stored, `records.jsonl` is assembled from the parts in canonical
+order (problems, then conditions, then seeds) and written atomically; with `--resolve`,
+`resolutions.jsonl` the same way, one line per TOOL record, in the records' order. Then the
+manifest is sealed with the hashes of these files and of the parts (last, atomically).
 """
 
 from __future__ import annotations
@@ -22,19 +26,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
 from nudgeability.engine.progress import progress_bar
 from nudgeability.splice.experiment.conditions import CONSISTENCY
 from nudgeability.splice.run.consistency import run_consistency_unit
+from nudgeability.splice.run.parts import reusable, store_unit
 from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.resolve import run_resolve_unit
+from nudgeability.splice.run.stream import Stream
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
-from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions, tool_keys
+from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions
 from nudgeability.splice.rundir.layout import RESOLUTIONS, side_file
-from nudgeability.splice.rundir.part_check import base_records
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
 from nudgeability.splice.rundir.store import WorkStore
 
@@ -50,12 +53,23 @@ class RunResult:
     resolutions: int = 0  # lines in resolutions.jsonl (runs with --resolve)
 
 
-def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) -> RunResult:
+def run(
+    prepared: Prepared,
+    out: str | os.PathLike,
+    *,
+    progress: bool = True,
+    schedule: str | None = None,
+) -> RunResult:
     """Compute every missing unit of `prepared` into `out`, then write records.jsonl.
 
     `out` is created (atomically) or, when it holds the manifest of the same config, resumed;
-    a different config raises `ConfigChangedError` naming the differing keys.
+    a different config raises `ConfigChangedError` naming the differing keys. `schedule` is
+    "stream" (stream.py: one engine queue, no barrier between phases) or "units" (one engine
+    call per unit, phase after phase); None picks the stream where it gives the records of the
+    units schedule byte for byte (`streams`).
     """
+    if schedule not in (None, "stream", "units"):
+        raise ValueError(f"schedule must be 'stream' or 'units', got {schedule!r}")
     plan = prepared.plan
     with WorkStore.open(out, prepared.manifest) as store:
         if store.provenance_changes:
@@ -66,18 +80,10 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
                 file=sys.stderr,
             )
         ctx = unit_context(prepared, progress=progress)
-        computed = resumed = 0
-        for phase in plan.phases:
-            units = plan.units(phase)
-            with _PhaseBar(phase, units, plan, progress) as bar:
-                for unit in units:
-                    if store.has(unit) and _sound(plan, store, unit):
-                        resumed += 1
-                        bar.done(unit, None)
-                        continue
-                    counts = compute_unit(ctx, store, unit)
-                    computed += 1
-                    bar.done(unit, counts)
+        if schedule == "stream" or (schedule is None and streams(prepared)):
+            computed, resumed = _streamed(ctx, store, progress)
+        else:
+            computed, resumed = _by_unit(ctx, store, progress)
         tally, resolved = [0], [0]
         lines = assemble_records(plan, store.read_part, store.parts)
         path = store.write_records(_counted(lines, tally))
@@ -88,22 +94,44 @@ def run(prepared: Prepared, out: str | os.PathLike, *, progress: bool = True) ->
         return RunResult(path.parent, tally[0], computed, resumed, resolved[0])
 
 
-def _sound(plan: Plan, store: WorkStore, unit: Unit) -> bool:
-    """Whether a stored part can be reused; a damaged one is set aside, named in one line."""
-    if unit.phase == RESOLVE_PHASE:  # one resolution per TOOL record of the chunk's parts
-        expected = tool_keys(plan, store.read_part, unit.seed, unit.chunk)
-    else:  # an arms unit's bases were checked (or recomputed) in earlier phases
-        expected = plan.expected_keys(unit, base_records(plan, unit, store.part_path))
-    problem = store.part_problem(unit, expected)
-    if problem is None:
-        return True
-    moved = store.set_aside(unit)
-    print(
-        f"nudge run: warning: {store.part_path(unit)}: damaged part ({problem}); moved to "
-        f"{moved}, recomputing its unit",
-        file=sys.stderr,
-    )
-    return False
+def streams(prepared: Prepared) -> bool:
+    """Whether the run streams: on the in-process engine, in float32 on CPU, where a sequence's
+    logits do not depend on what else is in the batch (engine/README.md, batch invariance), so
+    the stream's records are those of every unit computed alone. Elsewhere (a server, bf16,
+    CUDA) each unit is one engine call, the whole batch that a resume or a replay computes again."""
+    config = prepared.config
+    return prepared.backend is None and config.device == "cpu" and config.dtype == "float32"
+
+
+def _by_unit(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, int]:
+    """Phase after phase, each unit one engine call; (units computed, units reused)."""
+    plan = ctx.prepared.plan
+    computed = resumed = 0
+    for phase in plan.phases:
+        units = plan.units(phase)
+        with _PhaseBar(phase, units, plan, progress) as bar:
+            for unit in units:
+                if store.has(unit) and reusable(plan, store, unit):
+                    resumed += 1
+                    bar.done(unit, None)
+                    continue
+                counts = compute_unit(ctx, store, unit)
+                computed += 1
+                bar.done(unit, counts)
+    return computed, resumed
+
+
+def _streamed(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, int]:
+    """Every unit on one engine queue (stream.py), a bar per phase; (computed, reused)."""
+    plan = ctx.prepared.plan
+    bars = {phase: _PhaseBar(phase, plan.units(phase), plan, progress) for phase in plan.phases}
+    try:
+        stream = Stream(ctx, store, lambda unit, counts: bars[unit.phase].done(unit, counts))
+        stream.run()
+    finally:
+        for bar in bars.values():
+            bar.__exit__()
+    return stream.computed, stream.resumed
 
 
 def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
@@ -141,34 +169,9 @@ def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit) -> UnitCounts:
         signals = (store.root / side_file(unit.name), unit.name)
         wanted = signals if ctx.prepared.config.signals else None
         records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices, wanted)
-    seconds = time.perf_counter() - start
+    counts.seconds = time.perf_counter() - start
     counts.retries = ctx.backend.retries - retries_before
-    lines = [record.to_json() for record in records]
-    for dependent, moved in store.write_part(unit, lines, plan.dependents_of(unit)):
-        print(
-            f"nudge run: warning: {store.part_path(dependent)}: built on {unit.name}, whose "
-            f"records came out other than before; moved to {moved}, recomputing its unit",
-            file=sys.stderr,
-        )
-    store.append_timing(
-        {
-            "unit": unit.name,
-            "phase": unit.phase,
-            "seed": unit.seed,
-            "chunk": unit.chunk,
-            "problems": len(indices),
-            "sequences": counts.sequences,
-            "prefill_tokens": counts.prefill_tokens,
-            "shared_prefill_tokens": counts.shared_prefill_tokens,
-            "generated_tokens": counts.generated_tokens,
-            "cached_prompt_tokens": counts.cached_prompt_tokens,
-            "retries": counts.retries,
-            "seconds": round(seconds, 4),
-            "generated_tokens_per_s": round(counts.generated_tokens / max(seconds, 1e-9), 2),
-            "threads": torch.get_num_threads(),
-        }
-    )
-    counts.seconds = seconds
+    store_unit(store, plan, unit, [record.to_json() for record in records], counts)
     return counts
 
 
@@ -180,8 +183,9 @@ def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
 
 class _PhaseBar:
     """A progress bar per phase (tqdm on a terminal, plain lines in a log: engine/progress.py):
-    problems done (over all seeds), arms decoded, prompt and generated tokens per second of
-    compute (resumed units count as done, with no tokens)."""
+    problems done (over all seeds), arms decoded, prompt and generated tokens per second of wall
+    time since the phase's first computed unit began (resumed units count as done, with no
+    tokens). In the stream the phases overlap, and each bar's rate is its phase's share."""
 
     def __init__(self, phase: str, units: list[Unit], plan: Plan, enabled: bool):
         self.chunks = plan.chunks
@@ -191,15 +195,16 @@ class _PhaseBar:
             total, f"{phase:>8}", "problem", enabled=enabled, dynamic_ncols=True
         )
         self.sequences = self.tokens = self.prefill = 0
-        self.seconds = 0.0
+        self.began: float | None = None
 
     def done(self, unit: Unit, counts: UnitCounts | None) -> None:
         if counts is not None:
             self.sequences += counts.sequences
             self.tokens += counts.generated_tokens
             self.prefill += counts.prefill_tokens + counts.shared_prefill_tokens
-            self.seconds += counts.seconds
-        seconds = max(self.seconds, 1e-9)
+            began = time.perf_counter() - counts.seconds
+            self.began = began if self.began is None else min(self.began, began)
+        seconds = 1e-9 if self.began is None else max(time.perf_counter() - self.began, 1e-9)
         postfix = {
             "prefill tok/s": f"{self.prefill / seconds:.0f}",
             "decode tok/s": f"{self.tokens / seconds:.1f}",

@@ -69,22 +69,31 @@ def write_hidden(path: str | os.PathLike, states: np.ndarray) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def with_b_signals(
-    engine: Engine,
+def cut_prompts(records: list[Record], prompts: list[list[int]]) -> list[list[int]]:
+    """The prompt + reasoning of each closed B, in unit order: the hidden-state pass's prompts."""
+    return [
+        p + r.generated_ids[: r.boundary]
+        for r, p in zip(records, prompts)
+        if r.boundary is not None
+    ]
+
+
+HIDDEN_PASS = SamplingParams(max_new_tokens=1, return_hidden=True)  # one pass per closed B
+
+
+def attach_signals(
     records: list[Record],
-    prompts: list[list[int]],
     outs: list[Completion],
+    states: list[Completion],
     path: Path,
     unit_name: str,
 ) -> list[Record]:
     """B's records with their token uncertainty up to the cut and the reference of their hidden
-    state at the cut; one engine pass over prompt + reasoning gives the hidden states, which are
-    written to `path` (rows: the closed B's in unit order)."""
+    state at the cut; `states` are the hidden-state pass's results (`cut_prompts` order), written
+    to `path` (rows: the closed B's in unit order)."""
     closed = [j for j, record in enumerate(records) if record.boundary is not None]
     rows = {j: row for row, j in enumerate(closed)}
     if closed:
-        cut = [prompts[j] + records[j].generated_ids[: records[j].boundary] for j in closed]
-        states = engine.generate(cut, SamplingParams(max_new_tokens=1, return_hidden=True))
         write_hidden(path, np.stack([state.hidden.float().numpy() for state in states]))
     out = []
     for j, (record, completion) in enumerate(zip(records, outs)):
@@ -93,3 +102,17 @@ def with_b_signals(
             summary["hidden"] = hidden_reference(unit_name, rows[j])
         out.append(dataclasses.replace(record, signals=summary))
     return out
+
+
+def with_b_signals(
+    engine: Engine,
+    records: list[Record],
+    prompts: list[list[int]],
+    outs: list[Completion],
+    path: Path,
+    unit_name: str,
+) -> list[Record]:
+    """`attach_signals` after one engine pass over the closed B's prompt + reasoning."""
+    cut = cut_prompts(records, prompts)
+    states = engine.generate(cut, HIDDEN_PASS) if cut else []
+    return attach_signals(records, outs, states, path, unit_name)

@@ -2,9 +2,11 @@
 
 A base unit (NT, B or oracle_B) is one `generate` over the chunk's prompts. The arms unit is one
 `fork_many` holding, for every problem of the chunk whose base closed its
-thinking, one request on B's prefix (prompt + B's ids before the first think-close) with every
-B-arm as a suffix (the empty splice is an empty suffix), and one on oracle_B's own prefix with the
-oracle arms. Each sequence decodes with `seed_key = (seed, problem_id, condition)`. Both calls go
+thinking, one request on B's prefix (prompt + B's ids before the first think-close, the ids being
+the request's stem) with every B-arm as a suffix (the empty splice is an empty suffix), and one on
+oracle_B's own prefix with the oracle arms. The builders (`base_inputs`, `arm_request`,
+`arm_records`, `base_record`) are shared with the streamed schedule (stream.py), which submits the
+same requests to one engine as their inputs become known. Each sequence decodes with `seed_key = (seed, problem_id, condition)`. Both calls go
 to the run's backend (nudgeability.backends: the in-process engine or a server); each record
 states the continuation level of its completion.
 
@@ -79,6 +81,24 @@ class UnitContext:
         )
 
 
+def base_inputs(
+    ctx: UnitContext, base: str, seed: int, indices: Sequence[int], with_signals: bool = False
+) -> tuple[list[list[int]], list[SamplingParams]]:
+    """The prompts and sampling settings of a base unit, one per problem at `indices`."""
+    prompts = [list(ctx.prepared.prompts[i].for_base(base)) for i in indices]
+    budget = ctx.prepared.config.max_new_tokens
+    params = [
+        ctx.params(seed, ctx.prepared.problems[i].id, base, budget, token_stats=with_signals)
+        for i in indices
+    ]
+    return prompts, params
+
+
+def wants_signals(base: str, signals_file) -> bool:
+    """Whether a base unit records B's uncertainty signals (only B does, and only when asked)."""
+    return signals_file is not None and base == TOOL_BASE
+
+
 def run_base_unit(
     ctx: UnitContext,
     base: str,
@@ -91,13 +111,8 @@ def run_base_unit(
     With `signals_file` = (path, unit name) and base B, the records carry B's uncertainty signals
     and the hidden states at the cut go to `path` (splice/run/signals.py).
     """
-    with_signals = signals_file is not None and base == TOOL_BASE
-    prompts = [list(ctx.prepared.prompts[i].for_base(base)) for i in indices]
-    budget = ctx.prepared.config.max_new_tokens
-    params = [
-        ctx.params(seed, ctx.prepared.problems[i].id, base, budget, token_stats=with_signals)
-        for i in indices
-    ]
+    with_signals = wants_signals(base, signals_file)
+    prompts, params = base_inputs(ctx, base, seed, indices, with_signals)
     outs = ctx.backend.generate(prompts, params)
     counts, records = UnitCounts(), []
     for i, prompt, out in zip(indices, prompts, outs):
@@ -144,13 +159,55 @@ def base_record(
 
 
 @dataclass
-class _Group:
+class ArmGroup:
     """One fork request's bookkeeping: which problem, base and arms its completions belong to."""
 
     index: int
     base: str
     arms: list[Condition]
     prefix_tokens: int
+
+
+def arm_request(
+    ctx: UnitContext, seed: int, index: int, base: str, boundary: int, generated: list[int]
+) -> tuple[ForkRequest, ArmGroup]:
+    """The fork of every arm of `base` for the problem at `index`, from the base's cut.
+
+    The prefix is the base's prompt and its ids before the cut; the last prompt token and those
+    ids are the request's stem (`ForkRequest.stem`), so the engine computes them as the base did,
+    or copies them from the base's cache when the stream names it (`reuse`): the same bits."""
+    problem = ctx.prepared.problems[index]
+    arms = ctx.arms_of(base)
+    reasoning = list(generated[:boundary])
+    prefix = list(ctx.prepared.prompts[index].for_base(base)) + reasoning
+    suffixes = [list(ctx.prepared.splices[arm.code]) for arm in arms]
+    params = [
+        ctx.params(seed, problem.id, arm.code, ctx.prepared.config.max_new_tokens_arm)
+        for arm in arms
+    ]
+    request = ForkRequest(prefix, suffixes, params, stem=len(reasoning) + 1)
+    return request, ArmGroup(index, base, arms, len(reasoning))
+
+
+def arm_records(
+    ctx: UnitContext, seed: int, group: ArmGroup, outs: list[Completion], counts: UnitCounts
+) -> list[Record]:
+    """The records of one fork group's arms, in canonical order (their counts go to `counts`)."""
+    records = []
+    for j, (arm, out) in enumerate(zip(group.arms, outs)):
+        counts.add(out, shared=j == 0)
+        records.append(
+            arm_record(
+                ctx,
+                ctx.prepared.problems[group.index],
+                arm,
+                seed,
+                ctx.prepared.prompts[group.index].for_base(group.base),
+                group.prefix_tokens,
+                out,
+            )
+        )
+    return records
 
 
 def run_arms_unit(
@@ -166,38 +223,18 @@ def run_arms_unit(
         bases[base] = {record["problem_id"]: record for record in map(json.loads, lines)}
     requests, groups = [], []
     for i in indices:
-        problem = ctx.prepared.problems[i]
         for base in ctx.prepared.plan.arm_bases:
-            arms = ctx.arms_of(base)
-            record = bases[base][problem.id]
-            if record["boundary"] is None:
-                continue
-            reasoning = record["generated_ids"][: record["boundary"]]
-            prefix = list(ctx.prepared.prompts[i].for_base(base)) + reasoning
-            suffixes = [list(ctx.prepared.splices[arm.code]) for arm in arms]
-            params = [
-                ctx.params(seed, problem.id, arm.code, ctx.prepared.config.max_new_tokens_arm)
-                for arm in arms
-            ]
-            requests.append(ForkRequest(prefix, suffixes, params))
-            groups.append(_Group(i, base, arms, len(reasoning)))
-    counts, records = UnitCounts(), []
-    if not requests:
-        return records, counts
-    for group, outs in zip(groups, ctx.backend.fork_many(requests)):
-        for j, (arm, out) in enumerate(zip(group.arms, outs)):
-            counts.add(out, shared=j == 0)
-            records.append(
-                arm_record(
-                    ctx,
-                    ctx.prepared.problems[group.index],
-                    arm,
-                    seed,
-                    ctx.prepared.prompts[group.index].for_base(group.base),
-                    group.prefix_tokens,
-                    out,
+            record = bases[base][ctx.prepared.problems[i].id]
+            if record["boundary"] is not None:
+                request, group = arm_request(
+                    ctx, seed, i, base, record["boundary"], record["generated_ids"]
                 )
-            )
+                requests.append(request)
+                groups.append(group)
+    counts, records = UnitCounts(), []
+    if requests:
+        for group, outs in zip(groups, ctx.backend.fork_many(requests)):
+            records += arm_records(ctx, seed, group, outs, counts)
     return records, counts
 
 

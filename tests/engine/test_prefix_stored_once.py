@@ -1,102 +1,86 @@
-"""N arms hold one physical copy of the prefix KV per layer, whatever N is."""
+"""A group's prefix is stored once, in one run of the pool, and read in place once per step for
+all its arms, whatever the number of arms."""
 
 from __future__ import annotations
 
 import pytest
 from helpers.engine_reference import random_ids
 
-import nudgeability.engine.engine as engine_module
+import nudgeability.engine.shared_prefix_attention as attention
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
-from nudgeability.engine.attention_layout import ArmStep
-from nudgeability.engine.fork_cache import ForkCache
 from nudgeability.models.testing.tiny import tiny_model
 
 
 @pytest.fixture
-def caches(monkeypatch):
-    """Record every ForkCache the engine builds, and every prefix tensor's data pointer at each step."""
-    made = []
+def prefix_reads(monkeypatch):
+    """Every prefix-part attention call of the row tokens: (step layout, keys' data pointer, key
+    count, folded query rows), in order (the layouts are kept, so that their ids stay unique)."""
+    calls = []
+    original = attention._prefix_attention
 
-    class RecordingCache(ForkCache):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.pointers_per_step = []
-            made.append(self)
+    def recording(rows, handle, layout, span, index, scaling, window):
+        for start, length, _ in span.segments:
+            lo = 0 if window is None else max(0, span.prefix_len - window + 1)
+            view = handle.k[:, start + lo : start + length]
+            calls.append((layout, view.data_ptr(), view.shape[1], span.a1 - span.a0))
+        return original(rows, handle, layout, span, index, scaling, window)
 
-        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-            out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
-            if isinstance(self.ctx, ArmStep) and layer_idx == 0:
-                self.pointers_per_step.append([t.data_ptr() for t in self.prefix_tensors()])
-            return out
-
-    monkeypatch.setattr(engine_module, "ForkCache", RecordingCache)
-    return made
+    monkeypatch.setattr(attention, "_prefix_attention", recording)
+    return calls
 
 
-def _expected_prefix_bytes(model, cache, prefix_len: int, groups: int = 1) -> int:
-    total = 0
-    for window, layer in zip(cache.windows, cache.storage):
-        if layer.prefix_k is None:
-            continue  # a KV-shared layer stores nothing
-        kv, d = layer.prefix_k.shape[1], layer.prefix_k.shape[3]
-        kept = prefix_len if window is None else min(window - 1, prefix_len)
-        total += 2 * groups * kv * kept * d * layer.prefix_k.element_size()
-    return total
+def _rows_held(engine) -> int:
+    return sum(1 for r in engine.scheduler.running if r.stem is None)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma4"])
-def test_prefix_bytes_do_not_grow_with_the_number_of_arms(arch, caches):
+def test_the_prefix_takes_the_same_pool_blocks_for_1_8_or_32_arms(arch):
     model = tiny_model(arch)
-    engine = Engine(model)
     prefix = random_ids(240, seed=1)
-    sizes = {}
+    held = {}
     for n in (1, 8, 32):
-        engine.fork(
-            prefix,
-            [random_ids(1 + i % 7, seed=i) for i in range(n)],
-            SamplingParams(max_new_tokens=4),
+        engine = Engine(model, block_size=16)
+        refs = engine.submit_fork(
+            ForkRequest(
+                prefix,
+                [random_ids(1 + i % 7, seed=i) for i in range(n)],
+                SamplingParams(max_new_tokens=4),
+            )
         )
-        cache = caches[-1]
-        sizes[n] = cache.nbytes()
-        assert sizes[n]["prefix"] == _expected_prefix_bytes(model, cache, len(prefix))
-        for layer in cache.storage:
-            if layer.prefix_k is not None:
-                assert layer.prefix_k.shape[0] == 1  # one group, not one per arm
-                assert (
-                    layer.prefix_k.untyped_storage().nbytes()
-                    == layer.prefix_k.numel() * layer.prefix_k.element_size()
-                )
-    assert sizes[1]["prefix"] == sizes[8]["prefix"] == sizes[32]["prefix"]
-    assert sizes[1]["suffix"] < sizes[8]["suffix"] < sizes[32]["suffix"]
+        engine.step()  # the prefix's step: only its run is allocated
+        group = engine.scheduler.admitted[0]
+        assert group.own.complete and len(refs) == n
+        held[n] = engine.pool.in_use
+        while engine.busy:
+            engine.step()
+        assert engine.pool.in_use == 0  # everything returned when the group is done
+    assert held[1] == held[8] == held[32] == -(-240 // 16)
 
 
-def test_sliding_layers_keep_only_the_last_window_minus_one_positions(caches):
-    model = tiny_model("gemma4")
-    engine = Engine(model)
-    engine.fork(random_ids(100, seed=2), [random_ids(3, seed=3)], SamplingParams(max_new_tokens=2))
-    cache = caches[-1]
-    kept = {
-        w: layer.prefix_k.shape[2]
-        for w, layer in zip(cache.windows, cache.storage)
-        if layer.prefix_k is not None
-    }
-    assert kept == {None: 100, 16: 15}
-
-
-def test_every_decode_step_reads_the_same_prefix_storage(caches):
-    engine = Engine(tiny_model("qwen3"))
+def test_every_step_reads_each_prefix_in_place_once_for_all_its_arms(prefix_reads):
+    engine = Engine(tiny_model("qwen3", num_layers=2))
+    prefix = random_ids(220, seed=4)
     engine.fork(
-        random_ids(220, seed=4),
-        [random_ids(n, seed=n) for n in (1, 4, 9)],
-        SamplingParams(max_new_tokens=12),
+        prefix, [random_ids(n, seed=n) for n in (1, 4, 9)], SamplingParams(max_new_tokens=12)
     )
-    steps = caches[-1].pointers_per_step
-    assert len(steps) >= 2 and all(s == steps[0] for s in steps)
+    pool = engine.pool
+    steps = {}
+    for step, pointer, keys, rows in prefix_reads:
+        steps.setdefault(id(step), []).append((pointer, keys, rows))
+    # 2 layers per step, one call each: the three arms' rows folded into one call, never per arm
+    assert len(steps) == 12  # the suffixes' step and 11 decode steps
+    assert all(len(calls) == 2 for calls in steps.values())
+    pointers = {pointer for calls in steps.values() for pointer, _, _ in calls}
+    assert len(pointers) == 2  # the same run of each layer's pool, every step
+    storage = {t.untyped_storage().data_ptr() for t in pool.k if t is not None}
+    assert all(any(0 <= p - s < 10**9 for s in storage) for p in pointers)  # views of the pool
+    assert all(keys == 220 for calls in steps.values() for _, keys, _ in calls)
+    decode_rows = [rows for calls in list(steps.values())[1:] for _, _, rows in calls]
+    assert set(decode_rows) == {3}
 
 
-def test_two_groups_store_two_prefixes_not_one_per_arm(caches):
-    model = tiny_model("glm4")
-    engine = Engine(model)
+def test_two_groups_hold_two_runs_not_one_per_arm(prefix_reads):
+    engine = Engine(tiny_model("glm4", num_layers=2))
     requests = [
         ForkRequest(
             random_ids(200, seed=5), [random_ids(2, seed=6)] * 6, SamplingParams(max_new_tokens=3)
@@ -105,6 +89,26 @@ def test_two_groups_store_two_prefixes_not_one_per_arm(caches):
             random_ids(200, seed=7), [random_ids(3, seed=8)] * 6, SamplingParams(max_new_tokens=3)
         ),
     ]
-    engine.fork_many(requests)
-    cache = caches[-1]
-    assert cache.nbytes()["prefix"] == _expected_prefix_bytes(model, cache, 200, groups=2)
+    refs = [engine.submit_fork(r) for r in requests]
+    engine.step()  # both prefixes
+    assert engine.pool.in_use == 2 * -(-200 // engine.block_size)
+    while engine.busy:
+        engine.step()
+    per_step = {}
+    for step, pointer, _, rows in prefix_reads:
+        per_step.setdefault(id(step), set()).add((pointer, rows))
+    # each step reads two runs per layer (2 layers), each once for its 6 arms' query tokens
+    # (their suffixes of 2 and 3 tokens in the first step, one token each after that)
+    steps = list(per_step.values())
+    assert len(steps) == 3 and all(len(calls) == 4 for calls in steps)
+    assert sorted({rows for _, rows in steps[0]}) == [12, 18]
+    assert all(rows == 6 for calls in steps[1:] for _, rows in calls)
+    assert len(refs) == 2 and _rows_held(engine) == 0
+
+
+def test_a_sliding_layer_reads_only_the_last_window_of_the_prefix(prefix_reads):
+    """Gemma 4's sliding layers (window 16) read the prefix's last 15 positions: all that a row
+    token can see; its full layers read the whole prefix."""
+    engine = Engine(tiny_model("gemma4"))
+    engine.fork(random_ids(100, seed=2), [random_ids(3, seed=3)], SamplingParams(max_new_tokens=2))
+    assert {keys for _, _, keys, _ in prefix_reads} == {15, 100}

@@ -77,9 +77,10 @@ def test_sigkill_at_four_points_then_resume_equals_an_uninterrupted_run(tiny_che
         _kill_when(_command(model_dir, out), ready)
         _assert_whole_files(out)
         stored_before.append(sorted(p.name for p in parts.glob("*.jsonl")))
-    # every kill landed mid-work: each phase still had units to do when it was killed
+    # every kill landed mid-work: each phase still had units to do when it was killed (the run
+    # streams, so a chunk's arms part may follow its B part at once: B must still have had work)
     assert stored_before[0] == []
-    assert not any(name.startswith("arms") for name in stored_before[2])
+    assert len([p for p in stored_before[2] if p.startswith("B-")]) < N_CHUNKS
     assert len([p for p in stored_before[3] if p.startswith("arms")]) < N_CHUNKS
 
     finished = subprocess.run(_command(model_dir, out), capture_output=True, text=True)

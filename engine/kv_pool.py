@@ -1,0 +1,154 @@
+"""The KV pool: every attention layer's keys and values in one space of token slots, handed out in
+fixed-size blocks.
+
+Per layer that stores KV, the pool holds `k` and `v` as `[kv_heads, slots, head_dim]` (kv-head
+major), allocated on the layer's first write (Gemma 4's layers differ in head count and size). A
+slot index means the same token position in every layer, so one allocation serves them all.
+
+Two kinds of allocation, from the two ends of the pool so that they fragment each other little:
+
+- a **run**: consecutive blocks, taken lowest first, that hold one prefix (or stem) segment. Its
+  keys are then a strided view `[1, kv, length, D]` of the pool, which the attention reads in
+  place, once per step for all the arms of its group;
+- a **block**: one block at a time for a sequence's own tokens (suffix and generated), taken
+  highest first as the sequence grows, and read by a gather of its slots.
+
+Block 0 is never handed out: its slots take the writes of the pad tokens that keep every forward
+at `ModelRunner.MIN_ROWS` rows. On CPU the storage is `torch.empty`: pages that no block has
+touched cost no memory, so the resident KV follows the blocks in use (the lowest-first / highest-
+first policy keeps the touched region close to the peak); the attention then reads only written
+slots. On CUDA, and for the fixed-shape decode (`static_decode.py`, whose kernel reads whole
+blocks), it is zeroed once, so that a slot never written holds no NaN for a masked score to
+multiply.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SCRATCH_BLOCK = 0  # the pad tokens' slots; never handed out
+
+
+class KVPool:
+    """Blocks of `block_size` token slots; see the module docstring."""
+
+    def __init__(self, num_blocks: int, block_size: int, num_layers: int, device, zero=False):
+        if num_blocks < 2 or block_size < 1:
+            raise ValueError(
+                f"a KV pool needs >= 2 blocks of >= 1 slot, got {num_blocks} x {block_size}"
+            )
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.device = torch.device(device)
+        self.zero = zero or self.device.type != "cpu"
+        self.k: list[torch.Tensor | None] = [None] * num_layers
+        self.v: list[torch.Tensor | None] = [None] * num_layers
+        self._free = bytearray(b"\x01") * num_blocks  # 1 = free; bytes.find scans at C speed
+        self._free[SCRATCH_BLOCK] = 0
+        self.in_use = 0  # blocks handed out
+        self.peak_in_use = 0
+        self._touched = bytearray(num_blocks)  # 1 = handed out at least once: its pages are mapped
+
+    # --- allocation -----------------------------------------------------------------------------
+    @property
+    def free_blocks(self) -> int:
+        return self.num_blocks - 1 - self.in_use
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def take_run(self, tokens: int) -> int | None:
+        """The first slot of `tokens` consecutive free slots (whole blocks, lowest first), or None."""
+        n = self.blocks_for(tokens)
+        if n == 0:
+            return 0
+        first = self._free.find(b"\x01" * n)
+        if first < 0:
+            return None
+        self._mark(range(first, first + n))
+        return first * self.block_size
+
+    def take_block(self) -> int | None:
+        """The first slot of one free block (highest first), or None when the pool is full."""
+        block = self._free.rfind(b"\x01")
+        if block < 0:
+            return None
+        self._mark((block,))
+        return block * self.block_size
+
+    def give_run(self, start: int, tokens: int) -> None:
+        first = start // self.block_size
+        self._unmark(range(first, first + self.blocks_for(tokens)))
+
+    def give_blocks(self, starts: list[int]) -> None:
+        self._unmark([s // self.block_size for s in starts])
+
+    def _mark(self, blocks) -> None:
+        for b in blocks:
+            self._free[b] = 0
+            self._touched[b] = 1
+        self.in_use += len(blocks)
+        self.peak_in_use = max(self.peak_in_use, self.in_use)
+
+    def _unmark(self, blocks) -> None:
+        for b in blocks:
+            if self._free[b] or b == SCRATCH_BLOCK:
+                raise RuntimeError(f"KV block {b} returned twice")
+            self._free[b] = 1
+        self.in_use -= len(blocks)
+
+    def grow(self, num_blocks: int) -> None:
+        """Enlarge the pool to `num_blocks` blocks, keeping every slot's contents."""
+        if num_blocks <= self.num_blocks:
+            return
+        extra = num_blocks - self.num_blocks
+        slots = num_blocks * self.block_size
+        for store in (self.k, self.v):
+            for i, old in enumerate(store):
+                if old is not None:
+                    new = self._new(old.shape[0], slots, old.shape[2], old.dtype)
+                    new[:, : old.shape[1]] = old
+                    store[i] = new
+        self._free += b"\x01" * extra
+        self._touched += bytearray(extra)
+        self.num_blocks = num_blocks
+
+    # --- storage --------------------------------------------------------------------------------
+    def _new(self, kv: int, slots: int, d: int, dtype) -> torch.Tensor:
+        if not self.zero:  # untouched pages stay unmapped (module docstring)
+            return torch.empty(kv, slots, d, dtype=dtype, device=self.device)
+        return torch.zeros(kv, slots, d, dtype=dtype, device=self.device)
+
+    def layer(self, layer: int, kv: int, d: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The `[kv, slots, D]` keys and values of `layer`, made on first use."""
+        if self.k[layer] is None:
+            slots = self.num_blocks * self.block_size
+            self.k[layer] = self._new(kv, slots, d, dtype)
+            self.v[layer] = self._new(kv, slots, d, dtype)
+        return self.k[layer], self.v[layer]
+
+    def copy_slots(self, src: torch.Tensor, dst_start: int) -> None:
+        """Copy the slots `src` (a device index) to `[dst_start, dst_start + len(src))` in every
+        layer: a stem taken from a running sequence's blocks into a run of its own."""
+        n = src.numel()
+        with torch.inference_mode():  # the layers are made inside the forward's inference mode
+            for store in (self.k, self.v):
+                for t in store:
+                    if t is not None:
+                        t[:, dst_start : dst_start + n] = t.index_select(1, src)
+
+    # --- accounting -------------------------------------------------------------------------------
+    def slot_bytes(self) -> int:
+        """Bytes of K and V per token slot, over every layer that stores KV (0 before any write)."""
+        return sum(
+            t.shape[0] * t.shape[2] * t.element_size() for t in self.k + self.v if t is not None
+        )
+
+    @property
+    def touched_blocks(self) -> int:
+        """Blocks ever handed out: on CPU, the pool's resident pages are these blocks' slots."""
+        return self._touched.count(1)
+
+    def nbytes(self) -> int:
+        """Bytes the pool's tensors span (on CPU an upper bound on what is resident)."""
+        return sum(t.untyped_storage().nbytes() for t in self.k + self.v if t is not None)

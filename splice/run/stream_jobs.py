@@ -1,0 +1,374 @@
+"""The units in flight in the stream (stream.py): what each waits for, what it submits, and when
+its part may be written.
+
+A job is one unit. A base job (NT, the self-consistency samples, B, oracle_B) submits one
+sequence per prompt; B and oracle_B are watched for their cut (`CutWatch`) and held for the
+forks of their users. An arms job forks each (problem, base) at the base's cut; a resolution job
+forks each (problem, base) once the base unit's records and the problem's arms are final. A job
+fed by a live job gets its records as they appear; a deferred one (a stored unit whose inputs are
+computed again, or a unit built on such a one) reads its inputs from the store once they are
+written, like the units schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from nudgeability.engine import Completion, SequenceRef
+from nudgeability.splice.experiment.conditions import ARM_BASES, CONSISTENCY, TOOL_BASE
+from nudgeability.splice.run.consistency import consistency_inputs, consistency_record
+from nudgeability.splice.run.parts import reusable, store_unit
+from nudgeability.splice.run.resolve import (
+    in_canonical_order,
+    resolutions_of,
+    resolve_requests,
+    thinking_opens_after_result,
+)
+from nudgeability.splice.run.signals import HIDDEN_PASS, attach_signals
+from nudgeability.splice.run.units import (
+    UnitCounts,
+    arm_records,
+    arm_request,
+    base_inputs,
+    base_record,
+)
+from nudgeability.splice.rundir.layout import RecordKey, side_file
+from nudgeability.splice.rundir.plan import ARMS_PHASE, Unit
+
+if TYPE_CHECKING:
+    from nudgeability.splice.run.stream import Stream
+
+PENDING = object()  # an arm group submitted and not finished
+
+
+class Job:
+    """One unit in flight: its records as they become known, and when its part may be written.
+
+    `inputs` are the jobs of the units it is computed from that are not stored yet; a live job
+    is fed by them as their records appear (`fed`), a deferred one reads them from the store
+    once they are written."""
+
+    def __init__(self, stream: Stream, unit: Unit, inputs: list[Job], deferred: bool):
+        self.stream, self.unit, self.inputs, self.deferred = stream, unit, inputs, deferred
+        self.ctx = stream.ctx
+        self.indices = list(stream.plan.chunks[unit.chunk])
+        self.users: list[Job] = []
+        self.counts = UnitCounts()
+        self.complete = self.written = False
+        self.started = 0.0
+        for job in inputs:
+            job.users.append(self)
+        stream.open.append(self)
+
+    def fed_by(self, phase: str) -> Job | None:
+        """The live job feeding this one the records of `phase` (None: read them from the store)."""
+        if self.deferred:
+            return None
+        return next((job for job in self.inputs if job.unit.phase == phase), None)
+
+    def stored_lines(self, phase: str) -> list[str]:
+        return self.stream.store.read_part(Unit(phase, self.unit.seed, self.unit.chunk))
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        self.begin()
+
+    def begin(self) -> None:
+        raise NotImplementedError
+
+    def lines(self) -> list[str]:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """All records are known: write the part once the inputs' parts are written."""
+        self.complete = True
+        self.try_write()
+
+    def try_write(self) -> None:
+        if not self.complete or self.written or not all(job.written for job in self.inputs):
+            return
+        self.counts.seconds = time.perf_counter() - self.started
+        store_unit(self.stream.store, self.stream.plan, self.unit, self.lines(), self.counts)
+        self.stream.computed += 1
+        self._close(self.counts)
+
+    def _close(self, counts: UnitCounts | None) -> None:
+        self.written = True
+        self.stream.open.remove(self)
+        self.stream.on_unit(self.unit, counts)
+        for user in self.users:
+            user.input_written()
+
+    def input_written(self) -> None:
+        if not all(job.written for job in self.inputs):
+            return
+        if self.deferred:
+            stream = self.stream
+            if stream.store.has(self.unit) and reusable(stream.plan, stream.store, self.unit):
+                stream.resumed += 1
+                self._close(None)
+            else:
+                self.start()  # from the stored parts: `fed_by` names no job once deferred
+        else:
+            self.try_write()
+
+
+class BaseJob(Job):
+    """NT, the self-consistency samples, B or oracle_B of one chunk: one sequence per prompt."""
+
+    def begin(self) -> None:
+        ctx, unit = self.ctx, self.unit
+        if unit.phase == CONSISTENCY:
+            prompts, params, self.owners = consistency_inputs(
+                ctx, unit.phase, unit.seed, self.indices
+            )
+            self.signals = False
+        else:
+            self.signals = ctx.prepared.config.signals and unit.phase == TOOL_BASE
+            prompts, params = base_inputs(ctx, unit.phase, unit.seed, self.indices, self.signals)
+        self.prompts = prompts
+        self.outs: list[Completion | None] = [None] * len(prompts)
+        self.records: list = [None] * len(prompts)
+        self.states: dict[int, Completion] = {}
+        self.hidden_left = 0
+        forkers = [u for u in self.users if not u.deferred]  # they fork from these sequences
+        self.retained = bool(forkers) and self.stream.reuse
+        self.holders = [len(forkers)] * len(prompts)
+        self.refs: list[SequenceRef] = []
+        family = ctx.prepared.family
+        for j, (prompt, p) in enumerate(zip(prompts, params)):
+            ref = self.stream.generate(
+                prompt, p, lambda out, j=j: self._finished(j, out), retain=self.retained
+            )
+            self.refs.append(ref)
+            if any(isinstance(u, ArmsJob) for u in forkers):
+                self.stream.watches[ref.id] = CutWatch(
+                    family, lambda cut, ids, j=j: self._cut(j, cut, ids)
+                )
+
+    def _cut(self, j: int, boundary: int, generated: list[int]) -> None:
+        for user in self.users:
+            if isinstance(user, ArmsJob) and not user.deferred:
+                user.base_cut(self.unit.phase, j, boundary, generated)
+
+    def _finished(self, j: int, out: Completion) -> None:
+        ctx, unit = self.ctx, self.unit
+        self.stream.watches.pop(self.refs[j].id, None)
+        self.counts.add(out, shared=False)
+        self.outs[j] = out
+        if unit.phase == CONSISTENCY:
+            record = consistency_record(
+                ctx, unit.phase, unit.seed, self.owners[j], self.prompts[j], out
+            )
+        else:
+            problem = ctx.prepared.problems[self.indices[j]]
+            record = base_record(ctx, problem, unit.phase, unit.seed, self.prompts[j], out)
+        self.records[j] = record
+        for user in self.users:
+            if isinstance(user, ArmsJob) and not user.deferred:
+                user.base_finished(unit.phase, j, record.boundary, record.generated_ids)
+        self._release_if_unused(j)
+        if self.signals and record.boundary is not None:
+            self.hidden_left += 1
+            cut = self.prompts[j] + record.generated_ids[: record.boundary]
+            self.stream.generate(cut, HIDDEN_PASS, lambda state, j=j: self._state(j, state))
+        self._maybe_finish()
+
+    def _state(self, j: int, state: Completion) -> None:
+        self.states[j] = state
+        self.hidden_left -= 1
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if any(out is None for out in self.outs) or self.hidden_left:
+            return
+        if self.signals:  # the side file is written before the part (runner.py, compute_unit)
+            states = [self.states[j] for j in sorted(self.states)]
+            path = self.stream.store.root / side_file(self.unit.name)
+            self.records = attach_signals(self.records, self.outs, states, path, self.unit.name)
+        lines = [record.to_json() for record in self.records]
+        self._lines = lines
+        for user in self.users:
+            if isinstance(user, ResolveJob) and not user.deferred:
+                user.base_lines_known(self.unit.phase, lines)
+        self.finish()
+
+    def lines(self) -> list[str]:
+        return self._lines
+
+    def ref_to_fork(self, j: int) -> SequenceRef | None:
+        """The sequence a fork of problem j may copy its stem from (still held by the engine)."""
+        return self.refs[j] if self.retained and self.holders[j] > 0 else None
+
+    def let_go(self, j: int) -> None:
+        """A user has submitted its forks of problem j: the engine may free it once it is done."""
+        self.holders[j] -= 1
+        self._release_if_unused(j)
+
+    def _release_if_unused(self, j: int) -> None:
+        if self.retained and self.holders[j] == 0 and self.outs[j] is not None:
+            self.holders[j] = -1  # released once
+            self.stream.engine.release(self.refs[j])
+
+
+class CutWatch:
+    """Finds a running base's think-close from the tokens so far (`Family.find_boundary`); the
+    first close in a prefix of the tokens is the first close of them all, so the cut is final."""
+
+    def __init__(self, family, on_cut: Callable[[int, list[int]], None]):
+        self.family, self.on_cut = family, on_cut
+        self.tail = len(family.think_close_text) + 4  # tokens a close can span, with margin
+        self.seen = 0
+
+    def __call__(self, tokens: list[int]) -> bool:
+        if len(tokens) == self.seen:
+            return False
+        recent = tokens[max(0, self.seen - self.tail) :]
+        self.seen = len(tokens)
+        if self.family.find_marker(recent, self.family.think_close_text) is None:
+            return False
+        self.on_cut(self.family.find_boundary(tokens), tokens)
+        return True
+
+
+class ArmsJob(Job):
+    """The arms of one chunk: one fork per (problem, base) whose base closed its thinking."""
+
+    def begin(self) -> None:
+        self.groups: dict[tuple[int, str], object] = {}  # records, PENDING, or None (no cut)
+        self.cuts: dict[tuple[int, str], int] = {}
+        ids = [self.ctx.prepared.problems[i].id for i in self.indices]
+        for base in self.stream.plan.arm_bases:
+            if self.fed_by(base) is None:
+                records = {r["problem_id"]: r for r in map(json.loads, self.stored_lines(base))}
+                for j, pid in enumerate(ids):
+                    self.base_finished(
+                        base, j, records[pid]["boundary"], records[pid]["generated_ids"]
+                    )
+
+    def base_cut(self, base: str, j: int, boundary: int, generated: list[int]) -> None:
+        if (j, base) not in self.cuts:
+            self._fork(j, base, boundary, generated)
+
+    def base_finished(self, base: str, j: int, boundary: int | None, generated: list[int]) -> None:
+        key = (j, base)
+        if key in self.cuts:
+            if self.cuts[key] != boundary:
+                raise RuntimeError(f"{self.unit.name}: the cut found while {base} ran moved")
+        elif boundary is None:
+            self.groups[key] = None
+            self._tell_resolve(j, base, [])
+            self._let_go(j, base)
+        else:
+            self._fork(j, base, boundary, generated)
+        self._maybe_finish()
+
+    def _fork(self, j: int, base: str, boundary: int, generated: list[int]) -> None:
+        request, group = arm_request(
+            self.ctx, self.unit.seed, self.indices[j], base, boundary, generated
+        )
+        source = self.fed_by(base)
+        request.reuse = source.ref_to_fork(j) if source is not None else None
+        self.cuts[(j, base)] = boundary
+        self.groups[(j, base)] = PENDING
+        self.stream.fork(request, lambda outs: self._arms_done(j, base, group, outs))
+        self._let_go(j, base)
+
+    def _let_go(self, j: int, base: str) -> None:
+        source = self.fed_by(base)
+        if source is not None:
+            source.let_go(j)
+
+    def _arms_done(self, j: int, base: str, group, outs: list[Completion]) -> None:
+        records = arm_records(self.ctx, self.unit.seed, group, outs, self.counts)
+        self.groups[(j, base)] = records
+        self._tell_resolve(j, base, [record.to_json() for record in records])
+        self._maybe_finish()
+
+    def _tell_resolve(self, j: int, base: str, lines: list[str]) -> None:
+        for user in self.users:
+            if isinstance(user, ResolveJob) and not user.deferred:
+                user.arms_known(j, base, lines)
+
+    def _maybe_finish(self) -> None:
+        expected = len(self.indices) * len(self.stream.plan.arm_bases)
+        known = [g for g in self.groups.values() if g is not PENDING]
+        if len(known) == expected and not self.complete:
+            self.finish()
+
+    def lines(self) -> list[str]:
+        out = []
+        for j in range(len(self.indices)):
+            for base in self.stream.plan.arm_bases:
+                out += [record.to_json() for record in self.groups[(j, base)] or []]
+        return out
+
+
+class ResolveJob(Job):
+    """The resolutions of one chunk: one fork per (problem, base) with TOOL records."""
+
+    def begin(self) -> None:
+        plan = self.stream.plan
+        self.bases = [base for base in ARM_BASES if base in plan.record_phases]
+        self.base_lines: dict[str, dict[str, str] | None] = {base: None for base in self.bases}
+        self.arm_lines: dict[RecordKey, str] = {}
+        self.arms_ready: set[tuple[int, str]] = set()
+        self.waiting = {(j, base) for j in range(len(self.indices)) for base in self.bases}
+        self.forks_left = 0
+        self.done: dict = {}
+        self.thinking_open = thinking_opens_after_result(self.ctx)
+        live_arms = ARMS_PHASE in plan.record_phases and self.fed_by(ARMS_PHASE) is not None
+        if ARMS_PHASE in plan.record_phases and not live_arms:
+            for line in self.stored_lines(ARMS_PHASE):
+                self.arm_lines[RecordKey.of(json.loads(line))] = line
+        for base in self.bases:
+            if not live_arms or base not in plan.arm_bases:
+                self.arms_ready.update((j, base) for j in range(len(self.indices)))
+            if self.fed_by(base) is None:
+                self.base_lines_known(base, self.stored_lines(base))
+        self._maybe_finish()
+
+    def base_lines_known(self, base: str, lines: list[str]) -> None:
+        self.base_lines[base] = {json.loads(line)["problem_id"]: line for line in lines}
+        self._resolve_ready()
+
+    def arms_known(self, j: int, base: str, lines: list[str]) -> None:
+        for line in lines:
+            self.arm_lines[RecordKey.of(json.loads(line))] = line
+        self.arms_ready.add((j, base))
+        self._resolve_ready()
+
+    def _resolve_ready(self) -> None:
+        for j, base in sorted(self.waiting):
+            if self.base_lines[base] is None or (j, base) not in self.arms_ready:
+                continue
+            self.waiting.discard((j, base))
+            index = self.indices[j]
+            line = self.base_lines[base].get(self.ctx.prepared.problems[index].id)
+            source = self.fed_by(base)
+            requests = resolve_requests(
+                self.ctx, self.unit.seed, index, line, self.arm_lines, self.done
+            )
+            for request, group in requests:
+                request.reuse = source.ref_to_fork(j) if source is not None else None
+                self.forks_left += 1
+                self.stream.fork(request, lambda outs, group=group: self._resolved(group, outs))
+            if source is not None:
+                source.let_go(j)
+        self._maybe_finish()
+
+    def _resolved(self, group, outs: list[Completion]) -> None:
+        resolutions_of(self.ctx, group, outs, self.counts, self.thinking_open, self.done)
+        self.forks_left -= 1
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if not self.waiting and not self.forks_left and not self.complete:
+            self.finish()
+
+    def lines(self) -> list[str]:
+        ordered = in_canonical_order(self.ctx, self.indices, dict(self.done))
+        return [record.to_json() for record in ordered]

@@ -1,0 +1,127 @@
+"""The streamed schedule (splice/run/stream.py) against the units schedule it replaces: every file
+a run writes is byte for byte the same, at any chunk size or KV budget, while the arms really
+start before their bases finish, forked from the bases' own caches."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+import nudgeability.splice.run.stream as stream_module
+import nudgeability.splice.run.stream_jobs as jobs_module
+from nudgeability.splice.run.config import RunConfig
+from nudgeability.splice.run.prepare import prepare
+from nudgeability.splice.run.runner import run, streams
+
+TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="cpu")
+
+
+def _files(out: Path, parts: bool = True) -> dict[str, str]:
+    """sha256 of the records, the resolutions and (with `parts`) every part and side file."""
+    names = [out / "records.jsonl", out / "resolutions.jsonl"]
+    if parts:
+        names += sorted((out / "parts").glob("*")) + sorted((out / "signals").glob("*"))
+    return {
+        str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in names
+        if p.exists()
+    }
+
+
+def _run(model, out: Path, schedule: str, **config) -> dict[str, str]:
+    prepared = prepare(RunConfig(model=str(model), **{**TINY, **config}))
+    result = run(prepared, out, progress=False, schedule=schedule)
+    assert result.units_computed == len(prepared.plan.units())
+    return _files(out)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(n=6, chunk_size=2, conditions=("all",), consistency_samples=2),  # signals on
+        dict(n=4, chunk_size=3, decoding="sampled", seeds=(0, 1), conditions=("primary",)),
+    ],
+    ids=["greedy-all-signals", "sampled-two-seeds"],
+)
+def test_the_stream_writes_every_file_of_the_units_schedule(tiny_checkpoint, tmp_path, config):
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    units = _run(model, tmp_path / "units", "units", **config)
+    streamed = _run(model, tmp_path / "stream", "stream", **config)
+    assert streamed == units
+    assert any(name.startswith("parts/arms") for name in units)
+
+
+def test_records_do_not_depend_on_the_chunk_size_or_the_kv_budget(tiny_checkpoint, tmp_path):
+    """Chunks of 1, 2 and 5 problems and a KV budget far below the stream's open work (the engine waits for blocks) give
+    one records file; so does the units schedule at another chunk size."""
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    common = dict(n=5, conditions=("primary", "oracle"))
+    reference = _run(model, tmp_path / "u2", "units", chunk_size=2, **common)
+    for name, extra in {
+        "s1": dict(chunk_size=1),
+        "s5": dict(chunk_size=5),
+        "s5-budget": dict(chunk_size=5, max_batch_tokens=1500),
+        "u5": dict(chunk_size=5),
+    }.items():
+        schedule = "units" if name.startswith("u") else "stream"
+        got = _run(model, tmp_path / name, schedule, **common, **extra)
+        assert got["records.jsonl"] == reference["records.jsonl"], name
+
+
+def test_arms_fork_from_running_bases_without_a_barrier(tiny_checkpoint, tmp_path, monkeypatch):
+    """Most arm groups start while their own B still runs (its cut found, its KV copied), and the
+    first chunk's arms start before the last chunk's bases have finished: no phase barrier."""
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    forks, finished_bases = [], []
+    submit_fork = stream_module.Stream.fork
+    generate_done = jobs_module.BaseJob._finished
+
+    def fork(self, request, on_finish):
+        running = request.reuse is not None and request.reuse.id in self.waiters
+        forks.append((request.reuse is not None, running, len(finished_bases)))
+        return submit_fork(self, request, on_finish)
+
+    def finished(self, j, out):
+        finished_bases.append(self.unit.name)
+        return generate_done(self, j, out)
+
+    monkeypatch.setattr(stream_module.Stream, "fork", fork)
+    monkeypatch.setattr(jobs_module.BaseJob, "_finished", finished)
+    config = dict(n=6, chunk_size=2, conditions=("primary",))
+    streamed = _run(model, tmp_path / "stream", "stream", **config)
+    assert all(reused for reused, _, _ in forks)  # every fork names its base's cache
+    assert sum(running for _, running, _ in forks) > len(forks) // 2
+    assert forks[0][2] < 6  # the first arms started before half the 12 bases had finished
+    monkeypatch.undo()
+    assert streamed == _run(model, tmp_path / "units", "units", **config)
+
+
+def test_the_stream_is_chosen_only_where_records_do_not_depend_on_the_batch(tiny_checkpoint):
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    config = dict(model=str(model), n=2, **{**TINY, "device": "cpu"})
+    assert streams(prepare(RunConfig(**config)))
+    assert not streams(prepare(RunConfig(**{**config, "dtype": "bfloat16"})))
+
+
+@pytest.mark.slow
+def test_smollm2_resolutions_and_signals_stream_to_the_same_bytes(tmp_path):
+    """SmolLM2 delegates on most StrategyQA problems: its resolutions start as soon as a problem's
+    base and arms are final, forked from B's cache, and every file equals the units schedule's."""
+    config = dict(
+        task="strategyqa",
+        n=3,
+        chunk_size=2,
+        conditions=("primary",),
+        max_new_tokens=160,
+        max_new_tokens_arm=64,
+        resolve=True,
+        consistency_samples=2,
+        device="cpu",
+    )
+    units = _run("smollm2", tmp_path / "units", "units", **config)
+    streamed = _run("smollm2", tmp_path / "stream", "stream", **config)
+    assert streamed == units
+    resolutions = (tmp_path / "stream" / "resolutions.jsonl").read_text().splitlines()
+    assert sum('"unresolved": null' in line for line in resolutions) >= 2
