@@ -131,10 +131,11 @@ class KVPool:
         """Copy the slots `src` (a device index) to `[dst_start, dst_start + len(src))` in every
         layer: a stem taken from a running sequence's blocks into a run of its own."""
         n = src.numel()
-        for store in (self.k, self.v):
-            for t in store:
-                if t is not None:
-                    t[:, dst_start : dst_start + n] = t.index_select(1, src)
+        with torch.inference_mode():  # the pool's tensors are made inside the forward's
+            for store in (self.k, self.v):
+                for t in store:
+                    if t is not None:
+                        t[:, dst_start : dst_start + n] = t.index_select(1, src)
 
     # --- accounting -------------------------------------------------------------------------------
     def slot_bytes(self) -> int:

@@ -26,6 +26,12 @@ class ForkRequest:
 
     `params` is one `SamplingParams` for every arm, or a list with one per arm.
 
+    `shared` > 0 says that the first `shared` tokens of the prefix are a start that other requests
+    may have too (a system prompt, tools, worked examples): they are stored and computed once for
+    every live request with the same tokens, and the rest of the prompt continues them. Whether
+    another request shares them changes nothing in the results: each request's prefix is computed
+    the same way, shared or not.
+
     `stem` > 0 says that the last `stem` tokens of the prefix are a base's own generation (with the
     last token of its prompt before them): they are computed as that base computed them, one
     sequence continuing the rest of the prefix, and stored once as a segment of their own. Their
@@ -40,6 +46,7 @@ class ForkRequest:
     params: SamplingParams | list[SamplingParams]
     stem: int = 0
     reuse: SequenceRef | None = None
+    shared: int = 0
 
 
 @dataclass
@@ -73,7 +80,7 @@ class Run:
     `offset` is the position of its first token; `written` counts the tokens whose KV is in the
     pool; `holders` counts the groups that read it (freed when none do and nothing retains it)."""
 
-    __slots__ = ("token_ids", "offset", "start", "written", "holders")
+    __slots__ = ("token_ids", "offset", "start", "written", "holders", "owned")
 
     def __init__(self, token_ids: list[int], offset: int):
         self.token_ids = token_ids
@@ -81,6 +88,7 @@ class Run:
         self.start: int | None = None
         self.written = 0
         self.holders = 0
+        self.owned = False  # a group prefills it, or a row computes it
 
     @property
     def length(self) -> int:
@@ -103,6 +111,7 @@ class Group:
     waiting: deque = field(default_factory=deque)  # rows not admitted yet (or preempted)
     admitted: bool = False
     live: int = 0  # rows not finished
+    computed: int = 0  # prefix tokens its request computes (not shared, not copied)
 
     @property
     def prefix_len(self) -> int:
