@@ -15,7 +15,9 @@ Ways: (a) the engine (continuous batching over the block pool, `--rows` rows, KV
 token slots as (b)); (b) the engine's former static batching: its own code from git
 (`_former_engine.py`), under a KV budget that holds `--rows` rows at their whole budget; (c) HF
 `generate_batch` (paged cache, block sharing on) with that KV memory and `--rows` requests per
-batch; (d) HF `generate()` in padded batches of 16 (bases only). Each way reports wall time,
+batch; (d) HF `generate()` in padded batches of 16 (bases only); (e) llama.cpp's `llama-server`
+where it is built (`_campaign_llama.py`: `--rows` slots, its prompt cache, the Q4_1 GGUF: a
+throughput reference on its own arithmetic, not a like-for-like ratio). Each way reports wall time,
 tokens/s, mean rows per decode step against the maximum, and, where it can, peak KV against the
 KV of the tokens still needed. Writes its section of benchmarks/RESULTS.md.
 """
@@ -29,6 +31,7 @@ import statistics
 import sys
 
 import torch
+from _campaign_llama import LLAMA_SERVER, run_llama_server
 from _campaign_systems import Run, run_engine, run_former, run_hf_batch, run_hf_padded
 from _former_engine import FORMER_COMMIT, load_former_engine
 from _results import write_section
@@ -128,7 +131,7 @@ def main():
     ap.add_argument(
         "--skip",
         default="",
-        help="ways or phases to leave out: unshared, former, hf_batch, hf_padded, arms, heavy",
+        help="ways or phases to leave out: unshared, former, hf_batch, hf_padded, llama, arms, heavy",
     )
     ap.add_argument(
         "--small", action="store_true", help="8 problems, 2 arms, 4 rows: a quick check"
@@ -174,11 +177,17 @@ def main():
                 "hf_padded",
                 lambda: run_hf_padded(model, tok, work),
             ),
+            (
+                f"(e) llama-server, -np {args.rows}",
+                "llama",
+                lambda: run_llama_server(work, slots=args.rows, threads=args.threads),
+            ),
         ):
             if (
                 key in skip
                 or (key == "hf_batch" and hf_kv is None)
                 or (key == "hf_padded" and not padded)
+                or (key == "llama" and not LLAMA_SERVER.is_file())
             ):
                 continue
             out[name] = run()
@@ -284,6 +293,10 @@ def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:
         value = ratio(runs, "(b) former static")
         if value is not None:
             lines.append(f"- engine vs former static, {name} (natural lengths): {value:.2f}×")
+    for _, name, runs in phases:
+        value = ratio(runs, f"(e) llama-server, -np {args.rows}")
+        if value is not None:
+            lines.append(f"- engine vs llama-server, {name} (a reference, Q4_1): {value:.2f}×")
     for _, name, runs in phases:
         run = runs.get("(a) engine")
         if run is None:
