@@ -6,8 +6,6 @@ request of token ids, sent `slots` at a time; greedy (`top_k` 1)."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,33 +13,11 @@ from pathlib import Path
 
 import httpx
 from _campaign_systems import Run
+from remote_vs_local import free_port, start
 
 from nudgeability.models.smollm2 import find_gguf
 
 LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER", "/work/tools/llama-server/bin/llama-server"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start(command: list[str], url: str, log: Path) -> subprocess.Popen:
-    """Start the server and wait (up to 3 min) until /health answers 200."""
-    process = subprocess.Popen(command, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"llama-server exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise RuntimeError(f"llama-server did not start: {log.read_text()[-2000:]}")
 
 
 def run_llama_server(work, *, slots: int, threads: int) -> Run:
@@ -51,14 +27,10 @@ def run_llama_server(work, *, slots: int, threads: int) -> Run:
     prompts = items if kind == "generate" else [p + s for p, suffixes in items for s in suffixes]
     flat = budgets if kind == "generate" else [b for group in budgets for b in group]
     per_slot = max(map(len, prompts)) + max(flat) + 16
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [
-        str(LLAMA_SERVER),
-        "-m",
-        str(find_gguf()),
-        "--host",
-        "127.0.0.1",
+    command = [str(LLAMA_SERVER), "-m", str(find_gguf()), "--host", "127.0.0.1"]
+    command += [
         "--port",
         str(port),
         "-np",
@@ -71,7 +43,7 @@ def run_llama_server(work, *, slots: int, threads: int) -> Run:
     ]
     stops = set(stop_ids)
     with tempfile.TemporaryDirectory() as tmp:
-        process = _start(command, url, Path(tmp) / "llama-server.log")
+        process, _ = start(command, port, Path(tmp) / "llama-server.log")
         try:
             with httpx.Client(timeout=None, limits=httpx.Limits(max_connections=slots)) as client:
 

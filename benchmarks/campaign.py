@@ -37,21 +37,12 @@ from _former_engine import FORMER_COMMIT, load_former_engine
 from _results import write_section
 
 from nudgeability.models.loader import load_model
+from nudgeability.splice.conditions import PRESETS
 from nudgeability.splice.prepare import prepare
 from nudgeability.splice.run_config import RunConfig
 
-ARM_CODES = (
-    "empty",
-    "conf",
-    "doubt",
-    "neutral",
-    "conf_second",
-    "doubt_second",
-    "conf_reviewer",
-    "doubt_reviewer",
-    "conf_expert",
-    "doubt_expert",
-)
+# the primary arms, then the other voices' (10 in all)
+ARM_CODES = tuple(dict.fromkeys(PRESETS["primary"][2:] + PRESETS["voices"][2:]))
 
 
 def workload(lm, problems: int):
