@@ -30,7 +30,9 @@ class ForkRequest:
     may have too (a system prompt, tools, worked examples): they are stored and computed once for
     every live request with the same tokens, and the rest of the prompt continues them. Whether
     another request shares them changes nothing in the results: each request's prefix is computed
-    the same way, shared or not.
+    the same way, shared or not. `shared=k` and `shared=0` compute the rest of the prompt on
+    different paths (a row continuing the start, or a prefill), so fix `k` from the prompt's
+    template, never from what else runs, and replay with the same `k`.
 
     `stem` > 0 says that the last `stem` tokens of the prefix are a base's own generation (with the
     last token of its prompt before them): they are computed as that base computed them, one
