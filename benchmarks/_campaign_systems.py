@@ -2,7 +2,7 @@
 `Run`: wall time, the generated tokens, and what it can say about its rows and its KV.
 
 - `engine`: this engine (continuous batching over the block pool), with a row budget and a KV
-  pool;
+  pool, the prompts' common start shared or not;
 - `former`: the engine's former static batching, its own code (`_former_engine.py`), under the
   same KV budget;
 - `hf_batch`: HF `generate_batch` (paged cache, block sharing on), with the same KV memory and
@@ -26,7 +26,7 @@ class Run:
     wall: float
     tokens: list[list[int]]  # one list per sequence, in the order given
     rows_per_step: list[int] = field(default_factory=list)  # rows that chose a token, per step
-    queued_steps: int | None = None  # steps while work was still waiting for rows
+    queued_rows: list[int] = field(default_factory=list)  # rows per step while work waited
     peak_kv_bytes: int | None = None  # KV held at once
     live_at_peak_bytes: int | None = None  # KV of the tokens still needed at that moment
     kv_within_target: bool | None = None  # every step: held <= 1.15 x live + one block per row
@@ -45,17 +45,19 @@ def _params(budgets: list[int], stop_ids, ignore_eos: bool, cls=SamplingParams) 
     ]
 
 
-def run_engine(model, tok, work, *, kv: int, rows: int) -> Run:
-    """`work`: ("generate", prompts, budgets, stop_ids, ignore_eos) or ("fork", requests, ...)."""
+def run_engine(model, tok, work, *, kv: int, rows: int, shared: int = 0) -> Run:
+    """`work`: ("generate", prompts, budgets, stop_ids, ignore_eos) or ("fork", requests, ...);
+    `shared`: the prompts' common start, stored and computed once (`ForkRequest.shared`)."""
     kind, items, budgets, stop_ids, ignore_eos = work
     engine = Engine(model, tok, max_batch_tokens=kv, max_rows=rows, trace=True)
     t0 = time.perf_counter()
     if kind == "generate":
-        outs = engine.generate(items, _params(budgets, stop_ids, ignore_eos))
+        outs = engine.generate(items, _params(budgets, stop_ids, ignore_eos), shared=shared)
         tokens = [o.token_ids for o in outs]
     else:
         requests = [
-            ForkRequest(p, s, _params(b, stop_ids, ignore_eos)) for (p, s), b in zip(items, budgets)
+            ForkRequest(p, s, _params(b, stop_ids, ignore_eos), shared=shared)
+            for (p, s), b in zip(items, budgets)
         ]
         tokens = [o.token_ids for arms in engine.fork_many(requests) for o in arms]
     wall = time.perf_counter() - t0
@@ -70,7 +72,7 @@ def run_engine(model, tok, work, *, kv: int, rows: int) -> Run:
         wall=wall,
         tokens=tokens,
         rows_per_step=[r.rows for r in trace if r.rows],
-        queued_steps=sum(1 for r in trace if r.rows and r.waiting),
+        queued_rows=[r.rows for r in trace if r.rows and r.waiting],
         peak_kv_bytes=peak.kv_blocks * block,
         live_at_peak_bytes=peak.live_tokens * slot,
         kv_within_target=within,

@@ -15,7 +15,9 @@ Ways: (a) the engine (continuous batching over the block pool, `--rows` rows, KV
 token slots as (b)); (b) the engine's former static batching: its own code from git
 (`_former_engine.py`), under a KV budget that holds `--rows` rows at their whole budget; (c) HF
 `generate_batch` (paged cache, block sharing on) with that KV memory and `--rows` requests per
-batch; (d) HF `generate()` in padded batches of 16 (bases only). Each way reports wall time,
+batch; (d) HF `generate()` in padded batches of 16 (bases only); (e) llama.cpp's `llama-server`
+where it is built (`_campaign_llama.py`: `--rows` slots, its prompt cache, the Q4_1 GGUF: a
+throughput reference on its own arithmetic, not a like-for-like ratio). Each way reports wall time,
 tokens/s, mean rows per decode step against the maximum, and, where it can, peak KV against the
 KV of the tokens still needed. Writes its section of benchmarks/RESULTS.md.
 """
@@ -26,28 +28,21 @@ import argparse
 import math
 import random
 import statistics
+import sys
 
 import torch
+from _campaign_llama import LLAMA_SERVER, run_llama_server
 from _campaign_systems import Run, run_engine, run_former, run_hf_batch, run_hf_padded
 from _former_engine import FORMER_COMMIT, load_former_engine
 from _results import write_section
 
 from nudgeability.models.loader import load_model
+from nudgeability.splice.experiment.conditions import PRESETS
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 
-ARM_CODES = (
-    "empty",
-    "conf",
-    "doubt",
-    "neutral",
-    "conf_second",
-    "doubt_second",
-    "conf_reviewer",
-    "doubt_reviewer",
-    "conf_expert",
-    "doubt_expert",
-)
+# the primary arms, then the other voices' (10 in all)
+ARM_CODES = tuple(dict.fromkeys(PRESETS["primary"][2:] + PRESETS["voices"][2:]))
 
 
 def workload(lm, problems: int):
@@ -56,6 +51,16 @@ def workload(lm, problems: int):
     )
     prompts = [list(p.with_tool) for p in prepared.prompts]
     return prepared.family, prompts, prepared.splices
+
+
+def common_start(prompts: list[list[int]]) -> int:
+    """The tokens every prompt starts with (the system prompt and tools), less one, so that each
+    prompt keeps a token of its own to sample from."""
+    first = prompts[0]
+    n = 0
+    while n < len(first) and all(len(p) > n and p[n] == first[n] for p in prompts):
+        n += 1
+    return max(0, min(n, min(map(len, prompts)) - 1))
 
 
 def lognormal_budgets(n: int, median: int, sigma: float, cap: int, seed: int = 0) -> list[int]:
@@ -70,9 +75,8 @@ def row(name: str, run: Run, max_rows: int | None, reference: Run | None) -> str
         else "—"
     )
     queued = "—"
-    if run.queued_steps:
-        steps = run.rows_per_step[: run.queued_steps]
-        queued = f"{statistics.mean(steps) / max_rows:.0%}"
+    if run.queued_rows:
+        queued = f"{statistics.mean(run.queued_rows) / max_rows:.0%}"
     kv = "—"
     if run.peak_kv_bytes is not None:
         kv = f"{run.peak_kv_bytes / 2**20:.1f} MiB"
@@ -113,7 +117,13 @@ def main():
     ap.add_argument("--median", type=int, default=48)
     ap.add_argument("--sigma", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--skip", default="", help="ways to leave out, e.g. hf_batch_arms,hf_padded")
+    ap.add_argument("--heavy-problems", type=int, default=128)
+    ap.add_argument("--cap", type=int, default=512, help="largest heavy-tailed budget")
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="ways or phases to leave out: unshared, former, hf_batch, hf_padded, llama, arms, heavy",
+    )
     ap.add_argument(
         "--small", action="store_true", help="8 problems, 2 arms, 4 rows: a quick check"
     )
@@ -126,20 +136,59 @@ def main():
     torch.set_num_threads(args.threads)
     lm = load_model("smollm2")
     model, tok = lm.model, lm.tokenizer
-    family, prompts, splices = workload(lm, args.problems)
+    family, prompts, splices = workload(lm, max(args.problems, args.heavy_problems))
+    heavy_prompts, prompts = prompts[: args.heavy_problems], prompts[: args.problems]
     stops = family.stop_token_ids
     former = load_former_engine()
     width = max(map(len, prompts))
-    base_kv = args.rows * (width + args.base_budget - 1)  # the former batches hold --rows rows
 
-    # 1. bases
+    start = common_start(prompts + heavy_prompts)
+
+    def ways(label, work, kv, hf_kv=None, padded=False):
+        out = {}
+        for name, key, run in (
+            (
+                "(a) engine",
+                "engine",
+                lambda: run_engine(model, tok, work, kv=kv, rows=args.rows, shared=start),
+            ),
+            (
+                "(a′) engine, start not shared",
+                "unshared",
+                lambda: run_engine(model, tok, work, kv=kv, rows=args.rows),
+            ),
+            ("(b) former static", "former", lambda: run_former(former, model, tok, work, kv=kv)),
+            (
+                "(c) HF generate_batch",
+                "hf_batch",
+                lambda: run_hf_batch(model, tok, work, kv=hf_kv, rows=args.rows),
+            ),
+            (
+                "(d) HF generate(), batches of 16",
+                "hf_padded",
+                lambda: run_hf_padded(model, tok, work),
+            ),
+            (
+                f"(e) llama-server, -np {args.rows}",
+                "llama",
+                lambda: run_llama_server(work, slots=args.rows, threads=args.threads),
+            ),
+        ):
+            if (
+                key in skip
+                or (key == "hf_batch" and hf_kv is None)
+                or (key == "hf_padded" and not padded)
+                or (key == "llama" and not LLAMA_SERVER.is_file())
+            ):
+                continue
+            out[name] = run()
+            print(f"{label}: {name} {out[name].wall:.1f} s", file=sys.stderr, flush=True)
+        return out
+
+    # 1. bases: KV for --rows rows at their whole budget (what the former batches hold)
+    base_kv = args.rows * (width + args.base_budget - 1)
     bases = ("generate", prompts, [args.base_budget] * len(prompts), stops, False)
-    runs1 = {"(a) engine": run_engine(model, tok, bases, kv=base_kv, rows=args.rows)}
-    runs1["(b) former static"] = run_former(former, model, tok, bases, kv=base_kv)
-    if "hf_batch" not in skip:
-        runs1["(c) HF generate_batch"] = run_hf_batch(model, tok, bases, kv=base_kv, rows=args.rows)
-    if "hf_padded" not in skip:
-        runs1["(d) HF generate(), batches of 16"] = run_hf_padded(model, tok, bases)
+    runs1 = ways("bases", bases, base_kv, hf_kv=base_kv, padded=True)
 
     # 2. arms from each base's cut (the engine's bases)
     codes = ARM_CODES[: args.arms]
@@ -150,82 +199,104 @@ def main():
             groups.append((prompt + generated[:cut], [list(splices[c]) for c in codes]))
     arm_budgets = [[args.arm_budget] * len(codes) for _ in groups]
     arms = ("fork", groups, arm_budgets, stops, False)
-    per_group = max(len(p) for p, _ in groups) + sum(
-        len(s) + args.arm_budget - 1 for s in groups[0][1]
-    )
-    arm_kv = max(1, args.rows // len(codes)) * per_group
-    runs2 = {"(a) engine": run_engine(model, tok, arms, kv=arm_kv, rows=args.rows)}
-    runs2["(b) former static"] = run_former(former, model, tok, arms, kv=arm_kv)
-    if "hf_batch" not in skip and "hf_batch_arms" not in skip:
-        runs2["(c) HF generate_batch"] = run_hf_batch(model, tok, arms, kv=arm_kv, rows=args.rows)
+    longest = max(len(p) for p, _ in groups)
+    per_group = longest + sum(len(s) + args.arm_budget - 1 for s in groups[0][1])
+    arm_kv = max(1, args.rows // len(codes)) * per_group  # --rows rows' groups, prefix once
+    hf_arm_kv = args.rows * (longest + max(map(len, groups[0][1])) + args.arm_budget)
+    runs2 = {} if "arms" in skip else ways("arms", arms, arm_kv, hf_kv=hf_arm_kv)
 
     # 3. heavy-tailed bases, EOS ignored
-    budgets = lognormal_budgets(len(prompts), args.median, args.sigma, cap=4 * args.base_budget)
+    budgets = lognormal_budgets(len(heavy_prompts), args.median, args.sigma, cap=args.cap)
     heavy_kv = args.rows * (width + max(budgets) - 1)
-    heavy = ("generate", prompts, budgets, stops, True)
-    runs3 = {"(a) engine": run_engine(model, tok, heavy, kv=heavy_kv, rows=args.rows)}
-    runs3["(b) former static"] = run_former(former, model, tok, heavy, kv=heavy_kv)
+    heavy = ("generate", heavy_prompts, budgets, stops, True)
+    runs3 = {} if "heavy" in skip else ways("heavy", heavy, heavy_kv)
 
-    body = report(args, runs1, runs2, runs3, groups, budgets, base_kv, arm_kv, heavy_kv)
+    body = report(
+        args, runs1, runs2, runs3, groups, budgets, (base_kv, arm_kv, hf_arm_kv, heavy_kv), start
+    )
     print(body)
     if not args.no_write:
         write_section("Campaign: continuous batching (benchmarks/campaign.py)", body)
 
 
-def report(args, runs1, runs2, runs3, groups, budgets, base_kv, arm_kv, heavy_kv) -> str:
-    engine = [r["(a) engine"] for r in (runs1, runs2, runs3)]
-    lengths = sorted(len(t) for t in engine[0].tokens)
+def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:
+    base_kv, arm_kv, hf_arm_kv, heavy_kv = kvs
+    lengths = sorted(len(t) for t in runs1["(a) engine"].tokens)
+    prefix = min((len(p) for p, _ in groups), default=0)
     lines = [
-        f"SmolLM2-135M-Instruct fp32, CPU, {torch.get_num_threads()} threads, {args.problems} "
-        f"StrategyQA problems (with-tool prompts of {min(map(len, [g[0] for g in groups]), default=0)}"
-        f"+ tokens), greedy. Row budget {args.rows}. The former static batching is the engine's "
-        f"own code at git {FORMER_COMMIT} (`benchmarks/_former_engine.py`), not an imitation; "
-        f"its KV budget (`max_batch_tokens`) holds {args.rows} rows at their whole budget, and "
-        "the engine's pool has the same token slots. HF generate_batch gets that KV memory and "
-        f"{args.rows} requests per batch.",
+        f"SmolLM2-135M-Instruct fp32, CPU, {torch.get_num_threads()} threads, StrategyQA "
+        f"with-tool prompts ({prefix}+ tokens with B's reasoning), greedy. Row budget "
+        f"{args.rows} for the engine and HF generate_batch. The former static batching is the "
+        f"engine's own code at git {FORMER_COMMIT} (`benchmarks/_former_engine.py`), not an "
+        f"imitation; its KV budget (`max_batch_tokens`) holds {args.rows} rows at their whole "
+        "budget, and the engine's pool has the same token slots. HF generate_batch gets the KV "
+        f"of {args.rows} requests at their whole budget (without its block sharing). The engine "
+        f"stores and computes the {start} tokens every prompt starts with (system prompt and "
+        "tools) once (`ForkRequest.shared`); (a′) is the engine without that.",
         "",
-        f"Base lengths (the engine's) min / median / max: {lengths[0]} / "
-        f"{statistics.median(lengths):.0f} / {lengths[-1]}; budget {args.base_budget}; KV budget "
-        f"{base_kv} slots. Arms: {len(groups)} bases closed their thinking, {args.arms} arms "
-        f"each, budget {args.arm_budget}, KV budget {arm_kv} slots. Heavy-tailed: per-row budgets "
-        f"log-normal (median {args.median}, sigma {args.sigma}, seed 0; min / median / max "
-        f"{min(budgets)} / {statistics.median(budgets):.0f} / {max(budgets)}), EOS ignored, KV "
-        f"budget {heavy_kv} slots.",
-        "",
-        *table("Phase 1: bases", runs1, args.rows),
-        *table(f"Phase 2: {args.arms} arms per base, forked at the cut", runs2, args.rows),
-        *table("Heavy-tailed bases (log-normal budgets, EOS ignored)", runs3, args.rows),
-        "Targets (ratios of wall times in this run):",
+        f"- Bases: {args.problems} problems; lengths (the engine's) min / median / max "
+        f"{lengths[0]} / {statistics.median(lengths):.0f} / {lengths[-1]}; budget "
+        f"{args.base_budget}; KV {base_kv} slots.",
+        f"- Arms: {len(groups)} bases closed their thinking; {args.arms} arms each, budget "
+        f"{args.arm_budget}; KV {arm_kv} slots ({hf_arm_kv} for HF).",
+        f"- Heavy-tailed: {args.heavy_problems} problems, per-row budgets log-normal (median "
+        f"{args.median}, sigma {args.sigma}, capped at {args.cap}, seed 0; min / median / max "
+        f"{min(budgets)} / {statistics.median(budgets):.0f} / {max(budgets)}), EOS ignored; KV "
+        f"{heavy_kv} slots.",
         "",
     ]
+    phases = (
+        ("Phase 1: bases", "bases", runs1),
+        (f"Phase 2: {args.arms} arms per base, forked at the cut", "arms", runs2),
+        ("Heavy-tailed bases (log-normal budgets, EOS ignored)", "heavy-tailed", runs3),
+    )
+    for title, _, runs in phases:
+        if runs:
+            lines += table(title, runs, args.rows)
+    lines += ["Targets (ratios of wall times in this run):", ""]
 
-    def ratio(runs, key):
-        return runs[key].wall / runs["(a) engine"].wall if key in runs else None
+    def ratio(runs, key, engine="(a) engine"):
+        return runs[key].wall / runs[engine].wall if key in runs and engine in runs else None
 
-    def target(label, value, bound):
+    def target(label, runs, key, bound):
+        value = ratio(runs, key)
         if value is None:
             return f"- {label}: not run"
-        return f"- {label}: **{value:.2f}×** (target ≥ {bound}: **{'met' if value >= bound else 'NOT met'}**)"
+        verdict = "met" if value >= bound else "NOT met"
+        line = f"- {label}: **{value:.2f}×** (target ≥ {bound}: **{verdict}**)"
+        unshared = ratio(runs, key, "(a′) engine, start not shared")
+        if unshared is not None:
+            line += f"; without the shared start {unshared:.2f}×"
+        return line
 
     lines += [
-        target("engine vs former static, heavy-tailed", ratio(runs3, "(b) former static"), 1.5),
-        target("engine vs HF generate_batch, bases", ratio(runs1, "(c) HF generate_batch"), 2),
-        target("engine vs HF generate_batch, arms", ratio(runs2, "(c) HF generate_batch"), 4),
+        target("engine vs former static, heavy-tailed", runs3, "(b) former static", 1.5),
+        target("engine vs HF generate_batch, bases", runs1, "(c) HF generate_batch", 2),
+        target("engine vs HF generate_batch, arms", runs2, "(c) HF generate_batch", 4),
         target(
             "engine vs HF generate() in batches of 16, bases",
-            ratio(runs1, "(d) HF generate(), batches of 16"),
+            runs1,
+            "(d) HF generate(), batches of 16",
             1.5,
         ),
-        "- engine vs former static, natural lengths: bases "
-        f"{ratio(runs1, '(b) former static'):.2f}×, arms {ratio(runs2, '(b) former static'):.2f}×",
     ]
-    for name, run in zip(("bases", "arms", "heavy-tailed"), engine):
-        steps = run.rows_per_step[: run.queued_steps] if run.queued_steps else []
-        occupancy = statistics.mean(steps) / args.rows if steps else None
+    for name, runs in (("bases", runs1), ("arms", runs2)):
+        value = ratio(runs, "(b) former static")
+        if value is not None:
+            lines.append(f"- engine vs former static, {name} (natural lengths): {value:.2f}×")
+    for _, name, runs in phases:
+        value = ratio(runs, f"(e) llama-server, -np {args.rows}")
+        if value is not None:
+            lines.append(f"- engine vs llama-server, {name} (a reference, Q4_1): {value:.2f}×")
+    for _, name, runs in phases:
+        run = runs.get("(a) engine")
+        if run is None:
+            continue
+        occupancy = statistics.mean(run.queued_rows) / args.rows if run.queued_rows else None
         state = "no step had work waiting" if occupancy is None else f"{occupancy:.1%}"
         met = occupancy is not None and occupancy >= 0.9
         lines.append(
-            f"- engine occupancy while work waited ({name}, {run.queued_steps or 0} steps): "
+            f"- engine occupancy while work waited ({name}, {len(run.queued_rows)} steps): "
             f"{state} of {args.rows} rows (target ≥ 90%: **{'met' if met else 'NOT met'}**); "
             f"peak KV {run.peak_kv_bytes / 2**20:.1f} MiB vs {run.live_at_peak_bytes / 2**20:.1f} "
             "MiB live; at every step KV ≤ 1.15 × live + one block per row: "

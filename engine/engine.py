@@ -38,7 +38,12 @@ from nudgeability.engine.sampler import greedy, sample, token_uncertainty
 from nudgeability.engine.sampling_params import SamplingParams
 from nudgeability.engine.scheduler import PREFILL_CHUNK, GroupShape, Scheduler, StepPlan
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
-from nudgeability.engine.static_decode import BUCKETS, GraphedDecode, StaticDecode
+from nudgeability.engine.static_decode import (
+    BUCKETS,
+    MAX_SEGMENTS,
+    GraphedDecode,
+    StaticDecode,
+)
 from nudgeability.engine.step_layout import StepLayout
 
 
@@ -180,9 +185,12 @@ class Engine:
         prompts: list[list[int]],
         params: SamplingParams | list[SamplingParams],
         *,
+        shared: int = 0,
         return_logits=False,
     ) -> list[Completion]:
-        """Generate from each prompt independently; returns one `Completion` per prompt, in order."""
+        """Generate from each prompt independently; returns one `Completion` per prompt, in order.
+        `shared`: the prompts' first tokens that are a common start (`ForkRequest.shared`; each
+        prompt uses the min of it and its own length)."""
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise EngineInputError(
                 "generate() needs a non-empty list of prompts (lists of token ids)"
@@ -192,7 +200,8 @@ class Engine:
             req.check_ids(prompt, f"prompt {i}", False, self.vocab_size)
         req.check_stop_strings(per, self.tokenizer)
         refs = [
-            self.submit_generate(p, sp, return_logits=return_logits) for p, sp in zip(prompts, per)
+            self.submit_generate(p, sp, shared=min(shared, len(p) - 1), return_logits=return_logits)
+            for p, sp in zip(prompts, per)
         ]
         return self._drain(refs)
 
@@ -220,15 +229,21 @@ class Engine:
 
     # --- the streaming API --------------------------------------------------------------------
     def submit_generate(
-        self, prompt: list[int], params: SamplingParams, *, retain=False, return_logits=False
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        shared: int = 0,
+        retain=False,
+        return_logits=False,
     ) -> SequenceRef:
-        """Queue one prompt; it starts when rows and KV allow. `retain` keeps its KV after it
-        finishes, so that a later `ForkRequest(reuse=...)` can copy its stem (`release` it then)."""
+        """Queue one prompt; it starts when rows and KV allow. `shared`: see `ForkRequest`.
+        `retain` keeps its KV after it finishes, so that a later `ForkRequest(reuse=...)` can
+        copy its stem (`release` it then)."""
         req.check_ids(prompt, "prompt", False, self.vocab_size)
         req.check_stop_strings([params], self.tokenizer)
-        (ref,) = self.submit_fork(
-            ForkRequest(list(prompt), [[]], [params]), return_logits=return_logits, checked=True
-        )
+        request = ForkRequest(list(prompt), [[]], [params], shared=shared)
+        (ref,) = self.submit_fork(request, return_logits=return_logits, checked=True)
         row = self._rows[ref.id]
         row.retain, row.solo = retain, True
         return ref
@@ -317,6 +332,8 @@ class Engine:
             return None
         if any(s1 - s0 != 1 for _, s0, s1 in plan.row_chunks):
             return None
+        if any(len(row.group.segments) > MAX_SEGMENTS for row, _, _ in plan.row_chunks):
+            return None
         bucket = next(b for b in BUCKETS if b >= rows)
         static = self._statics.get(bucket)
         if (
@@ -358,8 +375,7 @@ class Engine:
         out = []
         for row in done:
             self.scheduler.finish(row)
-            shared = sum(s.length for s in row.group.segments if s is row.group.own)
-            out.append((SequenceRef(row.id), row.completion(shared)))
+            out.append((SequenceRef(row.id), row.completion(row.group.computed)))
             if not row.retain:
                 del self._rows[row.id]
         return out
@@ -474,6 +490,10 @@ class Engine:
             req.check_ids(suffix, f"{where}suffix {j}", True, self.vocab_size)
         if not 0 <= request.stem <= len(request.prefix_ids):
             raise EngineInputError(f"{where}stem {request.stem} is not within the prefix")
+        if not 0 <= request.shared <= len(request.prefix_ids) - request.stem:
+            raise EngineInputError(
+                f"{where}shared {request.shared} is not within the prefix before its stem"
+            )
         for j, (suffix, params) in enumerate(zip(request.suffixes, per)):
             self._check_context(
                 len(request.prefix_ids) + len(suffix) + params.max_new_tokens, where, j

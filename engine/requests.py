@@ -2,9 +2,10 @@
 
 A `generate` prompt is a group whose own run is the prompt but its last token, with one row whose
 suffix is that last token (`GroupShape.of`: an empty suffix borrows the prefix's last token). A
-`ForkRequest` is a group whose run is the prefix, with one row per suffix. A request with a
-`stem` is two groups: one computing the stem as a single row continuing the run (exactly as the
-base computed it), and the fork group, which reads run and stem as two segments.
+`ForkRequest` is a group whose run is the prefix, with one row per suffix. A `shared` start of the
+prefix is a run of its own, one for all live requests with the same tokens, and the rest of the
+prompt is computed as one row continuing it; a `stem` is computed as one row continuing those
+(exactly as the base computed it); the fork group reads them all as segments.
 """
 
 from __future__ import annotations
@@ -17,18 +18,49 @@ from nudgeability.engine.sequence import ForkRequest, Group, Run, Sequence
 
 
 class Builder:
-    """Numbers groups and rows in submission order (the scheduler's tie-breaker everywhere)."""
+    """Numbers groups and rows in submission order (the scheduler's tie-breaker everywhere), and
+    keeps the shared runs that live requests can reuse, by their tokens."""
 
     def __init__(self):
         self._groups = 0
         self._rows = 0
+        self._shared: dict[tuple[int, ...], Run] = {}
+        self.made: list[Run] = []
 
-    def group(self, segments: list[Run], own: Run | None) -> Group:
+    def run(self, tokens: list[int], offset: int) -> Run:
+        run = Run(tokens, offset)
+        self.made.append(run)
+        return run
+
+    def group(self, segments: list[Run]) -> Group:
+        """A group reading `segments`; it prefills the first one if nothing else will."""
+        own = None
+        if segments and not segments[0].owned:
+            own = segments[0]
+            own.owned = True
         group = Group(self._groups, segments, own)
         self._groups += 1
         for run in segments:
             run.holders += 1
         return group
+
+    def prompt(self, tokens: list[int], shared: int, params, groups: list) -> list[Run]:
+        """The segments of a prompt: one run, or a shared run and the rest computed as a row
+        continuing it (a group appended to `groups`)."""
+        if not shared:
+            return [self.run(tokens, 0)]
+        key = tuple(tokens[:shared])
+        run = self._shared.get(key)
+        if run is None or run.holders == 0:
+            run = self._shared[key] = self.run(list(key), 0)
+        if shared == len(tokens):
+            return [run]
+        rest = self.run(tokens[shared:], shared)
+        rest.owned = True  # computed by its row
+        group = self.group([run])
+        self.row(group, tokens[shared:], params, samples=False, stem=rest)
+        groups.append(group)
+        return [run, rest]
 
     def row(self, group: Group, suffix: list[int], params: SamplingParams, **kwargs) -> Sequence:
         row = Sequence(self._rows, group, list(suffix), params, **kwargs)
@@ -59,7 +91,13 @@ def fork_groups(
     base: Sequence | None,
     return_logits: bool,
 ) -> tuple[list[Group], list[Sequence]]:
-    """The groups of one fork request (one, or a stem group and the fork group) and its arm rows."""
+    """The groups of one fork request and its arm rows.
+
+    The prefix becomes a chain of segments: a `shared` run (one per distinct tokens among the
+    live requests), then the rest of the prompt computed as one row continuing it, then the
+    `stem` computed (or copied from `reuse`) as one row continuing both; a prefix with neither is
+    one run that the fork group prefills itself, as before.
+    """
     shape = GroupShape.of(
         len(request.prefix_ids),
         [len(s) for s in request.suffixes],
@@ -67,35 +105,33 @@ def fork_groups(
     )
     prefix, suffixes = shape.split(list(request.prefix_ids), [list(s) for s in request.suffixes])
     stem = max(0, request.stem - shape.borrowed)
-    if stem == 0 and base is None:
-        run = Run(prefix, 0)
-        group = builder.group([run], run)
-        return [group], builder.arms(group, suffixes, params, return_logits)
     cut = len(prefix) - stem
-    run = _base_run(base, prefix[:cut], prefix[cut:]) if base is not None else None
-    if run is None:
+    groups: list[Group] = []
+    made = builder.made = []  # the runs this request creates (what its prefill computes)
+    segments = _base_segments(base, prefix[:cut], prefix[cut:]) if base is not None else None
+    if segments is None:  # no base, or its KV is gone: compute the prompt's segments
         base = None
-        run = own = Run(prefix[:cut], 0)
-    else:
-        own = None
-    if stem == 0:
-        group = builder.group([run], own)
-        return [group], builder.arms(group, suffixes, params, return_logits)
-    stem_run = Run(prefix[cut:], cut)
-    stem_group = builder.group([run], own)
-    stem_row = builder.row(stem_group, prefix[cut:], params[0], samples=False, stem=stem_run)
-    if base is not None:
-        stem_row.copy_from = (base, stem)
-        base.pins += 1
-    group = builder.group([run, stem_run], None)
-    return [stem_group, group], builder.arms(group, suffixes, params, return_logits)
+        segments = builder.prompt(prefix[:cut], min(request.shared, cut), params[0], groups)
+    if stem:
+        stem_run = builder.run(prefix[cut:], cut)
+        stem_group = builder.group(segments)
+        stem_row = builder.row(stem_group, prefix[cut:], params[0], samples=False, stem=stem_run)
+        if base is not None:
+            stem_row.copy_from = (base, stem)
+            base.pins += 1
+        groups.append(stem_group)
+        segments = segments + [stem_run]
+    group = builder.group(segments)
+    copied = stem if base is not None else 0
+    group.computed = sum(s.length for s in segments if s in made) - copied
+    return groups + [group], builder.arms(group, suffixes, params, return_logits)
 
 
-def _base_run(base: Sequence, run_ids: list[int], stem_ids: list[int]) -> Run | None:
-    """The run a fork shares with the base it reuses (None when the base's KV is gone: the fork
-    then computes it again, with the same result); refuses a base whose tokens differ."""
+def _base_segments(base: Sequence, prompt_ids: list[int], stem_ids: list[int]):
+    """The segments a fork shares with the base it reuses (None when the base's KV is gone: the
+    fork then computes them again, with the same result); refuses a base whose tokens differ."""
     segments = base.group.segments
-    if len(segments) != 1 or segments[0].token_ids != run_ids:
+    if [t for s in segments for t in s.token_ids] != prompt_ids:
         raise EngineInputError(
             "reuse: the prefix before the stem is not the reused sequence's prompt (all but its "
             "last token)"
@@ -105,7 +141,7 @@ def _base_run(base: Sequence, run_ids: list[int], stem_ids: list[int]) -> Run | 
             f"reuse: the stem ({len(stem_ids)} tokens) is not the reused sequence's last prompt "
             "token and the tokens it has generated so far"
         )
-    return segments[0] if segments[0].start is not None else None
+    return list(segments) if all(s.start is not None for s in segments) else None
 
 
 def per_item(params, count: int, what: str) -> list[SamplingParams]:

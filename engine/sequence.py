@@ -26,6 +26,14 @@ class ForkRequest:
 
     `params` is one `SamplingParams` for every arm, or a list with one per arm.
 
+    `shared` > 0 says that the first `shared` tokens of the prefix are a start that other requests
+    may have too (a system prompt, tools, worked examples): they are stored and computed once for
+    every live request with the same tokens, and the rest of the prompt continues them. Whether
+    another request shares them changes nothing in the results: each request's prefix is computed
+    the same way, shared or not. `shared=k` and `shared=0` compute the rest of the prompt on
+    different paths (a row continuing the start, or a prefill), so fix `k` from the prompt's
+    template, never from what else runs, and replay with the same `k`.
+
     `stem` > 0 says that the last `stem` tokens of the prefix are a base's own generation (with the
     last token of its prompt before them): they are computed as that base computed them, one
     sequence continuing the rest of the prefix, and stored once as a segment of their own. Their
@@ -40,6 +48,7 @@ class ForkRequest:
     params: SamplingParams | list[SamplingParams]
     stem: int = 0
     reuse: SequenceRef | None = None
+    shared: int = 0
 
 
 @dataclass
@@ -73,7 +82,7 @@ class Run:
     `offset` is the position of its first token; `written` counts the tokens whose KV is in the
     pool; `holders` counts the groups that read it (freed when none do and nothing retains it)."""
 
-    __slots__ = ("token_ids", "offset", "start", "written", "holders")
+    __slots__ = ("token_ids", "offset", "start", "written", "holders", "owned")
 
     def __init__(self, token_ids: list[int], offset: int):
         self.token_ids = token_ids
@@ -81,6 +90,7 @@ class Run:
         self.start: int | None = None
         self.written = 0
         self.holders = 0
+        self.owned = False  # a group prefills it, or a row computes it
 
     @property
     def length(self) -> int:
@@ -104,6 +114,7 @@ class Group:
     admitted: bool = False
     live: int = 0  # rows not finished
     reserved: int = 0  # pool blocks its request could take (Engine._reserve), while it is open
+    computed: int = 0  # prefix tokens its request computes (not shared, not copied)
 
     @property
     def prefix_len(self) -> int:

@@ -26,6 +26,7 @@ from nudgeability.engine.kv_pool import SCRATCH_BLOCK
 from nudgeability.engine.scheduler import StepPlan
 
 BUCKETS = (16, 32, 64, 128, 256)
+MAX_SEGMENTS = 3  # a shared run, the rest of the prompt, a stem
 Q_TILE = 16  # rows per tile of the block mask (the least Triton's flex kernel takes)
 SCRATCH_OWNER = -2  # pad rows read (and write) only the scratch block
 
@@ -47,7 +48,8 @@ class StaticDecode:
         self.row_key = zeros(rows)
         self.row_slot = zeros(rows)
         self.prefix_len = zeros(rows)
-        self.seg = zeros(rows, 2, 3)  # (first slot, end slot, position of the first token)
+        # per row and prefix segment: (first slot, end slot, position of the first token)
+        self.seg = zeros(rows, MAX_SEGMENTS, 3)
         self.kv_num_blocks = zeros(1, 1, self.tiles, dtype=torch.int32)
         self.kv_indices = zeros(1, 1, self.tiles, blocks, dtype=torch.int32)
         self.slot_owner = torch.full((blocks * block_size,), -1, dtype=torch.long, device=device)
@@ -77,8 +79,9 @@ class StaticDecode:
             row_slots.append(s0)
             plens.append(group.prefix_len)
             runs = [s for s in group.segments if s.length]
-            seg = [(s.start, s.start + s.length, s.offset) for s in runs] + [(0, 0, 0)] * 2
-            segs += [v for triple in seg[:2] for v in triple]
+            seg = [(s.start, s.start + s.length, s.offset) for s in runs]
+            seg += [(0, 0, 0)] * (MAX_SEGMENTS - len(seg))
+            segs += [v for triple in seg for v in triple]
             visible = {
                 b for s in runs for b in range(s.start // bs, (s.start + s.length - 1) // bs + 1)
             }
@@ -99,7 +102,7 @@ class StaticDecode:
             keys.append(SCRATCH_OWNER)
             row_slots.append(bs - 1)
             plens.append(0)
-            segs += [0] * 6
+            segs += [0] * (3 * MAX_SEGMENTS)
             tiles[i // Q_TILE].add(SCRATCH_BLOCK)
         counts = [len(t) for t in tiles]
         indices = []
@@ -126,7 +129,8 @@ class StaticDecode:
         values = host.to(self.device, non_blocking=True)
         r = self.rows
         parts = torch.split(
-            values, [r] * 6 + [6 * r, self.tiles, len(indices)] + [len(owner_slots)] * 3
+            values,
+            [r] * 6 + [3 * MAX_SEGMENTS * r, self.tiles, len(indices)] + [len(owner_slots)] * 3,
         )
         for buffer, part in zip(
             (
@@ -179,19 +183,15 @@ class StaticDecode:
 
         def mask_mod(b, h, q, kv):
             qpos = plen[q] + rslot[q]
-            own = (owner[kv] == rkey[q]) & (spos[kv] <= rslot[q])
-            own_pos = plen[q] + spos[kv]
-            in0 = (kv >= seg[q, 0, 0]) & (kv < seg[q, 0, 1])
-            in1 = (kv >= seg[q, 1, 0]) & (kv < seg[q, 1, 1])
-            pos0 = seg[q, 0, 2] + kv - seg[q, 0, 0]
-            pos1 = seg[q, 1, 2] + kv - seg[q, 1, 0]
-            if window is None:
-                return own | in0 | in1
-            return (
-                (own & (qpos - own_pos < window))
-                | (in0 & (qpos - pos0 < window))
-                | (in1 & (qpos - pos1 < window))
-            )
+            visible = (owner[kv] == rkey[q]) & (spos[kv] <= rslot[q])
+            if window is not None:
+                visible = visible & (rslot[q] - spos[kv] < window)
+            for j in range(MAX_SEGMENTS):
+                inside = (kv >= seg[q, j, 0]) & (kv < seg[q, j, 1])
+                if window is not None:
+                    inside = inside & (qpos - (seg[q, j, 2] + kv - seg[q, j, 0]) < window)
+                visible = visible | inside
+            return visible
 
         slots = self.pool.num_blocks * self.block_size
         mask = BlockMask.from_kv_blocks(

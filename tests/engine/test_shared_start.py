@@ -1,0 +1,78 @@
+"""A `shared` start (a system prompt common to many requests) is stored and computed once for all
+live requests with the same tokens, and changes no result: each request equals its solo run with
+the same `shared`, and in fp32 HF's tokens on its full prompt."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.engine_reference import assert_matches_reference, random_ids
+
+from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.models.testing.tiny import tiny_model
+
+START = random_ids(40, seed=77)  # longer than Gemma 4's window (16)
+PARAMS = SamplingParams(max_new_tokens=12, ignore_eos=True)
+
+
+def _prompts() -> list[list[int]]:
+    return [START + random_ids(n, seed=n) for n in (1, 6, 23, 50)] + [START[:30], START + [9]]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma4"])
+@pytest.mark.parametrize("static", [False, True])
+def test_prompts_sharing_a_start_equal_their_solo_runs(arch, static):
+    model = tiny_model(arch, num_layers=3, seed=5)
+    prompts = _prompts()
+    engine = Engine(model, static_decode=static)
+    outs = engine.generate(prompts, PARAMS, shared=len(START), return_logits=True)
+    for prompt, out in zip(prompts, outs):
+        if not static:  # the fixed-shape steps read the whole pool: not claimed batch-invariant
+            alone = Engine(model).generate([prompt], PARAMS, shared=len(START), return_logits=True)
+            assert torch.equal(out.logits, alone[0].logits)  # sharing changes no bit
+        assert_matches_reference(model, out, prompt, 12, engine.eos_ids)
+    assert engine.pool.in_use == 0
+
+
+def test_the_shared_start_is_computed_once():
+    model = tiny_model("llama", num_layers=2, seed=3)
+    prompts = [START + random_ids(n, seed=n) for n in (3, 8, 12)]
+    engine = Engine(model)
+    engine.generate(prompts, PARAMS, shared=len(START))
+    # the start once, each prompt's rest once, then one token per step after the first
+    expected = len(START) + sum(len(p) - len(START) for p in prompts) + len(prompts) * 11
+    assert engine.stats.token_forwards == expected
+    unshared = Engine(model)
+    unshared.generate(prompts, PARAMS)
+    assert unshared.stats.token_forwards == expected + 2 * len(START)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_arms_reusing_a_base_with_a_shared_start_equal_arms_computed_afresh(static):
+    """Three prefix segments (the shared start, the rest of the prompt, the stem copied from the
+    base) give the arms of a fork computed from scratch, and HF's tokens."""
+    model = tiny_model("qwen3", num_layers=3, seed=8)
+    prompt, cut = START + random_ids(20, seed=4), 9
+    engine = Engine(model, static_decode=static)
+    base = engine.submit_generate(prompt, PARAMS, shared=len(START), retain=True)
+    engine.submit_generate(START + [5, 6], PARAMS, shared=len(START))  # shares the start
+    while engine.busy:
+        engine.step()
+    generated = engine.peek(base)
+    suffixes = [random_ids(3, seed=1), [], random_ids(5, seed=2)]
+    prefix = prompt + generated[:cut]
+    request = ForkRequest(prefix, suffixes, PARAMS, stem=cut + 1, reuse=base, shared=len(START))
+    refs = engine.submit_fork(request, return_logits=True)
+    finished = {}
+    while engine.busy:
+        finished.update((r.id, c) for r, c in engine.step())
+    engine.release(base)
+    assert engine.pool.in_use == 0
+    fresh = Engine(model, static_decode=static).fork_many(
+        [ForkRequest(prefix, suffixes, PARAMS, stem=cut + 1, shared=len(START))],
+        return_logits=True,
+    )[0]
+    for suffix, ref, arm in zip(suffixes, refs, fresh):
+        if not static:
+            assert torch.equal(finished[ref.id].logits, arm.logits)
+        assert_matches_reference(model, finished[ref.id], prefix + suffix, 12, engine.eos_ids)
