@@ -25,7 +25,7 @@ def test_the_commands_print_every_file_they_write(tmp_path, run_dir, capsys):
     assert main(["report", str(out), "--out", str(report)]) == 0
     stems = ("s_vs_l", "flip_composition", "delegation", "oracle")
     figures = [str(report / f"{stem}.{f}") for stem in stems for f in ("png", "pdf")]
-    assert capsys.readouterr().out.splitlines() == figures
+    assert capsys.readouterr().out.splitlines() == [*figures, str(report / "report.html")]
 
 
 def test_the_flags_reach_the_pipeline(tmp_path, run_dir, capsys):

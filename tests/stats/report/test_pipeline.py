@@ -117,7 +117,8 @@ def test_run_report_draws_every_figure_as_png_and_pdf(tmp_path, run_dirs):
     written = run_stats(StatsOptions(run_dirs, out=stats_dir, n_boot=500)).written
     result = run_report(ReportOptions([stats_dir], out=report_dir))
     stems = ("s_vs_l", "flip_composition", "delegation", "oracle")
-    assert result.written == [report_dir / f"{stem}.{f}" for stem in stems for f in ("png", "pdf")]
+    figures = [report_dir / f"{stem}.{f}" for stem in stems for f in ("png", "pdf")]
+    assert result.written == [*figures, report_dir / "report.html"]
     for stem in stems:
         assert (report_dir / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", stem
         assert (report_dir / f"{stem}.pdf").read_bytes()[:5] == b"%PDF-", stem
