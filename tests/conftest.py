@@ -13,7 +13,31 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # this when it is first imported, which bitsandbytes does on import, so it is set before anything.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import sys  # noqa: E402
+
 import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_as_found():
+    """A test that sets torch's thread count (an in-process `nudge run --threads`, a server test)
+    leaves it as it found it: batch invariance, and so the runner's schedule, depend on it."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    if before is not None:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (restored after): where batch invariance was measured."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

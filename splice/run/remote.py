@@ -166,7 +166,7 @@ def remote_spec_of(
         chat_continue=backend.get("chat_continue", RemoteSpec.chat_continue),
         tokenizer=tokenizer or manifest["inputs"]["tokenizer"]["directory"],
         api_key_env=api_key_env,
-        served_model=served if served != backend["model"] else None,
+        served_model=served if served != backend.get("model") else None,
     )
 
 

@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
 from nudgeability.engine.progress import progress_bar
@@ -96,11 +98,15 @@ def run(
 
 def streams(prepared: Prepared) -> bool:
     """Whether the run streams: on the in-process engine, in float32 on CPU, where a sequence's
-    logits do not depend on what else is in the batch (engine/README.md, batch invariance), so
+    logits do not depend on what else is in the batch at one thread (engine/README.md), so
     the stream's records are those of every unit computed alone. Elsewhere (a server, bf16,
     CUDA) each unit is one engine call, the whole batch that a resume or a replay computes again."""
+    # One torch thread only: with two, SmolLM2's fp32 matrix products split their rows between
+    # the threads by batch size, and a prompt's logits then differ in the last bits from batch to
+    # batch (engine/README.md, batch invariance); such a run keeps each unit one engine call.
     config = prepared.config
-    return prepared.backend is None and config.device == "cpu" and config.dtype == "float32"
+    local_fp32 = prepared.backend is None and config.device == "cpu" and config.dtype == "float32"
+    return local_fp32 and torch.get_num_threads() == 1
 
 
 def _by_unit(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, int]:

@@ -14,6 +14,13 @@ from helpers.engine_reference import ARCHS, random_ids
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Batch invariance, which the stream rests on, is measured at one torch thread: the runner
+    streams only there (splice/run/runner.py, streams)."""
+
+
 BATCHES = (2, 3, 5, 8, 16, 17, 33, 64)
 PARAMS = SamplingParams(max_new_tokens=12, ignore_eos=True)
 

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from nudgeability.splice.cli import main
+from nudgeability.splice.rundir.seal import write_sealed_manifest
 
 KILL_DURING_WRITE = """
 import resource, signal, sys
@@ -164,11 +165,11 @@ def _shard(path, k, problems, pad):
         "config": {"shard": [k, 2], "chunk_size": 1, "conditions": ["NT"], "seeds": [0]},
         "problems": problems,
     }
-    (path / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     mine = problems[k - 1 :: 2]
     lines = [json.dumps({"problem_id": p, "condition": "NT", "seed": 0, "pad": pad}) for p in mine]
     (path / "records.jsonl").write_text("".join(line + "\n" for line in lines))
     (path / "parts").mkdir()
+    write_sealed_manifest(path, manifest)  # a finished shard: merge takes only sealed ones
     return path
 
 

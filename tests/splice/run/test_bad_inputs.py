@@ -31,7 +31,7 @@ def nudge_error(tiny_checkpoint, tmp_path):
 
     def fail(*extra) -> str:
         status, err = run_nudge(
-            [*nudge_run_args(model_dir, out, task=None, max_new_tokens=4), *extra]
+            [*nudge_run_args(model_dir, out, task="musique", max_new_tokens=4), *extra]
         )
         assert status == 2
         assert err.count("\n") == 1 and err.startswith("nudge run: error: "), err

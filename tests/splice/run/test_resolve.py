@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from nudgeability.engine.scheduler import GroupShape, batch_cost
 from nudgeability.models.families import Family, get_family
 from nudgeability.splice.experiment.sentences import load_sentences
+from nudgeability.splice.rundir.seal import record_part_hash
 from nudgeability.splice.tasks import get_task, sample_problems
 from nudgeability.splice.tasks.tools import SearchIndex
 
@@ -99,7 +100,11 @@ def _plant(out, family) -> list[tuple[str, str]]:
                 planted.append((record["problem_id"], condition))
                 changed = True
         if changed:
-            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            data = "".join(line + "\n" for line in lines).encode("utf-8")
+            path.write_bytes(data)
+            # planted as if the run had written it: its hash goes in the part journal, which a
+            # resume trusts before the seal (splice/rundir/seal.py), or the part is recomputed
+            record_part_hash(out, path.name, data)
     for path in parts.glob("resolve-*.jsonl"):
         path.unlink()
     for name in ("records.jsonl", "resolutions.jsonl"):
@@ -270,6 +275,7 @@ def _replant(out, parts: dict[str, bytes]) -> None:
             path.unlink()
         elif path.name in parts:
             path.write_bytes(parts[path.name])
+            record_part_hash(out, path.name, parts[path.name])  # as if this run had written it
     for name in ("records.jsonl", "resolutions.jsonl"):
         (out / name).unlink()
 

@@ -83,13 +83,14 @@ def test_a_kv_budget_one_group_could_exceed_names_the_group_and_its_need():
     splices = {"empty": (), "conf": (1, 2, 3), "doubt": (1, 2), "neutral": (1, 2, 3, 4, 5)}
     work = _workload("primary", splices)
     # B's arms: prefix 12 + 4 - 1 = 15; the empty splice borrows its last token: prefix 14, suffixes
-    # 1, 4, 3, 6; each row holds its longest suffix + arm budget - 1 = 7 slots: 14 + 4 * 7 = 42
-    check_fits(work, None, 42)
+    # 1, 4, 3, 6; each row holds its own suffix + arm budget (2) - 1, as the engine takes blocks as
+    # rows grow (engine/kv_pool.py), no longer the longest suffix: 14 + 2 + 5 + 4 + 7 = 32
+    check_fits(work, None, 32)
     with pytest.raises(ConfigError) as error:
-        check_fits(work, None, 41)
+        check_fits(work, None, 31)
     assert str(error.value) == (
-        "--max-batch-tokens 41: data.json:31: problem q7's B arms can need 42 KV token slots; "
-        "raise the budget to at least 42, or lower --max-new-tokens"
+        "--max-batch-tokens 31: data.json:31: problem q7's B arms can need 32 KV token slots; "
+        "raise the budget to at least 32, or lower --max-new-tokens"
     )
     # NT alone: prompt 10, borrowed to 9 + one row of 1 + 4 - 1 = 4 slots = 13
     check_fits(_workload("NT", {}), None, 13)
