@@ -16,10 +16,11 @@ Where each concept lives (engine/README.md tells how they fit):
   decode step; `threads.py`: torch's CPU thread count.
 """
 
-from nudgeability.engine.engine import Engine, EngineStats, StepRecord
+from nudgeability.engine.engine import Engine
+from nudgeability.engine.engine_stats import EngineStats, StepRecord
 from nudgeability.engine.errors import EngineInputError, UnsupportedModelError
+from nudgeability.engine.group_shape import GroupShape, batch_cost
 from nudgeability.engine.sampling_params import SamplingParams
-from nudgeability.engine.scheduler import GroupShape, batch_cost
 from nudgeability.engine.sequence import Completion, ForkRequest, SequenceRef
 
 __all__ = [

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 import torch
 
 from nudgeability.engine import requests as req
+from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.group_shape import GroupShape
 from nudgeability.engine.kv_cache import PoolCache
 from nudgeability.engine.kv_pool import KVPool
 from nudgeability.engine.model_runner import ModelRunner
@@ -36,7 +38,7 @@ from nudgeability.engine.outputs import (
 from nudgeability.engine.progress import progress_bar
 from nudgeability.engine.sampler import greedy, sample, token_uncertainty
 from nudgeability.engine.sampling_params import SamplingParams
-from nudgeability.engine.scheduler import PREFILL_CHUNK, GroupShape, Scheduler, StepPlan
+from nudgeability.engine.scheduler import PREFILL_CHUNK, Scheduler, StepPlan
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
 from nudgeability.engine.static_decode import (
     BUCKETS,
@@ -45,40 +47,6 @@ from nudgeability.engine.static_decode import (
     StaticDecode,
 )
 from nudgeability.engine.step_layout import StepLayout
-
-
-@dataclass
-class StepRecord:
-    """What one step did (kept in `EngineStats.trace` when the engine is made with `trace=True`)."""
-
-    tokens: int  # tokens of the forward, pads excluded
-    rows: int  # rows that chose a token
-    running: int  # rows holding KV slots
-    waiting: int  # rows not admitted yet, in admitted or waiting groups
-    kv_blocks: int  # pool blocks in use after the step
-    live_tokens: int  # token slots whose KV is written and still needed, after the step
-
-
-@dataclass
-class EngineStats:
-    """Token-forwards actually computed since the engine was made, and how full the steps were."""
-
-    prefix_tokens: int = 0  # prefix-chunk tokens (groups' own runs)
-    suffix_tokens: int = 0  # row-prefill tokens (suffixes, stems, recomputation)
-    decode_tokens: int = 0  # single-token rows
-    pad_tokens: int = 0  # pad rows (ModelRunner.padded: batch invariance)
-    forward_calls: int = 0
-    steps: int = 0
-    sampled_rows: int = 0  # rows that chose a token, summed over steps
-    preemptions: int = 0
-    peak_cache_bytes: int = 0  # largest KV held at once (pool blocks in use x block bytes)
-    prefill_seconds: float = 0.0  # steps with prefill work
-    decode_seconds: float = 0.0  # steps of single-token rows only (each ends in a host sync)
-    trace: list[StepRecord] | None = None
-
-    @property
-    def token_forwards(self) -> int:
-        return self.prefix_tokens + self.suffix_tokens + self.decode_tokens
 
 
 @dataclass
@@ -140,8 +108,8 @@ class Engine:
         self.max_rows = max_rows
         self.block_size = block_size
         self.progress = progress
-        self.eos_ids = _eos_ids(model, tokenizer)
-        self.pad_id = _pad_id(model, tokenizer, self.eos_ids)
+        self.eos_ids = req.eos_ids(model, tokenizer)
+        self.pad_id = req.pad_id(model, tokenizer, self.eos_ids)
         self.vocab_size = self.runner.lm_head.weight.shape[0]
         self.stats = EngineStats(trace=[] if trace else None)
         on_cuda = self.runner.device.type == "cuda"
@@ -218,7 +186,7 @@ class Engine:
         if not requests:
             raise EngineInputError("fork_many() needs at least one ForkRequest")
         for i, request in enumerate(requests):
-            self._check_fork(request, f"request {i}: " if len(requests) > 1 else "")
+            req.check_fork(request, self, f"request {i}: " if len(requests) > 1 else "")
         refs = [self.submit_fork(r, return_logits=return_logits, checked=True) for r in requests]
         flat = self._drain([ref for group in refs for ref in group])
         out, k = [], 0
@@ -253,7 +221,7 @@ class Engine:
     ) -> list[SequenceRef]:
         """Queue one fork group (one ref per arm, in order); see `ForkRequest` for `stem`/`reuse`."""
         if not checked:
-            self._check_fork(request, "")
+            req.check_fork(request, self, "")
         params = req.per_item(request.params, len(request.suffixes), "suffix")
         base = None
         if request.reuse is not None:
@@ -299,7 +267,7 @@ class Engine:
             self.runner.disengage()
             raise
         finished = self._postprocess(plan, layout, hidden)
-        self._account(plan, layout, time.perf_counter() - t0)
+        account(self, plan, layout, time.perf_counter() - t0)
         if not self.busy:
             self.runner.disengage()
         return finished
@@ -380,43 +348,6 @@ class Engine:
                 del self._rows[row.id]
         return out
 
-    def _account(self, plan: StepPlan, layout: StepLayout, seconds: float) -> None:
-        stats = self.stats
-        stats.prefix_tokens += sum(c1 - c0 for _, c0, c1 in plan.prefix_chunks)
-        single = plan.decode_rows
-        stats.decode_tokens += single
-        stats.suffix_tokens += sum(s1 - s0 for _, s0, s1 in plan.row_chunks) - single
-        stats.pad_tokens += layout.tokens - layout.row_end
-        stats.forward_calls += 1
-        stats.steps += 1
-        stats.sampled_rows += len(layout.sample_index)
-        stats.preemptions = self.scheduler.preemptions
-        slot_bytes = self.pool.slot_bytes()
-        stats.peak_cache_bytes = max(
-            stats.peak_cache_bytes, self.pool.in_use * self.block_size * slot_bytes
-        )
-        if plan.prefix_chunks or single < len(plan.row_chunks):
-            stats.prefill_seconds += seconds
-        else:
-            stats.decode_seconds += seconds
-        if stats.trace is not None:
-            stats.trace.append(self._record(plan, layout))
-
-    def _record(self, plan: StepPlan, layout: StepLayout) -> StepRecord:
-        sched = self.scheduler
-        groups = sched.admitted + sched.waiting
-        runs = {id(s): s for g in sched.admitted for s in g.segments if s.start is not None}
-        live = sum(s.written for s in runs.values() if s.start is not None)
-        live += sum(r.computed for r in self._all_rows() if r.holds_slots and r.stem is None)
-        return StepRecord(
-            tokens=layout.row_end,
-            rows=len(layout.sample_index),
-            running=sum(1 for r in sched.running if r.stem is None),
-            waiting=sum(sum(1 for r in g.waiting if r.stem is None) for g in groups),
-            kv_blocks=self.pool.in_use,
-            live_tokens=live,
-        )
-
     def _all_rows(self):
         return list(self.scheduler.running) + list(self.scheduler.retained)
 
@@ -480,52 +411,3 @@ class Engine:
         return [done[ref.id] for ref in refs]
 
     # --- validation -------------------------------------------------------------------------------
-    def _check_fork(self, request: ForkRequest, where: str) -> None:
-        req.check_ids(request.prefix_ids, f"{where}prefix", False, self.vocab_size)
-        if not isinstance(request.suffixes, (list, tuple)) or not request.suffixes:
-            raise EngineInputError(f"{where}the suffix list is empty: give at least one arm")
-        per = req.per_item(request.params, len(request.suffixes), "suffix")
-        req.check_stop_strings(per, self.tokenizer, where)
-        for j, suffix in enumerate(request.suffixes):
-            req.check_ids(suffix, f"{where}suffix {j}", True, self.vocab_size)
-        if not 0 <= request.stem <= len(request.prefix_ids):
-            raise EngineInputError(f"{where}stem {request.stem} is not within the prefix")
-        if not 0 <= request.shared <= len(request.prefix_ids) - request.stem:
-            raise EngineInputError(
-                f"{where}shared {request.shared} is not within the prefix before its stem"
-            )
-        for j, (suffix, params) in enumerate(zip(request.suffixes, per)):
-            self._check_context(
-                len(request.prefix_ids) + len(suffix) + params.max_new_tokens, where, j
-            )
-
-    def _check_context(self, needed: int, where: str, arm: int) -> None:
-        limit = self.runner.max_positions
-        if limit is not None and needed > limit:
-            raise EngineInputError(
-                f"{where}arm {arm}: prefix + suffix + max_new_tokens = {needed} tokens exceeds the "
-                f"model's context of {limit} (max_position_embeddings); shorten the input or "
-                "max_new_tokens"
-            )
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    """EOS ids as HF generate() uses them: the generation config's, else the model config's."""
-    for source in (getattr(model, "generation_config", None), model.config):
-        eos = getattr(source, "eos_token_id", None) if source is not None else None
-        if eos is not None:
-            return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
-    if tokenizer is not None and tokenizer.eos_token_id is not None:
-        return {int(tokenizer.eos_token_id)}
-    return set()
-
-
-def _pad_id(model, tokenizer, eos_ids: set[int]) -> int:
-    # Pad tokens are never attended to; any valid id will do.
-    for candidate in (
-        getattr(model.config, "pad_token_id", None),
-        getattr(tokenizer, "pad_token_id", None),
-    ):
-        if candidate is not None:
-            return int(candidate)
-    return min(eos_ids) if eos_ids else 0

@@ -11,9 +11,9 @@ prompt is computed as one row continuing it; a `stem` is computed as one row con
 from __future__ import annotations
 
 from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.group_shape import GroupShape
 from nudgeability.engine.sampler import uniform_stream
 from nudgeability.engine.sampling_params import SamplingParams
-from nudgeability.engine.scheduler import GroupShape
 from nudgeability.engine.sequence import ForkRequest, Group, Run, Sequence
 
 
@@ -172,3 +172,56 @@ def check_stop_strings(params: list[SamplingParams], tokenizer, where: str = "")
             f"{where}stop_strings need a tokenizer: build the Engine with Engine(model, tokenizer), "
             "or use stop_token_ids"
         )
+
+
+def check_fork(request: ForkRequest, engine, where: str) -> None:
+    """Refuse a fork `engine` cannot run, naming the request (`where`) and the field at fault."""
+    check_ids(request.prefix_ids, f"{where}prefix", False, engine.vocab_size)
+    if not isinstance(request.suffixes, (list, tuple)) or not request.suffixes:
+        raise EngineInputError(f"{where}the suffix list is empty: give at least one arm")
+    per = per_item(request.params, len(request.suffixes), "suffix")
+    check_stop_strings(per, engine.tokenizer, where)
+    for j, suffix in enumerate(request.suffixes):
+        check_ids(suffix, f"{where}suffix {j}", True, engine.vocab_size)
+    if not 0 <= request.stem <= len(request.prefix_ids):
+        raise EngineInputError(f"{where}stem {request.stem} is not within the prefix")
+    if not 0 <= request.shared <= len(request.prefix_ids) - request.stem:
+        raise EngineInputError(
+            f"{where}shared {request.shared} is not within the prefix before its stem"
+        )
+    for j, (suffix, params) in enumerate(zip(request.suffixes, per)):
+        _check_context(
+            len(request.prefix_ids) + len(suffix) + params.max_new_tokens, engine, where, j
+        )
+
+
+def _check_context(needed: int, engine, where: str, arm: int) -> None:
+    limit = engine.runner.max_positions
+    if limit is not None and needed > limit:
+        raise EngineInputError(
+            f"{where}arm {arm}: prefix + suffix + max_new_tokens = {needed} tokens exceeds the "
+            f"model's context of {limit} (max_position_embeddings); shorten the input or "
+            "max_new_tokens"
+        )
+
+
+def eos_ids(model, tokenizer) -> set[int]:
+    """EOS ids as HF generate() uses them: the generation config's, else the model config's."""
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None) if source is not None else None
+        if eos is not None:
+            return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        return {int(tokenizer.eos_token_id)}
+    return set()
+
+
+def pad_id(model, tokenizer, eos_ids: set[int]) -> int:
+    # Pad tokens are never attended to; any valid id will do.
+    for candidate in (
+        getattr(model.config, "pad_token_id", None),
+        getattr(tokenizer, "pad_token_id", None),
+    ):
+        if candidate is not None:
+            return int(candidate)
+    return min(eos_ids) if eos_ids else 0
