@@ -133,4 +133,4 @@ def test_smollm2_resolutions_and_signals_stream_to_the_same_bytes(tmp_path):
     streamed = _run("smollm2", tmp_path / "stream", "stream", **config)
     assert streamed == units
     resolutions = (tmp_path / "stream" / "resolutions.jsonl").read_text().splitlines()
-    assert sum('"unresolved": null' in line for line in resolutions) >= 2
+    assert sum('"unresolved":null' in line for line in resolutions) >= 2
