@@ -33,14 +33,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gpu_quant  # noqa: E402  (benchmarks/ is put on the path above)
+
+# the shape of Qwen3-8B (gpu_quant.py holds it), with what a whole model needs besides
 QWEN3_8B = dict(
-    vocab_size=151936,
-    hidden_size=4096,
-    intermediate_size=12288,
-    num_hidden_layers=36,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
+    gpu_quant.QWEN3_8B,
     max_position_embeddings=40960,
     rope_theta=1_000_000.0,
     tie_word_embeddings=False,
