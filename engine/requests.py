@@ -4,7 +4,9 @@ A `generate` prompt is a group whose own run is the prompt but its last token, w
 suffix is that last token (`GroupShape.of`: an empty suffix borrows the prefix's last token). A
 `ForkRequest` is a group whose run is the prefix, with one row per suffix. A `shared` start of the
 prefix is a run of its own, one for all live requests with the same tokens, and the rest of the
-prompt is computed as one row continuing it; a `stem` is computed as one row continuing those
+prompt is computed by one row continuing it: the lone row of a generate prompt (the rest joins
+its suffix), the stem row of a fork with a `stem` (the rest joins the stem), or else a row of its
+own whose run the arms read. A `stem` is computed as one row continuing the segments before it
 (exactly as the base computed it); the fork group reads them all as segments.
 """
 
@@ -94,9 +96,10 @@ def fork_groups(
     """The groups of one fork request and its arm rows.
 
     The prefix becomes a chain of segments: a `shared` run (one per distinct tokens among the
-    live requests), then the rest of the prompt computed as one row continuing it, then the
-    `stem` computed (or copied from `reuse`) as one row continuing both; a prefix with neither is
-    one run that the fork group prefills itself, as before.
+    live requests), then the `stem` computed (or copied from `reuse`) as one row continuing it;
+    the rest of the prompt between them joins the stem, or the suffix of a lone arm, or else is a
+    run computed by a row of its own. A prefix with neither is one run that the fork group
+    prefills itself, as before.
     """
     shape = GroupShape.of(
         len(request.prefix_ids),
@@ -106,12 +109,23 @@ def fork_groups(
     prefix, suffixes = shape.split(list(request.prefix_ids), [list(s) for s in request.suffixes])
     stem = max(0, request.stem - shape.borrowed)
     cut = len(prefix) - stem
+    shared = min(request.shared, cut)
+    if 0 < shared < cut and (stem or len(suffixes) == 1):
+        # The rest of the prompt goes to the one row that continues the shared start anyway (the
+        # stem row, or a lone arm: a generate prompt), into that row's own slots. A run of its
+        # own would end in a part-filled block per prompt on top of the row's (campaign.py, peak
+        # KV); and a base's stem then starts where the base's row does, so `reuse` copies it.
+        if not stem:
+            suffixes = [prefix[shared:] + suffixes[0]]
+            prefix = prefix[:shared]
+        cut = shared
+        stem = len(prefix) - cut
     groups: list[Group] = []
     made = builder.made = []  # the runs this request creates (what its prefill computes)
     segments = _base_segments(base, prefix[:cut], prefix[cut:]) if base is not None else None
     if segments is None:  # no base, or its KV is gone: compute the prompt's segments
         base = None
-        segments = builder.prompt(prefix[:cut], min(request.shared, cut), params[0], groups)
+        segments = builder.prompt(prefix[:cut], shared, params[0], groups)
     if stem:
         stem_run = builder.run(prefix[cut:], cut)
         stem_group = builder.group(segments)

@@ -32,7 +32,9 @@ class ForkRequest:
     another request shares them changes nothing in the results: each request's prefix is computed
     the same way, shared or not. `shared=k` and `shared=0` compute the rest of the prompt on
     different paths (a row continuing the start, or a prefill), so fix `k` from the prompt's
-    template, never from what else runs, and replay with the same `k`.
+    template, never from what else runs, and replay with the same `k`. With a `stem`, the rest of
+    the prompt is computed as part of the stem (so a base's stem to copy starts after the shared
+    start, where the base's row does).
 
     `stem` > 0 says that the last `stem` tokens of the prefix are a base's own generation (with the
     last token of its prompt before them): they are computed as that base computed them, one

@@ -76,3 +76,29 @@ def test_arms_reusing_a_base_with_a_shared_start_equal_arms_computed_afresh(stat
         if not static:
             assert torch.equal(finished[ref.id].logits, arm.logits)
         assert_matches_reference(model, finished[ref.id], prefix + suffix, 12, engine.eos_ids)
+
+
+def test_prompts_sharing_a_start_hold_one_part_filled_block_per_row():
+    """The KV in use after every step, against a count made here from what each prompt has
+    written: the shared start's blocks once, and each unfinished prompt's rest and generated
+    tokens in whole blocks of its own, so that at most one block per row is part-filled."""
+    model = tiny_model("llama", num_layers=2, seed=3)
+    prompts = [START + random_ids(n, seed=n) for n in (3, 8, 12, 17, 21, 30)]
+    budgets = [5, 19, 9, 33, 12, 26]
+    engine = Engine(model, max_rows=4, max_batch_tokens=2048, block_size=8)
+    refs = [
+        engine.submit_generate(p, SamplingParams(max_new_tokens=b, ignore_eos=True), shared=40)
+        for p, b in zip(prompts, budgets)
+    ]
+    blocks = engine.pool.blocks_for
+    done = set()
+    while engine.busy:
+        done.update(r.id for r, _ in engine.step())
+        written = [
+            len(p) - len(START) + len(engine.peek(r)) - 1
+            for p, r in zip(prompts, refs)
+            if r.id not in done and engine.peek(r)
+        ]
+        start = blocks(len(START)) if len(done) < len(prompts) else 0
+        assert engine.pool.in_use == start + sum(blocks(w) for w in written)
+    assert engine.pool.in_use == 0
