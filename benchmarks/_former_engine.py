@@ -18,6 +18,7 @@ from pathlib import Path
 
 FORMER_COMMIT = "970209c"  # main before issue 23: the last commit of the static engine
 _NAME = "former_static_engine"
+_MOVED = {"nudgeability.models.progress": "nudgeability.engine.progress"}
 
 
 def load_former_engine():
@@ -33,6 +34,9 @@ def load_former_engine():
             continue
         text = _git(repo, "show", f"{FORMER_COMMIT}:engine/{name}")
         text = text.replace("nudgeability.engine", _NAME)
+        # What it imported from outside engine/ and has moved since (issue 21, the regrouping).
+        for was, now in _MOVED.items():
+            text = text.replace(was, now)
         text = text.replace('NAME = "nudge_fork"', 'NAME = "nudge_fork_former"')
         (target / name).write_text(text)
     sys.path.insert(0, str(target.parent))
