@@ -6,6 +6,9 @@ two wrote the same records.jsonl (and resolutions.jsonl) byte for byte; writes i
 RESULTS.md. Run it alone on the machine (timed figures).
 
     python benchmarks/stream_schedule.py --n 16 --resolve
+
+The runner streams only on one torch thread (splice/run/runner.py `streams`), so both schedules
+run on `--threads` (1); `--by-unit-threads` adds the by-unit schedule where `nudge run` uses it.
 """
 
 from __future__ import annotations
@@ -64,9 +67,16 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=32)
     parser.add_argument("--max-new-tokens", default="256,128")
     parser.add_argument("--resolve", action="store_true")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (the runner streams only on one)"
+    )
+    parser.add_argument(
+        "--by-unit-threads",
+        type=int,
+        default=2,
+        help="also time the by-unit schedule on this many threads (what `nudge run` does there); 0: not",
+    )
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     base, arm = (int(x) for x in args.max_new_tokens.split(","))
     config = RunConfig(
         task=args.task,
@@ -78,13 +88,18 @@ def main() -> None:
         device="cpu",
     )
     with tempfile.TemporaryDirectory() as tmp:
+        torch.set_num_threads(args.threads)
         units = _timed(config, Path(tmp) / "units", "units")
         stream = _timed(config, Path(tmp) / "stream", "stream")
+        rows = [
+            (f"by unit (the former barrier), {args.threads} thread(s)", units),
+            (f"stream, {args.threads} thread(s)", stream),
+        ]
+        if args.by_unit_threads:
+            torch.set_num_threads(args.by_unit_threads)
+            wide = _timed(config, Path(tmp) / "wide", "units")
+            rows.append((f"by unit, {args.by_unit_threads} thread(s)", wide))
     same = units["digest"] == stream["digest"]
-    rows = [
-        ("by unit (the former barrier)", units),
-        ("stream", stream),
-    ]
     table = [
         "| schedule | wall s | engine steps | mean rows per decode step |",
         "|---|---|---|---|",
@@ -92,18 +107,23 @@ def main() -> None:
     for name, r in rows:
         table.append(f"| {name} | {r['seconds']:.1f} | {r['steps']} | {r['rows']:.1f} |")
     ratio = units["seconds"] / stream["seconds"]
-    body = "\n".join(
-        [
-            f"SmolLM2 fp32, {args.task}, n = {args.n}, chunk size {args.chunk_size}, budgets "
-            f"{args.max_new_tokens}{', --resolve' if args.resolve else ''}, every condition, "
-            f"greedy, {args.threads} threads; one process, the by-unit schedule first.",
-            "",
-            *table,
-            "",
-            f"The stream is **{ratio:.2f}×** the by-unit schedule's speed; records"
-            f"{' and resolutions' if args.resolve else ''} byte-identical: **{same}**.",
-        ]
-    )
+    lines = [
+        f"SmolLM2 fp32, {args.task}, n = {args.n}, chunk size {args.chunk_size}, budgets "
+        f"{args.max_new_tokens}{', --resolve' if args.resolve else ''}, every condition, "
+        "greedy; one process, in the order of the table.",
+        "",
+        *table,
+        "",
+        f"On {args.threads} thread(s) the stream is **{ratio:.2f}×** the by-unit schedule's speed; "
+        f"records{' and resolutions' if args.resolve else ''} byte-identical: **{same}**.",
+    ]
+    if args.by_unit_threads:
+        wide_ratio = rows[-1][1]["seconds"] / stream["seconds"]
+        lines.append(
+            f"Against the by-unit schedule on {args.by_unit_threads} thread(s) (where `nudge run` "
+            f"does not stream: splice/run/runner.py `streams`), the stream is {wide_ratio:.2f}×."
+        )
+    body = "\n".join(lines)
     print(body)
     write_section("Runner schedules: stream against one call per unit", body)
 
