@@ -4,7 +4,8 @@ whether the engine's logits do.
     python benchmarks/batch_invariance.py [--no-smollm2]
 
 1. **Operations** (SmolLM2's real weights and shapes): a row's result alone against the same row at
-   a random position among M rows, for the matrix products (a linear of each shape, the LM head),
+   a random position among M rows, and every row of a block of M rows against the same rows at
+   M = 64, for the matrix products (a linear of each shape, the LM head),
    the fused attention kernel (folded query rows; keys padded with masked ones, to a multiple of
    16 or not) and an elementwise transcendental (sigmoid) at every position of a tensor. Each cell
    lists the classes of M (or key count, or position) whose results are bitwise the same.
@@ -65,6 +66,26 @@ def linear_classes(weight: torch.Tensor, rows=(1, 2, 3, 8, 15, 16, 17, 32, 33, 6
         with torch.inference_mode():
             out[m] = F.linear(x, weight)[at]
     return classes(out)
+
+
+def linear_rows(weight: torch.Tensor, rows=(16, 17, 24, 32, 33, 36, 37, 48, 65, 96, 128, 160)):
+    """Every row, not one needle: rows 0-63 of M >= 16 rows (what the engine's padded forwards run)
+    against the same rows at M = 64. A single needle row can sit where the kernel happens to sum
+    alike; this counts the rows whose bits change, and at which M."""
+    x = torch.randn(max(rows), weight.shape[1], generator=torch.Generator().manual_seed(0))
+    x = x.to(weight.dtype)
+    with torch.inference_mode():
+        ref = F.linear(x[:64], weight)
+        varied, at = set(), []
+        for m in rows:
+            n = min(m, 64)
+            differ = (F.linear(x[:m], weight)[:n] != ref[:n]).any(-1).nonzero().flatten().tolist()
+            varied.update(differ)
+            if differ:
+                at.append(m)
+    if not varied:
+        return "none"
+    return f"{len(varied)} of 64 rows, at M = {_span(at)}"
 
 
 def attention_classes(dtype) -> tuple[str, str, str]:
@@ -142,12 +163,20 @@ def main():
         weights = {
             "linear 576→576 (q_proj)": layer.self_attn.q_proj.weight,
             "linear 576→1536 (up_proj)": layer.mlp.up_proj.weight,
+            "linear 1536→576 (down_proj)": layer.mlp.down_proj.weight,
             "LM head 576→49152": lm.model.lm_head.weight,
         }
         for name, w in weights.items():
             w = w.detach()
             lines.append(
-                f"| {name}, rows M | {linear_classes(w)} | {linear_classes(w.bfloat16())} |"
+                f"| {name}, one row among M | {linear_classes(w)} | "
+                f"{linear_classes(w.bfloat16())} |"
+            )
+        for name, w in weights.items():
+            w = w.detach()
+            lines.append(
+                f"| {name}, rows 0–63 of M ≥ 16 that differ from M = 64 | {linear_rows(w)} | "
+                f"{linear_rows(w.bfloat16())} |"
             )
         models["SmolLM2-135M"] = (lm.model, lm.tokenizer)
     fp, bf = attention_classes(torch.float32), attention_classes(torch.bfloat16)
