@@ -22,7 +22,9 @@ class FallbackWarning(RuntimeWarning):
 
 @dataclass(frozen=True)
 class Fallback:
-    path: str  # what was meant to run, e.g. "static_decode bucket 32" or "scaled_mm layers.0.q_proj"
+    path: (
+        str  # what was meant to run, e.g. "static_decode bucket 32" or "scaled_mm layers.0.q_proj"
+    )
     used: str  # what runs instead
     reason: str  # why, in one line
 
