@@ -5,7 +5,8 @@ Four modes, chosen at load (`load_quantized(..., compute=)`, `nudge run --quant-
 - `exact`: dequantise the whole weight on every forward, bit for bit as the format's library does,
   then `F.linear` in the activations' dtype. Slow; the reference every other path is tested against.
 - `fused` (the default): compute from the quantised storage with a kernel made for it, the
-  weight never materialised in full precision. Which kernel depends on the format, the device and
+  weight never materialised in full precision. On CUDA each kernel's first run at a new shape
+  is compared once with `exact` and dropped, recorded, if it disagrees (`self_check.py`). Which kernel depends on the format, the device and
   the layer's shape (`FusedPath.name`, e.g. `w4a16_simd(fp32)`); a layer no fused kernel takes
   keeps the exact path, and the loader names it in one warning. On CPU these are fp32 kernels
   whose results differ from `exact` only by the order of the float32 sums; the CUDA kernels

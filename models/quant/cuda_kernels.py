@@ -250,7 +250,10 @@ def nf4_path(layer) -> FusedPath | str:
             return bnb.matmul_4bit(x, weight, quant_state=state).to(x.dtype)
 
         def choose(x: torch.Tensor) -> list[Kernel]:
-            name = bnb_kernel(x.shape[0], n, k, layer.blocksize, x.dtype, x.device.index)
+            try:
+                name = bnb_kernel(x.shape[0], n, k, layer.blocksize, x.dtype, x.device.index)
+            except (ImportError, AttributeError):  # another bitsandbytes: its rule is unknown
+                name = "bnb_gemm_4bit_cuda"
             fused = [Kernel(name, run_bnb)]
             return fused + [triton(x)] if triton_kernels.available() else fused
 

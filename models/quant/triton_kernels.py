@@ -1,10 +1,10 @@
 """Triton weight-only matmul kernels for the three formats, reading each checkpoint's own layout.
 
-Each program computes one [BLOCK_M, BLOCK_N] tile of y = x @ W.T: for every BLOCK_K slice it loads
-the activations, loads and decodes the matching weight codes in registers into the activations'
-dtype (the same rounding as the exact path's dequantisation followed by a cast), and accumulates
-`tl.dot` in fp32. The weight is read once per tile column at its stored size: 0.5 byte (int4,
-NF4) or 1 byte (FP8) per element, never written back in full precision.
+Each program computes one [BLOCK_M, BLOCK_N] tile of y = x @ W.T over one range of K: for every
+BLOCK_K slice it loads the activations, loads and decodes the matching weight codes in registers
+into the activations' dtype (the same rounding as the exact path's dequantisation followed by a
+cast), and accumulates `tl.dot` in fp32. The weight is read once per tile column at its stored
+size: 0.5 byte (int4, NF4) or 1 byte (FP8) per element, never written back in full precision.
 
 - `w4a16_matmul`: compressed-tensors int32 words, 8 fields per word, column j in bits
   4*(j % 8); W = (f - 8 - zp) * s, with per-group scales s [N, K/G] and signed zero points.
@@ -14,8 +14,15 @@ NF4) or 1 byte (FP8) per element, never written back in full precision.
 - `nf4_matmul`: bitsandbytes' flat packing, element e = n*K + k in byte e // 2, high nibble
   first; W = table[code] * absmax[e // blocksize].
 
-Masks cover partial tiles on every side. Triton is imported lazily (the `gpu` extra); with
-`TRITON_INTERPRET=1` the same kernels run on CPU tensors, which is how CI tests them.
+The tile is a fixed rule of (M, N, K), `tile_for` (no autotuning: it would be slow under the
+interpreter and could choose differently run to run): BLOCK_M 16/32/64 by rows, BLOCK_N 64 (128
+for very wide layers), and, where N gives too few column tiles for the GPU (decode), split-K: up
+to 8 K ranges, each writing fp32 partial sums that are added in a fixed order and rounded once.
+BLOCK_N and the split depend on N and K only. Masks cover partial tiles on every side. Triton is
+imported lazily (the `gpu` extra); with `TRITON_INTERPRET=1` the same kernels run on CPU
+tensors, at every tile class `tile_for` returns, which is how CI tests them, in fp32 and fp16
+(bf16 activations give wrong numbers under Triton 3.9's interpreter, seen with the FP8 kernel,
+so bf16 is left to the self-check and `benchmarks/gpu_quant.py` on a GPU).
 """
 
 from __future__ import annotations
