@@ -5,9 +5,10 @@
 - the linears, one file per format: `fp8_linear.py`, `w4a16_linear.py`, `bnb4_linear.py`;
 - `write_fp8`, `write_w4a16`, `write_bnb4`: make such checkpoints from an HF model (`writers.py`);
 - `QuantCheckpointError`: every bad checkpoint, naming the tensor or config key (`checkpoint.py`);
-- the compute modes `exact`, `fused`, `dense` and `compute_paths(model)` (`compute.py`); the fused
-  kernels per backend: `cpu_kernels.py` (with the numba kernels in `lut_kernels.py`),
-  `cuda_kernels.py`, `triton_kernels.py`.
+- the compute modes `exact`, `fused`, `dense`, `compute_paths(model)` and `kernels_run(model)`
+  (`compute.py`); the fused kernels per backend: `cpu_kernels.py` (with the numba kernels in
+  `lut_kernels.py`), `cuda_kernels.py` (`scaled_mm.py`), `triton_kernels.py`; on CUDA each
+  kernel is checked once per shape against the exact path (`self_check.py`).
 """
 
 from nudgeability.models.quant.bnb4_linear import BnB4Linear
@@ -17,6 +18,7 @@ from nudgeability.models.quant.compute import (
     QUANT_COMPUTES,
     QuantComputeError,
     compute_paths,
+    kernels_run,
 )
 from nudgeability.models.quant.fp8_linear import FP8BlockLinear
 from nudgeability.models.quant.loader import load_quantized
@@ -28,6 +30,7 @@ __all__ = [
     "QUANT_COMPUTES",
     "QuantComputeError",
     "compute_paths",
+    "kernels_run",
     "BnB4Linear",
     "FP8BlockLinear",
     "PackQuantizedLinear",

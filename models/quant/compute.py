@@ -5,7 +5,8 @@ Four modes, chosen at load (`load_quantized(..., compute=)`, `nudge run --quant-
 - `exact`: dequantise the whole weight on every forward, bit for bit as the format's library does,
   then `F.linear` in the activations' dtype. Slow; the reference every other path is tested against.
 - `fused` (the default): compute from the quantised storage with a kernel made for it, the
-  weight never materialised in full precision. Which kernel depends on the format, the device and
+  weight never materialised in full precision. On CUDA each kernel's first run at a new shape
+  is compared once with `exact` and dropped, recorded, if it disagrees (`self_check.py`). Which kernel depends on the format, the device and
   the layer's shape (`FusedPath.name`, e.g. `w4a16_simd(fp32)`); a layer no fused kernel takes
   keeps the exact path, and the loader names it in one warning. On CPU these are fp32 kernels
   whose results differ from `exact` only by the order of the float32 sums; the CUDA kernels
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -61,12 +62,16 @@ class FusedPath:
 
     `run` takes the activations as a 2-D [rows, in] tensor of any float dtype and returns
     [rows, out] in that dtype. `tensors` are the path's own tensors (a repacked weight), kept here
-    so that they live as long as the layer.
+    so that they live as long as the layer. A CUDA path also gives `choose(x2d)`, its kernels for
+    that input in order of preference, and its layer `signature`: `configure` then runs it
+    through the self-check (`self_check.py`) against the layer's exact path.
     """
 
     name: str
     run: Callable[[torch.Tensor], torch.Tensor]
     tensors: tuple[torch.Tensor, ...] = ()
+    choose: Callable[[torch.Tensor], Sequence] | None = None
+    signature: str = ""
 
 
 class QuantLinearBase(nn.Module):
@@ -85,6 +90,9 @@ class QuantLinearBase(nn.Module):
     def compute_path(self) -> str:
         return EXACT_PATH if self.fused is None else self.fused.name
 
+    # the activations' dtype a fused path is chosen for (the model's; set by `configure`)
+    compute_dtype: torch.dtype = torch.float32
+
     def fused_path(self, read: Callable[[str], torch.Tensor], bf16: bool) -> FusedPath | str:
         """The fused kernel for this layer on its device (with `bf16`, the libraries' bf16 CPU
         kernel where there is one), or why there is none. `read(attr)` gives the tensor of buffer
@@ -100,6 +108,7 @@ class QuantLinearBase(nn.Module):
         """Take compute mode `compute` (see the module docstring); returns why a layer asked to
         be fused keeps the exact path, else None. `dtype` is the model's (for `dense`)."""
         self.fused = None
+        self.compute_dtype = dtype
         if check_compute(compute) == "dense":
             weight = self.dequantize(dtype).contiguous()
             self.fused = FusedPath(
@@ -111,7 +120,7 @@ class QuantLinearBase(nn.Module):
             )
             if isinstance(found, str):
                 return found
-            self.fused = found
+            self.fused = self_checked(found, self) if found.choose is not None else found
         return None
 
     def exact_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -134,6 +143,32 @@ def compute_paths(model: nn.Module) -> dict[str, dict[str, int]]:
     for module in model.modules():
         if isinstance(module, QuantLinearBase):
             counts.setdefault(module.format_name, Counter())[module.compute_path] += 1
+    return {fmt: dict(sorted(c.items())) for fmt, c in sorted(counts.items())}
+
+
+def self_checked(path: FusedPath, layer: QuantLinearBase) -> FusedPath:
+    """`path` with its kernels checked once per key against `layer`'s exact path (self_check.py)."""
+    from nudgeability.models.quant.self_check import SelfCheckedRun
+
+    run = SelfCheckedRun(
+        path.choose,
+        lambda: layer.dequantize(torch.float32),
+        layer.exact_no_bias,
+        path.signature,
+    )
+    return FusedPath(path.name, run, path.tensors, path.choose, path.signature)
+
+
+def kernels_run(model: nn.Module) -> dict[str, dict[str, int]]:
+    """{format: {kernel: number of layers}} over the kernels the self-checked (CUDA) paths have
+    actually run so far, with their tiles, and `exact` where a check fell back to it; {} before
+    any forward or on CPU. `compute_paths` says what each layer was given at load."""
+    counts: dict[str, Counter] = {}
+    for module in model.modules():
+        ran = getattr(getattr(module, "fused", None), "run", None)
+        if isinstance(module, QuantLinearBase) and hasattr(ran, "ran"):
+            for kernel in ran.ran:
+                counts.setdefault(module.format_name, Counter())[kernel] += 1
     return {fmt: dict(sorted(c.items())) for fmt, c in sorted(counts.items())}
 
 

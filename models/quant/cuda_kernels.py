@@ -1,32 +1,49 @@
-"""Fused CUDA paths for the three formats (chosen at load, one per layer; `FusedPath.name` says which).
+"""Fused CUDA paths for the three formats (chosen at load, one per layer; `FusedPath.name` says
+which kernels it may run, `compute.kernels_run(model)` which ones did).
 
-- **W4A16** (`w4a16_path`): torch's tinygemm `_weight_int4pack_mm` (SM80+, bf16 activations;
+Every path here offers its kernels in order of preference for each input (`FusedPath.choose`);
+`compute.configure` wraps it in the self-check (`self_check.py`): the first run of a kernel at a
+new (layer signature, kernel and tile, dtype, row bucket) is compared once with the exact path,
+and a kernel that disagrees or raises is replaced for good by the next one, recorded through
+`util.fallbacks.record`. The last resort is always the exact path.
+
+- **W4A16** (`w4a16_path`): for a bf16 model, torch's tinygemm `_weight_int4pack_mm` (SM80+;
   N % 8 == 0, K a multiple of 16 * innerKTiles, groups 32..256). At load the 4-bit fields are
   packed two per byte (even column in the high nibble) and tiled by `_convert_weight_to_int4pack`,
   and each group's (s, z = -zp * s) goes into the [K/G, N, 2] bf16 `scales_and_zeros`, for the
-  kernel's `(f - 8) * s + z`. Other layers, and fp16 or fp32 activations, use this project's
-  Triton kernel on the checkpoint's own packing (`triton_kernels.w4a16_matmul`).
-- **FP8 blocks** (`fp8_path`): the Triton weight-only kernel (`triton_kernels.fp8_matmul`: bf16
-  activations, the FP8 weight decoded in registers) for up to `SCALED_MM_MIN_ROWS` rows, where
-  decode lives; for more rows on SM90 with CUDA >= 12.9, `torch._scaled_mm` with blockwise scales
-  (activations quantised to FP8 in 1x128 blocks, the checkpoint's 128x128 weight scales), if a
-  probe on the first such call agrees with the Triton kernel; else Triton again.
-- **NF4 / FP4** (`nf4_path`): bitsandbytes' CUDA kernels through `matmul_4bit` (its fused GEMV at
-  one row) when bitsandbytes has a CUDA library; else this project's Triton kernel.
+  kernel's `(f - 8) * s + z`; those two are all the path keeps. For an fp16 or fp32 model, and
+  for layers tinygemm does not take, this project's Triton kernel (`triton_w4a16`) reads the
+  layer's own compressed-tensors words (no copy; only the zero points, as int8, are its own).
+  A non-bf16 activation on a tinygemm layer runs the exact path, recorded as a fallback.
+- **FP8 blocks** (`fp8_path`): the Triton weight-only kernel (`triton_fp8`, the FP8 weight decoded
+  in registers); from `SCALED_MM_MIN_ROWS` rows of bf16/fp16 activations on SM90 with CUDA >=
+  12.9, `torch._scaled_mm` with blockwise scales first (`scaled_mm.py`: activations quantised to
+  e4m3 per 1x128 block, the checkpoint's 128x128 scales passed as torch requires them). If it
+  raises or disagrees, Triton, recorded.
+- **NF4 / FP4** (`nf4_path`): bitsandbytes' CUDA `gemm_4bit` op when bitsandbytes has a CUDA
+  library. That op itself picks, by rows and the GPU, its fused kernel or a dequantise + F.linear
+  (`backends/cuda/ops.py`); `bnb_kernel` asks bitsandbytes' own rule, so the name says which:
+  `bnb_gemm_4bit_fused` or `bnb_dequant_linear`. Else this project's Triton kernel.
 
-These paths are checked against the exact ones on a GPU by `benchmarks/gpu_quant.py`; the Triton
-kernels are also checked on CPU under `TRITON_INTERPRET=1` (tests/models/quant/test_triton_kernels.py).
+Triton kernels are named with their tile (`triton_kernels.tile_for`), e.g.
+`triton_fp8[16x64x64/split2]`. They are checked on CPU under `TRITON_INTERPRET=1`
+(tests/models/quant/test_triton_kernels.py) and the `_scaled_mm` arguments against torch's rules
+(test_scaled_mm.py); `benchmarks/gpu_quant.py` checks every path against the exact one on a GPU.
 """
 
 from __future__ import annotations
 
 import torch
 
-from nudgeability.models.quant import triton_kernels
+from nudgeability.models.quant import scaled_mm, triton_kernels
 from nudgeability.models.quant.compute import FusedPath
+from nudgeability.models.quant.self_check import Kernel
+from nudgeability.util import fallbacks
 
 TINYGEMM_GROUPS = (32, 64, 128, 256)
 SCALED_MM_MIN_ROWS = 128  # below this, the weight-only Triton kernel (published: faster at M <= 64)
+E4M3_UNIT = 2.0**-4  # e4m3 keeps 3 fraction bits: relative rounding error <= 2^-4
+E4M3_FLOOR = 2.0**-10 / scaled_mm.E4M3_MAX  # half e4m3's subnormal step, per block amax
 
 
 def tinygemm_reason(out_features: int, in_features: int, group_size: int, device) -> str | None:
@@ -40,39 +57,111 @@ def tinygemm_reason(out_features: int, in_features: int, group_size: int, device
     return None
 
 
+def _int4pack(two_per_byte: torch.Tensor, inner_k_tiles: int) -> torch.Tensor:
+    """torch's tinygemm tiling (CUDA only; a seam for the memory test's meta tensors)."""
+    return torch.ops.aten._convert_weight_to_int4pack(two_per_byte, inner_k_tiles)
+
+
+def _triton_kernel(name: str, rows: int, n: int, k: int, call) -> Kernel:
+    tile = triton_kernels.tile_for(rows, n, k)
+    return Kernel(f"{name}[{tile.name}]", lambda x: call(x, tile))
+
+
 def w4a16_path(
-    fields: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None, group_size: int
+    fields: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: torch.Tensor | None,
+    group_size: int,
+    dtype: torch.dtype = torch.bfloat16,
+    packed: torch.Tensor | None = None,
 ) -> FusedPath | str:
-    """tinygemm where it takes the layer (bf16 activations), else the Triton kernel."""
+    """tinygemm where it takes the layer and the model is bf16, else the Triton kernel on
+    `packed` (the layer's compressed-tensors words; repacked from `fields` if not given)."""
     out_features, in_features = fields.shape
-    signed_zp = None if zero_point is None else zero_point.to(torch.int32).contiguous()
-    packed_words = _repack_int32(fields)
-    scale = scale.contiguous()
-
-    def triton_run(x: torch.Tensor) -> torch.Tensor:
-        return triton_kernels.w4a16_matmul(x, packed_words, scale, signed_zp, group_size)
-
+    signature = f"w4a16 [{out_features}, {in_features}] g{group_size} " + (
+        "sym" if zero_point is None else "asym"
+    )
     reason = tinygemm_reason(out_features, in_features, group_size, fields.device)
+    if reason is None and dtype != torch.bfloat16:
+        reason = f"tinygemm takes bf16 activations, the model is {dtype}"
+        if triton_kernels.available():
+            fallbacks.record(f"tinygemm_int4pack_mm {signature}", "triton_w4a16", reason)
     if reason is not None:
         if not triton_kernels.available():
             return f"{reason}, and no Triton (pip install '.[gpu]')"
-        return FusedPath("triton_w4a16", triton_run, (packed_words, scale))
+        words = packed.contiguous() if packed is not None else _repack_int32(fields)
+        zp = None if zero_point is None else zero_point.to(torch.int8).contiguous()
+        given = scale
+        scale = scale.contiguous()
+
+        def choose(x: torch.Tensor) -> list[Kernel]:
+            def call(x, tile):
+                return triton_kernels.w4a16_matmul(x, words, scale, zp, group_size, tile)
+
+            return [_triton_kernel("triton_w4a16", x.shape[0], out_features, in_features, call)]
+
+        # the path's own tensors (what it adds to the layer's storage, which it reads in place)
+        own = tuple(
+            t
+            for t, new in ((zp, True), (words, packed is None), (scale, scale is not given))
+            if t is not None and new
+        )
+        return _checked_path("triton_w4a16", choose, own, signature)
     inner = next(t for t in (8, 4, 2) if in_features % (16 * t) == 0)
     f = fields.to(torch.uint8)
-    two_per_byte = ((f[:, ::2] << 4) | f[:, 1::2]).contiguous()
-    tiled = torch.ops.aten._convert_weight_to_int4pack(two_per_byte, inner)
+    tiled = _int4pack(((f[:, ::2] << 4) | f[:, 1::2]).contiguous(), inner)
     s = scale.to(torch.float32)
     z = torch.zeros_like(s) if zero_point is None else -zero_point.to(torch.float32) * s
     scales_and_zeros = torch.stack((s, z), -1).transpose(0, 1).contiguous().to(torch.bfloat16)
+    del f, s, z
 
-    def run(x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.bfloat16:
-            return triton_run(x)
+    def magnitude() -> torch.Tensor:
+        # tinygemm forms (f - 8) * s + z from bf16 s and z = -zp * s: with |f - 8|, |zp| <= 8 its
+        # terms are within 16 |s| (which bounds |W| too)
+        sz = scales_and_zeros.float()
+        s16 = (16 * sz[..., 0].abs()).t().repeat_interleave(group_size, 1)
+        return s16[:, :in_features]
+
+    def tinygemm(x: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int4pack_mm(
             x.contiguous(), tiled, group_size, scales_and_zeros
         )
 
-    return FusedPath("tinygemm_int4pack_mm", run, (tiled, scales_and_zeros, packed_words, scale))
+    def choose(x: torch.Tensor) -> list[Kernel]:
+        if x.dtype != torch.bfloat16:
+            return []  # the exact path: tinygemm takes bf16 only (recorded below)
+        # two roundings beyond the bound's own (s and z to bf16, then the decoded value)
+        return [Kernel("tinygemm_int4pack_mm", tinygemm, 2 * 2.0**-8, magnitude=magnitude)]
+
+    return _checked_path(
+        "tinygemm_int4pack_mm", _bf16_only(choose, signature), (tiled, scales_and_zeros), signature
+    )
+
+
+def _bf16_only(choose, signature: str):
+    """`choose`, recording once that non-bf16 activations on a tinygemm layer run exact."""
+
+    def wrapped(x: torch.Tensor) -> list[Kernel]:
+        if x.dtype != torch.bfloat16:
+            fallbacks.record(
+                f"tinygemm_int4pack_mm {signature}", "exact", f"activations are {x.dtype}"
+            )
+        return choose(x)
+
+    return wrapped
+
+
+def _checked_path(name: str, choose, tensors: tuple, signature: str) -> FusedPath:
+    """A path whose `run` (used when nothing wraps it) takes the first kernel unchecked;
+    `compute.configure` replaces it by the self-checked run."""
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        kernels = choose(x)
+        if not kernels:
+            raise RuntimeError(f"{name} {signature}: no kernel for {x.dtype} without its layer")
+        return kernels[0].run(x)
+
+    return FusedPath(name, run, tensors, choose, signature)
 
 
 def _repack_int32(fields: torch.Tensor) -> torch.Tensor:
@@ -86,83 +175,92 @@ def _repack_int32(fields: torch.Tensor) -> torch.Tensor:
 
 
 def fp8_path(
-    weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]
+    weight: torch.Tensor,
+    scale_inv: torch.Tensor,
+    block: tuple[int, int],
+    facts: tuple | None = None,
 ) -> FusedPath | str:
-    """The Triton weight-only kernel, and `_scaled_mm` for many rows where it works (docstring)."""
+    """The Triton weight-only kernel, and `_scaled_mm` first from 128 rows where torch takes the
+    layer. `facts` = (capability, CUDA version) (default: the weight's device's)."""
     if not triton_kernels.available():
         return "no Triton (pip install '.[gpu]')"
-    scale = scale_inv.to(torch.float32).contiguous()
-    state = {"scaled_mm": _scaled_mm_possible(weight, block)}
-
-    def run(x: torch.Tensor) -> torch.Tensor:
-        if state["scaled_mm"] and x.shape[0] >= SCALED_MM_MIN_ROWS:
-            try:
-                return _scaled_mm_blockwise(x, weight, scale)
-            except RuntimeError:
-                state["scaled_mm"] = False
-        return triton_kernels.fp8_matmul(x, weight, scale, block)
-
-    return FusedPath("triton_fp8(+scaled_mm)", run, (weight, scale))
-
-
-def _scaled_mm_possible(weight: torch.Tensor, block: tuple[int, int]) -> bool:
-    if weight.device.type != "cuda":
-        return False
-    major, _ = torch.cuda.get_device_capability(weight.device)
-    cuda = tuple(int(v) for v in (torch.version.cuda or "0.0").split(".")[:2])
     n, k = weight.shape
-    return (
-        major == 9
-        and cuda >= (12, 9)
-        and tuple(block) == (128, 128)
-        and n % 128 == 0
-        and k % 128 == 0
-    )
+    scale = scale_inv.to(torch.float32).contiguous()
+    capability, cuda = facts if facts is not None else scaled_mm.device_facts(weight.device)
+    use_scaled_mm = scaled_mm.scaled_mm_reason(weight, block, capability, cuda) is None
+    signature = f"fp8 [{n}, {k}] block {tuple(block)}"
+
+    def call(x, tile):
+        return triton_kernels.fp8_matmul(x, weight, scale, block, tile)
+
+    def blockwise(x: torch.Tensor) -> torch.Tensor:
+        return scaled_mm.blockwise(x, weight, scale)
+
+    def choose(x: torch.Tensor) -> list[Kernel]:
+        triton = _triton_kernel("triton_fp8", x.shape[0], n, k, call)
+        big = x.shape[0] >= SCALED_MM_MIN_ROWS and x.dtype in (torch.bfloat16, torch.float16)
+        if not (use_scaled_mm and big):
+            return [triton]
+        fast = Kernel("scaled_mm_blockwise", blockwise, E4M3_UNIT, E4M3_FLOOR)
+        return [fast, triton]
+
+    name = "triton_fp8+scaled_mm_blockwise" if use_scaled_mm else "triton_fp8"
+    return _checked_path(name, choose, (scale,), signature)
 
 
-def _scaled_mm_blockwise(
-    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
-) -> torch.Tensor:
-    """W8A8: x quantised per 1x128 block (amax / 448), then cuBLAS blockwise `_scaled_mm`."""
-    rows, width = x.shape
-    pad = (-rows) % 4  # cuBLAS wants M a multiple of 4
-    xs = torch.nn.functional.pad(x.float(), (0, 0, 0, pad)).view(rows + pad, width // 128, 128)
-    amax = xs.abs().amax(-1).clamp_min(1e-12)
-    x_scale = amax / 448.0
-    x8 = (xs / x_scale[..., None]).to(torch.float8_e4m3fn).view(rows + pad, width)
-    y = torch._scaled_mm(
-        x8,
-        weight.t(),
-        scale_a=x_scale.t().contiguous().t(),  # outer-dim-major [M, K/128]
-        scale_b=scale.t().contiguous().t(),
-        out_dtype=x.dtype if x.dtype != torch.float32 else torch.bfloat16,
-    )
-    return y[:rows].to(x.dtype)
+def bnb_kernel(rows: int, n: int, k: int, blocksize: int, dtype, device_index) -> str:
+    """Which of its kernels bitsandbytes' CUDA `gemm_4bit` op runs for these rows: its rule in
+    `bitsandbytes/backends/cuda/ops.py` (0.50): dequantise + F.linear past
+    `_gemm_4bit_custom_max_m` rows or when K is not a multiple of the blocksize, else its fused
+    kernel where its per-GPU heuristic `_gemm_4bit_use_custom_fn` says so."""
+    from bitsandbytes.backends.cuda import ops
+
+    if rows > ops._gemm_4bit_custom_max_m or k % blocksize:
+        return "bnb_dequant_linear"
+    if ops._gemm_4bit_use_custom_fn(device_index, dtype, rows, n, k):
+        return "bnb_gemm_4bit_fused"
+    return "bnb_dequant_linear"
 
 
 def nf4_path(layer) -> FusedPath | str:
-    """bitsandbytes' own CUDA kernels when installed with CUDA, else the Triton 4-bit kernel."""
+    """bitsandbytes' own CUDA op when installed with CUDA (named by the kernel it picks), else
+    the Triton 4-bit kernel."""
+    n, k = layer.out_features, layer.in_features
+    signature = f"{layer.quant_type} [{n}, {k}] block {layer.blocksize}"
+    weight = layer.weight
+    lazy: dict = {}
+
+    def triton(x: torch.Tensor) -> Kernel:
+        def call(x, tile):
+            if not lazy:  # built on first use: a bnb layer needs them only if bnb fails its check
+                lazy["absmax"] = layer.block_absmax().contiguous()
+                lazy["table"] = layer.weight_quant_map.to(torch.float32).contiguous()
+            return triton_kernels.nf4_matmul(
+                x, weight, lazy["absmax"], lazy["table"], layer.blocksize, n, tile
+            )
+
+        return _triton_kernel("triton_4bit", x.shape[0], n, k, call)
+
     if _bnb_has_cuda():
         import bitsandbytes as bnb
 
         state = layer.quant_state()
 
         def run_bnb(x: torch.Tensor) -> torch.Tensor:
-            return bnb.matmul_4bit(x, layer.weight, quant_state=state).to(x.dtype)
+            return bnb.matmul_4bit(x, weight, quant_state=state).to(x.dtype)
 
-        return FusedPath("bnb_matmul_4bit_cuda", run_bnb)
+        def choose(x: torch.Tensor) -> list[Kernel]:
+            try:
+                name = bnb_kernel(x.shape[0], n, k, layer.blocksize, x.dtype, x.device.index)
+            except (ImportError, AttributeError):  # another bitsandbytes: its rule is unknown
+                name = "bnb_gemm_4bit_cuda"
+            fused = [Kernel(name, run_bnb)]
+            return fused + [triton(x)] if triton_kernels.available() else fused
+
+        return _checked_path("bnb_gemm_4bit_cuda", choose, (), signature)
     if not triton_kernels.available():
         return "no Triton (pip install '.[gpu]') and no CUDA bitsandbytes"
-    absmax = layer.block_absmax().contiguous()
-    table = layer.weight_quant_map.to(torch.float32).contiguous()
-    weight = layer.weight
-
-    def run(x: torch.Tensor) -> torch.Tensor:
-        return triton_kernels.nf4_matmul(
-            x, weight, absmax, table, layer.blocksize, layer.out_features
-        )
-
-    return FusedPath("triton_4bit", run, (absmax, table))
+    return _checked_path("triton_4bit", lambda x: [triton(x)], (), signature)
 
 
 def _bnb_has_cuda() -> bool:
@@ -171,3 +269,7 @@ def _bnb_has_cuda() -> bool:
     except Exception:  # not installed (the GPU image), or no native library
         return False
     return BNB_BACKEND == "CUDA" and lib is not None and not type(lib).__name__.startswith("Error")
+
+
+# the former name of the blockwise call (benchmarks and tests that drive it directly)
+_scaled_mm_blockwise = scaled_mm.blockwise

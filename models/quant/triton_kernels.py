@@ -1,10 +1,10 @@
 """Triton weight-only matmul kernels for the three formats, reading each checkpoint's own layout.
 
-Each program computes one [BLOCK_M, BLOCK_N] tile of y = x @ W.T: for every BLOCK_K slice it loads
-the activations, loads and decodes the matching weight codes in registers into the activations'
-dtype (the same rounding as the exact path's dequantisation followed by a cast), and accumulates
-`tl.dot` in fp32. The weight is read once per tile column at its stored size: 0.5 byte (int4,
-NF4) or 1 byte (FP8) per element, never written back in full precision.
+Each program computes one [BLOCK_M, BLOCK_N] tile of y = x @ W.T over one range of K: for every
+BLOCK_K slice it loads the activations, loads and decodes the matching weight codes in registers
+into the activations' dtype (the same rounding as the exact path's dequantisation followed by a
+cast), and accumulates `tl.dot` in fp32. The weight is read once per tile column at its stored
+size: 0.5 byte (int4, NF4) or 1 byte (FP8) per element, never written back in full precision.
 
 - `w4a16_matmul`: compressed-tensors int32 words, 8 fields per word, column j in bits
   4*(j % 8); W = (f - 8 - zp) * s, with per-group scales s [N, K/G] and signed zero points.
@@ -14,17 +14,23 @@ NF4) or 1 byte (FP8) per element, never written back in full precision.
 - `nf4_matmul`: bitsandbytes' flat packing, element e = n*K + k in byte e // 2, high nibble
   first; W = table[code] * absmax[e // blocksize].
 
-Masks cover partial tiles on every side. Triton is imported lazily (the `gpu` extra); with
-`TRITON_INTERPRET=1` the same kernels run on CPU tensors, which is how CI tests them.
+The tile is a fixed rule of (M, N, K), `tile_for` (no autotuning: it would be slow under the
+interpreter and could choose differently run to run): BLOCK_M 16/32/64 by rows, BLOCK_N 64 (128
+for very wide layers), and, where N gives too few column tiles for the GPU (decode), split-K: up
+to 8 K ranges, each writing fp32 partial sums that are added in a fixed order and rounded once.
+BLOCK_N and the split depend on N and K only. Masks cover partial tiles on every side. Triton is
+imported lazily (the `gpu` extra); with `TRITON_INTERPRET=1` the same kernels run on CPU
+tensors, at every tile class `tile_for` returns, which is how CI tests them, in fp32 and fp16
+(bf16 activations give wrong numbers under Triton 3.9's interpreter, seen with the FP8 kernel,
+so bf16 is left to the self-check and `benchmarks/gpu_quant.py` on a GPU).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
-
-BLOCK = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=64)
 
 
 def available() -> bool:
@@ -43,14 +49,15 @@ def _kernels():
 
     @triton.jit
     def w4a16(
-        x_ptr, w_ptr, s_ptr, zp_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym,
+        x_ptr, w_ptr, s_ptr, zp_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, K_PER,
         GROUP: tl.constexpr, HAS_ZP: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        k_start = tl.program_id(2) * K_PER
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_start, tl.minimum(k_start + K_PER, K), BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
             x_mask = (offs_m[:, None] < M) & (k[None, :] < K)
             x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=x_mask, other=0.0)
@@ -66,19 +73,20 @@ def _kernels():
             w = (q.to(tl.float32) * s.to(tl.float32)).to(s.dtype).to(x.dtype)
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
         y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        y_at = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
+        y_at = y_ptr + tl.program_id(2) * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
         tl.store(y_at, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
 
     @triton.jit
     def fp8(
-        x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym,
+        x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, K_PER,
         B0: tl.constexpr, B1: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        k_start = tl.program_id(2) * K_PER
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_start, tl.minimum(k_start + K_PER, K), BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
             x_mask = (offs_m[:, None] < M) & (k[None, :] < K)
             x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=x_mask, other=0.0)
@@ -95,19 +103,20 @@ def _kernels():
             w = (value * s.to(tl.float32)).to(x.dtype)
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
         y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        y_at = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
+        y_at = y_ptr + tl.program_id(2) * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
         tl.store(y_at, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
 
     @triton.jit
     def nf4(
-        x_ptr, w_ptr, absmax_ptr, table_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
+        x_ptr, w_ptr, absmax_ptr, table_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_ys, K_PER,
         BLOCKSIZE: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        k_start = tl.program_id(2) * K_PER
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_start, tl.minimum(k_start + K_PER, K), BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
             x_mask = (offs_m[:, None] < M) & (k[None, :] < K)
             x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=x_mask, other=0.0)
@@ -120,10 +129,81 @@ def _kernels():
             w = (value * scale).to(x.dtype)
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
         y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        y_at = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
+        y_at = y_ptr + tl.program_id(2) * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
         tl.store(y_at, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
 
     return triton, {"w4a16": w4a16, "fp8": fp8, "nf4": nf4}
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One launch shape: a [BLOCK_M, BLOCK_N] output tile per program, K in BLOCK_K slices, and
+    K cut into SPLIT_K ranges (one program each) whose fp32 partial sums are added in order."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    SPLIT_K: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K}" + (
+            f"/split{self.SPLIT_K}" if self.SPLIT_K > 1 else ""
+        )
+
+
+TARGET_PROGRAMS = 132  # an H100's or H200's SMs: fill them once at decode
+BLOCK_K = 64
+WIDE_N = 2 * TARGET_PROGRAMS * 64  # from here 64-wide tiles give two waves: take 128
+
+
+def tile_for(rows: int, n_out: int, width: int) -> Tile:
+    """The tile for y[rows, n_out] = x @ W.T with K = `width`: fixed rules, no autotuning (which
+    would be slow under the interpreter and could pick differently run to run).
+
+    BLOCK_M follows the rows (16 up to 16, 32 up to 32, then 64). BLOCK_N and SPLIT_K depend on
+    N and K only, so a row's sums are cut the same way whatever the batch: BLOCK_N is 128 only
+    for very wide layers; SPLIT_K doubles (to 8) while the column tiles times the splits stay
+    within one wave of `TARGET_PROGRAMS` and each split keeps at least two K slices, which is
+    where decode (a few column tiles over a long K) needs more programs than columns give.
+    """
+    block_m = 16 if rows <= 16 else 32 if rows <= 32 else 64
+    block_n = 128 if n_out >= WIDE_N else 64
+    column_tiles = _cdiv(n_out, block_n)
+    k_slices = _cdiv(width, BLOCK_K)
+    split = 1
+    while split < 8 and column_tiles * split * 2 <= TARGET_PROGRAMS and k_slices >= 4 * split:
+        split *= 2
+    return Tile(block_m, block_n, BLOCK_K, split)
+
+
+def _launch(kernel, x, n_out: int, weight_args: tuple, strides: tuple, meta: dict, tile=None):
+    """Run `kernel` over the grid of `tile` (default `tile_for`); with SPLIT_K > 1 each K range
+    writes fp32 partial sums to its own slice of a workspace, added here in a fixed order (so the
+    result is the same run to run), then rounded once to the activations' dtype."""
+    triton, _ = _kernels()
+    rows, width = x.shape
+    tile = tile or tile_for(rows, n_out, width)
+    k_per = _cdiv(_cdiv(width, tile.SPLIT_K), tile.BLOCK_K) * tile.BLOCK_K
+    split = _cdiv(width, k_per)  # the ranges that are not empty
+    if split == 1:
+        out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
+        stride_s = 0
+    else:
+        out = torch.empty(split, rows, n_out, dtype=torch.float32, device=x.device)
+        stride_s = out.stride(0)
+    grid = (triton.cdiv(rows, tile.BLOCK_M), triton.cdiv(n_out, tile.BLOCK_N), split)
+    kernel[grid](
+        x, *weight_args, out, rows, n_out, width, *strides, out.stride(-2), stride_s, k_per,
+        PRECISION=_precision(x), BLOCK_M=tile.BLOCK_M, BLOCK_N=tile.BLOCK_N,
+        BLOCK_K=tile.BLOCK_K, **meta,
+    )  # fmt: skip
+    if split == 1:
+        return out
+    total = out[0].clone()
+    for part in out[1:]:  # in order: the same sum every run
+        total += part
+    return total.to(x.dtype)
 
 
 def w4a16_matmul(
@@ -132,41 +212,35 @@ def w4a16_matmul(
     scale: torch.Tensor,
     zero_point: torch.Tensor | None,
     group_size: int,
+    tile: Tile | None = None,
 ) -> torch.Tensor:
     """x [M, K] @ W.T for compressed-tensors int32 `packed` [N, K/8], `scale` [N, K/G] and signed
-    `zero_point` [N, K/G] (int32; None: symmetric)."""
-    triton, kernels = _kernels()
+    `zero_point` [N, K/G] (any integer dtype; None: symmetric)."""
+    _, kernels = _kernels()
     x = x.contiguous()
-    rows, width = x.shape
-    n_out = packed.shape[0]
-    y = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(rows, BLOCK["BLOCK_M"]), triton.cdiv(n_out, BLOCK["BLOCK_N"]))
     zp = zero_point if zero_point is not None else packed
-    kernels["w4a16"][grid](
-        x, packed, scale, zp, y, rows, n_out, width,
-        x.stride(0), packed.stride(0), scale.stride(0), y.stride(0),
-        GROUP=group_size, HAS_ZP=zero_point is not None, PRECISION=_precision(x), **BLOCK,
+    return _launch(
+        kernels["w4a16"], x, packed.shape[0], (packed, scale, zp),
+        (x.stride(0), packed.stride(0), scale.stride(0)),
+        dict(GROUP=group_size, HAS_ZP=zero_point is not None), tile,
     )  # fmt: skip
-    return y
 
 
 def fp8_matmul(
-    x: torch.Tensor, weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale_inv: torch.Tensor,
+    block: tuple[int, int],
+    tile: Tile | None = None,
 ) -> torch.Tensor:
     """x [M, K] @ W.T for float8_e4m3fn `weight` [N, K] and `scale_inv` [ceil(N/B0), ceil(K/B1)]."""
-    triton, kernels = _kernels()
+    _, kernels = _kernels()
     x = x.contiguous()
-    rows, width = x.shape
-    n_out = weight.shape[0]
     codes = weight.view(torch.uint8)
-    y = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(rows, BLOCK["BLOCK_M"]), triton.cdiv(n_out, BLOCK["BLOCK_N"]))
-    kernels["fp8"][grid](
-        x, codes, scale_inv, y, rows, n_out, width,
-        x.stride(0), codes.stride(0), scale_inv.stride(0), y.stride(0),
-        B0=block[0], B1=block[1], PRECISION=_precision(x), **BLOCK,
+    return _launch(
+        kernels["fp8"], x, weight.shape[0], (codes, scale_inv),
+        (x.stride(0), codes.stride(0), scale_inv.stride(0)), dict(B0=block[0], B1=block[1]), tile,
     )  # fmt: skip
-    return y
 
 
 def nf4_matmul(
@@ -176,19 +250,20 @@ def nf4_matmul(
     table: torch.Tensor,
     blocksize: int,
     n_out: int,
+    tile: Tile | None = None,
 ) -> torch.Tensor:
     """x [M, K] @ W.T for bitsandbytes' flat 4-bit `packed` codes, fp32 block `absmax` and the
     16-entry code `table` (NF4 or FP4)."""
-    triton, kernels = _kernels()
+    _, kernels = _kernels()
     x = x.contiguous()
-    rows, width = x.shape
-    y = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
-    grid = (triton.cdiv(rows, BLOCK["BLOCK_M"]), triton.cdiv(n_out, BLOCK["BLOCK_N"]))
-    kernels["nf4"][grid](
-        x, packed.reshape(-1), absmax, table, y, rows, n_out, width, x.stride(0), y.stride(0),
-        BLOCKSIZE=blocksize, PRECISION=_precision(x), **BLOCK,
+    return _launch(
+        kernels["nf4"], x, n_out, (packed.reshape(-1), absmax, table), (x.stride(0),),
+        dict(BLOCKSIZE=blocksize), tile,
     )  # fmt: skip
-    return y
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _precision(x: torch.Tensor) -> str:

@@ -167,7 +167,9 @@ class PackQuantizedLinear(QuantLinearBase):
         if device == "cuda":
             from nudgeability.models.quant import cuda_kernels
 
-            return cuda_kernels.w4a16_path(fields, self.weight_scale, zero_point, size)
+            return cuda_kernels.w4a16_path(
+                fields, self.weight_scale, zero_point, size, self.compute_dtype, self.weight_packed
+            )
         return f"no fused kernel on {device}"
 
     def _zero_point(self, read=None) -> torch.Tensor | None:

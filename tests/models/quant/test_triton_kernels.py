@@ -118,3 +118,66 @@ def test_4bit_kernel_reads_bitsandbytes_flat_packing(rows, n, k, quant_type):
     path = cuda_kernels.nf4_path(layer)  # bitsandbytes here has no CUDA library: Triton
     assert path.name == "triton_4bit"
     _assert_close(path.run(x), x, reference)
+
+
+# (rows, outputs, inputs) -> the tile `tile_for` gives there (BLOCK_M x BLOCK_N x BLOCK_K/split):
+# every BLOCK_M (16, 32, 64), BLOCK_N (64, 128) and SPLIT_K (1, 2, 4, 8) it can return
+WIDE = triton_kernels.WIDE_N
+TILES = {
+    (1, 64, 1024): "16x64x64/split8",
+    (16, 64, 512): "16x64x64/split4",
+    (40, 70, 256): "64x64x64/split2",
+    (17, 130, 96): "32x64x64",
+    (1, WIDE, 64): "16x128x64",
+    (33, WIDE + 8, 64): "64x128x64",
+}
+
+
+def test_the_tile_choice_covers_every_class_at_these_shapes():
+    tiles = {shape: triton_kernels.tile_for(*shape) for shape in TILES}
+    assert {s: t.name for s, t in tiles.items()} == TILES
+    assert {t.BLOCK_M for t in tiles.values()} == {16, 32, 64}
+    assert {t.BLOCK_N for t in tiles.values()} == {64, 128}
+    assert {t.SPLIT_K for t in tiles.values()} == {1, 2, 4, 8}
+    # the split and the column tile depend on N and K only: a row's sums are cut the same way
+    for rows in (1, 5, 16, 17, 64, 300):
+        t = triton_kernels.tile_for(rows, 64, 1024)
+        assert (t.BLOCK_N, t.SPLIT_K) == (64, 8)
+
+
+def _assert_split_close(y, x, weight, split):
+    ref = x.double() @ weight.double().T
+    n = x.shape[1] + 2 + split  # the partial sums add split - 1 more fp32 additions
+    bound = n * U32 / (1 - n * U32) * (x.double().abs() @ weight.double().abs().T)
+    assert y.dtype == x.dtype and y.shape == ref.shape
+    assert bool(((y.double() - ref).abs() <= bound).all())
+
+
+@pytest.mark.parametrize("shape", list(TILES), ids=list(TILES.values()))
+def test_every_tile_class_computes_all_three_formats(shape):
+    """Each kernel at the tile `tile_for` picks for the shape, against the libraries' weights."""
+    from bitsandbytes.functional import quantize_4bit
+
+    from nudgeability.models.quant import BnB4Linear
+
+    rows, n, k = shape
+    tile = triton_kernels.tile_for(rows, n, k)
+    gen = torch.Generator().manual_seed(rows + n + k)
+    x = torch.randn(rows, k, generator=gen)
+    # W4A16, asymmetric groups of 32
+    q = torch.randint(-8, 8, (n, k), generator=gen, dtype=torch.int8)
+    scale = torch.rand(n, k // 32, generator=gen) + 0.1
+    zp = torch.randint(-8, 8, (n, k // 32), generator=gen, dtype=torch.int8)
+    packed = pack_to_int32(q, 4)
+    weight = dequantize_pack_quantized(packed, scale, 4, k, pack_to_int32(zp, 4, packed_dim=0))
+    y = triton_kernels.w4a16_matmul(x, packed, scale, zp, 32, tile)
+    _assert_split_close(y, x, weight, tile.SPLIT_K)
+    # FP8, 128-blocks (partial on most of these shapes)
+    w8, scale_inv = quantize_fp8_block(torch.randn(n, k, generator=gen), (128, 128), torch.float32)
+    y = triton_kernels.fp8_matmul(x, w8, scale_inv, (128, 128), tile)
+    _assert_split_close(y, x, dequantize_fp8_block(w8, scale_inv, (128, 128)), tile.SPLIT_K)
+    # NF4, blocks of 64 (k is a multiple of 64 here, so dequantize_4bit reads it right)
+    w4, state = quantize_4bit(torch.randn(n, k, generator=gen), blocksize=64, quant_type="nf4")
+    layer = BnB4Linear(w4, state)
+    y = triton_kernels.nf4_matmul(x, w4, layer.block_absmax(), state.code, 64, n, tile)
+    _assert_split_close(y, x, layer.dequantize(), tile.SPLIT_K)

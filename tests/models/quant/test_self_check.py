@@ -1,0 +1,114 @@
+"""The self-check of the fused CUDA paths (self_check.py), driven on CPU under TRITON_INTERPRET=1:
+a kernel made to compute wrong numbers (a corrupted block scale) is caught on its first run at a
+shape, replaced for good by the exact path and recorded; a correct one is kept; each key is checked
+once, not on every call.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("needs TRITON_INTERPRET=1 set before triton is imported", allow_module_level=True)
+pytest.importorskip("triton")
+
+from nudgeability.models.quant import cuda_kernels, self_check  # noqa: E402
+from nudgeability.models.quant.compute import self_checked  # noqa: E402
+from nudgeability.models.quant.fp8_linear import FP8BlockLinear, quantize_fp8_block  # noqa: E402
+from nudgeability.util import fallbacks  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    self_check.reset()
+    fallbacks.reset()
+    yield
+    self_check.reset()
+    fallbacks.reset()
+
+
+def _fp8(n=96, k=160, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    weight, scale_inv = quantize_fp8_block(
+        torch.randn(n, k, generator=gen), (32, 32), torch.float32
+    )
+    layer = FP8BlockLinear(weight, scale_inv, (32, 32))
+    # the path gets its own copy of the scales, so that a test can corrupt them alone
+    path = cuda_kernels.fp8_path(weight, scale_inv.clone(), (32, 32))
+    return layer, path
+
+
+def _counting(layer):
+    """The layer with its dequantisation (the check's reference) counted."""
+    calls = []
+    original = layer.dequantize
+
+    def dequantize(dtype=torch.float32):
+        calls.append(dtype)
+        return original(dtype)
+
+    layer.dequantize = dequantize
+    return calls
+
+
+def test_a_kernel_with_a_corrupted_scale_falls_back_to_exact_for_good_and_is_recorded():
+    layer, path = _fp8()
+    (scale,) = path.tensors  # the fp32 block scales the kernel reads
+    scale[1, 2] *= 2  # one block read wrong: what a misread layout does
+    calls = _counting(layer)
+    run = self_checked(path, layer).run
+    x = torch.randn(5, 160, generator=torch.Generator().manual_seed(1))
+    exact = layer.exact_no_bias(x)
+    assert torch.equal(run(x), exact)
+    (taken,) = fallbacks.taken()
+    assert taken.path == "triton_fp8[16x64x64] fp8 [96, 160] block (32, 32) (float32, 8 rows)"
+    assert taken.used == "exact" and "max |fused - exact|" in taken.reason
+    assert torch.equal(run(x[:6]), layer.exact_no_bias(x[:6]))  # the same bucket (8 rows)
+    before = len(calls)
+    assert torch.equal(run(x), exact)
+    assert len(calls) == before + 1  # the exact path's own dequantisation: no second check
+    assert run.ran == {"exact": {8}} and len(fallbacks.taken()) == 1
+    # another row bucket is checked on its own (and fails too: the scale is wrong for all rows)
+    run(x[:1])
+    assert [f.path.endswith("(float32, 1 rows)") for f in fallbacks.taken()] == [False, True]
+
+
+def test_a_correct_kernel_is_kept_and_checked_once_per_bucket():
+    layer, path = _fp8()
+    calls = _counting(layer)
+    run = self_checked(path, layer).run
+    x = torch.randn(7, 160, generator=torch.Generator().manual_seed(2))
+    for rows in (7, 5, 8, 7):  # one bucket (8)
+        y = run(x[:rows])
+        ref = x[:rows].double() @ layer.dequantize().double().T
+        assert (y.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    assert fallbacks.taken() == []
+    assert run.ran == {"triton_fp8[16x64x64]": {8}}
+    assert len(calls) == 1 + 4  # one check, and the four references computed here
+    # a second layer of the same signature trusts the verdict
+    other, other_path = _fp8(seed=9)
+    other_calls = _counting(other)
+    self_checked(other_path, other).run(x)
+    assert other_calls == []
+
+
+def test_the_bound_accepts_the_kernels_own_rounding_in_fp16():
+    layer, path = _fp8()
+    run = self_checked(path, layer).run
+    x = torch.randn(33, 160, generator=torch.Generator().manual_seed(3)).to(torch.float16)
+    run(x)
+    assert fallbacks.taken() == [] and run.ran == {"triton_fp8[64x64x64]": {64}}
+
+
+def test_the_disagreement_names_the_size_of_the_difference():
+    weight = torch.eye(4)
+    kernel = self_check.Kernel("k", lambda x: x)
+    x = torch.ones(2, 4)
+    assert self_check.disagreement(kernel, x, x.clone(), weight) is None
+    wrong = x.clone()
+    wrong[1, 3] = 1.5
+    why = self_check.disagreement(kernel, x, wrong, weight)
+    assert why.startswith("max |fused - exact| 0.5") and "row 1, output 3" in why
