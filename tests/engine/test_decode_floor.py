@@ -16,12 +16,12 @@ from nudgeability.engine.decode_floor import (
 from nudgeability.models.testing.tiny import tiny_model
 
 # tiny_config's shape: hidden 64, MLP 128, 4 query heads and 2 KV heads of 16, vocabulary 320
-H, I, Q, KV, D, V = 64, 128, 4, 2, 16, 320
+H, MLP, Q, KV, D, V = 64, 128, 4, 2, 16, 320
 
 
 def _layer(qk_norm: bool) -> int:
     attn = H * Q * D + 2 * H * KV * D + Q * D * H  # q, k, v, o (no biases)
-    mlp = 3 * H * I  # gate, up, down
+    mlp = 3 * H * MLP  # gate, up, down
     norms = 2 * H + (2 * D if qk_norm else 0)  # input and post-attention norms (+ q/k norms)
     return attn + mlp + norms
 
@@ -48,8 +48,8 @@ def test_tied_model_reads_the_shared_table_once_as_its_lm_head():
 
 def test_bf16_weights_count_two_bytes():
     model = tiny_model("qwen3", num_layers=4, dtype=torch.bfloat16)
-    # the rotary buffers stay fp32
-    assert weight_read_bytes(model) == 2 * (4 * _layer(True) + H + V * H) + 4 * ROPE_BUFFERS
+    # `.to(bfloat16)` casts the rotary buffers too
+    assert weight_read_bytes(model) == 2 * (4 * _layer(True) + H + V * H + ROPE_BUFFERS)
 
 
 def test_kv_read_per_slot_and_per_layer():
@@ -77,15 +77,23 @@ def test_floor_is_the_read_bytes_at_the_copy_traffic_rate():
     assert floor_seconds(n, 2 * n / t) == pytest.approx(t / 2)
 
 
-def test_both_gpu_scripts_use_the_one_floor(monkeypatch):
-    """gpu_engine's and gpu_quant's floors for the same model and KV agree with the hand count."""
-    import importlib
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
 
-    gpu_engine = importlib.import_module("benchmarks.gpu_engine")
-    gpu_quant = importlib.import_module("benchmarks.gpu_quant")
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_both_gpu_scripts_use_the_one_floor():
+    """gpu_engine's and gpu_quant's floors for the same model and KV agree with the hand count."""
+    gpu_engine, gpu_quant = _script("gpu_engine"), _script("gpu_quant")
     model = tiny_model("qwen3", num_layers=4, dtype=torch.bfloat16)
     bandwidth = 1e12
-    weights = 2 * (4 * _layer(True) + H + V * H) + 4 * ROPE_BUFFERS
+    weights = 2 * (4 * _layer(True) + H + V * H + ROPE_BUFFERS)
     kv = 2 * 4 * 2 * KV * D * 300  # bf16 KV, 300 slots
     want = (weights + kv) / bandwidth
     assert gpu_engine.step_floor_s(model, 300, 12, bandwidth) == pytest.approx(want)
