@@ -1,39 +1,94 @@
-"""The project's one GPU check: every section, in turn, inside one time budget.
+"""The project's one GPU check: every section, in turn, inside one time budget, as one table.
 
     python benchmarks/gpu_check.py                 # all sections, 450 s in all
     python benchmarks/gpu_check.py --only quant    # one section
     python benchmarks/gpu_check.py --budget 300
+    python benchmarks/gpu_check.py --dry-run       # the whole script on CPU, with stand-ins
 
-Each section lives in its own module beside this one and exposes `section(deadline) -> str`, the
-Markdown of what it measured; it stops early when `time.monotonic()` passes `deadline` and says
-what it skipped. The budget is split evenly among the sections still to run, so that a slow first
-section cannot starve the next. The result goes to RESULTS.md's "GPU check" section and, when the
-environment names an output folder (`$OUT`, as on a lent device machine), to `$OUT/gpu_check.md`
-as well, so that the figures come back even if the run is cut short.
+Each section lives in its own module beside this one and exposes
+`section(deadline, dry_run=False) -> list[Row]`, the rows it measured; `deadline` is a
+`time.monotonic()` value (the one clock of every section), after which a section stops and says,
+in a row, what it skipped. The budget is split evenly among the sections still to run, so that a
+slow first section cannot starve the next. The last rows list every fallback the run took
+(`nudgeability.util.fallbacks.taken()`). The table goes to RESULTS.md's "GPU check" section and,
+when the environment names an output folder (`$OUT`, as on a lent device machine), to
+`$OUT/gpu_check.md` after each section, so that the figures come back even if the run is cut short.
 
-It needs only what the GPU image carries (torch, Triton, transformers, numba): the sections build
-their layers and models from this repository's own code, with random weights.
+`--dry-run` runs every section on CPU with stand-ins: tiny random models (models/testing) of
+small shapes, a few rows and tokens, so that the suite can run the whole script
+(tests/benchmarks/test_gpu_check_dry_run.py) and it cannot rot again. It writes no RESULTS.md.
+
+It needs only what a GPU image carries (torch, Triton, transformers, numba), from a bare
+checkout: when `nudgeability` is not installed, `bootstrap()` maps the package onto this
+repository's folders as pyproject.toml's `package-dir` does. bitsandbytes and compressed-tensors
+are not needed: the layers are built with this repository's own packing, and the NF4 rows say
+they were skipped, and why, where bitsandbytes does not import.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.abc
+import importlib.util
 import os
+import re
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))  # the section modules beside this one
 
 # name -> module; each section's module owns its own measurements.
 SECTIONS = {"quant": "gpu_quant", "engine": "gpu_engine"}
+Row = tuple[str, str]  # (check, result); a result that begins "skipped" or "failed" says so
 
 
-def _device_line() -> str:
+def bootstrap() -> str:
+    """Make `import nudgeability` work: the installed package if there is one, else a package
+    object whose subpackages are this checkout's folders, per pyproject.toml's `package-dir`
+    (`nudgeability.engine` = `engine/`, ...). Returns which of the two it used."""
+    try:
+        import nudgeability  # noqa: F401
+
+        return "installed"
+    except ImportError:
+        pass
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r"package-dir\s*=\s*\{([^}]*)\}", text)
+    mapping = dict(re.findall(r'"nudgeability\.(\w+)"\s*=\s*"([^"]+)"', found.group(1)))
+    if not mapping:
+        raise RuntimeError("pyproject.toml has no package-dir for nudgeability")
+    folders = {name: REPO / folder for name, folder in mapping.items()}
+
+    class Finder(importlib.abc.MetaPathFinder):
+        """`nudgeability.<name>` from its folder; deeper modules follow the folder's __path__."""
+
+        def find_spec(self, fullname, path=None, target=None):
+            top, _, name = fullname.partition(".")
+            if top != "nudgeability" or name not in folders:
+                return None
+            folder = folders[name]
+            return importlib.util.spec_from_file_location(
+                fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
+            )
+
+    sys.meta_path.insert(0, Finder())
+    package = types.ModuleType("nudgeability")
+    package.__path__ = []  # a namespace of the mapped folders only (the finder above)
+    sys.modules["nudgeability"] = package
+    return "bootstrapped from " + ", ".join(f"{f}/" for f in mapping.values())
+
+
+def _device_line(dry_run: bool) -> str:
     import torch
 
+    if dry_run:
+        return f"torch {torch.__version__}; dry run on CPU with stand-ins (no figure is a GPU's)"
     if not torch.cuda.is_available():
         return f"torch {torch.__version__}; no CUDA device"
     props = torch.cuda.get_device_properties(0)
@@ -43,21 +98,49 @@ def _device_line() -> str:
     )
 
 
-def run(names: list[str], budget_s: float) -> str:
-    """Run the named sections within `budget_s` seconds; the Markdown of all of them."""
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def table(rows: list[tuple[str, str, str]]) -> str:
+    """The one Markdown table: section, check, result."""
+    lines = ["| section | check | result |", "|---|---|---|"]
+    lines += [f"| {_cell(s)} | {_cell(c)} | {_cell(r)} |" for s, c, r in rows]
+    return "\n".join(lines)
+
+
+def fallback_rows() -> list[tuple[str, str, str]]:
+    from nudgeability.util import fallbacks
+
+    taken = fallbacks.taken()
+    if not taken:
+        return [("fallbacks", "fallbacks taken", "none")]
+    return [("fallbacks", f.path, f"ran {f.used}: {f.reason}") for f in taken]
+
+
+def run(names: list[str], budget_s: float, *, dry_run: bool = False) -> str:
+    """Run the named sections within `budget_s` seconds; the header line and the table."""
+    import torch
+
+    torch.manual_seed(0)
     start = time.monotonic()
-    parts = [_device_line(), ""]
+    head = [_device_line(dry_run), f"nudgeability: {bootstrap()}.", ""]
+    rows: list[tuple[str, str, str]] = []
     for index, name in enumerate(names):
         left = budget_s - (time.monotonic() - start)
         deadline = time.monotonic() + left / (len(names) - index)
         began = time.monotonic()
         try:
-            body = importlib.import_module(SECTIONS[name]).section(deadline)
+            got = importlib.import_module(SECTIONS[name]).section(deadline, dry_run=dry_run)
         except Exception:  # a failing section must not cost the others their figures
-            body = "FAILED:\n\n```\n" + traceback.format_exc() + "```"
-        parts.append(f"### {name} ({time.monotonic() - began:.0f} s)\n\n{body.strip()}\n")
-        _save_partial("\n".join(parts))
-    return "\n".join(parts)
+            got = [("section", "failed: " + traceback.format_exc().strip().splitlines()[-1])]
+        rows += [(name, check, result) for check, result in got]
+        rows.append((name, "section time", f"{time.monotonic() - began:.0f} s"))
+        _save_partial("\n".join(head) + "\n" + table(rows))
+    rows += fallback_rows()
+    text = "\n".join(head) + "\n" + table(rows)
+    _save_partial(text)
+    return text
 
 
 def _save_partial(text: str) -> None:
@@ -70,13 +153,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append")
     parser.add_argument("--budget", type=float, default=450.0, help="seconds for all sections")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="every section on CPU with tiny stand-ins"
+    )
     args = parser.parse_args(argv)
     names = args.only or list(SECTIONS)
-    text = run(names, args.budget)
+    text = run(names, args.budget, dry_run=args.dry_run)
     print(text)
-    from _results import write_section
+    if not args.dry_run:
+        from _results import write_section
 
-    write_section("GPU check (benchmarks/gpu_check.py)", text)
+        write_section("GPU check (benchmarks/gpu_check.py)", text)
     return 0
 
 

@@ -3,21 +3,26 @@
     python benchmarks/gpu_engine.py [--minutes 8]
 
 A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 8 KV heads of
-128, vocabulary 151,936; nothing is downloaded), in four parts, each stopped at the deadline:
+128, vocabulary 151,936; nothing is downloaded), in five parts, each stopped at the deadline:
 
-1. **arm ≡ solo**: 8 arms forked from a 1,024-token prefix, 32 new tokens, with the engine's CUDA
-   path (eager mixed steps: flash / memory-efficient SDPA with log-sum-exp; decode steps: fixed
-   shapes, FlexAttention, CUDA graphs), against HF's own forward (SDPA) over each arm's full
-   sequence: largest logit difference relative to the largest logit, and argmax agreement;
+1. **arm ≡ solo**: 8 arms forked from a 1,024-token prefix, 32 new tokens, with the engine's
+   default CUDA path, against HF's own forward over each arm's full sequence (largest logit
+   difference relative to the largest logit, and argmax agreement), for the bf16 model and with
+   every linear but the LM head swapped for W4A16 and FP8 layers (gpu_quant.py's packing), each
+   `dense` and `fused`;
 2. **batch invariance**: one prompt alone against the same prompt at a random position among
    2, 16 and 64 others (vLLM's needle test): bitwise-equal logits or not, and the largest gap;
-3. **decode steps against the bandwidth floor**: the median step of 16-arm groups on a 1,024-token
-   prefix at 16, 64 and 128 rows, with and without CUDA graphs, against (weights + the KV the step
-   reads) / the device's measured copy bandwidth;
-4. **the campaign workload against HF `generate_batch`**: bases (prompts of 1,024 random tokens,
+3. **decode steps against the bandwidth floor**: the median step at 1, 12, 64 and 256 rows (groups
+   of up to 16 arms on 1,024-token prefixes), with and without static decode / CUDA graphs,
+   against the bytes the step reads over the measured copy bandwidth (engine/decode_floor.py, the
+   one floor); a row that fails says so and the others still run;
+4. **prefill**: one prompt's prefill through the engine against HF's forward of it, tokens/s;
+5. **the campaign workload against HF `generate_batch`**: bases (prompts of 1,024 random tokens,
    128 new tokens, EOS ignored), then 8 arms forked from each base's 64th token, 64 new tokens.
 
-`section(deadline)` returns the Markdown (what was skipped, and why, included); `__main__` prints it.
+`section(deadline, dry_run=False)` returns rows `(check, result)` for gpu_check.py's table; the
+deadline is a `time.monotonic()` value. `dry_run` runs every part on CPU on a tiny Qwen3 of
+models/testing with small sizes. `__main__` prints the rows.
 """
 
 from __future__ import annotations
@@ -33,7 +38,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gpu_quant  # noqa: E402  (benchmarks/ is put on the path above)
+import gpu_check  # noqa: E402  (benchmarks/ is put on the path above)
+import gpu_quant  # noqa: E402
+
+gpu_check.bootstrap()  # a bare checkout: nudgeability from this repository's folders
+
+from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s  # noqa: E402
 
 # the shape of Qwen3-8B (gpu_quant.py holds it), with what a whole model needs besides
 QWEN3_8B = dict(
@@ -76,7 +86,15 @@ def _engine(model, **kwargs):
     return Engine(model, **kwargs)
 
 
-def arm_equals_solo(model, sizes) -> list[str]:
+Row = tuple[str, str]
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _arm_check(model, sizes) -> str:
     vocab = model.config.vocab_size
     prefix = _ids(sizes["prefix"], 1, vocab)
     suffixes = [_ids(5 + 2 * i, 10 + i, vocab) for i in range(sizes["arms"])]
@@ -92,23 +110,45 @@ def arm_equals_solo(model, sizes) -> list[str]:
         worst = max(worst, ((got - ref).abs() / scale).max().item())
         agree += (got.argmax(-1) == ref.argmax(-1)).sum().item()
         total += len(arm.token_ids)
-    return [
-        f"- arm ≡ solo ({len(arms)} arms, prefix {len(prefix)}, {sizes['new']} new tokens each; "
-        f"reference: HF's forward over each arm's whole sequence, teacher-forced on the engine's "
-        f"tokens): largest logit difference {worst:.2e} of the largest logit; argmax agrees at "
-        f"{agree}/{total} positions; {engine.stats.steps} engine steps, "
-        f"{engine.stats.decode_tokens} decode tokens."
-    ]
+    return (
+        f"largest logit difference {worst:.2e} of the largest logit; argmax agrees at "
+        f"{agree}/{total}; {engine.stats.steps} steps, {engine.stats.decode_tokens} decode tokens"
+    )
 
 
-def needle(model, sizes) -> list[str]:
+def arm_equals_solo(model, sizes) -> list[Row]:
+    """bf16, then W4A16 and FP8 swapped in (dense, fused): the engine's arms against HF's forward
+    (reference: HF's forward over each arm's whole sequence, teacher-forced on its tokens)."""
+    where = f"{sizes['arms']} arms, prefix {sizes['prefix']}, {sizes['new']} new tokens"
+    rows = [(f"arm ≡ solo, bf16 ({where})", _arm_check(model, sizes))]
+    for fmt in ("w4a16", "fp8"):
+        for compute in ("dense", "fused"):
+            name = f"arm ≡ solo, {fmt} {compute}"
+            try:
+                originals = gpu_quant.swap(model, fmt, compute)
+            except Exception as exc:
+                rows.append((name, f"failed to build: {type(exc).__name__}: {exc}"))
+                continue
+            try:
+                from nudgeability.models.quant import compute_paths
+
+                paths = compute_paths(model).get(gpu_quant.FORMAT_NAMES[fmt], {})
+                rows.append((name, f"{_arm_check(model, sizes)}; paths {paths}"))
+            except Exception as exc:
+                rows.append((name, f"failed: {type(exc).__name__}: {exc}"))
+            finally:
+                gpu_quant.restore(model, originals)
+    return rows
+
+
+def needle(model, sizes) -> list[Row]:
     vocab = model.config.vocab_size
     rng = random.Random(0)
     engine = _engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
     prompt = _ids(sizes["needle"], 5, vocab)
     params = _params(sizes["needle_new"])
     alone = engine.generate([prompt], params, return_logits=True)[0]
-    lines = []
+    rows = []
     for n in sizes["batches"]:
         others = [
             _ids(rng.randint(20, sizes["needle"]), 100 + n * 7 + i, vocab) for i in range(n - 1)
@@ -116,88 +156,122 @@ def needle(model, sizes) -> list[str]:
         at = rng.randrange(n)
         out = engine.generate(others[:at] + [prompt] + others[at:], params, return_logits=True)[at]
         gap = (out.logits - alone.logits).abs().max().item()
-        lines.append(
-            f"  - batch of {n} (needle at {at}): logits bitwise equal: "
-            f"{torch.equal(out.logits, alone.logits)}; largest gap {gap:.3e}; same tokens: "
-            f"{out.token_ids == alone.token_ids}"
+        rows.append(
+            (
+                f"needle ({len(prompt)} tokens, {sizes['needle_new']} new) in a batch of {n} at {at}",
+                f"logits bitwise equal: {torch.equal(out.logits, alone.logits)}; largest gap "
+                f"{gap:.3e}; same tokens: {out.token_ids == alone.token_ids}",
+            )
         )
-    return [
-        f"- batch invariance (bf16, needle of {len(prompt)} tokens, {sizes['needle_new']} new "
-        "tokens; measured here, not a guarantee of the kernels):",
-        *lines,
-    ]
+    return rows
 
 
-def copy_bandwidth(device, gib: float = 2.0) -> float:
-    """Bytes per second of a device-to-device copy (read + write counted), best of 5."""
-    n = int(gib * 2**30) // 4
-    src = torch.empty(n, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    best = float("inf")
-    for _ in range(5):
-        torch.cuda.synchronize() if device.type == "cuda" else None
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        torch.cuda.synchronize() if device.type == "cuda" else None
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n * 4 / best
+def _floor_cell(model, sizes, rows: int, graphs: bool, bandwidth: float) -> str:
+    device = model.device
+    per_group = min(rows, sizes["arms_per_group"])
+    groups = rows // per_group
+    engine = _engine(
+        model,
+        max_batch_tokens=sizes["kv_floor"],
+        block_size=sizes["block"],
+        static_decode=graphs,
+        cuda_graphs=graphs and device.type == "cuda",
+    )
+    try:
+        return _timed_steps(engine, model, sizes, rows, groups, per_group, bandwidth)
+    finally:  # a failed step must not leave the model on the engine's attention
+        engine.runner.disengage()
 
 
-def decode_floor(model, sizes) -> list[str]:
+def _timed_steps(engine, model, sizes, rows, groups, per_group, bandwidth) -> str:
     from nudgeability.engine import ForkRequest
 
     vocab, device = model.config.vocab_size, model.device
-    config = model.config
-    slot_bytes = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    bandwidth = copy_bandwidth(device, sizes["copy_gib"])
-    lines = [
-        f"- decode step against the floor (weights {weights / 2**30:.1f} GiB; measured copy "
-        f"bandwidth {bandwidth / 1e12:.2f} TB/s; groups of {sizes['arms_per_group']} arms on "
-        f"{sizes['prefix']}-token prefixes):",
-        "",
-        "  | rows | graphs | step ms | floor ms | step / floor |",
-        "  |---|---|---|---|---|",
+    refs = []
+    for g in range(groups):
+        suffixes = [_ids(8, 1000 * g + a, vocab) for a in range(per_group)]
+        new = sizes["steps"] + 8
+        request = ForkRequest(_ids(sizes["prefix"], 50 + g, vocab), suffixes, _params(new))
+        refs += engine.submit_fork(request)
+    while any(len(engine.peek(r)) < 4 for r in refs):  # prefill, first steps, capture
+        engine.step()
+    times = []
+    for _ in range(sizes["steps"]):
+        t0 = time.perf_counter()
+        engine.step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    step = statistics.median(times)
+    generated = len(engine.peek(refs[0]))
+    slots = groups * sizes["prefix"] + rows * (8 + generated)  # the prefix read once per group
+    floor = step_floor_s(model, slots, rows, bandwidth)
+    while engine.busy:
+        engine.step()
+    return f"{1000 * step:.2f} ms; floor {1000 * floor:.3f} ms; step / floor {step / floor:.1f}"
+
+
+def decode_floor(model, sizes) -> list[Row]:
+    """Each (rows, graphs) cell on its own: one that fails is reported and the others run."""
+    bandwidth = copy_bandwidth(model.device, sizes["copy_gib"])
+    rows = [
+        (
+            "copy bandwidth (read + write, engine/decode_floor.py)",
+            f"{bandwidth / 1e12:.3f} TB/s",
+        )
     ]
-    for rows in sizes["rows"]:
-        groups = max(1, rows // sizes["arms_per_group"])
+    for n in sizes["rows"]:
         for graphs in (True, False):
-            engine = _engine(
-                model,
-                max_batch_tokens=sizes["kv_floor"],
-                block_size=sizes["block"],
-                static_decode=graphs,
-                cuda_graphs=graphs and device.type == "cuda",
-            )
-            refs = []
-            for g in range(groups):
-                suffixes = [_ids(8, 1000 * g + a, vocab) for a in range(sizes["arms_per_group"])]
-                request = ForkRequest(_ids(sizes["prefix"], 50 + g, vocab), suffixes, _params(64))
-                refs += engine.submit_fork(request)
-            while any(len(engine.peek(r)) < 4 for r in refs):  # prefill, first steps, capture
-                engine.step()
-            times = []
-            for _ in range(sizes["steps"]):
-                t0 = time.perf_counter()
-                engine.step()
-                times.append(time.perf_counter() - t0)
-            step = statistics.median(times)
-            generated = len(engine.peek(refs[0]))
-            kv = groups * sizes["prefix"] + rows * (8 + generated)
-            floor = (weights + kv * slot_bytes) / (bandwidth / 2)  # reads only: half the copy
-            lines.append(
-                f"  | {rows} | {'yes' if graphs else 'no'} | {1000 * step:.2f} | "
-                f"{1000 * floor:.2f} | {step / floor:.2f} |"
-            )
-            while engine.busy:
-                engine.step()
-    return lines
+            mode = "static decode + graphs" if graphs else "eager"
+            name = f"decode step, {n} rows, {mode}"
+            try:
+                rows.append((name, _floor_cell(model, sizes, n, graphs, bandwidth)))
+            except Exception as exc:
+                rows.append((name, f"failed: {type(exc).__name__}: {exc}"))
+    return rows
 
 
-def campaign(model, sizes) -> list[str]:
-    from transformers import ContinuousBatchingConfig, GenerationConfig
+def prefill(model, sizes) -> list[Row]:
+    """One prompt's prefill (the engine, then HF's forward of the same ids), tokens/s."""
+    ids = _ids(sizes["prefill"], 77, model.config.vocab_size)
+    engine = _engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
+    engine.generate([ids[:64]], _params(1))  # warm-up
+    engine.stats = type(engine.stats)()
+    t0 = time.perf_counter()
+    engine.generate([ids], _params(1))
+    _sync(model.device)
+    ours = time.perf_counter() - t0
+    x = torch.tensor([ids], device=model.device)
+    with torch.inference_mode():
+        model(input_ids=x[:, :64], logits_to_keep=1)
+        _sync(model.device)
+        t0 = time.perf_counter()
+        model(input_ids=x, logits_to_keep=1)
+        _sync(model.device)
+    hf = time.perf_counter() - t0
+    n = len(ids)
+    return [
+        (
+            f"prefill of {n} tokens",
+            f"engine {n / ours:.0f} tok/s, HF forward {n / hf:.0f} tok/s: engine / HF "
+            f"{hf / ours:.2f}x",
+        )
+    ]
 
+
+def campaign(model, sizes) -> list[Row]:
     from nudgeability.engine import ForkRequest
+
+    try:
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+    except ImportError as exc:
+        import transformers
+
+        return [
+            (
+                "campaign against generate_batch",
+                f"skipped: transformers {transformers.__version__}: {exc}",
+            )
+        ]
 
     vocab = model.config.vocab_size
     prompts = [_ids(sizes["prompt"], 7000 + i, vocab) for i in range(sizes["bases"])]
@@ -237,15 +311,21 @@ def campaign(model, sizes) -> list[str]:
     h_bases = hf(prompts, sizes["base_new"])
     h_arms = hf([r.prefix_ids + s for r in requests for s in r.suffixes], sizes["arm_new"])
     n_base, n_arm = len(prompts) * sizes["base_new"], len(requests) * len(arms) * sizes["arm_new"]
+    what = (
+        f"{len(prompts)} bases of {sizes['prompt']} tokens, {sizes['base_new']} new; "
+        f"{len(arms)} arms at token {cut}, {sizes['arm_new']} new; {sizes['max_rows']} rows"
+    )
     return [
-        f"- campaign workload ({len(prompts)} bases of {sizes['prompt']} tokens, "
-        f"{sizes['base_new']} new tokens, EOS ignored; then {len(arms)} arms forked at each "
-        f"base's {cut}th token, {sizes['arm_new']} new tokens; KV {sizes['kv']} slots, "
-        f"{sizes['max_rows']} rows for both):",
-        f"  - bases: engine {t_bases:.1f} s ({n_base / t_bases:.0f} tok/s), HF generate_batch "
-        f"{h_bases:.1f} s ({n_base / h_bases:.0f} tok/s): **{h_bases / t_bases:.2f}×**",
-        f"  - arms: engine {t_arms:.1f} s ({n_arm / t_arms:.0f} tok/s), HF generate_batch "
-        f"{h_arms:.1f} s ({n_arm / h_arms:.0f} tok/s): **{h_arms / t_arms:.2f}×**",
+        (
+            f"campaign bases against generate_batch ({what})",
+            f"engine {n_base / t_bases:.0f} tok/s, HF {n_base / h_bases:.0f} tok/s: "
+            f"{h_bases / t_bases:.2f}x",
+        ),
+        (
+            "campaign arms against generate_batch",
+            f"engine {n_arm / t_arms:.0f} tok/s, HF {n_arm / h_arms:.0f} tok/s: "
+            f"{h_arms / t_arms:.2f}x",
+        ),
     ]
 
 
@@ -258,11 +338,12 @@ GPU_SIZES = dict(
     needle=200,
     needle_new=16,
     batches=(2, 16, 64),
-    rows=(16, 64, 128),
+    rows=(1, 12, 64, 256),
     arms_per_group=16,
-    kv_floor=200_000,
+    kv_floor=400_000,
     steps=10,
     copy_gib=2.0,
+    prefill=4096,
     prompt=1024,
     bases=64,
     base_new=128,
@@ -271,53 +352,101 @@ GPU_SIZES = dict(
     max_rows=128,
     hf_page=256,
 )
+# the same parts on CPU, small enough for the suite (tests/benchmarks/test_gpu_check_dry_run.py)
+DRY_SIZES = dict(
+    GPU_SIZES,
+    prefix=40,
+    arms=3,
+    new=4,
+    kv=8_192,
+    block=16,
+    needle=24,
+    needle_new=3,
+    batches=(2, 5),
+    arms_per_group=16,
+    kv_floor=16_384,
+    steps=2,
+    copy_gib=1 / 64,
+    prefill=96,
+    prompt=24,
+    bases=3,
+    base_new=4,
+    cut=2,
+    arm_new=3,
+    max_rows=16,
+    hf_page=16,
+)
+# a tiny Qwen3 whose linears the W4A16 (groups of 128) and FP8 (128 x 128 blocks) packings take
+DRY_SHAPE = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    vocab_size=512,
+)
 PARTS = (
     ("arm ≡ solo", arm_equals_solo),
     ("batch invariance", needle),
     ("decode steps against the bandwidth floor", decode_floor),
+    ("prefill", prefill),
     ("the campaign workload against HF generate_batch", campaign),
 )
 
 
-def section(
-    deadline: float, *, shape: dict | None = None, device=None, sizes: dict | None = None
-) -> str:
-    """The section's Markdown; parts that would start after `deadline` (time.time()) are skipped."""
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    shape, sizes = shape or QWEN3_8B, sizes or GPU_SIZES
-    lines = ["### Engine on CUDA (benchmarks/gpu_engine.py, issue 23)", ""]
-    if device.type == "cuda":
-        lines.append(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}.")
-    else:
-        lines.append(f"No CUDA device: the section ran on {device} (a check of its logic).")
-    t0 = time.time()
+def _dry_model():
+    from nudgeability.models.testing.tiny import tiny_model
+
+    return tiny_model("qwen3", dtype=torch.bfloat16, **DRY_SHAPE)
+
+
+def section(deadline: float, *, dry_run: bool = False, sizes: dict | None = None) -> list[Row]:
+    """The section's rows; parts that would start after `deadline` (time.monotonic()) say they
+    were skipped."""
+    if not dry_run and not torch.cuda.is_available():
+        return [("engine on CUDA", "skipped: no CUDA device (use --dry-run on CPU)")]
+    sizes = sizes or (DRY_SIZES if dry_run else GPU_SIZES)
+    t0 = time.monotonic()
     try:
-        model = build_model(shape, device)
+        model = _dry_model() if dry_run else build_model(QWEN3_8B, torch.device("cuda"))
     except Exception as exc:  # a section reports, it never takes the whole check down
-        return "\n".join(lines + [f"- model: failed: {type(exc).__name__}: {exc}"])
-    lines.append(
-        f"Random-init Qwen3 ({shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}) "
-        f"in bf16, built in {time.time() - t0:.0f} s."
-    )
-    lines.append("")
+        return [("model", f"failed: {type(exc).__name__}: {exc}")]
+    config = model.config
+    rows = [
+        (
+            "model",
+            f"random-init Qwen3, {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+            f"bf16 on {model.device}, built in {time.monotonic() - t0:.0f} s",
+        )
+    ]
     for name, part in PARTS:
-        if time.time() > deadline:
-            lines.append(f"- {name}: skipped (the section's time ran out)")
+        if time.monotonic() > deadline:
+            rows.append((name, "skipped: the section's time ran out"))
             continue
         try:
-            started = time.time()
-            lines += part(model, sizes)
-            lines.append(f"  ({name}: {time.time() - started:.0f} s)")
+            rows += part(model, sizes)
         except Exception as exc:
-            lines.append(f"- {name}: failed: {type(exc).__name__}: {exc}")
-    return "\n".join(lines)
+            rows.append((name, f"failed: {type(exc).__name__}: {exc}"))
+            _disengage(model)
+    return rows
+
+
+def _disengage(model) -> None:
+    """Give the model HF's SDPA back if a failed part left it on the engine's attention."""
+    from nudgeability.engine import shared_prefix_attention
+
+    if model.config._attn_implementation == shared_prefix_attention.NAME:
+        model.set_attn_implementation("sdpa")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=8.0)
+    ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
-    print(section(time.time() + 60 * args.minutes))
+    rows = section(time.monotonic() + 60 * args.minutes, dry_run=args.dry_run)
+    print(gpu_check.table([("engine", c, r) for c, r in rows]))
 
 
 if __name__ == "__main__":

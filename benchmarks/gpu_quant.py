@@ -2,8 +2,9 @@
 
     python benchmarks/gpu_quant.py [--minutes 8]
 
-`section(deadline)` returns the Markdown body for benchmarks/gpu_check.py (stopping when
-`time.monotonic()` passes `deadline`, and saying what it skipped). It needs only torch, Triton,
+`section(deadline, dry_run=False)` returns rows `(check, result)` for benchmarks/gpu_check.py's
+table (stopping when `time.monotonic()` passes `deadline`, and saying what it skipped); with
+`dry_run` the same on CPU, on small layers and a tiny model, timed by the wall clock. It needs only torch, Triton,
 transformers and this repository: the layers are built with the project's own packing
 (`quantize_fp8_block`, int4 fields packed as compressed-tensors int32 words, NF4 codes packed
 as bitsandbytes does), never with compressed-tensors or bitsandbytes, and the NF4 reference is
@@ -13,22 +14,37 @@ the flat decoding `table[code] * absmax` (bitsandbytes' formula) written here.
    took is named) against the exact dequantise-then-`F.linear`, at 1, 12 and 64 rows, bf16.
 2. A random-init Qwen3-8B-shaped model (36 layers; bf16), each format swapped into it in turn:
    one decode step (B new tokens against a 256-token cache) at B = 1, 12, 64, median of CUDA-event
-   timings, against the bf16 model and against the bandwidth floor: the bytes a step must read
-   (every weight as stored, the LM head in bf16, the KV cache) over the copy bandwidth measured
-   here.
+   timings, against the bf16 model and against the bandwidth floor of engine/decode_floor.py
+   (every weight as stored but the embedding table, the LM head in bf16, the KV cache, over the
+   copy bandwidth measured here: the one floor gpu_engine.py uses too).
+
+NF4 needs bitsandbytes for its exact reference and its CUDA kernel: where it does not import
+(the GPU image has none) its rows say so and are skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
+import sys
 import time
 import types
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gpu_check  # noqa: E402  (benchmarks/ is put on the path above)
+
+gpu_check.bootstrap()  # a bare checkout: nudgeability from this repository's folders
+
+from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s  # noqa: E402
+
 ROWS = (1, 12, 64)
 FORMATS = ("fp8", "w4a16", "nf4")
+FORMAT_NAMES = {"fp8": "fp8", "w4a16": "w4a16", "nf4": "bnb4"}  # QuantLinearBase.format_name
 # Qwen3-8B (config.json of Qwen/Qwen3-8B)
 QWEN3_8B = dict(
     hidden_size=4096,
@@ -95,10 +111,23 @@ def exact_weight(fmt: str, layer, dtype: torch.dtype) -> torch.Tensor:
     return (values * layer.weight_absmax[:, None]).view(layer.out_features, -1).to(dtype)
 
 
+def missing_library(fmt: str) -> str | None:
+    """Why `fmt`'s layers cannot be checked here (a library that does not import), or None."""
+    if fmt != "nf4":
+        return None
+    try:
+        importlib.import_module("bitsandbytes")
+    except ImportError as exc:  # the GPU image has none: NF4's reference and kernel are its own
+        return f"bitsandbytes does not import ({exc})"
+    return None
+
+
 def layer_checks(device, shapes, rows=ROWS, dtype=torch.bfloat16, deadline=float("inf")):
     """[(format, [N, K], path, rows, max |fused - exact| / max |exact|)], or what was skipped."""
     out, gen = [], torch.Generator(device=device).manual_seed(0)
     for fmt in FORMATS:
+        if missing_library(fmt):
+            continue
         for n, k in shapes:
             if time.monotonic() > deadline:
                 return out, f"layer checks from {fmt} [{n}, {k}] on"
@@ -115,13 +144,14 @@ def layer_checks(device, shapes, rows=ROWS, dtype=torch.bfloat16, deadline=float
     return out, None
 
 
-def swap(model, fmt: str) -> dict:
-    """Replace every linear but lm_head by its `fmt` layer (fused); returns the originals."""
+def swap(model, fmt: str, compute: str = "fused") -> dict:
+    """Replace every linear but lm_head by its `fmt` layer (computing `compute`); returns the
+    originals."""
     originals = {}
     for name, module in list(model.named_modules()):
         if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
             layer = quantised_layer(fmt, module.weight)
-            layer.configure("fused", module.weight.dtype)
+            layer.configure(compute, module.weight.dtype)
             originals[name] = module
             model.set_submodule(name, layer)
     return originals
@@ -133,49 +163,39 @@ def restore(model, originals: dict) -> None:
 
 
 def stored_bytes(model) -> int:
-    """Bytes a decode step reads from weights: every buffer and parameter, but the embedding."""
-    total = 0
-    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
-        if "embed_tokens" not in name and tensor is not None:
-            total += tensor.numel() * tensor.element_size()
-    return total
+    """Bytes a decode step reads from weights (engine/decode_floor.py `weight_read_bytes`)."""
+    from nudgeability.engine.decode_floor import weight_read_bytes
+
+    return weight_read_bytes(model)
 
 
-def step_ms(model, rows: int, steps: int = 8) -> float:
+def step_ms(model, rows: int, steps: int = 8, prefix: int = PREFIX) -> float:
     """Median CUDA-event time of one decode step of `rows` sequences after a PREFIX-token prefill."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
     cache = DynamicCache()
-    ids = torch.randint(0, 1000, (rows, PREFIX), device=device)
+    ids = torch.randint(0, min(1000, model.config.vocab_size), (rows, prefix), device=device)
     with torch.no_grad():
         model(ids, past_key_values=cache, use_cache=True)
         times = []
         token = ids[:, -1:]
         for i in range(steps + 2):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            model(token, past_key_values=cache, use_cache=True)
-            end.record()
-            torch.cuda.synchronize()
+            if device.type == "cuda":
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                model(token, past_key_values=cache, use_cache=True)
+                end.record()
+                torch.cuda.synchronize()
+                ms = start.elapsed_time(end)
+            else:  # the dry run
+                t0 = time.perf_counter()
+                model(token, past_key_values=cache, use_cache=True)
+                ms = 1e3 * (time.perf_counter() - t0)
             if i >= 2:
-                times.append(start.elapsed_time(end))
+                times.append(ms)
     return statistics.median(times)
-
-
-def copy_bandwidth(device) -> float:
-    """Bytes/s of a 2 GiB device-to-device copy (read + write), median of 5."""
-    a = torch.empty(2**30, dtype=torch.bfloat16, device=device)
-    b = torch.empty_like(a)
-    times = []
-    for _ in range(6):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        b.copy_(a)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * a.numel() * a.element_size() / statistics.median(times[1:])
 
 
 def build_model(device, **config):
@@ -186,63 +206,82 @@ def build_model(device, **config):
         return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
 
 
-def section(deadline: float) -> str:
-    """The Markdown body of this section (see the module docstring)."""
-    if not torch.cuda.is_available():
-        return "No CUDA device: nothing measured."
-    device = torch.device("cuda")
-    lines = [
-        f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, bf16 activations.",
-        "",
-    ]
+Row = tuple[str, str]
+# the dry run's stand-ins: small layers, a tiny model, a short cache
+DRY_LAYERS = [(256, 128), (128, 256)]
+DRY_MODEL = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    vocab_size=512,
+)
+DRY_PREFIX = 16
+
+
+def section(deadline: float, *, dry_run: bool = False) -> list[Row]:
+    """The rows of this section (see the module docstring)."""
+    if not dry_run and not torch.cuda.is_available():
+        return [("quant on CUDA", "skipped: no CUDA device (use --dry-run on CPU)")]
+    device = torch.device("cpu" if dry_run else "cuda")
     h, i = QWEN3_8B["hidden_size"], QWEN3_8B["intermediate_size"]
-    checks, skipped = layer_checks(device, [(h, h), (i, h), (h, i)], deadline=deadline)
-    lines += [
-        "| format | layer [N, K] | fused path | rows | max abs diff / max abs exact |",
-        "|---|---|---|---|---|",
+    shapes = DRY_LAYERS if dry_run else [(h, h), (i, h), (h, i)]
+    rows: list[Row] = [
+        (f"{fmt} layers and decode", f"skipped: {why}")
+        for fmt in FORMATS
+        if (why := missing_library(fmt))
     ]
-    lines += [f"| {f} | {s} | {p} | {m} | {r:.2e} |" for f, s, p, m, r in checks]
+    checks, skipped = layer_checks(device, shapes, deadline=deadline)
+    rows += [
+        (f"{f} {s} fused against exact, {m} rows ({p})", f"max abs diff / max abs exact {r:.2e}")
+        for f, s, p, m, r in checks
+    ]
     if skipped:
-        return "\n".join(lines + ["", f"Skipped (time): {skipped}, and the decode timings."])
-    bandwidth = copy_bandwidth(device)
-    model = build_model(device)
-    layers, kv_heads = QWEN3_8B["num_hidden_layers"], QWEN3_8B["num_key_value_heads"]
-    kv_bytes = 2 * layers * kv_heads * QWEN3_8B["head_dim"] * 2 * PREFIX  # K and V, bf16, per row
-    variants = {"bf16": None, **{fmt: fmt for fmt in FORMATS}}
-    lines += [
-        "",
-        f"Random-init Qwen3-8B shape (36 layers), one decode step after a {PREFIX}-token prefill; "
-        f"floor = bytes read / measured copy bandwidth {bandwidth / 1e12:.2f} TB/s.",
-        "",
-        "| model | weights read GB | "
-        + " | ".join(f"{m} rows ms (vs bf16, vs floor)" for m in ROWS)
-        + " |",
-        "|---|---|" + "---|" * len(ROWS),
-    ]
+        return rows + [("layer checks and decode timings", f"skipped (time): {skipped} on")]
+    bandwidth = copy_bandwidth(device, 1 / 64 if dry_run else 2.0)
+    model = build_model(device, **(DRY_MODEL if dry_run else {}))
+    prefix = DRY_PREFIX if dry_run else PREFIX
+    variants = {"bf16": None, **{f: f for f in FORMATS if not missing_library(f)}}
     base = {}
     for name, fmt in variants.items():
         if time.monotonic() > deadline:
-            lines.append(f"\nSkipped (time): decode timings from {name} on.")
+            rows.append((f"decode step, {name} on", "skipped: the section's time ran out"))
             break
         originals = swap(model, fmt) if fmt else {}
-        weights = stored_bytes(model)
-        cells = []
-        for m in ROWS:
-            ms = step_ms(model, m)
-            base.setdefault(m, ms) if fmt is None else None
-            floor = (weights + kv_bytes * m) / bandwidth * 1e3
-            cells.append(f"{ms:.2f} ({base[m] / ms:.2f}x, {ms / floor:.2f} of floor)")
-        lines.append(f"| {name} | {weights / 1e9:.2f} | " + " | ".join(cells) + " |")
-        restore(model, originals)
-        torch.cuda.empty_cache()
-    return "\n".join(lines)
+        try:
+            weights = stored_bytes(model)
+            for m in ROWS:
+                check = f"decode step, {name}, {m} rows after {prefix} tokens"
+                try:
+                    ms = step_ms(model, m, prefix=prefix)
+                except Exception as exc:
+                    rows.append((check, f"failed: {type(exc).__name__}: {exc}"))
+                    continue
+                base.setdefault(m, ms) if fmt is None else None
+                floor = 1e3 * step_floor_s(model, prefix * m, m, bandwidth)
+                vs = f"{base[m] / ms:.2f}x bf16, " if m in base else ""
+                rows.append(
+                    (
+                        check,
+                        f"{ms:.2f} ms ({vs}{ms / floor:.2f} of floor; weights {weights / 1e9:.3f} GB)",
+                    )
+                )
+        finally:
+            restore(model, originals)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=8.0, help="time budget")
+    parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
-    print(section(time.monotonic() + 60 * args.minutes))
+    rows = section(time.monotonic() + 60 * args.minutes, dry_run=args.dry_run)
+    print(gpu_check.table([("quant", c, r) for c, r in rows]))
 
 
 if __name__ == "__main__":

@@ -22,11 +22,18 @@ from dataclasses import dataclass, field
 import torch
 
 from nudgeability.engine import requests as req
+from nudgeability.engine.decode_floor import activation_dtype, layer_kv_widths
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.group_shape import GroupShape
 from nudgeability.engine.kv_cache import PoolCache
-from nudgeability.engine.kv_pool import KVPool
+from nudgeability.engine.kv_pool import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    KVPool,
+    free_device_bytes,
+    pool_blocks_for,
+    step_margin_bytes,
+)
 from nudgeability.engine.model_runner import ModelRunner
 from nudgeability.engine.outputs import (
     append_tokens,
@@ -49,6 +56,12 @@ from nudgeability.engine.static_decode import (
 from nudgeability.engine.step_layout import StepLayout
 
 
+def sizes_pool_from_memory(device: torch.device) -> bool:
+    """Whether an engine with no `max_batch_tokens` on `device` sizes its pool from free memory
+    (CUDA) rather than growing it with the work (CPU, where untouched pages cost nothing)."""
+    return device.type == "cuda"
+
+
 @dataclass
 class _Call:
     refs: list[SequenceRef] = field(default_factory=list)
@@ -59,7 +72,9 @@ class Engine:
 
     `max_batch_tokens` is the KV pool, in token slots (rounded up to whole blocks of
     `block_size`, plus three blocks for rounding); None sizes the pool for everything submitted
-    and not finished, so that nothing waits for memory. `max_rows` caps the rows that decode
+    and not finished, so that nothing waits for memory, and on CUDA takes
+    `gpu_memory_utilization` (default 0.9) of the device memory free at start, less the
+    activations of the largest step, allocated up front and never grown (`kv_pool.py`). `max_rows` caps the rows that decode
     together (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and
     contexts are prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when
     `prefill_tokens` is smaller, which changes the prefixes' last bits). `progress` shows a bar with prefill
@@ -80,6 +95,7 @@ class Engine:
         *,
         max_batch_tokens: int | None = None,
         max_rows: int | None = None,
+        gpu_memory_utilization: float | None = None,
         block_size: int = 16,
         progress: bool = False,
         prefill_tokens: int = 2048,
@@ -122,13 +138,61 @@ class Engine:
         self._builder = req.Builder()
         self._rows: dict[int, Sequence] = {}
         self._need_blocks = 0  # blocks all unfinished work could take (max_batch_tokens None)
+        self.gpu_memory_utilization = gpu_memory_utilization
+        layers = []
         if max_batch_tokens is not None:
             if max_batch_tokens < 1:
                 raise EngineInputError(f"max_batch_tokens must be positive, got {max_batch_tokens}")
             self._pool_blocks = -(-max_batch_tokens // block_size) + 3
+        elif sizes_pool_from_memory(self.runner.device):
+            self._pool_blocks, layers = self._memory_pool()
+            # a budget from then on: the pool never grows (a growth would be an OOM on the device)
+            self.max_batch_tokens = max(1, (self._pool_blocks - 3) * block_size)
         else:
             self._pool_blocks = 4
         self._new_pool(self._pool_blocks)
+        self.pool.allocate(layers)
+
+    def _memory_pool(self) -> tuple[int, list[tuple[int, int, int, torch.dtype]]]:
+        """The pool's blocks from free device memory (`kv_pool.pool_blocks_for`), and the
+        `(layer, kv, D, dtype)` of every layer that stores KV, to allocate at once."""
+        fraction = self.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
+        dtype = activation_dtype(self.model)
+        size = dtype.itemsize
+        layers = []
+        for i, (layer, (width, _, stores)) in enumerate(
+            zip(self.runner.decoder.layers, layer_kv_widths(self.model))
+        ):
+            if stores:
+                d = layer.self_attn.head_dim
+                layers.append((i, width // 2 // d, d, dtype))
+        slot_bytes = sum(2 * kv * d for _, kv, d, _ in layers) * size
+        linears = [
+            m.out_features for m in self.runner.decoder.modules() if hasattr(m, "out_features")
+        ]
+        margin = step_margin_bytes(
+            self.model.config.get_text_config().hidden_size,
+            max(linears, default=0),
+            self.vocab_size,
+            self.prefill_tokens,
+            self.max_rows or BUCKETS[-1],
+            size,
+        )
+        try:
+            blocks = pool_blocks_for(
+                free_device_bytes(self.runner.device), slot_bytes, self.block_size, fraction, margin
+            )
+        except ValueError as exc:
+            raise EngineInputError(str(exc)) from None
+        if blocks < 4:
+            raise EngineInputError(f"free device memory holds only {blocks} KV blocks")
+        return blocks, layers
+
+    def limit_rows(self, max_rows: int | None) -> None:
+        """Cap the rows that decode together from now on (`max_rows` of the constructor)."""
+        if max_rows is not None and max_rows < 1:
+            raise EngineInputError(f"max_rows must be positive, got {max_rows}")
+        self.max_rows = self.scheduler.max_rows = self.scheduler.lookahead = max_rows
 
     def _new_pool(self, blocks: int) -> None:
         self.pool = KVPool(

@@ -29,6 +29,13 @@ class LayerKV:
     v: torch.Tensor
     window: int | None
 
+    def to(self, device, *args, **kwargs) -> LayerKV:
+        """The handle itself: transformers 5.17's Gemma 4 moves a KV-shared layer's states to the
+        query's device (`key_states.to(query_states.device)`); the pool lives on that device."""
+        if torch.device(device) != self.k.device:
+            raise RuntimeError(f"the KV pool is on {self.k.device}, not {device}")
+        return self
+
 
 class _LayerFlags:
     """What HF's mask code reads from `cache.layers` before it exits early for custom attention."""

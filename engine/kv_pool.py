@@ -20,13 +20,66 @@ first policy keeps the touched region close to the peak); the attention then rea
 slots. On CUDA, and for the fixed-shape decode (`static_decode.py`, whose kernel reads whole
 blocks), it is zeroed once, so that a slot never written holds no NaN for a masked score to
 multiply.
+
+On CUDA, with no explicit budget, the engine sizes the pool from the device's free memory at start
+(`pool_blocks_for`, like vLLM's `--gpu-memory-utilization`) and allocates every layer up front
+(`allocate`): the pool never grows, so no shape changes under the compiled and captured steps.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 SCRATCH_BLOCK = 0  # the pad tokens' slots; never handed out
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # the share of free device memory the pool may take
+
+
+def pool_blocks_for(
+    free_bytes: int,
+    slot_bytes: int,
+    block_size: int,
+    fraction: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    margin_bytes: int = 0,
+) -> int:
+    """Blocks of `block_size` slots of `slot_bytes` each that fit in `fraction` of `free_bytes`
+    (the device's free memory once the weights are loaded) less `margin_bytes` (the activations
+    of the largest step): `floor((fraction * free - margin) / (slot_bytes * block_size))`.
+    ValueError when that leaves fewer than 2 blocks (the scratch block and one)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {fraction}")
+    if slot_bytes < 1 or block_size < 1:
+        raise ValueError(f"slot_bytes and block_size must be positive: {slot_bytes}, {block_size}")
+    usable = int(fraction * free_bytes) - margin_bytes
+    blocks = max(usable, 0) // (slot_bytes * block_size)
+    if blocks < 2:
+        raise ValueError(
+            f"{fraction:.2f} of the {free_bytes / 2**30:.2f} GiB free, less "
+            f"{margin_bytes / 2**30:.2f} GiB for activations, holds {blocks} KV blocks of "
+            f"{block_size} slots ({slot_bytes} bytes each); free memory or pass max_batch_tokens"
+        )
+    return blocks
+
+
+def step_margin_bytes(
+    hidden: int, widest: int, vocab: int, tokens: int, rows: int, element_size: int
+) -> int:
+    """A bound on the activations of the engine's largest step: `tokens` in one forward, `rows`
+    of them through the LM head. Per token, the residual stream, its norms and the attention
+    output (6 x `hidden`) and four live tensors of the widest linear's output (`widest`: the
+    MLP's gate, up and product, or the queries), in the model dtype; per row, the logits in the
+    model dtype and twice in fp32 (the sampler's copy). The whole doubled for the allocator's
+    transient copies and fragmentation."""
+    per_token = (6 * hidden + 4 * widest) * element_size
+    per_row = vocab * (element_size + 8)
+    return 2 * (tokens * per_token + rows * per_row)
+
+
+def free_device_bytes(device) -> int:
+    """Free memory of a CUDA device, in bytes (`torch.cuda.mem_get_info`)."""
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)
 
 
 class KVPool:
@@ -119,9 +172,19 @@ class KVPool:
             return torch.empty(kv, slots, d, dtype=dtype, device=self.device)
         return torch.zeros(kv, slots, d, dtype=dtype, device=self.device)
 
+    def allocate(self, layers: Sequence[tuple[int, int, int, torch.dtype]]) -> None:
+        """Make the keys and values of each `(layer, kv, D, dtype)` now, rather than on the
+        layer's first write (the CUDA pool sized from free memory: its memory is taken at once)."""
+        for layer, kv, d, dtype in layers:
+            self.layer(layer, kv, d, dtype)
+
     def layer(self, layer: int, kv: int, d: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """The `[kv, slots, D]` keys and values of `layer`, made on first use."""
-        if self.k[layer] is None:
+        """The `[kv, slots, D]` keys and values of `layer`, made on first use (or again, should
+        the layer write another shape than `allocate` was told)."""
+        old = self.k[layer]
+        if old is not None and (old.shape[0] != kv or old.shape[2] != d or old.dtype != dtype):
+            self.k[layer] = self.v[layer] = old = None
+        if old is None:
             slots = self.num_blocks * self.block_size
             self.k[layer] = self._new(kv, slots, d, dtype)
             self.v[layer] = self._new(kv, slots, d, dtype)

@@ -30,9 +30,12 @@ import torch
 
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
+from nudgeability.engine import engine as engine_module
 from nudgeability.engine.progress import progress_bar
+from nudgeability.engine.static_decode import BUCKETS
 from nudgeability.splice.experiment.conditions import CONSISTENCY
 from nudgeability.splice.run.consistency import run_consistency_unit
+from nudgeability.splice.run.device_batching import row_slots, rows_for_pool
 from nudgeability.splice.run.parts import reusable, store_unit
 from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.resolve import run_resolve_unit
@@ -145,13 +148,17 @@ def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
     model (also used by `nudge verify` to replay units exactly as the run computed them)."""
     backend = prepared.backend
     if backend is None:
-        backend = EngineBackend(
-            Engine(
-                prepared.loaded.model,
-                prepared.loaded.tokenizer,
-                max_batch_tokens=prepared.config.max_batch_tokens,
-            )
+        engine = Engine(
+            prepared.loaded.model,
+            prepared.loaded.tokenizer,
+            max_batch_tokens=prepared.config.max_batch_tokens,
         )
+        if engine_module.sizes_pool_from_memory(engine.runner.device):  # CUDA: device_batching.py
+            config = prepared.config
+            slots = engine.pool.num_blocks * engine.block_size
+            per_row = row_slots(config.max_new_tokens, config.max_new_tokens_arm)
+            engine.limit_rows(rows_for_pool(slots, per_row, BUCKETS[-1]))
+        backend = EngineBackend(engine)
     backend.progress = progress  # an inner bar per backend call
     return UnitContext(prepared, backend)
 

@@ -48,6 +48,10 @@ PROVENANCE_KEYS = ("versions", "git_commit", "endpoint", "threads")
 # what a finished run wrote (splice/rundir/seal.py): checked by `nudge verify`, never compared
 # between two manifests
 SEAL_KEY = "seal"
+# every fallback from a fast path the run took (`nudgeability.util.fallbacks.taken()`, as dicts),
+# written with the seal: a fact about the device and libraries of the process that finished the
+# run, never compared (a resume on other hardware may meet others), like the seal
+FALLBACKS_KEY = "fallbacks"
 # where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
 # copied elsewhere, reuses the stored records when every hash is the same.
 LOCATION_KEYS = (
@@ -164,7 +168,8 @@ def compare_manifests(
     """
 
     def split(manifest: dict) -> tuple[dict, dict]:
-        identity = {k: v for k, v in manifest.items() if k not in PROVENANCE_KEYS and k != SEAL_KEY}
+        unread = (SEAL_KEY, FALLBACKS_KEY)
+        identity = {k: v for k, v in manifest.items() if k not in PROVENANCE_KEYS + unread}
         provenance = {k: v for k, v in manifest.items() if k in PROVENANCE_KEYS}
         identity = copy.deepcopy(identity)
         for path in LOCATION_KEYS:

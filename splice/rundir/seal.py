@@ -37,7 +37,12 @@ from nudgeability.splice.rundir.layout import (
     SIDE_SUFFIX,
     SIGNALS_DIR,
 )
-from nudgeability.splice.rundir.manifest import SEAL_KEY, manifest_text, sha256_file
+from nudgeability.splice.rundir.manifest import (
+    FALLBACKS_KEY,
+    SEAL_KEY,
+    manifest_text,
+    sha256_file,
+)
 
 # the seal's entry for the side files; a seal written before side files were sealed lacks it
 SEALED_SIDE_FILES = "signals"
@@ -66,9 +71,12 @@ def seal_of(root: Path) -> dict:
     return seal
 
 
-def write_sealed_manifest(root: Path, manifest: dict) -> None:
-    """Write `manifest` into `root` with the seal of its files, atomically (the last write)."""
+def write_sealed_manifest(root: Path, manifest: dict, fallbacks: list[dict] | None = None) -> None:
+    """Write `manifest` into `root` with the seal of its files, atomically (the last write), and,
+    when given, the fallbacks the run took (`FALLBACKS_KEY`; never compared)."""
     manifest = {**manifest, SEAL_KEY: seal_of(root)}
+    if fallbacks is not None:
+        manifest[FALLBACKS_KEY] = fallbacks
     atomic_write_lines(Path(root) / MANIFEST, [manifest_text(manifest)])
 
 

@@ -34,6 +34,7 @@ from nudgeability.splice.rundir.layout import (
     split_lines,
 )
 from nudgeability.splice.rundir.manifest import (
+    FALLBACKS_KEY,
     OutputDirError,
     compare_manifests,
     manifest_text,
@@ -213,7 +214,9 @@ class WorkStore:
         Called last, when records.jsonl is written: the stored manifest (the one the run started
         with, whatever code resumes it) is kept, and only its seal is replaced. Every part must
         still be the bytes this run wrote or verified, else nothing is sealed (`PartChangedError`);
-        the part journal, whose hashes the seal now holds, is removed after."""
+        the part journal, whose hashes the seal now holds, is removed after. Beside the seal it
+        lists every fallback taken (`util/fallbacks.py`): this process's, after those a manifest
+        sealed before lists."""
         problems = unverified_parts(self.root, self._trusted)
         if problems:
             raise PartChangedError(
@@ -221,7 +224,13 @@ class WorkStore:
                 + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
                 + "; run the same command again"
             )
-        write_sealed_manifest(self.root, read_manifest(self.root))
+        from nudgeability.util import fallbacks
+
+        stored = read_manifest(self.root)
+        # a resumed run keeps what the processes before it took: their parts were computed so
+        taken = list(stored.get(FALLBACKS_KEY, []))
+        taken += [f.as_dict() for f in fallbacks.taken() if f.as_dict() not in taken]
+        write_sealed_manifest(self.root, stored, taken)
         remove_part_journal(self.root)
 
 

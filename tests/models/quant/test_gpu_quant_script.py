@@ -83,7 +83,9 @@ def test_swapping_a_format_in_and_back_restores_the_model(gpu_quant):
 def test_without_cuda_the_section_says_so(gpu_quant):
     if torch.cuda.is_available():
         pytest.skip("a GPU is here")
-    assert gpu_quant.section(time.monotonic() + 60) == "No CUDA device: nothing measured."
+    assert gpu_quant.section(time.monotonic() + 60) == [
+        ("quant on CUDA", "skipped: no CUDA device (use --dry-run on CPU)")
+    ]
 
 
 def test_the_one_gpu_driver_runs_this_section(monkeypatch):
@@ -92,6 +94,6 @@ def test_the_one_gpu_driver_runs_this_section(monkeypatch):
     gpu_check = _script("gpu_check")
     assert gpu_check.SECTIONS["quant"] == "gpu_quant"
     text = gpu_check.run(["quant"], budget_s=60)
-    assert "### quant" in text and "FAILED" not in text, text
+    assert "| quant | section time |" in text and "failed" not in text, text
     if not torch.cuda.is_available():
-        assert "No CUDA device: nothing measured." in text
+        assert "| quant | quant on CUDA | skipped: no CUDA device" in text

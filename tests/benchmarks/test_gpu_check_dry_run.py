@@ -1,0 +1,117 @@
+"""benchmarks/gpu_check.py runs whole on CPU (`--dry-run`), as the GPU image would run it: from a
+bare checkout (no installed `nudgeability`), without bitsandbytes or compressed-tensors. Every
+section must run (not "skipped", not "failed"), and the deadline is one clock's."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Imported first in the child (a sitecustomize on its path): the installed package and the two
+# libraries the GPU image lacks cannot be imported, as there.
+BLOCKER = """
+import sys
+MISSING = {"nudgeability", "bitsandbytes", "compressed_tensors"}
+class Missing:
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.partition(".")[0]
+        if top in MISSING and (top != "nudgeability" or path is None):
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+sys.meta_path.insert(0, Missing())
+"""
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_engine_sections_deadline_is_a_monotonic_time(monkeypatch):
+    """gpu_check passes `time.monotonic() + budget`: a section runs its parts before it and
+    skips them after it (at 397192c gpu_engine compared it with time.time(): all skipped)."""
+    gpu_engine = _script("gpu_engine")
+    ran = []
+    parts = tuple((f"part {i}", lambda model, sizes, i=i: ran.append(i) or []) for i in range(3))
+    monkeypatch.setattr(gpu_engine, "PARTS", parts)
+    rows = gpu_engine.section(time.monotonic() + 600, dry_run=True)
+    assert ran == [0, 1, 2] and not any("skipped" in r for _, r in rows), rows
+    rows = gpu_engine.section(time.monotonic() - 1, dry_run=True)
+    assert [r for c, r in rows if c.startswith("part")] == [
+        "skipped: the section's time ran out"
+    ] * 3
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    site = tmp_path_factory.mktemp("site")
+    (site / "sitecustomize.py").write_text(BLOCKER)
+    out = tmp_path_factory.mktemp("out")
+    env = dict(os.environ, PYTHONPATH=str(site), OUT=str(out))
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--dry-run"],
+        cwd=tmp_path_factory.mktemp("cwd"),  # not the repository: nothing found beside it
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout, (out / "gpu_check.md").read_text()
+
+
+def _rows(text: str) -> list[tuple[str, str, str]]:
+    rows = [line.strip("|").split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    return [tuple(cell.strip() for cell in row) for row in rows[1:]]
+
+
+@pytest.mark.slow
+def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
+    stdout, saved = dry_run
+    assert _rows(saved) == _rows(stdout)  # $OUT/gpu_check.md holds the same table
+    assert "nudgeability: bootstrapped from" in stdout
+    rows = _rows(stdout)
+    checks = [f"{s}: {c}" for s, c, _ in rows]
+    for s, c, r in rows:
+        if c == "nf4 layers and decode":  # bitsandbytes is missing, as on the GPU image
+            assert r.startswith("skipped: bitsandbytes does not import"), r
+            continue
+        assert not r.startswith(("skipped", "failed")), (s, c, r)
+    wanted = [
+        "quant: fp8 [256, 128] fused against exact, 64 rows",
+        "quant: w4a16 [128, 256] fused against exact, 1 rows",
+        "quant: decode step, fp8, 12 rows",
+        "engine: arm ≡ solo, bf16",
+        "engine: arm ≡ solo, w4a16 dense",
+        "engine: arm ≡ solo, w4a16 fused",
+        "engine: arm ≡ solo, fp8 dense",
+        "engine: arm ≡ solo, fp8 fused",
+        "engine: needle",
+        "engine: prefill of",
+        "engine: campaign bases against generate_batch",
+        "engine: campaign arms against generate_batch",
+        "fallbacks: ",
+    ]
+    wanted += [
+        f"engine: decode step, {n} rows, {mode}"
+        for n in (1, 12, 64, 256)
+        for mode in ("static decode + graphs", "eager")
+    ]
+    for want in wanted:
+        assert any(c.startswith(want) for c in checks), (want, checks)
+    # the fused paths ran (not the exact fallback), and the arms agree with HF's forward
+    for _, c, r in rows:
+        if c.startswith("arm ≡ solo"):
+            agree, total = r.split("argmax agrees at ")[1].split(";")[0].split("/")
+            assert int(agree) == int(total), (c, r)
+        if c.startswith(("arm ≡ solo, w4a16 fused", "arm ≡ solo, fp8 fused")):
+            assert "simd" in r, r
