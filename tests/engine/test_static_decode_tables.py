@@ -132,3 +132,23 @@ def test_a_captured_step_is_checked_once_against_the_eager_cascade(corrupt):
         assert any("bucket 16" in str(w.message) for w in caught)
     else:
         assert captured.runs > 1 and captured.checked == {16} and not named
+
+
+def test_a_decode_the_compiler_refuses_drops_to_the_cascade_for_good(monkeypatch):
+    """What the engine does when the compiled flex call gives up (Dynamo's recompile limit or a
+    failed lowering, recorded where it happens): the step reruns on the eager cascade, and so do
+    all later steps."""
+    calls = []
+
+    def refused(*args, **kwargs):
+        calls.append(1)
+        raise static_decode.StaticDecodeUnavailable("stand-in for a recompile limit hit")
+
+    monkeypatch.setattr(static_decode, "flex_attention", refused)
+    model = tiny_model("llama", num_layers=2, seed=6)
+    engine = Engine(model, static_decode=True)
+    prefix, suffixes = random_ids(30, seed=9), [random_ids(n, seed=n) for n in (2, 4)]
+    arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=6), return_logits=True)
+    assert len(calls) == 1 and not engine.static_decode
+    for suffix, arm in zip(suffixes, arms):
+        assert_matches_reference(model, arm, prefix + suffix, 6, engine.eos_ids)
