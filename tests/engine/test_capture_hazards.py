@@ -8,7 +8,7 @@ import torch
 from helpers.capture_hazards import HazardCheckedGraphs, block_sparse_flex
 from helpers.engine_reference import assert_matches_reference, random_ids
 
-from nudgeability.engine import Engine, SamplingParams, static_decode
+from nudgeability.engine import Engine, ForkRequest, SamplingParams, static_decode
 from nudgeability.models.testing.tiny import tiny_model
 
 
@@ -40,11 +40,8 @@ def test_the_write_index_is_rewritten_in_place_by_each_load(monkeypatch):
     at one address: heads x pool slots + the step's slot, computed here from the slots."""
     model, engine = _graphed_engine(monkeypatch)
     engine.submit_fork(
-        static_decode_request := __import__(
-            "nudgeability.engine", fromlist=["ForkRequest"]
-        ).ForkRequest(random_ids(30, seed=1), [[5], [6, 7]], SamplingParams(max_new_tokens=8))
+        ForkRequest(random_ids(30, seed=1), [[5], [6, 7]], SamplingParams(max_new_tokens=8))
     )
-    del static_decode_request
     seen = []
     while engine.busy:
         engine.step()
