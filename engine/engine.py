@@ -25,6 +25,7 @@ from nudgeability.engine import requests as req
 from nudgeability.engine.decode_floor import activation_dtype, layer_kv_widths
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.graphed_decode import EAGER, GraphedDecode, agrees
 from nudgeability.engine.group_shape import GroupShape
 from nudgeability.engine.kv_cache import PoolCache
 from nudgeability.engine.kv_pool import (
@@ -50,10 +51,13 @@ from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, Sequ
 from nudgeability.engine.static_decode import (
     BUCKETS,
     MAX_SEGMENTS,
-    GraphedDecode,
     StaticDecode,
+    StaticDecodeUnavailable,
+    head_dims,
+    refusal,
 )
 from nudgeability.engine.step_layout import StepLayout
+from nudgeability.util import fallbacks
 
 
 def sizes_pool_from_memory(device: torch.device) -> bool:
@@ -83,9 +87,12 @@ class Engine:
     per step in `stats.trace`. `batch_invariant` pads every forward and LM-head call to the rows
     that keep a sequence's logits independent of the batch (`model_runner`, engine/README.md);
     False runs them at their natural row counts.
-    `static_decode` (default: on CUDA) runs steps of single-token rows with fixed shapes, rows
-    padded to a bucket and one FlexAttention call per layer (`static_decode.py`), and
-    `cuda_graphs` (default: with static_decode on CUDA) replays them as CUDA graphs.
+    `static_decode` (default off; opt-in, and unchecked on a GPU so far) runs steps of
+    single-token rows with fixed shapes, rows padded to a bucket and one FlexAttention call per
+    layer (`static_decode.py`; on CUDA compiled by Inductor), and `cuda_graphs` (default: with
+    static_decode on CUDA) replays them as CUDA graphs, each bucket's first captured step checked
+    once against the eager cascade. By default every step runs the eager cascade over stock SDPA
+    kernels (`shared_prefix_attention.py`), on CPU and CUDA alike.
     """
 
     def __init__(
@@ -129,10 +136,17 @@ class Engine:
         self.vocab_size = self.runner.lm_head.weight.shape[0]
         self.stats = EngineStats(trace=[] if trace else None)
         on_cuda = self.runner.device.type == "cuda"
-        self.static_decode = on_cuda if static_decode is None else static_decode
+        self.static_decode = bool(static_decode)
         use_graphs = on_cuda and self.static_decode if cuda_graphs is None else cuda_graphs
         if use_graphs and not on_cuda:
             raise EngineInputError("cuda_graphs needs the model on a CUDA device")
+        if use_graphs and not self.static_decode:
+            raise EngineInputError("cuda_graphs needs static_decode=True (the fixed-shape decode)")
+        if self.static_decode and on_cuda:
+            why = refusal(block_size, head_dims(model))
+            if why is not None:  # refused up front, not an exception at the first step
+                fallbacks.record("static_decode (compiled FlexAttention)", EAGER, why)
+                self.static_decode = use_graphs = False
         self._graphs = GraphedDecode(self.runner.forward) if use_graphs else None
         self._statics: dict[int, StaticDecode] = {}
         self._builder = req.Builder()
@@ -343,12 +357,21 @@ class Engine:
         if static is not None:
             static.load(plan, self.pad_id)
             self.cache.layout = static
-            with torch.inference_mode():
-                if self._graphs is not None:
-                    hidden = self._graphs.run(self.cache, static)
-                else:
-                    hidden = self._forward(self.cache, static.input_ids, static.positions)
+            try:
+                with torch.inference_mode():
+                    if self._graphs is not None:
+                        hidden = self._graphs.run(self.cache, static)
+                    else:
+                        hidden = self._forward(self.cache, static.input_ids, static.positions)
+            except StaticDecodeUnavailable:  # recorded where it happened; eager from now on
+                self._drop_static()
+                return self._run_eager(plan)
+            if self._graphs is not None and static.rows not in self._graphs.checked:
+                return self._self_check(plan, static, hidden)
             return static, hidden
+        return self._run_eager(plan)
+
+    def _run_eager(self, plan: StepPlan):
         layout = StepLayout.of(
             plan, self.block_size, self.runner.device, self.pad_id, self.runner.padded
         )
@@ -357,14 +380,43 @@ class Engine:
             hidden = self._forward(self.cache, layout.input_ids, layout.positions)
         return layout, hidden
 
+    def _self_check(self, plan: StepPlan, static: StaticDecode, hidden):
+        """A bucket's first captured step against the eager cascade on the same step (run after
+        it, so the pool keeps the eager K/V); on disagreement, eager for good (graphed_decode)."""
+        with torch.inference_mode():
+            captured = hidden[0].index_select(0, static.sample_index).clone()
+        layout, reference = self._run_eager(plan)
+        with torch.inference_mode():
+            expected = reference[0].index_select(0, layout.sample_index)
+        if agrees(f"cuda graph of static_decode bucket {static.rows}", captured, expected):
+            self._graphs.checked.add(static.rows)
+            self.cache.layout = static
+            return static, hidden
+        self._drop_static()
+        return layout, reference
+
+    def _drop_static(self) -> None:
+        self.static_decode = False
+        self._graphs = None
+        self._statics.clear()
+
     def _static_for(self, plan: StepPlan) -> StaticDecode | None:
         """The fixed-shape buffers for a step of single-token rows, or None to run it eagerly."""
         rows = len(plan.row_chunks)
-        if not self.static_decode or plan.prefix_chunks or rows > BUCKETS[-1] or not rows:
+        decoding = sum(s1 - s0 == 1 for _, s0, s1 in plan.row_chunks)
+        if not self.static_decode or not decoding:
+            return None  # a step that only prefills runs eagerly by design
+        if plan.prefix_chunks or decoding < rows:
+            why = "decode rows in a step that also prefills run with the prefill, no graph"
+            fallbacks.record("static_decode (mixed step)", EAGER, why)
             return None
-        if any(s1 - s0 != 1 for _, s0, s1 in plan.row_chunks):
+        if rows > BUCKETS[-1]:
+            why = f"more decode rows than the largest bucket ({BUCKETS[-1]})"
+            fallbacks.record("static_decode (wide step)", EAGER, why)
             return None
         if any(len(row.group.segments) > MAX_SEGMENTS for row, _, _ in plan.row_chunks):
+            why = f"a prefix of more than {MAX_SEGMENTS} segments"
+            fallbacks.record("static_decode (many segments)", EAGER, why)
             return None
         bucket = next(b for b in BUCKETS if b >= rows)
         static = self._statics.get(bucket)
@@ -376,7 +428,7 @@ class Engine:
             static = StaticDecode(bucket, self.pool, self.runner.device, self.block_size)
             self._statics[bucket] = static
             if self._graphs is not None:
-                self._graphs.graphs.pop(bucket, None)
+                self._graphs.drop(bucket)
         return static
 
     def _postprocess(

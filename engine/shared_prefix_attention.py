@@ -18,9 +18,10 @@ kinds (`step_layout`):
 - **pad tokens** get zeros.
 
 Each part is one call of a kernel that returns the log-sum-exp (`_attend`): the fused flash
-kernel on CPU; on CUDA the fused flash kernel when no mask is needed and the memory-efficient
-kernel with an additive bias otherwise (`_attend_cuda`); elsewhere plain matmuls with fp32
-softmax statistics (`_attend_explicit`). Masks are additive biases built once per step.
+kernel on CPU; on CUDA the kernel `cuda_kernel` picks by SDPA's own constraints (the fused flash
+kernel when no mask is needed and it takes the head size, the memory-efficient kernel otherwise,
+every fallback recorded); elsewhere plain matmuls with fp32 softmax statistics
+(`_attend_explicit`). Masks are additive biases built once per step.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from transformers import AttentionInterface
 from nudgeability.engine.kv_cache import LayerKV
 from nudgeability.engine.static_decode import StaticDecode, flex_decode_attention
 from nudgeability.engine.step_layout import GroupSpan, StepLayout, SuffixPart
+from nudgeability.util import fallbacks
 
 NAME = "nudge_fork"
 PREFILL_QUERY_BLOCK = 64  # queries per SDPA call in a prefix chunk
@@ -302,14 +304,52 @@ def _attend(q, k, v, bias, scaling: float):
     return _attend_explicit(q, k, v, bias, scaling)  # other devices: plain matmuls
 
 
+HALF = (torch.float16, torch.bfloat16)
+FLASH_MAX_HEAD_DIM = 256
+
+
+def cuda_kernel(q, k, v, bias) -> str:
+    """Which CUDA kernel `_attend_cuda` calls: "flash", "efficient" or "explicit".
+
+    The ATen ops are called directly, so SDPA's backend checks (aten/src/ATen/native/
+    transformers/cuda/sdp_utils.cpp) are not run for us; these are theirs. Flash: fp16/bf16, no
+    mask, q/k/v of one head size of at most 256 (a multiple of 8, as the flash kernel's own
+    check asks). Memory-efficient: fp32/fp16/bf16, any head size whose q/k/v sizes are multiples
+    of the GEMM alignment (8 elements in half precision, 4 in fp32), an additive bias allowed.
+    Anything else takes plain matmuls."""
+    d = q.shape[-1]
+    same = d == k.shape[-1] == v.shape[-1]
+    if bias is None and q.dtype in HALF and same and d <= FLASH_MAX_HEAD_DIM and d % 8 == 0:
+        return "flash"
+    align = 8 if q.dtype in HALF else 4
+    if q.dtype in HALF + (torch.float32,) and all(t.shape[-1] % align == 0 for t in (q, k, v)):
+        return "efficient"
+    return "explicit"
+
+
 def _attend_cuda(q, k, v, bias, scaling: float):
-    """The CUDA kernels that return the log-sum-exp: flash when no mask is needed, the
-    memory-efficient kernel (which takes an additive bias) otherwise. The efficient kernel wants
-    a 4-D bias whose rows are 16-element aligned, and pads its log-sum-exp to 32 queries."""
+    """The CUDA kernels that return the log-sum-exp, chosen by `cuda_kernel`: flash when no mask
+    is needed, the memory-efficient kernel (which takes an additive bias) otherwise. The
+    efficient kernel wants a 4-D bias whose rows are 16-element aligned, and pads its
+    log-sum-exp to 32 queries."""
     m = q.shape[2]
-    if bias is None and q.dtype in (torch.float16, torch.bfloat16):
+    kernel = cuda_kernel(q, k, v, bias)
+    if bias is None and q.dtype in HALF and kernel != "flash":
+        fallbacks.record(
+            f"sdpa flash (head_dim {q.shape[-1]}, {q.dtype})",
+            "memory-efficient SDPA" if kernel == "efficient" else "explicit matmul attention",
+            f"the flash kernel takes head sizes up to {FLASH_MAX_HEAD_DIM}, multiples of 8",
+        )
+    if kernel == "flash":
         out = CUDA_KERNELS["flash"](q, k, v, 0.0, False, False, scale=scaling)
         return out[0], out[1][..., :m]
+    if kernel == "explicit":
+        fallbacks.record(
+            f"sdpa memory-efficient (head_dim {q.shape[-1]}, {q.dtype})",
+            "explicit matmul attention",
+            "the head size is not a multiple of the kernel's GEMM alignment",
+        )
+        return _attend_explicit(q, k, v, bias, scaling)
     if bias is not None:
         keys = bias.shape[-1]
         if keys % 16:  # an aligned buffer, read through a view of the real width

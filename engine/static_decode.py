@@ -11,10 +11,20 @@ so nothing needs merging.
 
 `StaticDecode` owns a bucket's buffers: the host writes a step's tables into them (one pinned
 copy), and the same kernels then run on the same addresses every step, which is what a CUDA
-graph replays (`capture`, CUDA only). The pool-wide tables `slot_owner` / `slot_pos` (which row
-owns a slot, and at which position) are updated for the blocks rows take. On CPU the same
-buffers run eagerly (`Engine(static_decode=True)`), so the tests check every table and mask here,
-though not the capture.
+graph replays (`graphed_decode.py`, CUDA only). Every tensor the forward reads is one of these
+buffers, updated in place by `load()` and never reallocated, the pool or the model's weights
+(tests/helpers/capture_hazards.py checks this on CPU). The pool-wide tables `slot_owner` /
+`slot_pos` (which row owns a slot, and at which position) are rewritten for every block a row
+holds at a new position, and cleared for blocks that a prefix run now holds.
+
+Opt-in on CUDA (`Engine(static_decode=True)`): Inductor's FlexAttention lowering cannot be run
+here. What this module controls of it follows the lowering's rules (`kernel_options`): the main
+kernel is forced (the decode kernel has its own block rule, which depends on the GQA ratio), with
+`BLOCK_M = Q_TILE` and a `BLOCK_N` that divides the pool's block size, so the block mask's Q
+block is a multiple of BLOCK_M and its KV block (the pool block) of BLOCK_N for every bucket and
+head shape (tests/engine/test_flex_block_rules.py). On CPU the same buffers run FlexAttention's
+eager reference (`Engine(static_decode=True)`), so the tests check every table and mask here,
+though not the compiled kernel or the capture.
 """
 
 from __future__ import annotations
@@ -24,11 +34,63 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from nudgeability.engine.kv_pool import SCRATCH_BLOCK
 from nudgeability.engine.scheduler import StepPlan
+from nudgeability.util import fallbacks
 
 BUCKETS = (16, 32, 64, 128, 256)
 MAX_SEGMENTS = 3  # a shared run, the rest of the prompt, a stem
-Q_TILE = 16  # rows per tile of the block mask (the least Triton's flex kernel takes)
+# Rows per tile of the block mask, and the main kernel's BLOCK_M: a power of two (FlexKernelOptions'
+# contract) that torch's own default configs use (32 x 64 is sm80's bf16 head_dim-256 default,
+# torch/_inductor/template_heuristics/triton.py), and a multiple of 16 for Triton's dot.
+Q_TILE = 32
+BLOCK_N_CHOICES = (64, 32, 16)  # powers of two >= 16, largest first
+COMPILE_LIMIT = 64  # Dynamo compiles allowed for the flex call (buckets x windows x head shapes)
 SCRATCH_OWNER = -2  # pad rows read (and write) only the scratch block
+UNOWNED = -1
+
+
+def kernel_options(head_dim: int, block_size: int) -> dict | None:
+    """The FlexAttention kernel options of a layer with `head_dim` over a pool of `block_size`.
+
+    Inductor's lowering (torch/_inductor/kernel/flex/flex_attention.py) takes BLOCK_M / BLOCK_N
+    from these options before its own configs, and rejects a config unless the block mask's Q
+    block is a multiple of BLOCK_M and its KV block of BLOCK_N. `FORCE_USE_FLEX_ATTENTION` keeps
+    it off the decode kernel (flex_decoding.py), which would set BLOCK_M from rows x GQA ratio.
+    Above head_dim 128, BLOCK_N stays at 32 like torch's own large-head defaults. None when no
+    BLOCK_N divides the block size (`refusal` keeps such an engine off the compiled path; the
+    eager reference on CPU takes any block size)."""
+    cap = 64 if head_dim <= 128 else 32
+    block_n = next((n for n in BLOCK_N_CHOICES if n <= cap and block_size % n == 0), None)
+    if block_n is None:
+        return None
+    return {
+        "FORCE_USE_FLEX_ATTENTION": True,
+        "BLOCK_M": Q_TILE,
+        "BLOCK_N": block_n,
+        "num_warps": 4,
+        "num_stages": 3 if head_dim <= 128 else 2,
+    }
+
+
+def refusal(block_size: int, head_dims) -> str | None:
+    """Why the compiled FlexAttention decode cannot take this engine's shapes, or None.
+
+    The pool block is the block mask's KV block, so it must be a multiple of a BLOCK_N the kernel
+    takes (a power of two >= 16); the lowering raises below head_dim 16."""
+    if block_size % 16:
+        return f"block_size {block_size} is not a multiple of 16 (no Triton BLOCK_N divides it)"
+    small = [d for d in head_dims if d < 16]
+    if small:
+        return f"head_dim {small[0]} < 16 (FlexAttention's Triton kernel needs at least 16)"
+    return None
+
+
+def head_dims(model) -> set[int]:
+    """The attention head sizes of an HF `model` (Gemma 4's global layers have their own)."""
+    text = model.config.get_text_config()
+    dims = {getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads}
+    if getattr(text, "global_head_dim", None):
+        dims.add(text.global_head_dim)
+    return dims
 
 
 class StaticDecode:
@@ -52,23 +114,56 @@ class StaticDecode:
         self.seg = zeros(rows, MAX_SEGMENTS, 3)
         self.kv_num_blocks = zeros(1, 1, self.tiles, dtype=torch.int32)
         self.kv_indices = zeros(1, 1, self.tiles, blocks, dtype=torch.int32)
-        self.slot_owner = torch.full((blocks * block_size,), -1, dtype=torch.long, device=device)
+        self.slot_owner = torch.full(
+            (blocks * block_size,), UNOWNED, dtype=torch.long, device=device
+        )
         self.slot_pos = zeros(blocks * block_size)
         self.slot_owner[SCRATCH_BLOCK * block_size : (SCRATCH_BLOCK + 1) * block_size] = (
             SCRATCH_OWNER
         )
-        self._owned: dict[int, int] = {}  # block -> row key written into the tables
-        self.per_call: dict = {}
+        # block -> (row id, block position in the row) written into slot_owner / slot_pos, and
+        # per row id the blocks written for it: a row recomputed after preemption may get an old
+        # block back at another position, and must not keep its old blocks' entries (FlexAttention's
+        # eager reference reads the tables of every slot, listed or not)
+        self._owned: dict[int, tuple[int, int]] = {}
+        self._held: dict[int, set[int]] = {}
+        # per kv head count: the pool rows (head-major) the step's K/V go to, written by load()
+        self.write_rows: dict[int, torch.Tensor] = {}
+        self._head_base: dict[int, torch.Tensor] = {}
+        self.masks: dict = {}  # window -> BlockMask over the buffers above, built once
+        self.per_call: dict = {}  # (kept empty: nothing a step reads may live only one step)
         # what the engine's accounting reads of a layout
         self.prefix_chunks, self.row_start, self.row_end, self.tokens = [], 0, rows, rows
         self.sample_index = torch.arange(0, device=device)
 
+    def buffers(self) -> list[torch.Tensor]:
+        """Every tensor the forward reads from this object: a CUDA graph replays on these
+        addresses, so `load()` only ever writes into them."""
+        fixed = [
+            self.input_ids,
+            self.positions,
+            self.slots,
+            self.row_key,
+            self.row_slot,
+            self.prefix_len,
+            self.seg,
+            self.kv_num_blocks,
+            self.kv_indices,
+            self.slot_owner,
+            self.slot_pos,
+        ]
+        return fixed + list(self.write_rows.values()) + list(self._head_base.values())
+
     # --- host -> buffers ------------------------------------------------------------------------
     def load(self, plan: StepPlan, pad_id: int) -> int:
-        """Write a decode step's tables into the buffers; returns its real rows."""
+        """Write a decode step's tables into the buffers; returns its real rows.
+
+        Host work is O(rows + blocks listed), never O(pool): each tile lists only its blocks,
+        padded to the widest tile's count and copied into a prefix of `kv_indices` (the kernel
+        reads no entry past a tile's `kv_num_blocks`)."""
         bs = self.block_size
         ids, pos, slots, keys, row_slots, plens, segs = [], [], [], [], [], [], []
-        owner_slots, owner_keys, owner_pos = [], [], []
+        updates: dict[int, tuple[int, int]] = {}  # block -> (owner, block position): one per block
         tiles: list[set[int]] = [set() for _ in range(self.tiles)]
         for i, (row, s0, _) in enumerate(plan.row_chunks):
             group = row.group
@@ -85,15 +180,15 @@ class StaticDecode:
             visible = {
                 b for s in runs for b in range(s.start // bs, (s.start + s.length - 1) // bs + 1)
             }
-            for j, first in enumerate(row.blocks):
-                block = first // bs
-                visible.add(block)
-                if self._owned.get(block) != row.id:
-                    self._owned[block] = row.id
-                    owner_slots += range(first, first + bs)
-                    owner_keys += [row.id] * bs
-                    owner_pos += range(j * bs, (j + 1) * bs)
+            own = [first // bs for first in row.blocks]
+            visible.update(own)
+            self._own_blocks(row.id, own, updates)
             tiles[i // Q_TILE] |= visible
+        owner_slots, owner_keys, owner_pos = [], [], []
+        for block, (key, j) in updates.items():
+            owner_slots += range(block * bs, (block + 1) * bs)
+            owner_keys += [key] * bs
+            owner_pos += range(j * bs, (j + 1) * bs)
         n = len(ids)
         for i in range(n, self.rows):  # pad rows: the scratch block only
             ids.append(pad_id)
@@ -105,10 +200,11 @@ class StaticDecode:
             segs += [0] * (3 * MAX_SEGMENTS)
             tiles[i // Q_TILE].add(SCRATCH_BLOCK)
         counts = [len(t) for t in tiles]
+        width = max(counts)
         indices = []
         for t in tiles:
             listed = sorted(t)
-            indices += listed + [0] * (self.kv_indices.shape[-1] - len(listed))
+            indices += listed + [SCRATCH_BLOCK] * (width - len(listed))
         host = torch.tensor(
             ids
             + pos
@@ -146,32 +242,63 @@ class StaticDecode:
         ):
             buffer.copy_(part)
         self.kv_num_blocks.view(-1).copy_(parts[7])
-        self.kv_indices.view(-1).copy_(parts[8])
+        self.kv_indices[0, 0, :, :width].copy_(parts[8].view(self.tiles, width))
         if owner_slots:
             where = parts[9]
             self.slot_owner.index_copy_(0, where, parts[10])
             self.slot_pos.index_copy_(0, where, parts[11])
-        for key in [k for k in self.per_call if k[0] == "write"]:
-            del self.per_call[key]
+        for kv, rows_out in self.write_rows.items():  # in place: a graph holds these addresses
+            torch.add(self._head_base[kv], self.slots[:, None], out=rows_out.view(r, kv))
         self.row_end = n
         self.sample_index = torch.arange(n, device=self.device)
         return n
 
+    def _own_blocks(self, key: int, blocks: list[int], updates: dict) -> None:
+        """Make the tables say row `key` holds `blocks` (in order) and no other block: entries to
+        write go to `updates` (block -> (owner, position))."""
+        held = self._held.setdefault(key, set())
+        for block in held.difference(blocks):  # its blocks before a preemption
+            if self._owned.get(block, (None,))[0] == key:
+                del self._owned[block]
+                updates[block] = (UNOWNED, 0)
+        held.clear()
+        for j, block in enumerate(blocks):
+            entry = (key, j)
+            held.add(block)
+            if self._owned.get(block) == entry:
+                continue
+            previous = self._owned.get(block)
+            if previous is not None and previous[0] != key:
+                other = self._held.get(previous[0])
+                if other is not None:
+                    other.discard(block)
+                    if not other:
+                        del self._held[previous[0]]
+            self._owned[block] = entry
+            updates[block] = entry
+
     def write_index(self, kv: int, pool_slots: int) -> torch.Tensor:
-        """As `StepLayout.write_index`: computed from the slots buffer by device ops, once per step
-        and head count (inside a captured graph, once per replay)."""
-        key = ("write", kv, pool_slots)
-        if key not in self.per_call:
-            heads = torch.arange(kv, device=self.device)
-            self.per_call[key] = (heads[None, :] * pool_slots + self.slots[:, None]).reshape(-1)
-        return self.per_call[key]
+        """As `StepLayout.write_index`: the pool rows of the step's K/V for `kv` heads. A buffer
+        per head count, made on first use (a warm-up, before any capture) and rewritten in place
+        by every `load()`, so a captured graph reads the current step's rows."""
+        out = self.write_rows.get(kv)
+        if out is None:
+            # normal tensors, though the forward runs in inference mode: load() writes them
+            with torch.inference_mode(False):
+                heads = torch.arange(kv, device=self.device)
+                self._head_base[kv] = heads[None, :] * pool_slots
+                out = self.write_rows[kv] = torch.empty(
+                    self.rows * kv, dtype=torch.long, device=self.device
+                )
+                torch.add(self._head_base[kv], self.slots[:, None], out=out.view(self.rows, kv))
+        return out
 
     # --- attention --------------------------------------------------------------------------------
     def block_mask(self, window: int | None) -> BlockMask:
-        """The step's block mask for layers with `window` (None: full attention)."""
-        key = ("mask", window)
-        if key in self.per_call:
-            return self.per_call[key]
+        """The block mask for layers with `window` (None: full attention), over the buffers:
+        built once, read afresh by every step (its tables are the buffers `load()` writes)."""
+        if window in self.masks:
+            return self.masks[window]
         owner, spos, rkey, rslot, plen, seg = (
             self.slot_owner,
             self.slot_pos,
@@ -194,15 +321,22 @@ class StaticDecode:
             return visible
 
         slots = self.pool.num_blocks * self.block_size
+        # No Q-major tables (compute_q_blocks=False): they serve only the backward, and would be
+        # derived once here from the first step's tables, then go stale.
         mask = BlockMask.from_kv_blocks(
             self.kv_num_blocks,
             self.kv_indices,
             BLOCK_SIZE=(Q_TILE, self.block_size),
             mask_mod=mask_mod,
             seq_lengths=(self.rows, slots),
+            compute_q_blocks=False,
         )
-        self.per_call[key] = mask
+        self.masks[window] = mask
         return mask
+
+
+class StaticDecodeUnavailable(RuntimeError):
+    """The compiled decode cannot run this step (recorded as a fallback); the engine drops it."""
 
 
 _compiled = None
@@ -213,36 +347,46 @@ def flex_decode_attention(q, handle, scaling: float, window: int | None) -> torc
     global _compiled
     layout = handle.layout
     keys, values = handle.k.unsqueeze(0), handle.v.unsqueeze(0)
-    run = flex_attention
-    if q.device.type == "cuda":  # the fused kernel is compiled; on CPU the eager reference runs
-        if _compiled is None:
-            _compiled = torch.compile(flex_attention, dynamic=False)
-        run = _compiled
-    out = run(q, keys, values, block_mask=layout.block_mask(window), scale=scaling, enable_gqa=True)
+    options = kernel_options(q.shape[-1], layout.block_size)
+    mask = layout.block_mask(window)
+    if q.device.type != "cuda":  # FlexAttention's eager reference (which ignores the options)
+        out = flex_attention(
+            q, keys, values, block_mask=mask, scale=scaling, enable_gqa=True, kernel_options=options
+        )
+        return out.transpose(1, 2)
+    if _compiled is None:
+        _compiled = torch.compile(flex_attention, dynamic=False)
+    # Each (bucket, window, head shape, pool size) is its own static compile. Past Dynamo's
+    # recompile limit the call would silently run eagerly with a full score matrix: allow the
+    # compiles the engine's keys need, and fail loudly past them (the engine then drops to the
+    # eager cascade, recorded).
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    try:
+        with torch._dynamo.config.patch(
+            recompile_limit=COMPILE_LIMIT, fail_on_recompile_limit_hit=True
+        ):
+            out = _compiled(
+                q,
+                keys,
+                values,
+                block_mask=mask,
+                scale=scaling,
+                enable_gqa=True,
+                kernel_options=options,
+            )
+    except FailOnRecompileLimitHit as error:
+        fallbacks.record(
+            f"static_decode flex_attention (bucket {layout.rows}, window {window})",
+            "eager cascade (step_attention)",
+            f"Dynamo's recompile limit ({COMPILE_LIMIT}) hit: {error}",
+        )
+        raise StaticDecodeUnavailable(str(error)) from error
+    except torch._dynamo.exc.BackendCompilerFailed as error:  # a lowering this suite cannot run
+        fallbacks.record(
+            f"static_decode flex_attention (bucket {layout.rows}, window {window})",
+            "eager cascade (step_attention)",
+            f"Inductor could not compile it: {str(error)[:300]}",
+        )
+        raise StaticDecodeUnavailable(str(error)) from error
     return out.transpose(1, 2)
-
-
-class GraphedDecode:
-    """CUDA graphs of the decode forward, one per bucket, captured on first use (CUDA only)."""
-
-    def __init__(self, forward):
-        self.forward = forward
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-
-    def run(self, cache, static: StaticDecode) -> torch.Tensor:
-        entry = self.graphs.get(static.rows)
-        if entry is None:
-            # Warm up (compiles the flex kernel for this bucket) on a side stream, then capture.
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self.forward(cache, static.input_ids, static.positions)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                hidden = self.forward(cache, static.input_ids, static.positions)
-            entry = self.graphs[static.rows] = (graph, hidden)
-        graph, hidden = entry
-        graph.replay()
-        return hidden

@@ -47,7 +47,7 @@ def test_fixed_shape_decode_reads_a_stem_segment_and_a_window(arch):
         assert_matches_reference(model, arm, prefix + suffix, 12, engine.eos_ids)
 
 
-def _dense_flex(q, k, v, block_mask, scale, enable_gqa):
+def _dense_flex(q, k, v, block_mask, scale, enable_gqa, kernel_options=None):
     """A fixed-shape stand-in for CPU flex_attention's reference path (which branches on the
     mask's contents): the same masked softmax, materialised."""
     rows, slots = q.shape[2], k.shape[2]
