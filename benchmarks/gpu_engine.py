@@ -44,6 +44,7 @@ import gpu_quant  # noqa: E402
 gpu_check.bootstrap()  # a bare checkout: nudgeability from this repository's folders
 
 from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s  # noqa: E402
+from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3  # noqa: E402
 
 # the shape of Qwen3-8B (gpu_quant.py holds it), with what a whole model needs besides
 QWEN3_8B = dict(
@@ -376,16 +377,7 @@ DRY_SIZES = dict(
     max_rows=16,
     hf_page=16,
 )
-# a tiny Qwen3 whose linears the W4A16 (groups of 128) and FP8 (128 x 128 blocks) packings take
-DRY_SHAPE = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    vocab_size=512,
-)
+DRY_SHAPE = QUANT_PACKABLE_QWEN3
 PARTS = (
     ("arm ≡ solo", arm_equals_solo),
     ("batch invariance", needle),

@@ -41,6 +41,7 @@ import gpu_check  # noqa: E402  (benchmarks/ is put on the path above)
 gpu_check.bootstrap()  # a bare checkout: nudgeability from this repository's folders
 
 from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s  # noqa: E402
+from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3  # noqa: E402
 
 ROWS = (1, 12, 64)
 FORMATS = ("fp8", "w4a16", "nf4")
@@ -209,15 +210,7 @@ def build_model(device, **config):
 Row = tuple[str, str]
 # the dry run's stand-ins: small layers, a tiny model, a short cache
 DRY_LAYERS = [(256, 128), (128, 256)]
-DRY_MODEL = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    vocab_size=512,
-)
+DRY_MODEL = QUANT_PACKABLE_QWEN3
 DRY_PREFIX = 16
 
 

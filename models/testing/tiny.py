@@ -22,6 +22,20 @@ from transformers import (
 
 ARCHITECTURES = ("llama", "qwen3", "glm4", "gemma4")
 
+
+# The GPU check's dry run (benchmarks/gpu_check.py --dry-run): a tiny Qwen3 whose linears the
+# W4A16 (groups of 128) and FP8 (128 x 128 blocks) packings take; one shape for gpu_engine.py and
+# gpu_quant.py.
+QUANT_PACKABLE_QWEN3 = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    vocab_size=512,
+)
+
 _COMMON = dict(
     hidden_size=64,
     intermediate_size=128,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.engine_reference import assert_matches_reference, random_ids
+from helpers.engine_reference import assert_matches_reference, mixed_fork_requests, random_ids
 
 from nudgeability.engine import Engine, EngineInputError, ForkRequest, SamplingParams
 from nudgeability.engine.group_shape import GroupShape, batch_cost
@@ -22,23 +22,6 @@ def test_arms_finishing_at_very_different_steps_still_match_solo():
     arms = engine.fork(prefix, suffixes, params, return_logits=True)
     for suffix, budget, arm in zip(suffixes, budgets, arms):
         assert_matches_reference(model, arm, prefix + suffix, budget, engine.eos_ids)
-
-
-def _requests():
-    return [
-        ForkRequest(
-            random_ids(p, seed=p),
-            [random_ids(s, seed=p + s) for s in sizes],
-            [SamplingParams(max_new_tokens=b, ignore_eos=True) for b in budgets],
-        )
-        for p, sizes, budgets in (
-            (90, (3, 1, 5), (10, 30, 4)),
-            (140, (2, 8), (25, 6)),
-            (60, (4, 0, 4, 1), (12, 12, 40, 3)),
-            (200, (6,), (20,)),
-            (75, (2, 3), (8, 33)),
-        )
-    ]
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "gemma4"])
@@ -58,16 +41,16 @@ def test_budgets_and_row_caps_change_the_schedule_not_one_bit(arch, limits):
     tokens of HF `generate` on each arm alone."""
     model = tiny_model(arch, seed=5)
     free = Engine(model)
-    together = free.fork_many(_requests(), return_logits=True)
+    together = free.fork_many(mixed_fork_requests(), return_logits=True)
     limited = Engine(model, **limits)
-    split = limited.fork_many(_requests(), return_logits=True)
+    split = limited.fork_many(mixed_fork_requests(), return_logits=True)
     for a, b in zip(together, split):
         for x, y in zip(a, b):
             assert torch.equal(x.logits, y.logits) and x.token_ids == y.token_ids
     assert limited.stats.steps >= free.stats.steps
     if limits.get("block_size") == 4:
         assert limited.stats.preemptions > 0
-    request = _requests()[2]
+    request = mixed_fork_requests()[2]
     for suffix, params, arm in zip(request.suffixes, request.params, split[2]):
         assert_matches_reference(
             model, arm, request.prefix_ids + suffix, params.max_new_tokens, limited.eos_ids
@@ -97,9 +80,9 @@ def test_a_row_holds_blocks_for_the_tokens_it_has_written_not_for_its_budget():
 
 def test_peak_kv_follows_the_live_tokens_within_a_block_per_row_and_run():
     engine = Engine(tiny_model("qwen3", seed=3), max_batch_tokens=2000, max_rows=4, trace=True)
-    engine.fork_many(_requests())
+    engine.fork_many(mixed_fork_requests())
     for record in engine.stats.trace:
-        slack = (record.running + len(_requests()) + 1) * engine.block_size
+        slack = (record.running + len(mixed_fork_requests()) + 1) * engine.block_size
         assert record.kv_blocks * engine.block_size <= record.live_tokens + slack
 
 

@@ -7,28 +7,11 @@ import warnings
 
 import pytest
 import torch
-from helpers.engine_reference import assert_matches_reference, random_ids
+from helpers.engine_reference import assert_matches_reference, mixed_fork_requests, random_ids
 
 from nudgeability.engine import Engine, ForkRequest, SamplingParams, static_decode
 from nudgeability.models.testing.tiny import tiny_model
 from nudgeability.util import fallbacks
-
-
-def _requests():
-    return [
-        ForkRequest(
-            random_ids(p, seed=p),
-            [random_ids(s, seed=p + s) for s in sizes],
-            [SamplingParams(max_new_tokens=b, ignore_eos=True) for b in budgets],
-        )
-        for p, sizes, budgets in (
-            (90, (3, 1, 5), (10, 30, 4)),
-            (140, (2, 8), (25, 6)),
-            (60, (4, 0, 4, 1), (12, 12, 40, 3)),
-            (200, (6,), (20,)),
-            (75, (2, 3), (8, 33)),
-        )
-    ]
 
 
 def test_a_row_recomputed_after_preemption_decodes_as_if_never_preempted():
@@ -36,15 +19,15 @@ def test_a_row_recomputed_after_preemption_decodes_as_if_never_preempted():
     positions). At 397192c the owner tables kept a block's first owner and positions: one arm's
     logits moved by about 5 and one token changed."""
     model = tiny_model("qwen3", seed=5)
-    free = Engine(model).fork_many(_requests(), return_logits=True)
+    free = Engine(model).fork_many(mixed_fork_requests(), return_logits=True)
     tight = Engine(model, max_batch_tokens=300, block_size=4, static_decode=True)
-    split = tight.fork_many(_requests(), return_logits=True)
+    split = tight.fork_many(mixed_fork_requests(), return_logits=True)
     assert tight.stats.preemptions > 0
     for a, b in zip(free, split):
         for x, y in zip(a, b):
             assert x.token_ids == y.token_ids
             assert torch.allclose(x.logits, y.logits, rtol=0, atol=1e-4)
-    request = _requests()[2]
+    request = mixed_fork_requests()[2]
     for suffix, params, arm in zip(request.suffixes, request.params, split[2]):
         assert_matches_reference(
             model, arm, request.prefix_ids + suffix, params.max_new_tokens, tight.eos_ids

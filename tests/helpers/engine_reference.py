@@ -59,3 +59,24 @@ def assert_matches_reference(
     scale = reference.logits.abs().amax(dim=-1, keepdim=True)
     rel = ((got - reference.logits).abs() / scale).max().item()
     assert rel <= rtol, f"logits differ by {rel:.2e} relative"
+
+
+def mixed_fork_requests():
+    """Five forks of mixed prefix lengths, arm counts and budgets (empty suffixes included), each
+    arm ignoring EOS: the workload of the budget and preemption tests."""
+    from nudgeability.engine import ForkRequest, SamplingParams
+
+    return [
+        ForkRequest(
+            random_ids(p, seed=p),
+            [random_ids(s, seed=p + s) for s in sizes],
+            [SamplingParams(max_new_tokens=b, ignore_eos=True) for b in budgets],
+        )
+        for p, sizes, budgets in (
+            (90, (3, 1, 5), (10, 30, 4)),
+            (140, (2, 8), (25, 6)),
+            (60, (4, 0, 4, 1), (12, 12, 40, 3)),
+            (200, (6,), (20,)),
+            (75, (2, 3), (8, 33)),
+        )
+    ]
