@@ -1,12 +1,12 @@
 """The progress bar of one remote backend call: sequences done, requests in flight, rate, retries
-(a tqdm bar on a terminal, plain lines in a log: engine/progress.py)."""
+(a tqdm bar on a terminal, plain lines in a log: util/progress.py)."""
 
 from __future__ import annotations
 
 import time
 
 from nudgeability.backends.http_client import ClientStats
-from nudgeability.engine.progress import progress_bar
+from nudgeability.util.progress import progress_bar
 
 
 class RequestBar:

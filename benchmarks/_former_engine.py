@@ -18,7 +18,7 @@ from pathlib import Path
 
 FORMER_COMMIT = "970209c"  # main before issue 23: the last commit of the static engine
 _NAME = "former_static_engine"
-_MOVED = {"nudgeability.models.progress": "nudgeability.engine.progress"}
+_MOVED = {"nudgeability.models.progress": "nudgeability.util.progress"}
 
 
 def load_former_engine():

@@ -426,7 +426,7 @@ def section(deadline: float, *, dry_run: bool = False, sizes: dict | None = None
 
 def _disengage(model) -> None:
     """Give the model HF's SDPA back if a failed part left it on the engine's attention."""
-    from nudgeability.engine import shared_prefix_attention
+    from nudgeability.engine.attention import shared_prefix_attention
 
     if model.config._attn_implementation == shared_prefix_attention.NAME:
         model.set_attn_implementation("sdpa")

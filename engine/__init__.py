@@ -5,22 +5,22 @@ Where each concept lives (engine/README.md tells how they fit):
 - `engine.py`: `Engine` (generate / fork / fork_many, and the streaming submit / step / peek /
   release) and the step loop; `requests.py`: submitted work as groups and rows, and its checks;
   `sequence.py`: requests, rows, groups, KV runs, results, `FINISH_REASONS`;
-  `sampling_params.py`, `sampler.py`: decoding; `outputs.py`: what a chosen token does to its row.
-- `scheduler.py`: what each step computes, admission and preemption; `GroupShape.of` (an empty
+  `sampling/sampling_params.py`, `sampling/sampler.py`: decoding; `outputs.py`: what a chosen token does to its row.
+- `scheduling/scheduler.py`: what each step computes, admission and preemption; `GroupShape.of` (an empty
   suffix borrows the prefix's last token) and `batch_cost` (a budget's check before a run).
-- `kv_pool.py`: the KV pool in blocks; `kv_cache.py`: the HF `Cache` that writes into it.
-- `step_layout.py`: one forward's tokens, slots and spans; `shared_prefix_attention.py`: the
+- `kv/kv_pool.py`: the KV pool in blocks; `kv/kv_cache.py`: the HF `Cache` that writes into it.
+- `scheduling/step_layout.py`: one forward's tokens, slots and spans; `attention/shared_prefix_attention.py`: the
   cascade attention over them.
 - `model_runner.py`: the HF model behind it, rows padded to `MIN_ROWS`; `errors.py`:
   `EngineInputError`, `UnsupportedModelError`; `profile.py`: aten-op and host-read counts of a
-  decode step; `threads.py`: torch's CPU thread count.
+  decode step; `util/threads.py`: torch's CPU thread count.
 """
 
 from nudgeability.engine.engine import Engine
 from nudgeability.engine.engine_stats import EngineStats, StepRecord
 from nudgeability.engine.errors import EngineInputError, UnsupportedModelError
-from nudgeability.engine.group_shape import GroupShape, batch_cost
-from nudgeability.engine.sampling_params import SamplingParams
+from nudgeability.engine.sampling.sampling_params import SamplingParams
+from nudgeability.engine.scheduling.group_shape import GroupShape, batch_cost
 from nudgeability.engine.sequence import Completion, ForkRequest, SequenceRef
 
 __all__ = [

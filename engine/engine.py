@@ -8,8 +8,8 @@
     while engine.busy:                                     # step, collect what finished
         for ref, completion in engine.step(): ...
 
-Each `step()` is: the scheduler decides which tokens run (`scheduler.py`), one forward computes
-them (`step_layout.py`, `shared_prefix_attention.py`), the rows that finished their context
+Each `step()` is: the scheduler decides which tokens run (`scheduling/scheduler.py`), one forward computes
+them (`scheduling/step_layout.py`, `attention/shared_prefix_attention.py`), the rows that finished their context
 choose a token and stop where they should (`outputs.py`). A step reads the device once: the
 chosen tokens. `generate`, `fork` and `fork_many` submit their work and step until it is done.
 """
@@ -22,13 +22,20 @@ from dataclasses import dataclass, field
 import torch
 
 from nudgeability.engine import requests as req
+from nudgeability.engine.attention.graphed_decode import EAGER, GraphedDecode, agrees
+from nudgeability.engine.attention.static_decode import (
+    BUCKETS,
+    MAX_SEGMENTS,
+    StaticDecode,
+    StaticDecodeUnavailable,
+    head_dims,
+    refusal,
+)
 from nudgeability.engine.decode_floor import activation_dtype, layer_kv_widths
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
-from nudgeability.engine.graphed_decode import EAGER, GraphedDecode, agrees
-from nudgeability.engine.group_shape import GroupShape
-from nudgeability.engine.kv_cache import PoolCache
-from nudgeability.engine.kv_pool import (
+from nudgeability.engine.kv.kv_cache import PoolCache
+from nudgeability.engine.kv.kv_pool import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     KVPool,
     free_device_bytes,
@@ -43,21 +50,14 @@ from nudgeability.engine.outputs import (
     sampling_inputs,
     uncertainty_rows,
 )
-from nudgeability.engine.progress import progress_bar
-from nudgeability.engine.sampler import greedy, sample, token_uncertainty
-from nudgeability.engine.sampling_params import SamplingParams
-from nudgeability.engine.scheduler import PREFILL_CHUNK, Scheduler, StepPlan
+from nudgeability.engine.sampling.sampler import greedy, sample, token_uncertainty
+from nudgeability.engine.sampling.sampling_params import SamplingParams
+from nudgeability.engine.scheduling.group_shape import GroupShape
+from nudgeability.engine.scheduling.scheduler import PREFILL_CHUNK, Scheduler, StepPlan
+from nudgeability.engine.scheduling.step_layout import StepLayout
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
-from nudgeability.engine.static_decode import (
-    BUCKETS,
-    MAX_SEGMENTS,
-    StaticDecode,
-    StaticDecodeUnavailable,
-    head_dims,
-    refusal,
-)
-from nudgeability.engine.step_layout import StepLayout
 from nudgeability.util import fallbacks
+from nudgeability.util.progress import progress_bar
 
 
 def sizes_pool_from_memory(device: torch.device) -> bool:
@@ -78,7 +78,7 @@ class Engine:
     `block_size`, plus three blocks for rounding); None sizes the pool for everything submitted
     and not finished, so that nothing waits for memory, and on CUDA takes
     `gpu_memory_utilization` (default 0.9) of the device memory free at start, less the
-    activations of the largest step, allocated up front and never grown (`kv_pool.py`). `max_rows` caps the rows that decode
+    activations of the largest step, allocated up front and never grown (`kv/kv_pool.py`). `max_rows` caps the rows that decode
     together (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and
     contexts are prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when
     `prefill_tokens` is smaller, which changes the prefixes' last bits). `progress` shows a bar with prefill
@@ -89,10 +89,10 @@ class Engine:
     False runs them at their natural row counts.
     `static_decode` (default off; opt-in, and unchecked on a GPU so far) runs steps of
     single-token rows with fixed shapes, rows padded to a bucket and one FlexAttention call per
-    layer (`static_decode.py`; on CUDA compiled by Inductor), and `cuda_graphs` (default: with
+    layer (`attention/static_decode.py`; on CUDA compiled by Inductor), and `cuda_graphs` (default: with
     static_decode on CUDA) replays them as CUDA graphs, each bucket's first captured step checked
     once against the eager cascade. By default every step runs the eager cascade over stock SDPA
-    kernels (`shared_prefix_attention.py`), on CPU and CUDA alike.
+    kernels (`attention/shared_prefix_attention.py`), on CPU and CUDA alike.
     """
 
     def __init__(

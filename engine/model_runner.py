@@ -18,9 +18,9 @@ from contextlib import contextmanager
 
 import torch
 
-from nudgeability.engine import shared_prefix_attention
+from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
-from nudgeability.engine.kv_cache import PoolCache
+from nudgeability.engine.kv.kv_cache import PoolCache
 
 MIN_ROWS = 16
 # Rows per forward are a multiple of this: 4 rows times any per-token width that is a multiple of

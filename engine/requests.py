@@ -13,9 +13,9 @@ own whose run the arms read. A `stem` is computed as one row continuing the segm
 from __future__ import annotations
 
 from nudgeability.engine.errors import EngineInputError
-from nudgeability.engine.group_shape import GroupShape
-from nudgeability.engine.sampler import uniform_stream
-from nudgeability.engine.sampling_params import SamplingParams
+from nudgeability.engine.sampling.sampler import uniform_stream
+from nudgeability.engine.sampling.sampling_params import SamplingParams
+from nudgeability.engine.scheduling.group_shape import GroupShape
 from nudgeability.engine.sequence import ForkRequest, Group, Run, Sequence
 
 

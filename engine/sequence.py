@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nudgeability.engine.sampling_params import SamplingParams
+from nudgeability.engine.sampling.sampling_params import SamplingParams
 
 FINISH_REASONS = ("eos", "stop_token", "stop_string", "length")
 

@@ -119,7 +119,7 @@ def _threads_of(manifest: dict):
     count can change how a CPU sums, and so the last bits of a logit."""
     import torch
 
-    from nudgeability.engine.threads import set_threads
+    from nudgeability.util.threads import set_threads
 
     before = torch.get_num_threads()
     stored = manifest.get("threads")

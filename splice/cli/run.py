@@ -290,9 +290,9 @@ def default_out(label: str, task: str, decoding: str, shard: tuple[int, int] | N
 
 
 def _run(args: argparse.Namespace) -> int:
-    from nudgeability.engine.threads import set_threads
     from nudgeability.splice.run.prepare import prepare
     from nudgeability.splice.run.runner import run
+    from nudgeability.util.threads import set_threads
 
     requested = config_from_args(args)
     remote = remote_from_args(args)
@@ -325,7 +325,7 @@ def _quiet_transformers(quiet: bool):
     a terminal (their redraw codes would garble a log), restoring them after."""
     from transformers.utils import logging
 
-    from nudgeability.engine.progress import is_terminal
+    from nudgeability.util.progress import is_terminal
 
     was_disabled = not logging.is_progress_bar_enabled()
     quiet = quiet or not is_terminal()

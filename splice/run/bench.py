@@ -24,13 +24,13 @@ from pathlib import Path
 import torch
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.engine.progress import progress_bar
-from nudgeability.engine.threads import set_threads
 from nudgeability.models.atomic import atomic_write_lines
 from nudgeability.models.loader import load_model
 from nudgeability.splice.run.config import DTYPES
 from nudgeability.splice.run.validation import resolve_device
 from nudgeability.splice.tasks import MusiqueTask
+from nudgeability.util.progress import progress_bar
+from nudgeability.util.threads import set_threads
 
 SENTENCES = [
     "I am confident in this answer.",

@@ -1,9 +1,9 @@
 """The rows `nudge run`'s engine decodes together on CUDA, from the KV pool's size.
 
 On CPU the engine's pool grows with the work and rows are uncapped (the unit's problems decide).
-On CUDA the pool is sized from free device memory at start (engine/kv_pool.py), and the rows that
+On CUDA the pool is sized from free device memory at start (engine/kv/kv_pool.py), and the rows that
 fit in it follow: each row holds at most its prompt and its budget of new tokens, and a step of
-more rows than the largest fixed-shape decode bucket runs eagerly (engine/static_decode.py), so
+more rows than the largest fixed-shape decode bucket runs eagerly (engine/attention/static_decode.py), so
 the cap is the smaller of the two. A 32-problem unit on an H200 is then limited by its problems,
 not by a CPU-sized constant.
 """

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nudgeability.engine import Completion, ForkRequest
-from nudgeability.engine.group_shape import GroupShape, batch_cost
+from nudgeability.engine.scheduling.group_shape import GroupShape, batch_cost
 from nudgeability.models.families import SELF, TOOL, FamilyError
 from nudgeability.splice.experiment.conditions import ARM_BASES, base_of, get_condition
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256

@@ -31,8 +31,7 @@ import torch
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
 from nudgeability.engine import engine as engine_module
-from nudgeability.engine.progress import progress_bar
-from nudgeability.engine.static_decode import BUCKETS
+from nudgeability.engine.attention.static_decode import BUCKETS
 from nudgeability.splice.experiment.conditions import CONSISTENCY
 from nudgeability.splice.run.consistency import run_consistency_unit
 from nudgeability.splice.run.device_batching import row_slots, rows_for_pool
@@ -45,6 +44,7 @@ from nudgeability.splice.rundir.assemble import assemble_records, assemble_resol
 from nudgeability.splice.rundir.layout import RESOLUTIONS, side_file
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
 from nudgeability.splice.rundir.store import WorkStore
+from nudgeability.util.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
 
 
 class _PhaseBar:
-    """A progress bar per phase (tqdm on a terminal, plain lines in a log: engine/progress.py):
+    """A progress bar per phase (tqdm on a terminal, plain lines in a log: util/progress.py):
     problems done (over all seeds), arms decoded, prompt and generated tokens per second of wall
     time since the phase's first computed unit began (resumed units count as done, with no
     tokens). In the stream the phases overlap, and each bar's rate is its phase's share."""

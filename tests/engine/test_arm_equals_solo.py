@@ -116,7 +116,7 @@ def test_arms_match_solo_on_the_explicit_attention_path_in_row_chunks(arch, monk
     """Off CPU the attention parts run as plain matmuls (`_attend_explicit`); force that path here,
     with a tiny score budget that makes many row chunks per layer (a long prefix's path, on a
     short one), over two prefix groups of different lengths."""
-    import nudgeability.engine.shared_prefix_attention as attention
+    import nudgeability.engine.attention.shared_prefix_attention as attention
     from nudgeability.models.testing.tiny import tiny_model
 
     monkeypatch.setattr(attention, "_attend", attention._attend_explicit)

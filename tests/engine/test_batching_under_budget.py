@@ -8,7 +8,7 @@ import torch
 from helpers.engine_reference import assert_matches_reference, mixed_fork_requests, random_ids
 
 from nudgeability.engine import Engine, EngineInputError, ForkRequest, SamplingParams
-from nudgeability.engine.group_shape import GroupShape, batch_cost
+from nudgeability.engine.scheduling.group_shape import GroupShape, batch_cost
 from nudgeability.models.testing.tiny import tiny_model
 
 

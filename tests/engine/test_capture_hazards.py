@@ -8,7 +8,8 @@ import torch
 from helpers.capture_hazards import HazardCheckedGraphs, block_sparse_flex
 from helpers.engine_reference import assert_matches_reference, random_ids
 
-from nudgeability.engine import Engine, ForkRequest, SamplingParams, static_decode
+from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.engine.attention import static_decode
 from nudgeability.models.testing.tiny import tiny_model
 
 

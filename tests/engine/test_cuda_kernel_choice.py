@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import nudgeability.engine.shared_prefix_attention as attention
+import nudgeability.engine.attention.shared_prefix_attention as attention
 from nudgeability.util import fallbacks
 
 HALF = (torch.float16, torch.bfloat16)

@@ -32,7 +32,7 @@ def test_every_step_that_chooses_tokens_reads_the_device_exactly_once(arch, host
 def test_a_step_sends_its_inputs_to_the_device_in_one_copy(monkeypatch):
     """Everything the host decides for a step (ids, positions, slots, gathers, sampling rows)
     travels in one tensor: on a GPU, one transfer before the forward instead of one per list."""
-    import nudgeability.engine.step_layout as layout_module
+    import nudgeability.engine.scheduling.step_layout as layout_module
 
     made = []
     original = torch.tensor

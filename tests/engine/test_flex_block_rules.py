@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nudgeability.engine import static_decode
-from nudgeability.engine.kv_cache import LayerKV
-from nudgeability.engine.kv_pool import KVPool
+from nudgeability.engine.attention import static_decode
+from nudgeability.engine.kv.kv_cache import LayerKV
+from nudgeability.engine.kv.kv_pool import KVPool
 
 # torch/_inductor/template_heuristics/triton.py, CUDAConfigHeuristic: the one default forward
 # config (BLOCK_M, BLOCK_N) of the main flex kernel per (dtype, head_dim) without max-autotune,

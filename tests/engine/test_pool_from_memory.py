@@ -1,4 +1,4 @@
-"""The KV pool on CUDA is sized from free device memory (engine/kv_pool.py `pool_blocks_for`,
+"""The KV pool on CUDA is sized from free device memory (engine/kv/kv_pool.py `pool_blocks_for`,
 wired in `Engine.__init__`): checked on CPU with `torch.cuda.mem_get_info` faked and the
 engine's device test (`sizes_pool_from_memory`) pointed at the CPU, against hand computations."""
 
@@ -10,7 +10,7 @@ from helpers.engine_reference import random_ids
 
 from nudgeability.engine import Engine, EngineInputError, SamplingParams
 from nudgeability.engine import engine as engine_module
-from nudgeability.engine.kv_pool import pool_blocks_for, step_margin_bytes
+from nudgeability.engine.kv.kv_pool import pool_blocks_for, step_margin_bytes
 from nudgeability.models.testing.tiny import tiny_model
 
 MiB = 2**20

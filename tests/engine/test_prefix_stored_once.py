@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers.engine_reference import random_ids
 
-import nudgeability.engine.shared_prefix_attention as attention
+import nudgeability.engine.attention.shared_prefix_attention as attention
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 

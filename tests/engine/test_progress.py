@@ -1,10 +1,10 @@
-"""engine/progress.py: plain progress lines when stderr is not a terminal."""
+"""util/progress.py: plain progress lines when stderr is not a terminal."""
 
 from __future__ import annotations
 
 import io
 
-from nudgeability.engine.progress import LineProgress, progress_bar
+from nudgeability.util.progress import LineProgress, progress_bar
 
 
 def test_plain_lines_carry_count_share_and_postfix():

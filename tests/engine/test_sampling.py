@@ -8,7 +8,7 @@ from helpers.engine_reference import random_ids
 from transformers.generation.logits_process import TopPLogitsWarper
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.engine.sampler import greedy, sample
+from nudgeability.engine.sampling.sampler import greedy, sample
 from nudgeability.models.testing.tiny import tiny_model
 
 

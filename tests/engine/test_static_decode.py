@@ -14,8 +14,9 @@ from helpers.engine_reference import assert_matches_reference, random_ids
 from torch.nn.attention.flex_attention import create_mask
 from torch.profiler import ProfilerActivity, profile
 
-import nudgeability.engine.shared_prefix_attention as attention
-from nudgeability.engine import Engine, ForkRequest, SamplingParams, static_decode
+import nudgeability.engine.attention.shared_prefix_attention as attention
+from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.engine.attention import static_decode
 from nudgeability.models.testing.tiny import tiny_model
 
 

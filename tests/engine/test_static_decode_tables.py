@@ -9,7 +9,8 @@ import pytest
 import torch
 from helpers.engine_reference import assert_matches_reference, mixed_fork_requests, random_ids
 
-from nudgeability.engine import Engine, ForkRequest, SamplingParams, static_decode
+from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.engine.attention import static_decode
 from nudgeability.models.testing.tiny import tiny_model
 from nudgeability.util import fallbacks
 

@@ -27,7 +27,7 @@ from helpers.engine_reference import hf_greedy
 from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from nudgeability.engine.group_shape import GroupShape, batch_cost
+from nudgeability.engine.scheduling.group_shape import GroupShape, batch_cost
 from nudgeability.models.families import Family, get_family
 from nudgeability.splice.experiment.sentences import load_sentences
 from nudgeability.splice.rundir.seal import record_part_hash

@@ -1,6 +1,6 @@
 """`validate` and `check_fits` (splice/run/validation.py) called directly: each refusal names its
 flag (and the file and line of the problem at fault), with the slot counts worked out by hand
-from the engine's documented shapes (engine/scheduler.py)."""
+from the engine's documented shapes (engine/scheduling/scheduler.py)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_a_kv_budget_one_group_could_exceed_names_the_group_and_its_need():
     work = _workload("primary", splices)
     # B's arms: prefix 12 + 4 - 1 = 15; the empty splice borrows its last token: prefix 14, suffixes
     # 1, 4, 3, 6; each row holds its own suffix + arm budget (2) - 1, as the engine takes blocks as
-    # rows grow (engine/kv_pool.py), no longer the longest suffix: 14 + 2 + 5 + 4 + 7 = 32
+    # rows grow (engine/kv/kv_pool.py), no longer the longest suffix: 14 + 2 + 5 + 4 + 7 = 32
     check_fits(work, None, 32)
     with pytest.raises(ConfigError) as error:
         check_fits(work, None, 31)

@@ -32,8 +32,8 @@ from __future__ import annotations
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from nudgeability.engine.kv_pool import SCRATCH_BLOCK
-from nudgeability.engine.scheduler import StepPlan
+from nudgeability.engine.kv.kv_pool import SCRATCH_BLOCK
+from nudgeability.engine.scheduling.scheduler import StepPlan
 from nudgeability.util import fallbacks
 
 BUCKETS = (16, 32, 64, 128, 256)

@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from nudgeability.engine.kv_cache import LayerKV
-from nudgeability.engine.static_decode import StaticDecode, flex_decode_attention
-from nudgeability.engine.step_layout import GroupSpan, StepLayout, SuffixPart
+from nudgeability.engine.attention.static_decode import StaticDecode, flex_decode_attention
+from nudgeability.engine.kv.kv_cache import LayerKV
+from nudgeability.engine.scheduling.step_layout import GroupSpan, StepLayout, SuffixPart
 from nudgeability.util import fallbacks
 
 NAME = "nudge_fork"

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
-from nudgeability.engine.kv_pool import KVPool
-from nudgeability.engine.step_layout import StepLayout
+from nudgeability.engine.kv.kv_pool import KVPool
+from nudgeability.engine.scheduling.step_layout import StepLayout
 
 
 @dataclass(frozen=True)

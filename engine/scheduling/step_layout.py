@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nudgeability.engine.scheduler import StepPlan
+from nudgeability.engine.scheduling.scheduler import StepPlan
 
 # A row's gathered keys are padded to a multiple of this, so that its real keys never fall in the
 # tail of the attention kernel's vector loops, whose summation order depends on the key count

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nudgeability.engine.kv_pool import KVPool
+from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.sequence import Group, Sequence
 
 # Positions per prefill chunk: a prefix's chunks start at multiples of it, whatever the step's

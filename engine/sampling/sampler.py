@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from nudgeability.engine.sampling_params import SamplingParams
+from nudgeability.engine.sampling.sampling_params import SamplingParams
 
 
 def uniform_stream(params: SamplingParams, length: int) -> torch.Tensor:
