@@ -14,13 +14,14 @@ elements fall in that tail.
 from __future__ import annotations
 
 import inspect
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
 from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
 from nudgeability.engine.kv.kv_cache import PoolCache
+from nudgeability.models.invariant import invariant_products
 
 MIN_ROWS = 16
 # Rows per forward are a multiple of this: 4 rows times any per-token width that is a multiple of
@@ -38,6 +39,7 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, batch_invariant: bool = True):
         self.model = model
+        self.batch_invariant = batch_invariant
         self.min_rows = MIN_ROWS if batch_invariant else 1
         self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()
@@ -95,13 +97,20 @@ class ModelRunner:
         self, cache: PoolCache, input_ids: torch.Tensor, position_ids: torch.Tensor
     ) -> torch.Tensor:
         """Hidden states [B, L, hidden] of `input_ids` at `position_ids`, reading and writing `cache`."""
-        out = self.decoder(
-            input_ids=input_ids,
-            position_ids=position_ids,
-            use_cache=True,
-            **{self._cache_arg: cache},
-        )
+        with self._products():
+            out = self.decoder(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                use_cache=True,
+                **{self._cache_arg: cache},
+            )
         return out.last_hidden_state
+
+    def _products(self):
+        """Batch-invariant matrix products on CPU (models/invariant.py); the library's elsewhere."""
+        if self.batch_invariant and self.device.type == "cpu":
+            return invariant_products()
+        return nullcontext()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits [n, vocab] of hidden states [n, hidden], with the model's final soft-capping.
@@ -113,7 +122,8 @@ class ModelRunner:
         pad = self.padded(n) - n
         if pad:
             hidden = torch.cat([hidden, hidden.new_zeros(pad, hidden.shape[1])])
-        logits = self.lm_head(hidden)
+        with self._products():
+            logits = self.lm_head(hidden)
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits[:n].float()

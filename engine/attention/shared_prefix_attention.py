@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
+from nudgeability.engine.attention import cpu_parts
+from nudgeability.engine.attention.fixed_shape import merge
 from nudgeability.engine.attention.static_decode import StaticDecode, flex_decode_attention
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import GroupSpan, StepLayout, SuffixPart
@@ -69,7 +71,12 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
     if not layout.prefix_chunks and rows_out is not None:  # the common step: rows, then pads
         return F.pad(rows_out, (0, 0, 0, 0, 0, t - a1)).unsqueeze(0)
     out = q.new_empty(1, t, h, d)
-    for chunk in layout.prefix_chunks:
+    for index, chunk in enumerate(layout.prefix_chunks):
+        if q.device.type == "cpu":
+            out[:, chunk.t0 : chunk.t1] = cpu_parts.prefix_chunk(
+                q, handle, layout, index, chunk, scaling, window
+            )
+            continue
         k0 = 0 if window is None else max(0, chunk.c0 - window + 1)
         keys = handle.k[:, chunk.start + k0 : chunk.start + chunk.c1].unsqueeze(0)
         values = handle.v[:, chunk.start + k0 : chunk.start + chunk.c1].unsqueeze(0)
@@ -109,39 +116,7 @@ def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -
                 for p, s in zip(parts, layout.groups)
             ]
         )
-    return _merge(o_s, lse_s, o_p, lse_p)[0]
-
-
-def _merge(o_a, lse_a, o_b, lse_b, with_lse: bool = False):
-    """Softmax over two key sets from each one's output and log-sum-exp: a convex mix of the two
-    outputs weighted by their mass; fp32 mixing, rounded once. Also the merged log-sum-exp when
-    `with_lse` (a prefix of two segments, merged again with the suffix)."""
-    weight = _per_row(torch.sigmoid, lse_b - lse_a).unsqueeze(-1)
-    if o_a.dtype != torch.float32:
-        out = torch.lerp(o_a.float(), o_b.float(), weight).to(o_a.dtype)
-    else:
-        out = torch.lerp(o_a, o_b, weight)
-    if not with_lse:
-        return out, None
-    # logaddexp as max + log1p(exp(-|a - b|)): exact when one side is a hidden segment's
-    # near-lowest value (a + (b - a) would cancel catastrophically)
-    gap = _per_row(torch.exp, -(lse_a - lse_b).abs())
-    return out, torch.maximum(lse_a, lse_b) + _per_row(torch.log1p, gap)
-
-
-LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)
-
-
-def _per_row(fn, x: torch.Tensor) -> torch.Tensor:
-    """`fn(x)` elementwise, with each row (first dim) of `x` laid out on whole iterations of the
-    vector loop: ATen computes a tensor's last elements with a scalar loop whose transcendentals
-    can differ from the vector code in the last bit, so where a row's elements fall must not
-    depend on how many rows there are (engine/README.md, batch invariance)."""
-    n = x.shape[0]
-    flat = x.reshape(n, -1)
-    width = flat.shape[1]
-    padded = F.pad(flat, (0, -(-width // LANES) * LANES - width))
-    return fn(padded)[:, :width].view(x.shape)
+    return merge(o_s, lse_s, o_p, lse_p)[0]
 
 
 def _prefix_attention(
@@ -162,6 +137,25 @@ def _prefix_attention(
         lo = 0 if window is None else max(0, span.prefix_len - window + 1 - offset)
         if lo >= length:
             continue  # the window hides the whole segment from every query
+        if rows.device.type == "cpu":
+            o, lse = cpu_parts.prefix_segment(
+                folded[0],
+                handle,
+                layout,
+                span,
+                (index, j),
+                start + lo,
+                offset + lo,
+                length - lo,
+                scaling,
+                window,
+            )
+            o, lse = o[None], lse[None]
+            if merged is not None:
+                merged = merge(*merged, *_rows(o, lse, kv, n, g, d), with_lse=True)
+            else:
+                merged = _rows(o, lse, kv, n, g, d)
+            continue
         keys = handle.k[:, start + lo : start + length].unsqueeze(0)
         values = handle.v[:, start + lo : start + length].unsqueeze(0)
         bias = None
@@ -171,7 +165,7 @@ def _prefix_attention(
             )
         o, lse = _attend(folded, keys, values, bias, scaling)
         if merged is not None:  # in the row view, so that each row's elements stay together
-            o, lse = _merge(*merged, *_rows(o, lse, kv, n, g, d), with_lse=True)
+            o, lse = merge(*merged, *_rows(o, lse, kv, n, g, d), with_lse=True)
             merged = (o, lse)
             continue
         merged = _rows(o, lse, kv, n, g, d)
@@ -189,6 +183,11 @@ def _suffix_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window
     n_tok, kv, g, d = rows.shape
     outs, lses = [], []
     for index, part in enumerate(layout.parts):
+        if rows.device.type == "cpu":
+            o, lse = cpu_parts.own_keys(rows, handle, layout, part, index, scaling, window)
+            outs.append(o)
+            lses.append(lse)
+            continue
         if part.width == 1:
             q = rows if layout.part_index is None else rows.index_select(0, part.tokens.view(-1))
         else:

@@ -24,10 +24,10 @@ import torch
 
 from nudgeability.engine.scheduling.scheduler import StepPlan
 
-# A row's gathered keys are padded to a multiple of this, so that its real keys never fall in the
-# tail of the attention kernel's vector loops, whose summation order depends on the key count
-# (engine/README.md, batch invariance). 16 fp32 lanes of AVX-512.
-KEY_ALIGN = 16
+# A row's gathered keys are padded to a multiple of this: on CPU its attention runs in calls of
+# exactly this many keys (engine/attention/fixed_shape.py, OWN_BLOCK), so that the kernel's
+# blocking never depends on the longest row of the step (engine/README.md, batch invariance).
+KEY_ALIGN = 128
 
 
 @dataclass(frozen=True)

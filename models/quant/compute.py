@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from nudgeability.models.invariant import in_row_tiles
+
 log = logging.getLogger(__name__)
 
 QUANT_COMPUTES = ("exact", "fused", "fused-bf16", "dense")
@@ -133,7 +135,13 @@ class QuantLinearBase(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused is None:
             return self.exact_forward(x)
-        y = self.fused.run(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
+        flat = x.reshape(-1, x.shape[-1])
+        # On CPU a fused kernel sees exact 16-row tiles, so that a row's sum never depends on
+        # how many rows share the call (models/invariant.py)
+        # (the dense path's F.linear is tiled already, inside the engine's forward)
+        tiled = flat.device.type == "cpu" and self.fused.name != DENSE_PATH
+        y = in_row_tiles(self.fused.run, flat) if tiled else self.fused.run(flat)
+        y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
 

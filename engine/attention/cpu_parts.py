@@ -1,0 +1,165 @@
+"""A step's three kinds of attention on CPU, each through the fixed-shape calls of `fixed_shape.py`.
+
+`shared_prefix_attention.py` says what each part attends to; this module lays each one out so
+that no query's kernel call depends on what else runs in the step:
+
+- `prefix_chunk`: a prefix chunk's queries against their run, causal (and windowed). The query
+  rows are (token, head) pairs in 16-row tiles aligned to the run's start, the keys 512-key
+  blocks aligned to the run's position 0: a query sees the same tiles and blocks whatever the
+  chunking (a block outside its reach is all hidden, which changes nothing);
+- `prefix_segment`: a group's row tokens against one prefix segment, folded into 16-row tiles;
+- `own_keys`: each row token against its own row's slots, one token per kernel item.
+
+Masks are built once per step and window and cached in `layout.per_call`, shared by every layer.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nudgeability.engine.attention.fixed_shape import (
+    OWN_BLOCK,
+    QUERY_TILE,
+    SHARED_BLOCK,
+    lowest,
+    own_keys_attention,
+    pad_keys,
+    shared_keys_attention,
+)
+from nudgeability.engine.kv.kv_cache import LayerKV
+from nudgeability.engine.scheduling.step_layout import (
+    GroupSpan,
+    PrefixChunk,
+    StepLayout,
+    SuffixPart,
+)
+
+
+def prefix_chunk(
+    q: torch.Tensor,
+    handle: LayerKV,
+    layout: StepLayout,
+    index: int,
+    chunk: PrefixChunk,
+    scaling: float,
+    window: int | None,
+) -> torch.Tensor:
+    """Chunk `index` of the step, q [1, H, T, D] (the step's): its [1, L, H, D] output."""
+    kv = handle.k.shape[0]
+    _, h, _, d = q.shape
+    g = h // kv
+    length = chunk.c1 - chunk.c0
+    # HF's head h reads kv head h // g: the rows are (token, head) in token order
+    qc = q[0, :, chunk.t0 : chunk.t1].reshape(kv, g, length, d)
+    folded = qc.permute(0, 2, 1, 3).reshape(kv, length * g, d)
+    lead = (chunk.c0 * g) % QUERY_TILE
+    first = 0 if window is None else max(0, chunk.c0 - window + 1)
+    k0 = first // SHARED_BLOCK * SHARED_BLOCK
+    k1 = -(-chunk.c1 // SHARED_BLOCK) * SHARED_BLOCK
+    keys = F.pad(handle.k[:, chunk.start + k0 : chunk.start + chunk.c1], (0, 0, 0, k1 - chunk.c1))
+    values = F.pad(handle.v[:, chunk.start + k0 : chunk.start + chunk.c1], (0, 0, 0, k1 - chunk.c1))
+    bias = _chunk_bias(layout, index, chunk, g, lead, k0, k1, window, q.dtype)
+    out, _ = shared_keys_attention(folded, keys, values, bias, scaling, lead)
+    return out.view(kv, length, g, d).permute(1, 0, 2, 3).reshape(1, length, h, d)
+
+
+def _chunk_bias(layout, index, chunk, g, lead, k0, k1, window, dtype) -> torch.Tensor:
+    """[1, tiles, 16, k1 - k0]: folded row r (position (c0 * g - lead + r) // g) sees key
+    position p when p <= its position (and within the window)."""
+    key = ("chunk", index, window, g, dtype)
+    if key not in layout.per_call:
+        device = layout.slots.device
+        total = -(-(lead + (chunk.c1 - chunk.c0) * g) // QUERY_TILE) * QUERY_TILE
+        qpos = (chunk.c0 * g - lead + torch.arange(total, device=device)) // g
+        kpos = torch.arange(k0, k1, device=device)
+        visible = kpos[None, :] <= qpos[:, None]
+        if window is not None:
+            visible &= (qpos[:, None] - kpos[None, :]) < window
+        bias = torch.where(visible, 0.0, lowest(dtype)).to(dtype)
+        layout.per_call[key] = bias.view(1, total // QUERY_TILE, QUERY_TILE, k1 - k0)
+    return layout.per_call[key]
+
+
+def prefix_segment(
+    folded: torch.Tensor,
+    handle: LayerKV,
+    layout: StepLayout,
+    span: GroupSpan,
+    cache_key: tuple,
+    pool_start: int,
+    first_position: int,
+    keys: int,
+    scaling: float,
+    window: int | None,
+):
+    """A group's folded row tokens [kv, n * g, D] against `keys` prefix keys from pool slot
+    `pool_start` (position `first_position`): o [kv, n * g, D], lse [kv, n * g]."""
+    k = pad_keys(handle.k[:, pool_start : pool_start + keys], SHARED_BLOCK)
+    v = pad_keys(handle.v[:, pool_start : pool_start + keys], SHARED_BLOCK)
+    rows = folded.shape[1]
+    g = rows // (span.a1 - span.a0)
+    bias = _segment_bias(
+        layout, span, cache_key, first_position, keys, k.shape[1], g, window, folded.dtype
+    )
+    return shared_keys_attention(folded, k, v, bias, scaling)
+
+
+def _segment_bias(layout, span, cache_key, first_position, keys, padded, g, window, dtype):
+    """None when every key is real and visible; else [1, 1, 1, S] (padding hidden) or, on a
+    sliding layer, [1, tiles, 16, S] (a folded query sees position p when q_pos - p < window)."""
+    if window is None and keys == padded:
+        return None
+    key = ("segment", *cache_key, first_position, keys, window, g, dtype)
+    if key not in layout.per_call:
+        device = layout.slots.device
+        real = torch.arange(padded, device=device) < keys
+        if window is None:
+            visible = real[None, None, None, :]
+        else:
+            qpos = layout.row_positions[span.a0 : span.a1].repeat_interleave(g)
+            total = -(-qpos.shape[0] // QUERY_TILE) * QUERY_TILE
+            qpos = F.pad(qpos, (0, total - qpos.shape[0]), value=int(qpos[-1]))
+            kpos = first_position + torch.arange(padded, device=device)
+            visible = real[None, :] & ((qpos[:, None] - kpos[None, :]) < window)
+            visible = visible.view(1, total // QUERY_TILE, QUERY_TILE, padded)
+        layout.per_call[key] = torch.where(visible, 0.0, lowest(dtype)).to(dtype)
+    return layout.per_call[key]
+
+
+def own_keys(
+    rows: torch.Tensor,
+    handle: LayerKV,
+    layout: StepLayout,
+    part: SuffixPart,
+    index: int,
+    scaling: float,
+    window: int | None,
+):
+    """Part `index`'s row tokens (of `rows` [n, kv, g, D]) against their own rows' slots: o and
+    lse in the part's token order (its padding dropped)."""
+    _, kv, g, d = rows.shape
+    assert part.hw % OWN_BLOCK == 0, part.hw
+    q = rows.index_select(0, part.tokens.view(-1)).view(part.rows, part.width, kv, g, d)
+    keys = handle.k.index_select(1, part.gather).view(kv, part.rows, part.hw, d).transpose(0, 1)
+    values = handle.v.index_select(1, part.gather).view(kv, part.rows, part.hw, d).transpose(0, 1)
+    o, lse = own_keys_attention(q, keys, values, _own_visible(layout, part, index, window), scaling)
+    o = o.reshape(part.rows * part.width, kv, g, d)
+    lse = lse.reshape(part.rows * part.width, kv, g)
+    if part.width > 1:
+        o, lse = o.index_select(0, part.real), lse.index_select(0, part.real)
+    return o, lse
+
+
+def _own_visible(layout: StepLayout, part: SuffixPart, index: int, window) -> torch.Tensor:
+    """[rows, L, hw]: query i of row k, at slot first_slot[k] + i, sees key slot j when j <= its
+    slot (and within the window)."""
+    key = ("own", index, window)
+    if key not in layout.per_call:
+        i = part.first_slot[:, None] + torch.arange(part.width, device=part.first_slot.device)
+        j = torch.arange(part.hw, device=i.device)
+        visible = j[None, None, :] <= i[:, :, None]
+        if window is not None:
+            visible &= (i[:, :, None] - j[None, None, :]) < window
+        layout.per_call[key] = visible
+    return layout.per_call[key]

@@ -1,0 +1,145 @@
+"""CPU attention whose every kernel call has one of two fixed shapes, whatever the batch.
+
+ATen's CPU flash kernel (`_scaled_dot_product_flash_attention_for_cpu`,
+aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) cuts the queries of a call into blocks of 32,
+64 or 256 (chosen by the query count: thresholds 192 and 768) and the keys into blocks of
+min(512, keys); a short trailing block is a GEMM of another shape, and measured
+(benchmarks/kernel_branches.py) a query's bits then change with how many other queries share its
+call, under every MKL branch. So a query's result depended on the batch. Here the calls are
+shaped so that the kernel's blocking is fixed by the part of the step alone:
+
+- **shared keys** (a group's prefix for its folded row tokens, a prefix chunk's run for its own
+  queries): query rows in tiles of exactly `QUERY_TILE` (16; the tiles are the call's heads,
+  the keys a stride-0 view shared by all), keys padded to a multiple of `SHARED_BLOCK` (512, so
+  the kernel's key blocks are always exactly 512, aligned to a place fixed by the group or the
+  run). Every GEMM is [16, D] x [D, 512] or [16, 512] x [512, D];
+- **a row's own keys** (each token of a row against its row's gathered slots): one token's g
+  query heads per (batch, head) item, so M = g, fixed by the model; the keys in calls of exactly
+  `OWN_BLOCK` (128), merged left to right through their log-sum-exps. A decode token and the
+  same token inside a prefill chunk of any width run the same GEMMs.
+
+Padding is exact: a padded or hidden key gets the dtype's lowest finite bias, so its weight
+exp(s - max) is exactly 0 and a block that is all hidden leaves the running sums unchanged (its
+rescale factor is exactly 1), or, if it comes first, is multiplied away by an exact 0; padded key
+and value rows are zeros. What is left to the library is a row's position inside a 16-row tile
+of a fixed-shape GEMM, which `engine/invariance_check.py` checks on the machine before the
+runner relies on it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nudgeability.models.invariant import TILE_ROWS
+
+QUERY_TILE = TILE_ROWS
+SHARED_BLOCK = 512
+OWN_BLOCK = 128
+LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)
+
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+
+
+def lowest(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).min
+
+
+def pad_keys(keys: torch.Tensor, block: int) -> torch.Tensor:
+    """[kv, S, D] zero-padded along S to a multiple of `block`."""
+    s = keys.shape[1]
+    return F.pad(keys, (0, 0, 0, -(-s // block) * block - s))
+
+
+def shared_keys_attention(
+    folded: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    bias: torch.Tensor | None,
+    scaling: float,
+    lead: int = 0,
+):
+    """Queries `folded` [kv, R, D] against keys/values [kv, S, D] (S a multiple of SHARED_BLOCK)
+    that every query shares, with an additive `bias` [1, T, QUERY_TILE, S] over the tiles (None:
+    every key visible). `lead` pad rows go before the first query so that tiles start at a
+    place fixed by the run (a prefix chunk's absolute position). Returns o [kv, R, D] and the fp32
+    log-sum-exp [kv, R]."""
+    kv, r, d = folded.shape
+    s = keys.shape[1]
+    assert s % SHARED_BLOCK == 0, s
+    total = -(-(lead + r) // QUERY_TILE) * QUERY_TILE
+    q = F.pad(folded, (0, 0, lead, total - lead - r)).view(kv, total // QUERY_TILE, QUERY_TILE, d)
+    tiles = q.shape[1]
+    k = keys[:, None].expand(kv, tiles, s, d)
+    v = values[:, None].expand(kv, tiles, s, d)
+    out, lse = _flash(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)[:2]
+    out = out.reshape(kv, total, d)[:, lead : lead + r]
+    lse = lse.reshape(kv, total)[:, lead : lead + r]
+    return out, lse
+
+
+def own_keys_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    visible: torch.Tensor,
+    scaling: float,
+):
+    """Each token of each row against its own row's keys: q [rows, width, kv, g, D], keys/values
+    [rows, kv, hw, D] (hw a multiple of OWN_BLOCK), `visible` [rows, width, hw] (bool). Returns o
+    [rows, width, kv, g, D] and lse [rows, width, kv, g] (fp32)."""
+    rows, width, kv, g, d = q.shape
+    hw = keys.shape[2]
+    assert hw % OWN_BLOCK == 0, hw
+    qb = q.permute(0, 2, 1, 3, 4).reshape(rows * kv, width, g, d)
+    kb = keys.reshape(rows * kv, 1, hw, d)
+    vb = values.reshape(rows * kv, 1, hw, d)
+    bias = torch.where(visible, 0.0, lowest(q.dtype)).to(q.dtype)
+    bias = bias[:, None].expand(rows, kv, width, hw).reshape(rows * kv, width, 1, hw)
+    merged = None
+    for b0 in range(0, hw, OWN_BLOCK):
+        b1 = b0 + OWN_BLOCK
+        o, lse = _flash(
+            qb,
+            kb[:, :, b0:b1].expand(rows * kv, width, OWN_BLOCK, d),
+            vb[:, :, b0:b1].expand(rows * kv, width, OWN_BLOCK, d),
+            0.0,
+            False,
+            attn_mask=bias[..., b0:b1],
+            scale=scaling,
+        )[:2]
+        merged = (o, lse) if merged is None else merge(*merged, o, lse, with_lse=True)
+    o, lse = merged
+    o = o.view(rows, kv, width, g, d).permute(0, 2, 1, 3, 4)
+    lse = lse.view(rows, kv, width, g).permute(0, 2, 1, 3)
+    return o, lse
+
+
+def merge(o_a, lse_a, o_b, lse_b, with_lse: bool = False):
+    """Softmax over two key sets from each one's output and log-sum-exp: a convex mix of the two
+    outputs weighted by their mass; fp32 mixing, rounded once. Also the merged log-sum-exp when
+    `with_lse`. A side that saw no key (lse near the lowest value) gets weight exactly 0, and
+    `lerp` returns the other side exactly."""
+    weight = per_row(torch.sigmoid, lse_b - lse_a).unsqueeze(-1)
+    if o_a.dtype != torch.float32:
+        out = torch.lerp(o_a.float(), o_b.float(), weight).to(o_a.dtype)
+    else:
+        out = torch.lerp(o_a, o_b, weight)
+    if not with_lse:
+        return out, None
+    # logaddexp as max + log1p(exp(-|a - b|)): exact when one side is a hidden segment's
+    # near-lowest value (a + (b - a) would cancel catastrophically)
+    gap = per_row(torch.exp, -(lse_a - lse_b).abs())
+    return out, torch.maximum(lse_a, lse_b) + per_row(torch.log1p, gap)
+
+
+def per_row(fn, x: torch.Tensor) -> torch.Tensor:
+    """`fn(x)` elementwise, with each row (first dim) of `x` laid out on whole iterations of the
+    vector loop: ATen computes a tensor's last elements with a scalar loop whose transcendentals
+    can differ from the vector code in the last bit, so where a row's elements fall must not
+    depend on how many rows there are (engine/README.md, batch invariance)."""
+    n = x.shape[0]
+    flat = x.reshape(n, -1)
+    width = flat.shape[1]
+    padded = F.pad(flat, (0, -(-width // LANES) * LANES - width))
+    return fn(padded)[:, :width].view(x.shape)
