@@ -30,10 +30,11 @@ from nudgeability.splice.audit.record_diff import first_difference
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.remote import RemoteSpec, remote_spec_of
-from nudgeability.splice.rundir.layout import MANIFEST, side_file, split_lines
+from nudgeability.splice.rundir.layout import MANIFEST, side_file
 from nudgeability.splice.rundir.manifest import compare_manifests
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.store import WorkStore, part_path
+from nudgeability.util.json_lines import split_lines
 
 if TYPE_CHECKING:
     from nudgeability.splice.run.units import UnitContext

@@ -63,7 +63,7 @@ def values_kept(argv: list[str]) -> list[str]:
 def check_out(value: str | os.PathLike) -> None:
     """`--out DIR` of a command that writes a directory: refused at once, naming the flag, when a
     file is in the way (before any work)."""
-    from nudgeability.models.atomic import directory_problem
+    from nudgeability.util.atomic import directory_problem
 
     problem = directory_problem(value)
     if problem is not None:

@@ -25,9 +25,10 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nudgeability.models.atomic import atomic_write_text
-from nudgeability.models.json_errors import json_error
 from nudgeability.splice.rundir.layout import MANIFEST
+from nudgeability.util.atomic import atomic_write_text
+from nudgeability.util.cache import cache_root
+from nudgeability.util.json_errors import json_error
 
 if TYPE_CHECKING:
     from nudgeability.models.loader import ModelSource
@@ -112,8 +113,6 @@ def sha256_file(path: str | Path, block: int = 1 << 23, *, cached: bool = True) 
 
 
 def _hash_cache_file() -> Path:
-    from nudgeability.models.smollm2 import cache_root
-
     return cache_root() / "sha256.json"
 
 

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from nudgeability.backends.names import CONTINUATION_LEVELS
-from nudgeability.splice.rundir.layout import RECORDS, RecordKey, read_json_lines
+from nudgeability.splice.rundir.layout import RECORDS, RecordKey
+from nudgeability.util.json_lines import read_json_lines
 
 from ..actions import action_code
 from .run_dirs import RecordsError

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nudgeability.models.atomic import atomic_write_files
 from nudgeability.splice.rundir.layout import MANIFEST
+from nudgeability.util.atomic import atomic_write_files
 
 from ..delegation.join import load_value_tables
 from ..delegation.summary import DelegationValueSummary, summarize_value
