@@ -11,7 +11,7 @@ import json
 import os
 import re
 
-from nudgeability.splice.tasks.base import DataFileError
+from nudgeability.splice.tasks.problem import DataFileError
 from nudgeability.util.json_errors import json_error
 from nudgeability.util.json_lines import JsonLinesError, json_lines
 
