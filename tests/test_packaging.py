@@ -14,7 +14,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("backends", "engine", "models", "splice", "stats", "util")
+FOLDERS = ("backends", "cli", "engine", "models", "splice", "stats", "util")
 
 
 def _pyproject() -> dict:
@@ -59,8 +59,8 @@ def test_no_top_level_engine_models_splice_or_stats_is_installed(tmp_path):
 
 
 def test_the_nudge_console_script_points_at_the_cli():
-    assert _pyproject()["project"]["scripts"] == {"nudge": "nudgeability.splice.cli:main"}
-    from nudgeability.splice.cli import main
+    assert _pyproject()["project"]["scripts"] == {"nudge": "nudgeability.cli:main"}
+    from nudgeability.cli import main
 
     assert callable(main)
 

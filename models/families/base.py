@@ -308,6 +308,19 @@ class Family:
             else Action(TRUNC, reason=BUDGET_AFTER_THINK)
         )
 
+    # ----- a tool call written back (the chat backend) ----------------------------------------
+    def render_tool_call(self, call: dict) -> str:
+        """One assistant tool call, an OpenAI `tool_calls` entry (`{"function": {"name",
+        "arguments"}}`), as this family writes it in its own turn: how backends/chat.py writes a
+        chat answer's calls back into the family's text. A family that does not override it is
+        refused for `--api chat` (`writes_tool_calls`)."""
+        raise NotImplementedError(f"the {self.name} family does not write tool calls back")
+
+    @classmethod
+    def writes_tool_calls(cls) -> bool:
+        """Whether `render_tool_call` is this family's own (so chat answers can be written back)."""
+        return cls.render_tool_call is not Family.render_tool_call
+
     # ----- tool results (the resolution phase) ------------------------------------------------
     def render_tool_result(self, name: str, result: str, thinking: bool = True) -> str:
         """The text the real chat template writes after a tool call, up to the model's next turn.

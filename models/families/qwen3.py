@@ -103,6 +103,9 @@ class Qwen3Family(Family):
     stop_texts = ("<|im_end|>", "<|endoftext|>", "</tool_call>")
     end_of_turn_texts = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 
+    def render_tool_call(self, call: dict) -> str:
+        return render_tool_call(call)
+
     def own_text(
         self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True
     ) -> str:

@@ -19,11 +19,12 @@ from nudgeability.splice.audit.record_diff import first_difference
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.experiment.conditions import BASE_CODES, CONDITIONS
 from nudgeability.splice.rundir.assemble import IncompleteRunError, assemble_records
-from nudgeability.splice.rundir.layout import PARTS, RECORDS, RecordKey, json_lines, split_lines
+from nudgeability.splice.rundir.layout import PARTS, RECORDS, RecordKey
 from nudgeability.splice.rundir.part_check import base_records, part_problem
 from nudgeability.splice.rundir.plan import RESOLVE_PHASE, Unit
 from nudgeability.splice.rundir.seal import part_files
 from nudgeability.splice.rundir.store import part_path
+from nudgeability.util.json_lines import json_lines, split_lines
 
 
 def check_completeness(run: StoredRun) -> Check:

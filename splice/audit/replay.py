@@ -22,21 +22,24 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from nudgeability.backends.http_client import public_url
+import torch
+
+from nudgeability.backends.http_client import RemoteError, public_url
 from nudgeability.splice.audit.check import FAIL, OK, SKIPPED, Check
 from nudgeability.splice.audit.record_diff import first_difference
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.run.config import RunConfig
+from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.remote import RemoteSpec, remote_spec_of
-from nudgeability.splice.rundir.layout import MANIFEST, side_file, split_lines
+from nudgeability.splice.run.runner import compute_unit, unit_context
+from nudgeability.splice.run.units import UnitContext
+from nudgeability.splice.rundir.layout import MANIFEST, side_file
 from nudgeability.splice.rundir.manifest import compare_manifests
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.store import WorkStore, part_path
-
-if TYPE_CHECKING:
-    from nudgeability.splice.run.units import UnitContext
+from nudgeability.util.json_lines import split_lines
+from nudgeability.util.threads import set_threads
 
 DEFAULT_SAMPLE = 2  # units a local run's audit replays when not told otherwise
 
@@ -83,10 +86,6 @@ def replay_units(
     when the configuration no longer resolves to the stored run (another problem draw, family,
     inputs, served model...), naming the differing manifest keys, or when the server fails.
     """
-    from nudgeability.backends.http_client import RemoteError
-    from nudgeability.splice.run.prepare import prepare
-    from nudgeability.splice.run.runner import unit_context
-
     overrides = {"model": model, "data": data, "sentences": sentences, "device": device}
     requested = _requested(run.manifest["config"], overrides, remote is not None)
     try:
@@ -117,10 +116,6 @@ def replay_units(
 def _threads_of(manifest: dict):
     """torch's CPU threads as the run had them (the manifest's `threads`, when recorded): another
     count can change how a CPU sums, and so the last bits of a logit."""
-    import torch
-
-    from nudgeability.util.threads import set_threads
-
     before = torch.get_num_threads()
     stored = manifest.get("threads")
     set_threads(stored if isinstance(stored, int) and stored >= 1 else None)
@@ -132,8 +127,6 @@ def _threads_of(manifest: dict):
 
 def _replay(run: StoredRun, units: Sequence[Unit], ctx: UnitContext) -> list[UnitReplay]:
     """Each unit computed by the runner into a scratch directory and compared with its part."""
-    from nudgeability.splice.run.runner import compute_unit
-
     scratch = Path(tempfile.mkdtemp(prefix="nudge-verify-"))
     try:
         with WorkStore.open(scratch / "replay", run.manifest) as store:

@@ -15,18 +15,15 @@ from dataclasses import asdict, dataclass
 # (kind, answer, tool_name, arguments, reason, narration), stored as it is. `ActionRecord` is its name here.
 from nudgeability.models.families.action import ACTION_KINDS, Action
 
+# The grade is the task's (splice/tasks/problem.py), stored as it is, like the action.
+from nudgeability.splice.tasks.problem import GradeRecord
+
 ActionRecord = Action
 OPTIONAL_FIELDS = ("sample", "signals")  # written only when set
+# How faithfully a backend continued the prompt (a record's `continuation`), most faithful first:
+# token ids in and out (the engine, a server given ids) | the rendered text | a chat turn
+CONTINUATION_LEVELS = ("token", "text", "chat")
 __all__ = ["ACTION_KINDS", "Action", "ActionRecord", "GradeRecord", "Record"]
-
-
-@dataclass(frozen=True)
-class GradeRecord:
-    """A graded answer. `correct` is None when the answer cannot be graded."""
-
-    em: float | None
-    f1: float | None
-    correct: bool | None
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,7 @@ class Record:
     finish_reason: str  # "eos" | "stop_token" | "stop_string" | "length"
     action: ActionRecord
     grade: GradeRecord | None  # NT always; B / oracle_B when the action is SELF; else None
-    # how faithfully the backend continued the prompt (nudgeability.backends.names):
+    # how faithfully the backend continued the prompt (CONTINUATION_LEVELS):
     # written only when it is not token-exact, so the records of a local run keep their bytes
     continuation: str = "token"
     # The self-consistency samples (condition `consistency`): which of the K samples, 0..K-1.

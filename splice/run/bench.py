@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.models.atomic import atomic_write_lines
 from nudgeability.models.loader import load_model
 from nudgeability.splice.run.config import DTYPES
 from nudgeability.splice.run.validation import resolve_device
 from nudgeability.splice.tasks import MusiqueTask
+from nudgeability.util.atomic import atomic_write_lines
 from nudgeability.util.progress import progress_bar
 from nudgeability.util.threads import set_threads
 

@@ -4,7 +4,7 @@ A `RunConfig` holds every setting that can change a record: the model and its fa
 data file and problem draw, the decoding, the conditions, the token budgets, the sentences file,
 the dtype and device, and the batching (chunk size and KV budget: batch composition can change
 floating-point results in the last bits). As the user asks for a run (`nudge run`'s flags, parsed
-in splice/cli/run.py, or `RunConfig(...)` in Python) a field may be None, meaning "the default"; and
+in cli/run.py, or `RunConfig(...)` in Python) a field may be None, meaning "the default"; and
 `conditions` may hold presets. `prepare` (splice/run/prepare.py) returns the resolved config: no None left
 but where the setting is genuinely absent (`max_batch_tokens`, `shard`), paths absolute,
 conditions as codes in canonical order, `n` the number of problems drawn. Its canonical JSON
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 from nudgeability.models.smollm2 import ALIAS as DEFAULT_MODEL  # the embedded model
 
@@ -29,6 +30,13 @@ DEFAULT_SAMPLED_SEEDS = (0, 1, 2)
 DEFAULT_N = 3
 DEFAULT_MAX_NEW_TOKENS = (256, 128)
 DEFAULT_CHUNK_SIZE = 32
+DEMO_TASK = (
+    "strategyqa"  # `nudge run`'s first run shows the tool: the task whose report fills on SmolLM2
+)
+# `nudge run`'s problems drawn when --n is not given: MuSiQue's twenty paragraphs make each problem
+# ~4x longer
+DEFAULT_N_OF_TASK = {"strategyqa": 8, "musique": DEFAULT_N}
+DEFAULT_RETRIEVE_K = 1  # as MuSiQue's prompt says: `retrieve` returns the best paragraph
 
 
 class ConfigError(ValueError):
@@ -69,7 +77,9 @@ class RunConfig:
     # and with --consistency-samples (a grounded-nudge run)
     signals: bool = False
     resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)
-    retrieve_k: int = 1  # paragraphs MuSiQue's `retrieve` returns in the resolution phase
+    # paragraphs MuSiQue's `retrieve` returns in the resolution phase, which alone may set it;
+    # None: 1 with `resolve`, absent without
+    retrieve_k: int | None = None
     # how a quantised checkpoint's linears compute: exact | fused | dense (models/quant/compute.py);
     # None: fused for a quantised checkpoint; resolved None for an unquantised one or a server
     quant_compute: str | None = None
@@ -123,6 +133,20 @@ class RunConfig:
             "decoding": self.decoding,
             "seeds": list(self.seeds),
         }
+
+
+def default_n(task: str) -> int:
+    """The problems `nudge run --task TASK` draws when --n is not given."""
+    return DEFAULT_N_OF_TASK.get(task, DEFAULT_N)
+
+
+def default_out(config: RunConfig) -> Path:
+    """Where a resolved run goes when no --out is given: runs/<model>-<task>-<decoding>, with
+    -shardKofN for a shard; '/' in a repo id becomes '--'."""
+    name = f"{config.model_label.replace('/', '--')}-{config.task}-{config.decoding}"
+    if config.shard is not None:
+        name += f"-shard{config.shard[0]}of{config.shard[1]}"
+    return Path("runs") / name
 
 
 def resolve_decoding(

@@ -101,7 +101,7 @@ def prepare(
     data = data.resolve()
     problems = sample_problems(task.load(data), requested.n, requested.sample_seed, source=data)
     # StrategyQA's search index is read now: a bad file fails before any output
-    toolbox = task.toolbox(data, retrieve_k=requested.retrieve_k) if requested.resolve else None
+    toolbox = task.toolbox(data, retrieve_k=valid.retrieve_k) if requested.resolve else None
     model = _open_model(requested, valid.device, loaded, remote)
     oracle = any(condition.code == ORACLE_BASE for condition in valid.conditions)
     prompts = [render_prompts(task, model.family, problem, oracle) for problem in problems]
@@ -219,7 +219,7 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
         consistency_samples=requested.consistency_samples,
         signals=requested.signals or requested.consistency_samples > 0,
         resolve=requested.resolve,
-        retrieve_k=requested.retrieve_k,
+        retrieve_k=valid.retrieve_k,
         quant_compute=model.quant_compute,
     )
 

@@ -46,6 +46,22 @@ class RemoteSpec:
     served_model: str | None = None  # the model id answers name, when not `model` (a snapshot)
 
 
+def remote_spec(
+    backend: str, base_url: str | None = None, served_model: str | None = None, **settings
+) -> RemoteSpec | None:
+    """The `RemoteSpec` of `--backend BACKEND` with the other fields in `settings`, or None for
+    the in-process engine (`local`). The flags only a server takes are refused without one, and a
+    server needs its URL: a ConfigError naming the flag."""
+    if backend == "local":
+        for flag, value in (("--base-url", base_url), ("--served-model", served_model)):
+            if value is not None:
+                raise ConfigError(f"{flag}: only with --backend openai")
+        return None
+    if not base_url:
+        raise ConfigError("--backend openai: needs --base-url URL (e.g. http://localhost:8000/v1)")
+    return RemoteSpec(base_url=base_url, served_model=served_model, **settings)
+
+
 @dataclass
 class RemoteTokenizer:
     tokenizer: object

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from nudgeability.engine import Completion, Engine, SamplingParams
-from nudgeability.models.atomic import atomic_write_bytes
 from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.rundir.layout import side_file
+from nudgeability.util.atomic import atomic_write_bytes
 
 CONSISTENCY_TEMPERATURE = 1.0
 CONSISTENCY_TOP_P = 0.95
@@ -61,7 +61,7 @@ def hidden_reference(unit_name: str, row: int) -> dict:
 
 
 def write_hidden(path: str | os.PathLike, states: np.ndarray) -> None:
-    """Save a float16 (rows, hidden) array as .npy atomically (models/atomic.py)."""
+    """Save a float16 (rows, hidden) array as .npy atomically (util/atomic.py)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()

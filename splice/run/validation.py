@@ -2,7 +2,7 @@
 
 `validate(requested, remote)` checks the settings that need no file and no model, in order of
 cost (decoding, conditions, budgets, chunk size, signals, KV budget, dtype, quantised compute
-mode, what a server cannot do, device, family, resolution), and returns what they resolve to. `check_fits` checks, once the
+mode, what a server cannot do, device, family, resolution and its `--retrieve-k`), and returns what they resolve to. `check_fits` checks, once the
 prompts are rendered, that no problem's longest sequence overflows the model's context or one
 engine group the KV budget. Every failure is a one-line `ConfigError` (a ValueError) naming the
 flag, and the file and line of the problem where there is one.
@@ -27,7 +27,14 @@ from nudgeability.splice.experiment.conditions import (
     parse_conditions,
 )
 from nudgeability.splice.experiment.prompts import ProblemPrompts
-from nudgeability.splice.run.config import DTYPES, SERVER, ConfigError, RunConfig, resolve_decoding
+from nudgeability.splice.run.config import (
+    DEFAULT_RETRIEVE_K,
+    DTYPES,
+    SERVER,
+    ConfigError,
+    RunConfig,
+    resolve_decoding,
+)
 from nudgeability.splice.run.remote import RemoteSpec
 from nudgeability.splice.tasks import Problem
 
@@ -41,6 +48,7 @@ class Validated:
     seeds: tuple[int, ...]
     conditions: list[Condition]  # canonical order, without the self-consistency samples
     device: str  # "cpu", "cuda", "cuda:N", or SERVER for a run on a server
+    retrieve_k: int | None  # with --resolve only
 
 
 def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validated:
@@ -79,9 +87,20 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
         raise ConfigError(
             f"--family {requested.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
         )
-    if requested.resolve and (isinstance(requested.retrieve_k, bool) or requested.retrieve_k < 1):
-        raise ConfigError(f"--retrieve-k {requested.retrieve_k}: must be >= 1")
-    return Validated(temperature, top_p, tuple(seeds), conditions, device)
+    return Validated(temperature, top_p, tuple(seeds), conditions, device, _retrieve_k(requested))
+
+
+def _retrieve_k(requested: RunConfig) -> int | None:
+    """`--retrieve-k`: only with the resolution phase (whose tools it widens), a whole number
+    >= 1; None (the default) is 1 with --resolve and stays None without."""
+    k = requested.retrieve_k
+    if k is None:
+        return DEFAULT_RETRIEVE_K if requested.resolve else None
+    if not requested.resolve:
+        raise ConfigError("--retrieve-k: tools run only in the resolution phase; add --resolve")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"--retrieve-k {k}: must be >= 1")
+    return k
 
 
 def _check_remote(requested: RunConfig, remote: RemoteSpec) -> None:

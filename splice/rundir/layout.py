@@ -1,18 +1,14 @@
-"""The run directory's layout: its file names, the record key and the one JSON-lines reader.
+"""The run directory's layout: its file names and the record key.
 
 Standard library only, so that every layer (the runner, the audit, `nudge merge` and the stats)
 imports the names from here instead of spelling them again. What each file holds is described in
-splice/rundir/README.md.
+splice/rundir/README.md; its JSON-lines files are read by util/json_lines.py.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import NamedTuple
-
-from nudgeability.models.json_errors import json_error  # standard library only
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
@@ -63,78 +59,3 @@ class RecordKey(NamedTuple):
 
     def __str__(self) -> str:
         return repr(self.compact)
-
-
-class JsonLinesError(ValueError):
-    """A JSON-lines file with a line that cannot be read; `path`, `line` and `reason` say where
-    and why, `kind` what is wrong ("utf8", "json" or "object"), and the message is
-    `PATH:LINE: REASON`."""
-
-    def __init__(self, path: str | Path, line: int, reason: str, kind: str = "json"):
-        self.path, self.line, self.reason, self.kind = str(path), line, reason, kind
-        super().__init__(f"{path}:{line}: {reason}")
-
-
-class JsonLine(NamedTuple):
-    """One line of a JSON-lines file: its number, its text as stored (without the newline) and
-    the JSON value it holds."""
-
-    number: int
-    text: str
-    value: object
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines of a JSONL text split at "\\n" only: JSON written with ensure_ascii=False keeps
-    U+2028, U+0085 and kin unescaped, which `str.splitlines` would wrongly split at."""
-    lines = text.split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
-
-
-def json_lines(
-    path: str | Path,
-    error: Callable[[str], Exception] | type[JsonLinesError] = JsonLinesError,
-    *,
-    objects: bool = True,
-    skip_blank: bool = True,
-) -> Iterator[JsonLine]:
-    """Every line of a JSON-lines file, split at "\\n" only and decoded one by one.
-
-    A line that is not UTF-8, not JSON or (with `objects`) not a JSON object raises `error`: the
-    caller's own type, built from the one-line message `PATH:LINE: REASON` (so that its users
-    catch what they already catch), or `JsonLinesError` with the parts apart. Blank lines are
-    skipped unless `skip_blank` is false (then they fail as invalid JSON). Readers check their own
-    fields on top.
-    """
-    path = Path(path)
-
-    def fail(number: int, reason: str, kind: str) -> Exception:
-        if isinstance(error, type) and issubclass(error, JsonLinesError):
-            return error(path, number, reason, kind)
-        return error(f"{path}:{number}: {reason}")
-
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise fail(number, "not valid UTF-8 (a damaged line)", "utf8") from None
-            text = text[:-1] if text.endswith("\n") else text
-            if skip_blank and not text.strip():
-                continue
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                reason = json_error(exc)
-                raise fail(number, reason, "json") from None
-            if objects and not isinstance(value, dict):
-                raise fail(number, f"expected a JSON object, got {type(value).__name__}", "object")
-            yield JsonLine(number, text, value)
-
-
-def read_json_lines(
-    path: Path, error: Callable[[str], Exception] = JsonLinesError
-) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line of a JSON-lines file (`json_lines`)."""
-    for line in json_lines(path, error):
-        yield line.number, line.value

@@ -23,15 +23,15 @@ import json
 import platform
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from nudgeability.models.atomic import atomic_write_text
-from nudgeability.models.json_errors import json_error
 from nudgeability.splice.rundir.layout import MANIFEST
+from nudgeability.util.atomic import atomic_write_text
+from nudgeability.util.cache import cache_root
+from nudgeability.util.json_errors import json_error
 
 if TYPE_CHECKING:
     from nudgeability.models.loader import ModelSource
-    from nudgeability.splice.run.config import RunConfig
 
 MANIFEST_FORMAT = 1
 
@@ -112,8 +112,6 @@ def sha256_file(path: str | Path, block: int = 1 << 23, *, cached: bool = True) 
 
 
 def _hash_cache_file() -> Path:
-    from nudgeability.models.smollm2 import cache_root
-
     return cache_root() / "sha256.json"
 
 
@@ -236,8 +234,23 @@ def checkpoint_inputs(source: ModelSource) -> dict:
     return inputs
 
 
+class ResolvedConfig(Protocol):
+    """What the manifest reads of a resolved run config: splice/run/config.py `RunConfig`, whose
+    layer (the runner) sits above this one, so only its shape is named here."""
+
+    family: str | None
+    seeds: tuple[int, ...] | None
+    data: str | None
+    sentences: str | None
+
+    @property
+    def experiment(self) -> dict: ...
+
+    def to_dict(self) -> dict: ...
+
+
 def build_manifest(
-    config: RunConfig,
+    config: ResolvedConfig,
     problem_ids: list[str],
     source: ModelSource,
     sentences_sha256: str,

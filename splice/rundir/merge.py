@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nudgeability.models.atomic import atomic_directory, atomic_write_lines, remove_temporaries
 from nudgeability.splice.rundir.layout import (
     MANIFEST,
     PART_SUFFIX,
@@ -33,10 +32,7 @@ from nudgeability.splice.rundir.layout import (
     SIDE_SUFFIX,
     SIGNALS_DIR,
     TIMINGS,
-    JsonLine,
     RecordKey,
-    json_lines,
-    split_lines,
 )
 from nudgeability.splice.rundir.manifest import (
     SEAL_KEY,
@@ -46,6 +42,8 @@ from nudgeability.splice.rundir.manifest import (
 )
 from nudgeability.splice.rundir.plan import Plan
 from nudgeability.splice.rundir.seal import check_seal, write_sealed_manifest
+from nudgeability.util.atomic import atomic_directory, atomic_write_lines, remove_temporaries
+from nudgeability.util.json_lines import JsonLine, json_lines, split_lines
 
 
 class MergeError(ValueError):

@@ -26,7 +26,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from nudgeability.models.atomic import atomic_write_lines, fsync_directory
 from nudgeability.splice.rundir.layout import (
     MANIFEST,
     PART_HASHES,
@@ -43,6 +42,7 @@ from nudgeability.splice.rundir.manifest import (
     manifest_text,
     sha256_file,
 )
+from nudgeability.util.atomic import atomic_write_lines, fsync_directory
 
 # the seal's entry for the side files; a seal written before side files were sealed lacks it
 SEALED_SIDE_FILES = "signals"

@@ -1,7 +1,7 @@
 """A run directory opened for work: its manifest, finished units as part files, the final files.
 
 What each file holds, and in which order the runner writes them, is in splice/rundir/README.md.
-Every file is written to a temporary name, fsynced and renamed into place (`models/atomic.py`),
+Every file is written to a temporary name, fsynced and renamed into place (`util/atomic.py`),
 so a run killed at any moment leaves either a whole file or none: a resumed run reuses the parts
 whose bytes hash to what this run recorded (the seal, or the part journal: splice/rundir/seal.py)
 and recomputes the rest. A lock file keeps two processes from working in one directory at once.
@@ -15,13 +15,6 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from nudgeability.models.atomic import (
-    atomic_directory,
-    atomic_write_bytes,
-    atomic_write_lines,
-    directory_problem,
-    remove_temporaries,
-)
 from nudgeability.splice.rundir.layout import (
     DAMAGED,
     LOCK,
@@ -31,7 +24,6 @@ from nudgeability.splice.rundir.layout import (
     RECORDS,
     TIMINGS,
     part_file,
-    split_lines,
 )
 from nudgeability.splice.rundir.manifest import (
     FALLBACKS_KEY,
@@ -50,6 +42,14 @@ from nudgeability.splice.rundir.seal import (
     unverified_parts,
     write_sealed_manifest,
 )
+from nudgeability.util.atomic import (
+    atomic_directory,
+    atomic_write_bytes,
+    atomic_write_lines,
+    directory_problem,
+    remove_temporaries,
+)
+from nudgeability.util.json_lines import split_lines
 
 try:  # POSIX advisory locks; released by the kernel when the process dies, even by SIGKILL
     import fcntl

@@ -6,14 +6,9 @@
 
 from __future__ import annotations
 
-from nudgeability.splice.tasks.base import (
-    DataFileError,
-    EmptyDatasetError,
-    Problem,
-    Task,
-    UnknownTaskError,
-)
+from nudgeability.splice.tasks.base import Task, UnknownTaskError
 from nudgeability.splice.tasks.musique import MusiqueTask
+from nudgeability.splice.tasks.problem import DataFileError, EmptyDatasetError, Problem
 from nudgeability.splice.tasks.sampling import SampleSizeError, sample_problems
 from nudgeability.splice.tasks.strategyqa import StrategyQATask
 

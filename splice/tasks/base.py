@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from nudgeability.splice.experiment.records import GradeRecord
+from nudgeability.splice.tasks.problem import GradeRecord, Problem
 from nudgeability.splice.tasks.scoring import labelled_answer
+from nudgeability.splice.tasks.tools import Toolbox, ask_expert
 
 Messages = list[dict]
 Tools = list[dict]
@@ -34,48 +34,8 @@ ASK_EXPERT_TOOL = (
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
-class DataFileError(ValueError):
-    """A data file the user can fix: the message names the file, and the line and field if known."""
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        message: str,
-        *,
-        line: int | None = None,
-        field: str | None = None,
-    ):
-        self.path = str(path)
-        self.line = line
-        self.field = field
-        where = self.path if line is None else f"{self.path}:{line}"
-        super().__init__(f"{where}: {message}")
-
-
-class EmptyDatasetError(DataFileError):
-    """The file holds no usable problem (none at all, or none left after filtering)."""
-
-
 class UnknownTaskError(ValueError):
     """A task name that is not registered."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One question with a verifiable answer.
-
-    `gold` is a tuple of gold strings for MuSiQue (`(answer, *answer_aliases)`) and a bool for
-    StrategyQA. `context` is task-specific and made of tuples so the problem stays hashable and
-    JSON-serialisable (MuSiQue: its paragraphs as `(title, text)` pairs; StrategyQA: empty).
-    `source_line` is the 1-based line of the file where the record starts, for error messages.
-    """
-
-    id: str
-    task: str
-    question: str
-    gold: tuple[str, ...] | bool
-    context: tuple = ()
-    source_line: int = 0
 
 
 def function_tool(name: str, description: str, parameters: dict[str, str]) -> dict:
@@ -169,8 +129,6 @@ class Task(ABC):
         """The executable tools of the with-tool and oracle prompts (a `tools.Toolbox`): the
         scoped tool (`tool_function`) and `ask_expert`, each with the declaration its prompt shows.
         """
-        from nudgeability.splice.tasks.tools import Toolbox, ask_expert  # tools imports this module
-
         return Toolbox(
             functions={
                 self.tool[0]: self.tool_function(data_path, retrieve_k=retrieve_k),

@@ -2,7 +2,7 @@
 
 Both readers report a broken file as a one-line `DataFileError` naming the file and line, so a
 truncated download says where it was cut instead of raising a bare `JSONDecodeError`. JSON Lines
-are read by the project's one JSON-lines reader (splice/rundir/layout.py `json_lines`).
+are read by the project's one JSON-lines reader (util/json_lines.py `json_lines`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import json
 import os
 import re
 
-from nudgeability.models.json_errors import json_error
-from nudgeability.splice.rundir.layout import JsonLinesError, json_lines
-from nudgeability.splice.tasks.base import DataFileError
+from nudgeability.splice.tasks.problem import DataFileError
+from nudgeability.util.json_errors import json_error
+from nudgeability.util.json_lines import JsonLinesError, json_lines
 
 _WHITESPACE = re.compile(r"\s*")
 

@@ -13,7 +13,7 @@ import hashlib
 import os
 from collections.abc import Sequence
 
-from nudgeability.splice.tasks.base import Problem
+from nudgeability.splice.tasks.problem import Problem
 
 
 class SampleSizeError(ValueError):

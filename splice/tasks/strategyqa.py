@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 
-from nudgeability.splice.experiment.records import GradeRecord
-from nudgeability.splice.tasks.base import (
+from nudgeability.splice.tasks.base import Task
+from nudgeability.splice.tasks.problem import (
     DataFileError,
     EmptyDatasetError,
+    GradeRecord,
     Problem,
-    Task,
 )
 from nudgeability.splice.tasks.reading import read_json_array, require
 from nudgeability.splice.tasks.scoring import labelled_answer, parse_yes_no

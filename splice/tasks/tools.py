@@ -36,7 +36,7 @@ from functools import lru_cache
 import bm25s
 import numpy as np
 
-from nudgeability.splice.tasks.base import DataFileError, Problem
+from nudgeability.splice.tasks.problem import DataFileError, Problem
 from nudgeability.splice.tasks.reading import read_json_array, require
 
 BM25_STOPWORDS = "en"

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from nudgeability.backends.names import CONTINUATION_LEVELS
 from nudgeability.splice.experiment.conditions import (
     BASE_CODES,
     CONDITIONS,
     NO_TOOL_BASE,
     TOOL_BASE,
 )
+from nudgeability.splice.experiment.records import CONTINUATION_LEVELS
 from nudgeability.splice.rundir.layout import RECORDS
 
 from ..actions import NONE, SELF, TRUNC, action_code, competence_code

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from nudgeability.backends.names import CONTINUATION_LEVELS
-from nudgeability.splice.rundir.layout import RECORDS, RecordKey, read_json_lines
+from nudgeability.splice.experiment.records import CONTINUATION_LEVELS
+from nudgeability.splice.rundir.layout import RECORDS, RecordKey
+from nudgeability.util.json_lines import read_json_lines
 
 from ..actions import action_code
 from .run_dirs import RecordsError
@@ -78,7 +79,7 @@ def iter_resolutions(path: Path) -> Iterator[tuple[int, dict]]:
 
 def continuation_of(record: dict, path: Path, number: int) -> str:
     """The continuation level of a record (token when absent: a local run); RecordsError naming
-    the line for a level that is not one of nudgeability.backends.names.CONTINUATION_LEVELS."""
+    the line for a level that is not one of nudgeability.splice.experiment.records.CONTINUATION_LEVELS."""
     level = record.get("continuation", "token")
     if level not in CONTINUATION_LEVELS:
         raise RecordsError(

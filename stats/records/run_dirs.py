@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from nudgeability.models.json_errors import json_error
 from nudgeability.splice.rundir.layout import MANIFEST
+from nudgeability.util.json_errors import json_error
 
 from ..table import ExperimentLabel
 from .cohorts import cohort_of

@@ -20,7 +20,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from nudgeability.models.atomic import atomic_write_files
+from nudgeability.util.atomic import atomic_write_files
 
 DAGGER = "†"
 FORMATS = ("png", "pdf")  # every figure is saved in each

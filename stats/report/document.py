@@ -24,8 +24,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from nudgeability.models.atomic import atomic_write_files, remove_temporaries
-from nudgeability.models.json_errors import json_error
+from nudgeability.util.atomic import atomic_write_files, remove_temporaries
+from nudgeability.util.json_errors import json_error
 
 from ..delegation.summary import DelegationValueSummary
 from ..estimators.across import AcrossExperiments, across_cohorts

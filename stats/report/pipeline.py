@@ -8,7 +8,9 @@
 nudges of those that stored signals (grounding/), then writes stats.json, grounding.json and
 every table together and atomically (document.py): an error anywhere leaves the previous files.
 `run_report` reads stats.json files (or summarises run directories the same way) and draws the
-figures (figures/). The command line (splice/cli/stats.py, splice/cli/report.py) only parses flags, calls these and prints.
+figures (figures/). `report_run` is what `nudge run` does after a run: both, into OUT-report/, and
+a line for each experiment whose report is empty (n_S = 0) saying why. The command line
+(cli/stats.py, cli/report.py) only parses flags, calls these and prints.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nudgeability.models.atomic import atomic_write_files
+from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.splice.rundir.layout import MANIFEST
+from nudgeability.util.atomic import atomic_write_files
 
 from ..delegation.join import load_value_tables
 from ..delegation.summary import DelegationValueSummary, summarize_value
@@ -203,6 +206,46 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
         options.out, summaries, values, grounding, [*recorded, *run_dirs], written
     )
     return ReportResult(summaries, values, grounding, warnings, written)
+
+
+def report_dir(run_dir: str | Path) -> Path:
+    """Where `nudge run` writes the stats and report of run directory `run_dir`: RUN_DIR-report/."""
+    run_dir = Path(run_dir)
+    return run_dir.with_name(run_dir.name + "-report")
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What `report_run` wrote: the directory, its report.html, and why a report is empty."""
+
+    out: Path
+    page: Path
+    empty: list[str]  # `empty_report_reason` of each experiment with n_S = 0
+
+
+def report_run(run_dir: str | Path, warn: Warn | None = None) -> RunReport:
+    """`nudge stats RUN_DIR --out RUN_DIR-report`, then `nudge report RUN_DIR-report --out
+    RUN_DIR-report`: the stats, tables, figures and report.html of one finished run."""
+    target = report_dir(run_dir)
+    found = run_stats(StatsOptions([run_dir], out=target), warn=warn)
+    run_report(ReportOptions([target], out=target), warn=warn)
+    empty = [empty_report_reason(e) for e in found.summaries if e.n_S == 0]
+    return RunReport(target, target / REPORT_FILE, empty)
+
+
+def empty_report_reason(summary: ExperimentSummary) -> str:
+    """Why an experiment with n_S = 0 has an empty report, in one line. The embedded SmolLM2 on
+    MuSiQue is the known case (splice/README.md): it never closes its thinking there, so no arm is
+    forked, and the demo's other task fills the report; for any other model or task the records
+    alone say which arms are missing."""
+    reason = "no problem has both the confidence and the doubt arm completed"
+    if summary.model == SMOLLM2 and summary.task == "musique":
+        return (
+            f"{summary.model} / {summary.task}: n_S = 0: {reason} (on MuSiQue SmolLM2 never "
+            "closes its thinking, so no arm is forked); the report shows the empty shape. "
+            "`nudge run --task strategyqa` fills it."
+        )
+    return f"{summary.model} / {summary.task}: n_S = 0: {reason}; the report shows the empty shape."
 
 
 def write_html(

@@ -154,7 +154,7 @@ def test_sigkill_then_resume_gives_the_same_bytes(server, first_run, tmp_path):
     command = [
         sys.executable,
         "-m",
-        "nudgeability.splice.cli",
+        "nudgeability.cli",
         *map(str, _args(server.url, server.model, killed)),
     ]
     env = {**os.environ, "NUDGE_TEST_KEY": KEY}

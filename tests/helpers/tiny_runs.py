@@ -123,7 +123,7 @@ def run_nudge(argv: list[str]) -> tuple[int, str]:
     import contextlib
     import io
 
-    from nudgeability.splice.cli import main
+    from nudgeability.cli import main
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):

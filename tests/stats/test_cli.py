@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nudgeability.splice.cli import main
+from nudgeability.cli import main
 from nudgeability.stats import ProfileRule
 from nudgeability.stats.report.document import PAPER_TABLE_FILES, TABLE_FILES, read_stats
 

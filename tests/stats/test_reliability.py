@@ -15,14 +15,14 @@ import sys
 
 import numpy as np
 
-from nudgeability.splice.cli import main
+from nudgeability.cli import main
 from nudgeability.splice.rundir.seal import write_sealed_manifest
 
 KILL_DURING_WRITE = """
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
-from nudgeability.splice.cli import main
+from nudgeability.cli import main
 sys.exit(main({argv!r}))
 """
 

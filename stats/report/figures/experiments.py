@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from nudgeability.models.atomic import remove_temporaries
 from nudgeability.splice.experiment.conditions import CONDITIONS, REPORT_ORDER
+from nudgeability.util.atomic import remove_temporaries
 
 from ...estimators.across import cohorts
 from ..cells import experiment_name, save_figure, whiskers

@@ -13,7 +13,7 @@ def test_a_run_logged_to_a_file_prints_plain_progress_lines(tiny_checkpoint, tmp
     log = tmp_path / "run.log"
     with log.open("w") as handle:
         done = subprocess.run(
-            [sys.executable, "-m", "nudgeability.splice.cli"]
+            [sys.executable, "-m", "nudgeability.cli"]
             + nudge_run_args(
                 tiny_checkpoint("qwen3", close_boost=2.6),
                 tmp_path / "out",

@@ -250,7 +250,7 @@ def test_killed_during_the_resolution_phase_resumes_byte_for_byte(planted_run, t
     status, err = run_nudge(_command(model_dir, out))
     assert status == 0, err
     _replant(out, parts)  # the same plants: the reference's stored parts
-    command = [sys.executable, "-m", "nudgeability.splice.cli", *_command(model_dir, out)]
+    command = [sys.executable, "-m", "nudgeability.cli", *_command(model_dir, out)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     first = out / "parts" / "resolve-s0-c00000.jsonl"
     deadline = time.monotonic() + 600

@@ -30,7 +30,7 @@ def _command(model_dir, out) -> list[str]:
     # one thread in every process, so the manifests' `threads` (provenance) agree whatever this
     # test process was left at
     args = nudge_run_args(model_dir, out, n=N_CHUNKS, chunk_size=1, conditions="primary", threads=1)
-    return [sys.executable, "-m", "nudgeability.splice.cli", *args]
+    return [sys.executable, "-m", "nudgeability.cli", *args]
 
 
 def _kill_when(command, ready, timeout=600) -> None:

@@ -11,7 +11,8 @@ import pytest
 from nudgeability.splice.experiment.conditions import parse_conditions
 from nudgeability.splice.experiment.prompts import ProblemPrompts
 from nudgeability.splice.run.config import SERVER, ConfigError, RunConfig
-from nudgeability.splice.run.remote import RemoteSpec
+from nudgeability.splice.run.prepare import prepare
+from nudgeability.splice.run.remote import RemoteSpec, remote_spec
 from nudgeability.splice.run.validation import Workload, check_fits, validate
 from nudgeability.splice.tasks import Problem
 
@@ -43,6 +44,41 @@ def test_each_bad_setting_names_its_flag(changes, named):
     with pytest.raises(ConfigError) as error:
         validate(RunConfig(**{"device": "cpu", **changes}))
     assert str(error.value).startswith(named)
+
+
+def test_retrieve_k_is_the_resolution_phase_s_and_defaults_to_one_there():
+    """`--retrieve-k` widens a tool of the resolution phase: the library refuses it without
+    `resolve` (as `nudge run` does), and resolves the default to 1 only where tools run."""
+    with pytest.raises(ConfigError) as error:
+        validate(RunConfig(retrieve_k=5, device="cpu"))
+    assert str(error.value) == "--retrieve-k: tools run only in the resolution phase; add --resolve"
+    assert validate(RunConfig(device="cpu")).retrieve_k is None
+    assert validate(RunConfig(resolve=True, device="cpu")).retrieve_k == 1
+    assert validate(RunConfig(resolve=True, retrieve_k=3, device="cpu")).retrieve_k == 3
+    with pytest.raises(ConfigError, match=r"^--retrieve-k True: must be >= 1$"):
+        validate(RunConfig(resolve=True, retrieve_k=True, device="cpu"))
+
+
+def test_prepare_refuses_retrieve_k_without_resolve_before_loading_anything():
+    # the model named does not exist: the refusal must come first, from the settings alone
+    with pytest.raises(ConfigError, match=r"^--retrieve-k: tools run only in the resolution"):
+        prepare(RunConfig(model="/nowhere/at/all", retrieve_k=5, device="cpu"))
+
+
+@pytest.mark.parametrize(
+    "flags,named",
+    [
+        ({"backend": "local", "base_url": "http://x/v1"}, "--base-url: only with --backend openai"),
+        ({"backend": "local", "served_model": "m-1"}, "--served-model: only with --backend openai"),
+        ({"backend": "openai"}, "--backend openai: needs --base-url URL"),
+    ],
+)
+def test_the_flags_of_a_server_need_one(flags, named):
+    with pytest.raises(ConfigError) as error:
+        remote_spec(**flags)
+    assert str(error.value).startswith(named)
+    assert remote_spec("local") is None
+    assert remote_spec("openai", "http://x/v1", api="chat") == RemoteSpec("http://x/v1", api="chat")
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from nudgeability.splice.cli import main
+from nudgeability.cli import main
 from nudgeability.stats import load_experiments
 
 

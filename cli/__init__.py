@@ -1,6 +1,6 @@
 """The `nudge` command line: run, merge, bench, verify, stats, report.
 
-One small module per command (`splice/cli/<command>.py`) holds its flags, one call into the
+One small module per command (`cli/<command>.py`) holds its flags, one call into the
 library and the printing of the result; it registers itself here through a `register(subparsers)`
 function that sets `func` on its parser. Errors the user can fix are
 `ValueError`s (or `OSError`s) whose message names the file, line or field: they print as one line
@@ -17,12 +17,12 @@ import sys
 # subcommand -> the module that registers it. Only the chosen command's module is imported, so
 # `nudge run` does not pay for matplotlib and numba, nor `nudge stats` for torch.
 _SUBCOMMANDS = {
-    "run": "nudgeability.splice.cli.run",
-    "merge": "nudgeability.splice.cli.merge",
-    "bench": "nudgeability.splice.cli.bench",
-    "verify": "nudgeability.splice.cli.verify",
-    "stats": "nudgeability.splice.cli.stats",
-    "report": "nudgeability.splice.cli.report",
+    "run": "nudgeability.cli.run",
+    "merge": "nudgeability.cli.merge",
+    "bench": "nudgeability.cli.bench",
+    "verify": "nudgeability.cli.verify",
+    "stats": "nudgeability.cli.stats",
+    "report": "nudgeability.cli.report",
 }
 
 
@@ -63,7 +63,7 @@ def values_kept(argv: list[str]) -> list[str]:
 def check_out(value: str | os.PathLike) -> None:
     """`--out DIR` of a command that writes a directory: refused at once, naming the flag, when a
     file is in the way (before any work)."""
-    from nudgeability.models.atomic import directory_problem
+    from nudgeability.util.atomic import directory_problem
 
     problem = directory_problem(value)
     if problem is not None:

@@ -10,7 +10,7 @@ nudge stats RUN_DIR... [--label RUN_DIR=NAME]... [--out DIR] [--n-boot N] [--see
 
 What each file holds: stats/report/document.py; the profile thresholds:
 stats/estimators/profiles.py. The option types here are shared with `nudge report`
-(splice/cli/report.py).
+(cli/report.py).
 """
 
 from __future__ import annotations

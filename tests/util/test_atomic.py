@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nudgeability.models.atomic import (
+from nudgeability.util.atomic import (
     atomic_directory,
     atomic_write_lines,
     atomic_write_text,
@@ -79,7 +79,7 @@ def test_temporaries_carry_the_writer_pid(tmp_path):
 
 
 def test_files_written_together_replace_nothing_unless_all_are_written(tmp_path):
-    from nudgeability.models.atomic import atomic_write_files
+    from nudgeability.util.atomic import atomic_write_files
 
     first, second = tmp_path / "stats.json", tmp_path / "table.md"
     first.write_text("old stats")
@@ -100,7 +100,7 @@ def _mode(path) -> int:
 def test_written_files_and_directories_get_the_modes_of_the_umask(tmp_path, umask):
     """What a rename leaves has the mode a plain open() or mkdir() gives under the same umask
     (0644 and 0755 under umask 022), not the 0600/0700 of tempfile's private temporaries."""
-    from nudgeability.models.atomic import atomic_write_bytes, atomic_write_files
+    from nudgeability.util.atomic import atomic_write_bytes, atomic_write_files
 
     previous = os.umask(umask)
     try:

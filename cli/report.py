@@ -7,7 +7,8 @@ nudge report STATS_DIR_OR_RUN_DIR... [--out DIR] [--n-boot N] [--seed S] [--min-
     directories: nudgeability.stats.report.pipeline.run_report.
 
 `report_run(OUT)` is what `nudge run` does after a run: `nudge stats OUT --out OUT-report`, then
-`nudge report OUT-report --out OUT-report`, and print where report.html is.
+`nudge report OUT-report --out OUT-report` (nudgeability.stats.report.pipeline.report_run), and
+print where report.html is.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from nudgeability.stats.report import pipeline
 from nudgeability.stats.report.document import STATS_FILE
-from nudgeability.stats.report.html.page import REPORT_FILE
-from nudgeability.stats.report.pipeline import ReportOptions, StatsOptions, run_report, run_stats
+from nudgeability.stats.report.pipeline import ReportOptions, run_report
 
 from . import check_out
 from .stats import add_profile_options, positive, rule, warn
@@ -60,29 +61,15 @@ def register(subparsers) -> None:
     report.set_defaults(func=_run_report)
 
 
-def report_dir(out: Path) -> Path:
-    """Where `nudge run` writes the stats and report of run directory `out`: OUT-report/."""
-    return out.with_name(out.name + "-report")
-
-
 def report_run(out: Path) -> Path:
-    """`nudge stats OUT --out OUT-report` then `nudge report OUT-report --out OUT-report`, and the
-    lines that say where report.html is (and why a report is empty: n_S = 0)."""
-    target = report_dir(out)
-    found = run_stats(StatsOptions([out], out=target), warn=warn)
-    run_report(ReportOptions([target], out=target), warn=warn)
-    empty = [e for e in found.summaries if e.n_S == 0]
-    for e in empty:
-        print(
-            f"nudge run: {e.model} / {e.task}: n_S = 0: no problem has both the confidence and "
-            "the doubt arm completed (on MuSiQue SmolLM2 never closes its thinking, so no arm "
-            "is forked); the report shows the empty shape. `nudge run --task strategyqa` fills it.",
-            file=sys.stderr,
-        )
-    page = target / REPORT_FILE
+    """The stats and report of run directory `out` in OUT-report/, and the lines that say where
+    report.html is (and why a report is empty: n_S = 0)."""
+    written = pipeline.report_run(out, warn=warn)
+    for reason in written.empty:
+        print(f"nudge run: {reason}", file=sys.stderr)
     print(
-        f"nudge run: stats, tables and figures in {target}; open {page.resolve().as_uri()}",
+        f"nudge run: stats, tables and figures in {written.out}; open {written.page.resolve().as_uri()}",
         file=sys.stderr,
     )
-    print(page)
-    return page
+    print(written.page)
+    return written.page

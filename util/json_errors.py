@@ -3,8 +3,8 @@
 json's own messages sometimes end in "at" ("Unterminated string starting at", "Invalid control
 character at") and sometimes not ("Expecting value"), and they carry no place: written as they
 are, they stop mid-phrase ("... (Unterminated string starting at)") or, with a place added,
-double the word ("starting at at column 5"). Standard library only, like `atomic.py`, so that every
-layer (models, splice, stats) words it the same.
+double the word ("starting at at column 5"). Standard library only, in the bottom layer (util/), so that
+every layer (models, splice, stats) words it the same.
 """
 
 from __future__ import annotations

@@ -18,15 +18,16 @@ from nudgeability.backends.names import APIS, BACKENDS, CONTINUE_FLAGS, PROMPT_F
 from nudgeability.splice.run.config import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_NEW_TOKENS,
-    DEFAULT_N,
+    DEFAULT_N_OF_TASK,
+    DEFAULT_RETRIEVE_K,
+    DEMO_TASK,
     ConfigError,
     RunConfig,
+    default_n,
+    default_out,
 )
 
 _DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
-DEMO_TASK = "strategyqa"  # the first run shows the tool: the task whose report fills on SmolLM2
-# problems drawn when --n is not given: MuSiQue's twenty paragraphs make each problem ~4x longer
-DEFAULT_N_OF_TASK = {"strategyqa": 8, "musique": DEFAULT_N}
 
 
 def register(subparsers) -> None:
@@ -138,7 +139,8 @@ def register(subparsers) -> None:
         type=int,
         default=None,
         metavar="K",
-        help="with --resolve: paragraphs MuSiQue's retrieve returns (default: 1, as its prompt says)",
+        help="with --resolve: paragraphs MuSiQue's retrieve returns "
+        f"(default: {DEFAULT_RETRIEVE_K}, as its prompt says)",
     )
     run.add_argument(
         "--threads",
@@ -227,16 +229,10 @@ def _register_remote(run) -> None:
 
 def remote_from_args(args: argparse.Namespace):
     """The `RemoteSpec` of `--backend openai`, or None for the in-process engine."""
-    from nudgeability.splice.run.remote import RemoteSpec
+    from nudgeability.splice.run.remote import remote_spec
 
-    if args.backend == "local":
-        for flag, value in (("--base-url", args.base_url), ("--served-model", args.served_model)):
-            if value is not None:
-                raise ConfigError(f"{flag}: only with --backend openai")
-        return None
-    if not args.base_url:
-        raise ConfigError("--backend openai: needs --base-url URL (e.g. http://localhost:8000/v1)")
-    return RemoteSpec(
+    return remote_spec(
+        args.backend,
         base_url=args.base_url,
         api=args.api,
         prompt_format=args.prompt_format,
@@ -257,9 +253,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         model=args.model,
         task=args.task,
         data=args.data,
-        n=parse_n(
-            args.n if args.n is not None else str(DEFAULT_N_OF_TASK.get(args.task, DEFAULT_N))
-        ),
+        n=parse_n(args.n) if args.n is not None else default_n(args.task),
         sample_seed=args.seed,
         decoding=args.decoding,
         seeds=None if args.seeds is None else parse_seeds(args.seeds),
@@ -277,16 +271,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         consistency_samples=args.consistency_samples,
         signals=args.signals,
         resolve=args.resolve,
-        retrieve_k=parse_retrieve_k(args.retrieve_k, args.resolve),
+        retrieve_k=args.retrieve_k,
     )
-
-
-def default_out(label: str, task: str, decoding: str, shard: tuple[int, int] | None) -> Path:
-    """runs/<model>-<task>-<decoding>, with -shardKofN for a shard; '/' in a repo id becomes '--'."""
-    name = f"{label.replace('/', '--')}-{task}-{decoding}"
-    if shard is not None:
-        name += f"-shard{shard[0]}of{shard[1]}"
-    return Path("runs") / name
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -300,11 +286,7 @@ def _run(args: argparse.Namespace) -> int:
     with _quiet_transformers(args.quiet):
         prepared = prepare(requested, remote=remote)
     config = prepared.config
-    out = (
-        Path(args.out)
-        if args.out
-        else default_out(config.model_label, config.task, config.decoding, config.shard)
-    )
+    out = Path(args.out) if args.out else default_out(config)
     result = run(prepared, out, progress=not args.quiet)
     resolved = f", {result.resolutions} resolutions" if config.resolve else ""
     print(
@@ -384,14 +366,3 @@ def parse_n(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise ConfigError(f"--n {text!r}: expected a positive whole number or 'all'") from None
-
-
-def parse_retrieve_k(value: int | None, resolve: bool) -> int:
-    """`--retrieve-k K`: a whole number >= 1, meaningful only with --resolve (default 1)."""
-    if value is None:
-        return 1
-    if not resolve:
-        raise ConfigError("--retrieve-k: tools run only in the resolution phase; add --resolve")
-    if value < 1:
-        raise ConfigError(f"--retrieve-k {value}: must be >= 1")
-    return value

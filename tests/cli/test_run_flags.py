@@ -1,10 +1,10 @@
-"""`nudge run`'s compact flag values (splice/cli/run.py), parsed as the help text documents."""
+"""`nudge run`'s compact flag values (cli/run.py), parsed as the help text documents."""
 
 from __future__ import annotations
 
 import pytest
 
-from nudgeability.splice.cli.run import parse_max_new_tokens, parse_n, parse_seeds, parse_shard
+from nudgeability.cli.run import parse_max_new_tokens, parse_n, parse_seeds, parse_shard
 from nudgeability.splice.run.config import ConfigError
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from nudgeability.models.json_errors import json_error
+from nudgeability.util.json_errors import json_error
 
 
 def _error(text: str) -> json.JSONDecodeError:

@@ -21,9 +21,9 @@ and `mkdir()` create files (modes 0666 and 0777 less the umask), not as `tempfil
 0600/0700 ones, so the renamed file is as readable as any other file the user writes: 0644 under
 umask 022, 0600 under 077.
 
-Why here: this module needs only the standard library, and `models` is the first stage that
-writes files (the GGUF conversion cache). Every later stage (`splice`, `stats`) may import it
-without data flowing backwards; `models` must not import `splice`.
+Why here: this module needs only the standard library and every layer writes files, from `models`
+(the GGUF conversion cache) to `stats`; in util/, the bottom layer, each imports it without data
+flowing backwards.
 """
 
 from __future__ import annotations
