@@ -81,16 +81,26 @@ def in_row_tiles(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -
 
 @contextmanager
 def invariant_products() -> Iterator[None]:
-    """Route `torch.nn.functional.linear` through `linear` for the duration (module docstring).
+    """Route `torch.nn.functional.linear` through `linear`, on one torch thread, for the duration.
 
     `nn.Linear.forward` looks `F.linear` up when it runs, so this reaches every linear of an HF
-    model, with no change to the model. Not thread-safe: one forward at a time per process, as
-    the engine runs them. Re-entrant."""
+    model, with no change to the model. One thread, because a library GEMM run on several
+    threads splits its work by the shape and the thread count: measured under MKL's AVX2 branch
+    at 2 threads, a 16-row tile of [16, 128] x [128, 64] changes a row's bits with its position,
+    and so do the attention kernel's GEMMs. On one thread every call is one sequential kernel,
+    so the records do not depend on the thread count either; the cores are used by running
+    several single-threaded workers (splice/run/workers.py). Not thread-safe: one forward at a
+    time per process, as the engine runs them. Re-entrant."""
     if torch.nn.functional.linear is linear:
         yield
         return
+    threads = torch.get_num_threads()
     torch.nn.functional.linear = linear
+    if threads != 1:
+        torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.nn.functional.linear = _torch_linear
+        if threads != 1:
+            torch.set_num_threads(threads)

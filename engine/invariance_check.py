@@ -1,0 +1,76 @@
+"""Whether this machine keeps a sequence's logits independent of the batch: a needle, measured.
+
+The engine's CPU products and attention run in fixed shapes (models/invariant.py,
+engine/attention/fixed_shape.py), so a row's sums no longer depend on how many rows share a
+call. One thing is still the library's: where a row sits inside a 16-row tile of a fixed-shape
+GEMM. MKL's kernels keep it on every code branch measured (benchmarks/kernel_branches.py), but
+nothing documents it, so a run that depends on it (the stream, a resume, a replay of one unit)
+asks the machine first: vLLM's needle test on the run's own model, one prompt alone against the
+same prompt at several places among 2-40 others, every step's logits compared bit for bit. About
+a second on SmolLM2. Where it fails, the runner takes the by-unit schedule and the manifest says
+why (splice/run/runner.py).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from nudgeability.engine.engine import Engine
+from nudgeability.engine.sampling.sampling_params import SamplingParams
+
+BATCHES = (2, 5, 17, 40)
+NEEDLE_TOKENS = 37
+STEPS = 3
+
+
+@dataclass(frozen=True)
+class InvarianceCheck:
+    """The needle's result: `holds`, at `threads` torch threads, and the batch sizes whose needle
+    logits differed from the needle alone."""
+
+    holds: bool
+    threads: int
+    batches: tuple[int, ...]
+    differing: tuple[int, ...]
+    seconds: float
+
+    def to_manifest(self) -> dict:
+        out = asdict(self)
+        out["batches"], out["differing"] = list(self.batches), list(self.differing)
+        out["seconds"] = round(self.seconds, 3)
+        return out
+
+
+def check_invariance(
+    model: torch.nn.Module, *, batches: tuple[int, ...] = BATCHES, seed: int = 0
+) -> InvarianceCheck:
+    """Run the needle (module docstring) on `model` with a fresh engine of its own."""
+    start = time.monotonic()
+    engine = Engine(model)
+    vocab = engine.vocab_size
+    rng = random.Random(seed)
+
+    def prompt(length: int) -> list[int]:
+        return [rng.randrange(vocab) for _ in range(length)]
+
+    params = SamplingParams(max_new_tokens=STEPS, ignore_eos=True)
+    needle = prompt(NEEDLE_TOKENS)
+    alone = engine.generate([needle], params, return_logits=True)[0].logits
+    differing = []
+    for n in batches:
+        others = [prompt(rng.randint(3, 70)) for _ in range(n - 1)]
+        at = rng.randrange(n)
+        outs = engine.generate(others[:at] + [needle] + others[at:], params, return_logits=True)
+        if not torch.equal(outs[at].logits, alone):
+            differing.append(n)
+    return InvarianceCheck(
+        holds=not differing,
+        threads=torch.get_num_threads(),
+        batches=tuple(batches),
+        differing=tuple(differing),
+        seconds=time.monotonic() - start,
+    )
