@@ -1,4 +1,5 @@
-"""The names a user picks a backend by, and the continuation levels a record can state.
+"""The names a user picks a backend by (the levels a record states are the run format's:
+splice/rundir/records.py, `CONTINUATION_LEVELS`).
 
 Kept free of imports, so that the command line can offer them without loading torch.
 """
@@ -7,4 +8,3 @@ BACKENDS = ("local", "openai")  # the in-process engine | an OpenAI-compatible s
 APIS = ("completions", "chat")  # /v1/completions | /v1/chat/completions
 PROMPT_FORMATS = ("token", "text")  # completions: ids in and out | rendered text
 CONTINUE_FLAGS = ("continue_final_message", "prefix")  # chat: vLLM's flag | a provider's
-CONTINUATION_LEVELS = ("token", "text", "chat")  # most faithful first (see base.py)

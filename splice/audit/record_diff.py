@@ -15,8 +15,7 @@ import json
 from dataclasses import fields
 
 from nudgeability.models.json_errors import json_error
-from nudgeability.splice.experiment.records import Record
-from nudgeability.splice.rundir.layout import RecordKey
+from nudgeability.splice.rundir.records import Record, RecordKey
 
 _ABSENT = object()  # a field one record has and the other lacks (not the same as null)
 SHORT = 60  # a value written whole when its JSON is at most this long

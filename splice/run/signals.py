@@ -29,8 +29,8 @@ import numpy as np
 
 from nudgeability.engine import Completion, Engine, SamplingParams
 from nudgeability.models.atomic import atomic_write_bytes
-from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.rundir.layout import side_file
+from nudgeability.splice.rundir.records import Record
 
 CONSISTENCY_TEMPERATURE = 1.0
 CONSISTENCY_TOP_P = 0.95

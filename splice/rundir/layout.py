@@ -1,4 +1,4 @@
-"""The run directory's layout: its file names, the record key and the one JSON-lines reader.
+"""The run directory's layout: its file names and the one JSON-lines reader.
 
 Standard library only, so that every layer (the runner, the audit, `nudge merge` and the stats)
 imports the names from here instead of spelling them again. What each file holds is described in
@@ -8,7 +8,7 @@ splice/rundir/README.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -36,33 +36,6 @@ def part_file(unit_name: str) -> str:
 def side_file(unit_name: str) -> str:
     """Where a run directory stores a B unit's hidden states (relative to the directory)."""
     return f"{SIGNALS_DIR}/{unit_name}{SIDE_SUFFIX}"
-
-
-class RecordKey(NamedTuple):
-    """What names one record in a run: a problem under one condition with one sampling seed, and
-    for the self-consistency samples (condition `consistency`) the sample's index.
-
-    It prints as the plain tuple, without the sample when there is none: `('q1', 'B', 0)`.
-    """
-
-    problem_id: str
-    condition: str
-    seed: int
-    sample: int | None = None  # only the self-consistency samples have one
-
-    @classmethod
-    def of(cls, record: Mapping) -> RecordKey:
-        """The key of a record (or a resolution) read from a JSON line."""
-        return cls(record["problem_id"], record["condition"], record["seed"], record.get("sample"))
-
-    @property
-    def compact(self) -> tuple:
-        """The key as a plain tuple: three fields, four for a self-consistency sample (also the
-        order keys sort in)."""
-        return tuple(self) if self.sample is not None else tuple(self)[:3]
-
-    def __str__(self) -> str:
-        return repr(self.compact)
 
 
 class JsonLinesError(ValueError):

@@ -15,8 +15,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from nudgeability.splice.rundir.layout import JsonLinesError, RecordKey, json_lines
+from nudgeability.splice.rundir.layout import JsonLinesError, json_lines
 from nudgeability.splice.rundir.plan import ARMS_PHASE, Plan, Unit
+from nudgeability.splice.rundir.records import RecordKey
 
 _KEY_FIELDS = frozenset(RecordKey._fields) - {"sample"}  # what every record has
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from nudgeability.splice.experiment.records import GradeRecord
+from nudgeability.splice.rundir.records import GradeRecord
 from nudgeability.splice.tasks.scoring import labelled_answer
 
 Messages = list[dict]

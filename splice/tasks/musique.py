@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from nudgeability.splice.experiment.records import GradeRecord
+from nudgeability.splice.rundir.records import GradeRecord
 from nudgeability.splice.tasks.base import (
     DataFileError,
     EmptyDatasetError,

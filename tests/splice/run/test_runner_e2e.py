@@ -21,8 +21,8 @@ from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import get_family
-from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.experiment.sentences import load_sentences
+from nudgeability.splice.rundir.records import Record
 from nudgeability.splice.tasks import get_task, sample_problems
 
 N, BASE_BUDGET, ARM_BUDGET = 4, 24, 12

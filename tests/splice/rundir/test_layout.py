@@ -7,11 +7,11 @@ import pytest
 
 from nudgeability.splice.rundir.layout import (
     JsonLinesError,
-    RecordKey,
     json_lines,
     read_json_lines,
     split_lines,
 )
+from nudgeability.splice.rundir.records import RecordKey
 
 
 def test_the_record_key_of_a_record_and_of_a_self_consistency_sample():
