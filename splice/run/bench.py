@@ -65,8 +65,8 @@ def musique_text() -> str:
     path = MusiqueTask().default_data_path()
     parts = []
     for line in path.read_text().splitlines()[:20]:
-        record = json.loads(line)
-        parts += [f"{p['title']}: {p['paragraph_text']}" for p in record["paragraphs"]]
+        row = json.loads(line)  # a line of the data file, not a run record
+        parts += [f"{p['title']}: {p['paragraph_text']}" for p in row["paragraphs"]]
     return "\n\n".join(parts)
 
 

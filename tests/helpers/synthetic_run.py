@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from nudgeability.models.families.action import Action
 from nudgeability.splice.experiment.conditions import CONDITIONS, REPORT_ORDER
-from nudgeability.splice.experiment.records import ActionRecord, GradeRecord, Record
+from nudgeability.splice.rundir.records import GradeRecord, Record
 
 ARMS = tuple(c for c in REPORT_ORDER if c not in ("NT", "B"))
 KINDS = ("SELF", "TOOL", "OTHER", "TRUNC")
@@ -51,7 +52,7 @@ def _record(pid, task, condition, kind, *, seed, text, boundary=None, correct=No
         generated_ids=[1, 2, 3],
         text=text,
         finish_reason="eos",
-        action=ActionRecord(
+        action=Action(
             kind=kind,
             answer=f"answer of {pid}" if kind == "SELF" else None,
             tool_name="search" if kind == "TOOL" else None,

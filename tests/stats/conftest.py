@@ -164,8 +164,9 @@ def record_line(
     boundary: int | None = None,
     task: str = "musique",
 ) -> str:
-    """One records.jsonl line in the runner's schema (built with nudgeability.splice.experiment.records.Record)."""
-    from nudgeability.splice.experiment.records import ActionRecord, GradeRecord, Record
+    """One records.jsonl line in the runner's schema (built with nudgeability.splice.rundir.records.Record)."""
+    from nudgeability.models.families.action import Action
+    from nudgeability.splice.rundir.records import GradeRecord, Record
 
     is_base = condition in ("B", "oracle_B")
     return Record(
@@ -181,9 +182,7 @@ def record_line(
         generated_ids=[1, 2, 3],
         text="...",
         finish_reason="eos",
-        action=ActionRecord(
-            kind=kind, answer="x" if kind == "SELF" else None, reason=_REASONS.get(kind)
-        ),
+        action=Action(kind=kind, answer="x" if kind == "SELF" else None, reason=_REASONS.get(kind)),
         grade=GradeRecord(em=float(bool(correct)), f1=float(bool(correct)), correct=correct)
         if graded
         else None,
