@@ -16,15 +16,11 @@ Writes its section of benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import write_section  # noqa: E402
-
+from nudgeability.bench.results import write_section
 from nudgeability.engine import Engine, SamplingParams  # noqa: E402
 from nudgeability.models.loader import load_model  # noqa: E402
 from nudgeability.stats import ExperimentTable  # noqa: E402

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _measure import rss_kib, run_child
+from nudgeability.bench.memory import rss_kib, run_child
 
 MiB = 2**20
 

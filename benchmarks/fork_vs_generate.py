@@ -19,26 +19,15 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 
 import torch
-from _floor import AttentionKernels, Round, interleaved_fork
-from _results import write_section
 from transformers import DynamicCache
-from workload import splice_workload
 
+from nudgeability.bench.floor import AttentionKernels, Round, interleaved_fork
+from nudgeability.bench.results import write_section
+from nudgeability.bench.workload import run_fork, run_hf_per_arm, splice_workload, timed
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
-from nudgeability.splice.run.bench import hf_generate
-
-
-def run_fork(engine, w, new):
-    arms = engine.fork(w.prefix, w.suffixes, SamplingParams(max_new_tokens=new, ignore_eos=True))
-    return [a.token_ids for a in arms]
-
-
-def run_hf_per_arm(model, w, new):
-    return [hf_generate(model, w.prefix + s, new) for s in w.suffixes]
 
 
 def run_hf_cache_reuse(model, w, new):
@@ -83,12 +72,6 @@ def _row(name: str, rounds: list[Round], field: str, unit: float) -> str:
         f"| {name} | {med[0]:.3f} | {med[1]:.3f} | {med[2]:.3f} | "
         f"{_spread(_ratios(rounds, field, False))} | {_spread(_ratios(rounds, field, True))} |"
     )
-
-
-def timed(fn, *args):
-    t0 = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - t0, result
 
 
 def main():

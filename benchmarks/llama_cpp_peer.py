@@ -15,9 +15,9 @@ import argparse
 import time
 
 import numpy as np
-from _results import write_section
-from workload import splice_workload
 
+from nudgeability.bench.results import write_section
+from nudgeability.bench.workload import splice_workload
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models import smollm2
 from nudgeability.models.loader import load_model

@@ -26,11 +26,10 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _results import write_section
-from fork_vs_generate import run_fork, run_hf_per_arm, timed
-from remote_vs_local import free_port, remote_fork, start
-from workload import Workload, splice_workload
 
+from nudgeability.bench.results import write_section
+from nudgeability.bench.servers import free_port, remote_fork, start
+from nudgeability.bench.workload import Workload, run_fork, run_hf_per_arm, splice_workload, timed
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.families import get_family
 from nudgeability.models.loader import load_model

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from _measure import reset_peak, rss_kib, run_child
-from _results import write_section
+from nudgeability.bench.memory import reset_peak, rss_kib, run_child
+from nudgeability.bench.results import write_section
 
 HERE = Path(__file__).resolve().parent
 ARMS = (1, 2, 4, 8, 12, 16, 32, 64)

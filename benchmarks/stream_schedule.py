@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import torch
-from _results import write_section
 
 import nudgeability.splice.run.runner as runner
+from nudgeability.bench.results import write_section
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 

@@ -3,12 +3,13 @@
 Each folder is a layer; data flows one way (task -> prompts -> engine or backend -> records):
 
 - experiment/: the vocabulary every layer imports: the conditions, the inserted sentences, the
-  three prompts of a problem and the record schema (standard library and models only);
+  three prompts of a problem and the record schema (standard library and models, and for the
+  prompts the task's `Problem`);
 - tasks/: the official data files to problems, the task's tools, grading;
 - run/: one `nudge run`: its configuration (config.py), the checks naming the flag at fault
   (validation.py), the pipeline that resolves it (prepare.py), the units of work (units.py,
   consistency.py, resolve.py, signals.py), the runner (runner.py), a server instead of the engine
-  (remote.py) and the throughput sweep of `nudge bench` (bench.py);
+  (remote.py); the throughput sweep of `nudge bench` is nudgeability.bench.sweep (bench/sweep.py);
 - rundir/: the run directory, written once: its layout (file names, the record key, the one
   JSON-lines reader), the plan, the manifest, the seal, the store, the assembly, the part checks
   and `nudge merge` (README.md);

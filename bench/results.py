@@ -9,7 +9,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+# benchmarks/RESULTS.md of the checkout this package is installed from (editable, as benchmarks run)
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md"
 _HEADER = "# Benchmark results\n\nEach section is rewritten by the script named in it. Figures are ratios measured side by side in one run.\n"
 
 

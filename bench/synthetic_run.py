@@ -5,7 +5,9 @@ data file), records.jsonl and timings.jsonl from int8 arrays: `s` (1 right, 0 wr
 ungradeable), `base` and one array per arm code (-1 none, 0 SELF, 1 TOOL, 2 OTHER, 3 TRUNC), and
 optionally `base_correct` (B's self-answer grade). Each record's text is readable (a reasoning,
 the think-close marker, the action), so the report's browser has something to show.
-`paper_arrays` draws arrays with every code at fixed frequencies.
+`paper_arrays` draws arrays with every code at fixed frequencies. `record_line` builds one record
+line; the statistics tests use it and `records(..., readable=False)` (tests/stats/conftest.py).
+This is the one builder of fake runs in the tests.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from nudgeability.splice.experiment.records import ActionRecord, GradeRecord, Re
 ARMS = tuple(c for c in REPORT_ORDER if c not in ("NT", "B"))
 KINDS = ("SELF", "TOOL", "OTHER", "TRUNC")
 SENTENCE_OF = {c.code: c.sentence_id for c in CONDITIONS}
+# A reason the runner would give these kinds (the join reads only the kind).
 _REASONS = {"OTHER": "empty_commitment", "TRUNC": "budget_in_thinking"}
 
 
@@ -37,62 +40,99 @@ def paper_arrays(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _record(pid, task, condition, kind, *, seed, text, boundary=None, correct=None, graded=False):
+def record_line(
+    problem_id: str,
+    condition: str,
+    kind: str,
+    *,
+    task: str = "musique",
+    seed: int = 0,
+    correct: bool | None = None,
+    graded: bool = False,
+    boundary: int | None = None,
+    text: str = "...",
+    readable: bool = False,
+) -> str:
+    """One records.jsonl line in the runner's schema (built with Record). `boundary` is kept on
+    B and oracle_B only, as the runner writes it. `readable`: the form the report's browser
+    shows (the condition's sentence id, a named answer, a search call with its query, no F1);
+    otherwise the bare form the estimators read (answer "x", F1 = EM)."""
+    tool = readable and kind == "TOOL"
+    is_base = condition in ("B", "oracle_B")
+    answer = (f"answer of {problem_id}" if readable else "x") if kind == "SELF" else None
     return Record(
-        problem_id=pid,
+        problem_id=problem_id,
         task=task,
         condition=condition,
-        sentence_id=SENTENCE_OF.get(condition),
+        sentence_id=SENTENCE_OF.get(condition) if readable else None,
         seed=seed,
         prompt_tokens=12,
         prompt_sha256="0" * 64,
-        prefix_tokens=None if condition in ("NT", "B", "oracle_B") else 7,
-        boundary=boundary,
+        prefix_tokens=None if is_base or condition == "NT" else 7,
+        boundary=boundary if is_base else None,
         generated_ids=[1, 2, 3],
         text=text,
         finish_reason="eos",
         action=ActionRecord(
             kind=kind,
-            answer=f"answer of {pid}" if kind == "SELF" else None,
-            tool_name="search" if kind == "TOOL" else None,
-            arguments={"query": f"query of {pid}"} if kind == "TOOL" else None,
+            answer=answer,
+            tool_name="search" if tool else None,
+            arguments={"query": f"query of {problem_id}"} if tool else None,
             reason=_REASONS.get(kind),
         ),
-        grade=GradeRecord(em=float(bool(correct)), f1=None, correct=correct) if graded else None,
+        grade=GradeRecord(
+            em=float(bool(correct)), f1=None if readable else float(bool(correct)), correct=correct
+        )
+        if graded
+        else None,
     ).to_json()
 
 
-def records(arrays: dict, *, task: str = "musique", seed: int = 0, prefix: str = "p") -> list[str]:
-    """The records.jsonl lines of `arrays` (module docstring)."""
+def records(
+    arrays: dict,
+    *,
+    task: str = "musique",
+    seed: int = 0,
+    prefix: str = "p",
+    base_correct: np.ndarray | None = None,
+    readable: bool = True,
+    cut: int = 5,
+) -> list[str]:
+    """The records.jsonl lines of `arrays` (module docstring): NT graded by `s` (-1: a null
+    grade), B and every arm present where their code is not -1. B's self-answer is graded by
+    `base_correct` (or `arrays["base_correct"]`); B and oracle_B cut at token `cut`, except a
+    TRUNC B with no arm at all, whose thinking never closed (boundary null). `readable`: texts the
+    report's browser can show, else "..." (`record_line`)."""
     lines = []
-    arms = [c for c in arrays if c in ARMS]
-    for i in range(len(arrays["s"])):
+    n = len(arrays["s"])
+    if base_correct is None:
+        base_correct = arrays.get("base_correct", np.full(n, -1))
+    arms = [c for c in arrays if c not in ("s", "base", "base_correct")]
+
+    def line(pid, condition, kind, text, **fields):
+        text = text if readable else "..."
+        return record_line(
+            pid, condition, kind, task=task, seed=seed, text=text, readable=readable, **fields
+        )
+
+    for i in range(n):
         pid = f"{prefix}{i:04d}"
         s = int(arrays["s"][i])
+        reasoning = f"Unaided reasoning of {pid}.</think>answer"
         lines.append(
-            _record(
-                pid,
-                task,
-                "NT",
-                "SELF",
-                seed=seed,
-                text=f"Unaided reasoning of {pid}.</think>answer",
-                graded=True,
-                correct=None if s < 0 else bool(s),
-            )
+            line(pid, "NT", "SELF", reasoning, graded=True, correct=None if s < 0 else bool(s))
         )
         b = int(arrays["base"][i])
         if b >= 0:
-            correct = arrays.get("base_correct", np.full(len(arrays["s"]), -1))[i]
+            unclosed = KINDS[b] == "TRUNC" and all(arrays[c][i] < 0 for c in arms)
+            correct = int(base_correct[i])
             lines.append(
-                _record(
+                line(
                     pid,
-                    task,
                     "B",
                     KINDS[b],
-                    seed=seed,
-                    boundary=5,
-                    text=f"With-tool reasoning of {pid} up to the cut.</think>then B's action",
+                    f"With-tool reasoning of {pid} up to the cut.</think>then B's action",
+                    boundary=None if unclosed else cut,
                     graded=KINDS[b] == "SELF",
                     correct=None if correct < 0 else bool(correct),
                 )
@@ -101,14 +141,12 @@ def records(arrays: dict, *, task: str = "musique", seed: int = 0, prefix: str =
             a = int(arrays[code][i])
             if a >= 0:
                 lines.append(
-                    _record(
+                    line(
                         pid,
-                        task,
                         code,
                         KINDS[a],
-                        seed=seed,
-                        text=f"Continuation of {pid} under {code}.</think>then the arm's action",
-                        boundary=5 if code == "oracle_B" else None,
+                        f"Continuation of {pid} under {code}.</think>then the arm's action",
+                        boundary=cut,
                         graded=code == "oracle_B" and KINDS[a] == "SELF",
                         correct=False,
                     )
