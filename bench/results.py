@@ -47,3 +47,11 @@ def write_section(name: str, body: str, command: str | None = None) -> None:
         tmp = RESULTS.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(RESULTS)
+
+
+def publish(name: str, body: str, *, write: bool = True) -> None:
+    """Print `body` and, unless `write` is False (a script's --no-write), make it the section
+    `name` of RESULTS.md."""
+    print(body)
+    if write:
+        write_section(name, body)

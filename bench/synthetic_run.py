@@ -162,12 +162,15 @@ def write_run(
     task: str = "musique",
     decoding: str = "greedy",
     seeds: tuple[int, ...] = (0,),
+    conditions: list[str] | None = None,
     manifest_extra: dict | None = None,
 ) -> Path:
-    """A run directory holding `lines` (module docstring)."""
+    """A run directory holding `lines` (module docstring); `conditions`, when given, are the
+    config's conditions in the manifest."""
     path.mkdir(parents=True, exist_ok=True)
     manifest = {
         "experiment": {"model": model, "task": task, "decoding": decoding, "seeds": list(seeds)},
+        **({"config": {"conditions": conditions}} if conditions is not None else {}),
         **(manifest_extra or {}),
     }
     (path / "manifest.json").write_text(json.dumps(manifest))

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from nudgeability.bench.results import write_section
+from nudgeability.bench.results import publish
 from nudgeability.engine import Engine, SamplingParams  # noqa: E402
 from nudgeability.models.loader import load_model  # noqa: E402
 from nudgeability.stats import ExperimentTable  # noqa: E402
@@ -103,8 +103,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=1000)
     args = parser.parse_args()
     body = engine_costs(args) + "\n\n" + stats_costs(args)
-    print(body)
-    write_section("Grounded-nudge signals", body)
+    publish("Grounded-nudge signals", body)
 
 
 if __name__ == "__main__":

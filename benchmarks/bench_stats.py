@@ -23,7 +23,7 @@ import numba
 import numpy as np
 from scipy import stats as sps
 
-from nudgeability.bench.results import write_section
+from nudgeability.bench.results import publish
 from nudgeability.stats import ExperimentTable, bootstrap, contributions  # noqa: E402
 from nudgeability.stats.estimators.contributions import IN_S, TOOL_MINUS, TOOL_PLUS  # noqa: E402
 
@@ -142,8 +142,7 @@ def main() -> None:
         "(different random streams: equal within Monte Carlo error).",
     ]
     text = "\n".join(body)
-    print(text)
-    write_section("bench_stats", text)
+    publish("bench_stats", text)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from nudgeability.bench.campaign import (
     run_llama_server,
 )
 from nudgeability.bench.former import FORMER_COMMIT, run_former
-from nudgeability.bench.results import write_section
+from nudgeability.bench.results import publish
 from nudgeability.models.loader import load_model
 from nudgeability.splice.experiment.conditions import PRESETS
 from nudgeability.splice.run.config import RunConfig
@@ -223,9 +223,7 @@ def main():
     body = report(
         args, runs1, runs2, runs3, groups, budgets, (base_kv, arm_kv, hf_arm_kv, heavy_kv), start
     )
-    print(body)
-    if not args.no_write:
-        write_section("Campaign: continuous batching (benchmarks/campaign.py)", body)
+    publish("Campaign: continuous batching (benchmarks/campaign.py)", body, write=not args.no_write)
 
 
 def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:

@@ -24,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from nudgeability.bench.profile import engine_step_ops, hf_expanded_decode, hf_step_ops
-from nudgeability.bench.results import write_section
+from nudgeability.bench.results import publish
 from nudgeability.bench.workload import splice_workload
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
@@ -151,9 +151,11 @@ def main():
             for name, ms, calls in rows[:12]
         ]
     body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("Decode step: operations and profile (benchmarks/decode_step.py)", body)
+    publish(
+        "Decode step: operations and profile (benchmarks/decode_step.py)",
+        body,
+        write=not args.no_write,
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from nudgeability.bench.floor import AttentionKernels, Round, interleaved_fork
-from nudgeability.bench.results import write_section
+from nudgeability.bench.results import publish
 from nudgeability.bench.workload import run_fork, run_hf_per_arm, splice_workload, timed
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
@@ -174,9 +174,9 @@ def main():
             "wall: the least these two ratios can be on this machine with this attention kernel.",
         ]
     )
-    print(body)
-    if not args.no_write:
-        write_section("P1/P2 fork vs generate (benchmarks/fork_vs_generate.py)", body)
+    publish(
+        "P1/P2 fork vs generate (benchmarks/fork_vs_generate.py)", body, write=not args.no_write
+    )
 
 
 if __name__ == "__main__":

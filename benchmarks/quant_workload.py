@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from nudgeability.bench.results import write_section
+from nudgeability.bench.results import publish
 from nudgeability.bench.servers import free_port, remote_fork, start
 from nudgeability.bench.workload import Workload, run_fork, run_hf_per_arm, splice_workload, timed
 from nudgeability.engine import Engine, SamplingParams
@@ -148,9 +148,7 @@ def main() -> None:
         "on the same checkpoint.",
     ]
     body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("Q3 P1 workload on W4A16 (benchmarks/quant_workload.py)", body)
+    publish("Q3 P1 workload on W4A16 (benchmarks/quant_workload.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

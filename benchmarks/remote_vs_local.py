@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nudgeability.bench.results import write_section
+from nudgeability.bench.results import publish
 from nudgeability.bench.servers import free_port, remote_fork, start
 from nudgeability.bench.workload import splice_workload
 from nudgeability.engine import Engine, SamplingParams
@@ -121,9 +121,7 @@ def main() -> None:
             f"| {cached} | {overhead} | {row['level']} |"
         )
     body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("R1 remote vs local (benchmarks/remote_vs_local.py)", body)
+    publish("R1 remote vs local (benchmarks/remote_vs_local.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

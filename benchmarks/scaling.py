@@ -27,8 +27,8 @@ PREFIXES = (256, 512, 1024, 2048, 4096)
 
 def child(arms: int, prefix: int, new: int) -> None:
     import torch
-    from workload import splice_workload
 
+    from nudgeability.bench.workload import splice_workload
     from nudgeability.engine import Engine, SamplingParams
     from nudgeability.models.loader import load_model
 

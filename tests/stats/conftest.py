@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -156,22 +155,9 @@ def planted():
 records_from_arrays = functools.partial(records, readable=False, cut=40)
 
 
-def write_run_dir(
-    path: Path,
-    lines: list[str],
-    *,
-    model: str = "tiny",
-    task: str = "musique",
-    decoding: str = "greedy",
-    seeds: tuple[int, ...] = (0,),
-    conditions: list[str] | None = None,
-) -> Path:
-    """A run directory: manifest.json with the experiment (and, if given, the config's conditions),
-    records.jsonl, an empty timings.jsonl (bench/synthetic_run.py writes it)."""
-    extra = None if conditions is None else {"config": {"conditions": conditions}}
-    return write_run(
-        path, lines, model=model, task=task, decoding=decoding, seeds=seeds, manifest_extra=extra
-    )
+# A run directory: manifest.json with the experiment (and, if given, the config's conditions),
+# records.jsonl, an empty timings.jsonl.
+write_run_dir = functools.partial(write_run, model="tiny")
 
 
 @pytest.fixture
