@@ -10,7 +10,8 @@ the records and the statistics see nothing else, beyond what a backend states ab
   `token` -- the prompt went in as token ids and the generated ids came back as ids (the
   protocol's token-exact splice); `text` -- the prompt went in as text and/or the generated ids
   were recovered by re-encoding the returned text; `chat` -- the prompt went in as chat messages
-  with a partial assistant turn, and the model's own template re-rendered it.
+  with a partial assistant turn, and the model's own template re-rendered it. The record format
+  owns the list of levels and their order (splice/rundir/records.py, `CONTINUATION_LEVELS`).
 - `describe()`: the facts for the manifest (backend, API, URL without credentials, the model id
   the server reports), or None for the in-process engine, whose checkpoint the manifest hashes.
 """

@@ -1,5 +1,5 @@
-"""The names a user picks a backend by (the levels a backend's records state are the record
-schema's: splice/experiment/records.py `CONTINUATION_LEVELS`).
+"""The names a user picks a backend by (the levels a record states are the run format's:
+splice/rundir/records.py, `CONTINUATION_LEVELS`).
 
 Kept free of imports, so that the command line can offer them without loading torch.
 """

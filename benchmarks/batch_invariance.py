@@ -24,8 +24,8 @@ import random
 
 import torch
 import torch.nn.functional as F
-from _results import write_section
 
+from nudgeability.bench.results import publish
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.testing.tiny import ARCHITECTURES, tiny_model
 
@@ -204,9 +204,7 @@ def main():
             lines.append(f"| {name} | {str(dtype).split('.')[-1]} | {cells[0]} | {cells[1]} |")
         model.float()
     body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("Batch invariance (benchmarks/batch_invariance.py)", body)
+    publish("Batch invariance (benchmarks/batch_invariance.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

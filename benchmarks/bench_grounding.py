@@ -16,15 +16,11 @@ Writes its section of benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import write_section  # noqa: E402
-
+from nudgeability.bench.results import publish
 from nudgeability.engine import Engine, SamplingParams  # noqa: E402
 from nudgeability.models.loader import load_model  # noqa: E402
 from nudgeability.stats import ExperimentTable  # noqa: E402
@@ -107,8 +103,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=1000)
     args = parser.parse_args()
     body = engine_costs(args) + "\n\n" + stats_costs(args)
-    print(body)
-    write_section("Grounded-nudge signals", body)
+    publish("Grounded-nudge signals", body)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _measure import rss_kib, run_child
+from nudgeability.bench.memory import rss_kib, run_child
+from nudgeability.bench.results import publish
 
 MiB = 2**20
 
@@ -156,7 +157,6 @@ def main() -> None:
         return
 
     import torch
-    from _results import write_section
 
     from nudgeability.models.loader import load_model
     from nudgeability.models.quant import (
@@ -268,8 +268,7 @@ def main() -> None:
         "after loading is mostly the runtime; the first forward makes every weight resident.",
     ]
     body = "\n".join(lines)
-    print(body)
-    write_section("Q1 quantised checkpoints (benchmarks/bench_quant.py)", body)
+    publish("Q1 quantised checkpoints (benchmarks/bench_quant.py)", body)
 
 
 if __name__ == "__main__":

@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import numba
 import numpy as np
 from scipy import stats as sps
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import write_section  # noqa: E402
-
+from nudgeability.bench.results import publish
 from nudgeability.stats import ExperimentTable, bootstrap, contributions  # noqa: E402
 from nudgeability.stats.estimators.contributions import IN_S, TOOL_MINUS, TOOL_PLUS  # noqa: E402
 
@@ -146,8 +142,7 @@ def main() -> None:
         "(different random streams: equal within Monte Carlo error).",
     ]
     text = "\n".join(body)
-    print(text)
-    write_section("bench_stats", text)
+    publish("bench_stats", text)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ run renders it), greedy, natural lengths (the family's stop tokens end a sequenc
 
 Ways: (a) the engine (continuous batching over the block pool, `--rows` rows, KV pool of the same
 token slots as (b)); (b) the engine's former static batching: its own code from git
-(`_former_engine.py`), under a KV budget that holds `--rows` rows at their whole budget; (c) HF
+(`nudgeability.bench.former`, in a child process), under a KV budget that holds `--rows` rows at their whole budget; (c) HF
 `generate_batch` (paged cache, block sharing on) with that KV memory and `--rows` requests per
 batch; (d) HF `generate()` in padded batches of 16 (bases only); (e) llama.cpp's `llama-server`
 where it is built (`_campaign_llama.py`: `--rows` slots, its prompt cache, the Q4_1 GGUF: a
@@ -31,11 +31,17 @@ import statistics
 import sys
 
 import torch
-from _campaign_llama import LLAMA_SERVER, run_llama_server
-from _campaign_systems import Run, run_engine, run_former, run_hf_batch, run_hf_padded
-from _former_engine import FORMER_COMMIT, load_former_engine
-from _results import write_section
 
+from nudgeability.bench.campaign import (
+    LLAMA_SERVER,
+    Run,
+    run_engine,
+    run_hf_batch,
+    run_hf_padded,
+    run_llama_server,
+)
+from nudgeability.bench.former import FORMER_COMMIT, run_former
+from nudgeability.bench.results import publish
 from nudgeability.models.loader import load_model
 from nudgeability.splice.experiment.conditions import PRESETS
 from nudgeability.splice.run.config import RunConfig
@@ -139,7 +145,6 @@ def main():
     family, prompts, splices = workload(lm, max(args.problems, args.heavy_problems))
     heavy_prompts, prompts = prompts[: args.heavy_problems], prompts[: args.problems]
     stops = family.stop_token_ids
-    former = load_former_engine()
     width = max(map(len, prompts))
 
     start = common_start(prompts + heavy_prompts)
@@ -157,7 +162,11 @@ def main():
                 "unshared",
                 lambda: run_engine(model, tok, work, kv=kv, rows=args.rows),
             ),
-            ("(b) former static", "former", lambda: run_former(former, model, tok, work, kv=kv)),
+            (
+                "(b) former static",
+                "former",
+                lambda: run_former(lm.source.directory, work, kv=kv, threads=args.threads),
+            ),
             (
                 "(c) HF generate_batch",
                 "hf_batch",
@@ -214,9 +223,7 @@ def main():
     body = report(
         args, runs1, runs2, runs3, groups, budgets, (base_kv, arm_kv, hf_arm_kv, heavy_kv), start
     )
-    print(body)
-    if not args.no_write:
-        write_section("Campaign: continuous batching (benchmarks/campaign.py)", body)
+    publish("Campaign: continuous batching (benchmarks/campaign.py)", body, write=not args.no_write)
 
 
 def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:
@@ -227,7 +234,7 @@ def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:
         f"SmolLM2-135M-Instruct fp32, CPU, {torch.get_num_threads()} threads, StrategyQA "
         f"with-tool prompts ({prefix}+ tokens with B's reasoning), greedy. Row budget "
         f"{args.rows} for the engine and HF generate_batch. The former static batching is the "
-        f"engine's own code at git {FORMER_COMMIT} (`benchmarks/_former_engine.py`), not an "
+        f"engine's own code at git {FORMER_COMMIT} (`bench/former.py`), not an "
         f"imitation; its KV budget (`max_batch_tokens`) holds {args.rows} rows at their whole "
         "budget, and the engine's pool has the same token slots. HF generate_batch gets the KV "
         f"of {args.rows} requests at their whole budget (without its block sharing). The engine "

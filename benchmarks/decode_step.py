@@ -6,7 +6,7 @@ step, and where the time of a real step goes.
 1. **Operations per step** on a tiny Llama (hidden 64) with 2 and 4 layers, where compute is
    negligible and the count is what a GPU would launch: the engine's step against HF's step on a
    `DynamicCache` already expanded to the arms (HF pays no prefix sharing). Counts are exact and
-   deterministic (`nudgeability.engine.profile`); views (which launch no kernel) are counted apart.
+   deterministic (`nudgeability.bench.profile`); views (which launch no kernel) are counted apart.
    Host time per step on the same tiny model, best of `--steps`.
 2. **Profile of one decode step on the P1 workload** (SmolLM2-135M fp32, 12 arms, 1,024-token
    prefix, suffixes of 10-30 tokens): self CPU time by operation, from `torch.profiler`.
@@ -21,12 +21,12 @@ import collections
 import time
 
 import torch
-from _results import write_section
 from torch.profiler import ProfilerActivity, profile
-from workload import splice_workload
 
+from nudgeability.bench.profile import engine_step_ops, hf_expanded_decode, hf_step_ops
+from nudgeability.bench.results import publish
+from nudgeability.bench.workload import splice_workload
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
-from nudgeability.engine.profile import engine_step_ops, hf_expanded_decode, hf_step_ops
 from nudgeability.models.testing.tiny import tiny_model
 
 ARMS = (3, 7, 12, 5)
@@ -151,9 +151,11 @@ def main():
             for name, ms, calls in rows[:12]
         ]
     body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("Decode step: operations and profile (benchmarks/decode_step.py)", body)
+    publish(
+        "Decode step: operations and profile (benchmarks/decode_step.py)",
+        body,
+        write=not args.no_write,
+    )
 
 
 if __name__ == "__main__":

@@ -19,26 +19,15 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 
 import torch
-from _floor import AttentionKernels, Round, interleaved_fork
-from _results import write_section
 from transformers import DynamicCache
-from workload import splice_workload
 
+from nudgeability.bench.floor import AttentionKernels, Round, interleaved_fork
+from nudgeability.bench.results import publish
+from nudgeability.bench.workload import run_fork, run_hf_per_arm, splice_workload, timed
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
-from nudgeability.splice.run.bench import hf_generate
-
-
-def run_fork(engine, w, new):
-    arms = engine.fork(w.prefix, w.suffixes, SamplingParams(max_new_tokens=new, ignore_eos=True))
-    return [a.token_ids for a in arms]
-
-
-def run_hf_per_arm(model, w, new):
-    return [hf_generate(model, w.prefix + s, new) for s in w.suffixes]
 
 
 def run_hf_cache_reuse(model, w, new):
@@ -83,12 +72,6 @@ def _row(name: str, rounds: list[Round], field: str, unit: float) -> str:
         f"| {name} | {med[0]:.3f} | {med[1]:.3f} | {med[2]:.3f} | "
         f"{_spread(_ratios(rounds, field, False))} | {_spread(_ratios(rounds, field, True))} |"
     )
-
-
-def timed(fn, *args):
-    t0 = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - t0, result
 
 
 def main():
@@ -156,7 +139,7 @@ def main():
             f"- **c/a = {t_c / t_a:.2f}×**; target ≥ 2: **{'met' if t_c / t_a >= 2 else 'NOT met'}**",
             "",
             f"Floors, same process, {torch.get_num_threads()} thread(s), measured interleaved "
-            "with the engine step by step (`benchmarks/_floor.py`: engine prefill, floors' "
+            "with the engine step by step (`bench/floor.py`: engine prefill, floors' "
             "prefill, then per step: engine step, linear floor step, attention kernels), in "
             f"{args.rounds} such forks; figures are medians, ratios the median of the forks' "
             "ratios [min–max]. The linear floor is HF's forward with no cache; the attention floor "
@@ -191,9 +174,9 @@ def main():
             "wall: the least these two ratios can be on this machine with this attention kernel.",
         ]
     )
-    print(body)
-    if not args.no_write:
-        write_section("P1/P2 fork vs generate (benchmarks/fork_vs_generate.py)", body)
+    publish(
+        "P1/P2 fork vs generate (benchmarks/fork_vs_generate.py)", body, write=not args.no_write
+    )
 
 
 if __name__ == "__main__":

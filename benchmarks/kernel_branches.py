@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 
-from _results import write_section
+from nudgeability.bench.results import write_section
 
 BRANCHES = ("", "AVX512", "AVX2", "AVX", "SSE4_2", "COMPATIBLE")
 SHAPES = ((1536, 576), (576, 1536), (49152, 576))  # SmolLM2: up/gate, down, the LM head

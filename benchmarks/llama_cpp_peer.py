@@ -15,9 +15,9 @@ import argparse
 import time
 
 import numpy as np
-from _results import write_section
-from workload import splice_workload
 
+from nudgeability.bench.results import publish
+from nudgeability.bench.workload import splice_workload
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models import smollm2
 from nudgeability.models.loader import load_model
@@ -104,9 +104,7 @@ def main():
             f"tokens agreeing before the first difference, per arm: {first_diff}.",
         ]
     )
-    print(body)
-    if not args.no_write:
-        write_section("P3 peer: llama.cpp (benchmarks/llama_cpp_peer.py)", body)
+    publish("P3 peer: llama.cpp (benchmarks/llama_cpp_peer.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

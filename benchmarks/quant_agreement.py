@@ -20,6 +20,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from nudgeability.bench.results import publish
+
 
 def decode(model, tokenizer, prompts, new: int, batch: int | None = None) -> list[list[int]]:
     from nudgeability.engine import Engine, SamplingParams
@@ -48,13 +50,12 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from _results import write_section
 
     from nudgeability.models.families import detect_family
     from nudgeability.models.loader import load_model
     from nudgeability.models.quant import compute_paths, load_quantized
     from nudgeability.models.quant import writers as w
-    from nudgeability.splice.prompts import render_prompts
+    from nudgeability.splice.experiment.prompts import render_prompts
     from nudgeability.splice.tasks import get_task, sample_problems
 
     torch.set_num_threads(1)
@@ -117,8 +118,7 @@ def main() -> None:
         "rounds activations and outputs to bf16 (FP8 has no bf16 kernel: there it is `fused`).",
     ]
     body = "\n".join(lines)
-    print(body)
-    write_section("Q2 fused vs exact greedy agreement (benchmarks/quant_agreement.py)", body)
+    publish("Q2 fused vs exact greedy agreement (benchmarks/quant_agreement.py)", body)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,10 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _results import write_section
-from fork_vs_generate import run_fork, run_hf_per_arm, timed
-from remote_vs_local import free_port, remote_fork, start
-from workload import Workload, splice_workload
 
+from nudgeability.bench.results import publish
+from nudgeability.bench.servers import free_port, remote_fork, start
+from nudgeability.bench.workload import Workload, run_fork, run_hf_per_arm, splice_workload, timed
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.families import get_family
 from nudgeability.models.loader import load_model
@@ -149,9 +148,7 @@ def main() -> None:
         "on the same checkpoint.",
     ]
     body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("Q3 P1 workload on W4A16 (benchmarks/quant_workload.py)", body)
+    publish("Q3 P1 workload on W4A16 (benchmarks/quant_workload.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -17,70 +17,19 @@ model load and first-request costs are not counted.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
-from _results import write_section
-from workload import splice_workload
-
-from nudgeability.backends.completions import CompletionsBackend
-from nudgeability.backends.http_client import HttpClient
-from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.bench.results import publish
+from nudgeability.bench.servers import free_port, remote_fork, start
+from nudgeability.bench.workload import splice_workload
+from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.families import get_family
 from nudgeability.models.loader import load_model
 from nudgeability.models.smollm2 import converted_dir, find_gguf
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start(command: list[str], port: int, log: Path) -> tuple[subprocess.Popen, str]:
-    """Start a server; wait (up to 5 min) until GET /v1/models answers; (process, model id)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    process = subprocess.Popen(command, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"{command[0]} exited: {log.read_text()[-2000:]}")
-        try:
-            answer = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
-            if answer.status_code == 200:
-                return process, answer.json()["data"][0]["id"]
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    sys.exit(f"{command[0]} did not start: {log.read_text()[-2000:]}")
-
-
-def remote_fork(port, model, family, mode, workload, params, concurrency) -> dict:
-    client = HttpClient(f"http://127.0.0.1:{port}/v1", model, concurrency=concurrency)
-    backend = CompletionsBackend(client, family, mode)
-    request = ForkRequest(workload.prefix, workload.suffixes, params)
-    backend.fork_many([request])  # warm-up: model load, first-request costs, prefix cache
-    busy_before = client.stats.busy_seconds
-    start_time = time.perf_counter()
-    arms = backend.fork_many([request])[0]
-    wall = time.perf_counter() - start_time
-    busy = client.stats.busy_seconds - busy_before
-    cached = [a.cached_tokens for a in arms]
-    return {
-        "wall": wall,
-        "tokens": sum(len(a.token_ids) for a in arms),
-        "cached": None if all(c is None for c in cached) else sum(c or 0 for c in cached),
-        "overhead": max(wall - busy, 0.0) / wall,
-        "level": arms[0].continuation,
-    }
 
 
 def main() -> None:
@@ -172,9 +121,7 @@ def main() -> None:
             f"| {cached} | {overhead} | {row['level']} |"
         )
     body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("R1 remote vs local (benchmarks/remote_vs_local.py)", body)
+    publish("R1 remote vs local (benchmarks/remote_vs_local.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

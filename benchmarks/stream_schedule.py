@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import torch
-from _results import write_section
 
 import nudgeability.splice.run.runner as runner
+from nudgeability.bench.results import publish
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 
@@ -124,8 +124,7 @@ def main() -> None:
             f"does not stream: splice/run/runner.py `streams`), the stream is {wide_ratio:.2f}×."
         )
     body = "\n".join(lines)
-    print(body)
-    write_section("Runner schedules: stream against one call per unit", body)
+    publish("Runner schedules: stream against one call per unit", body)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ Where each concept lives (engine/README.md tells how they fit):
 - `scheduling/step_layout.py`: one forward's tokens, slots and spans; `attention/shared_prefix_attention.py`: the
   cascade attention over them.
 - `model_runner.py`: the HF model behind it, rows padded to `MIN_ROWS`; `errors.py`:
-  `EngineInputError`, `UnsupportedModelError`; `profile.py`: aten-op and host-read counts of a
-  decode step; `util/threads.py`: torch's CPU thread count.
+  `EngineInputError`, `UnsupportedModelError`; `util/threads.py`: torch's CPU thread count. The
+  aten-op and host-read counts of a decode step are measured outside it (bench/profile.py).
 """
 
 from nudgeability.engine.engine import Engine

@@ -57,7 +57,7 @@ class Action:
     SELF carries `answer`; TOOL carries `tool_name`, `arguments` and any `narration` written beside
     the call; OTHER carries `reason` (one of
     OTHER_REASONS) and, when a call was seen, `tool_name`; TRUNC carries `reason` (one of
-    TRUNC_REASONS). Records store this dataclass as it is (`nudgeability.splice.experiment.records`), and
+    TRUNC_REASONS). Records store this dataclass as it is (`nudgeability.splice.rundir.records`), and
     `nudgeability.stats.actions` codes its kinds as int8.
     """
 

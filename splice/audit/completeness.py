@@ -19,9 +19,10 @@ from nudgeability.splice.audit.record_diff import first_difference
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.experiment.conditions import BASE_CODES, CONDITIONS
 from nudgeability.splice.rundir.assemble import IncompleteRunError, assemble_records
-from nudgeability.splice.rundir.layout import PARTS, RECORDS, RecordKey
+from nudgeability.splice.rundir.layout import PARTS, RECORDS
 from nudgeability.splice.rundir.part_check import base_records, part_problem
 from nudgeability.splice.rundir.plan import RESOLVE_PHASE, Unit
+from nudgeability.splice.rundir.records import RecordKey, boundary_of
 from nudgeability.splice.rundir.seal import part_files
 from nudgeability.splice.rundir.store import part_path
 from nudgeability.util.json_lines import json_lines, split_lines
@@ -73,8 +74,8 @@ def _read_keys(path: Path) -> tuple[list[RecordKey], dict[RecordKey, int | None]
             record = line.value
             key = RecordKey.of(record)
             hash(key)  # a tampered field could hold a list
-            if record["condition"] in BASE_CODES:
-                boundaries.setdefault(key, record["boundary"])
+            if key.condition in BASE_CODES:
+                boundaries.setdefault(key, boundary_of(record))
         except (KeyError, TypeError, AttributeError) as exc:
             raise _Unreadable(f"{path}:{line.number}: not a record (field {exc})") from None
         keys.append(key)

@@ -18,7 +18,8 @@ from nudgeability.splice.audit.check import FAIL, NOT_CHECKABLE, OK, UNSEALED, C
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.run.remote import tokenizer_files
 from nudgeability.splice.rundir.layout import MANIFEST, RECORDS, SIGNALS_DIR
-from nudgeability.splice.rundir.manifest import compare_manifests, git_commit, package_versions
+from nudgeability.splice.rundir.manifest import compare_manifests
+from nudgeability.splice.rundir.provenance import git_commit, package_versions
 from nudgeability.splice.rundir.seal import check_seal, file_problem, named_file_problems
 
 
@@ -34,7 +35,7 @@ def check_inputs(
     bytes, never a cached hash) and compare them with the manifest; `model`, `data`,
     `sentences`, `tokenizer` give moved files again. Package versions and the git commit that
     differ are warnings."""
-    inputs = run.manifest.get("inputs", {})
+    inputs = run.manifest.inputs
     problems = []
     for name, override in (("data", data), ("sentences", sentences)):
         stored = inputs.get(name, {})
@@ -44,13 +45,13 @@ def check_inputs(
         found, count = _tokenizer_problems(inputs.get("tokenizer", {}), tokenizer)
         what = f"tokenizer ({count} files)"
     else:
-        spec = model or run.manifest["config"]["model"]
+        spec = model or run.manifest.config["model"]
         found, count = _checkpoint_problems(inputs.get("checkpoint", {}), spec)
         what = f"checkpoint ({count} files)"
     problems += found
     now = {"versions": package_versions(), "git_commit": git_commit()}
     _, changed = compare_manifests(
-        {k: run.manifest.get(k) for k in now}, now, ("the run had", "this checkout has")
+        {k: run.manifest.data.get(k) for k in now}, now, ("the run had", "this checkout has")
     )
     if problems:
         return Check("inputs", FAIL, summary(problems, "input problems"), tuple(changed))
@@ -95,7 +96,7 @@ def _tokenizer_problems(stored: dict, override: str | None) -> tuple[list[str], 
 def check_weights(run: StoredRun) -> Check:
     """What no file here can show for a remote run: the weights and serving stack behind the
     endpoint are the provider's. Reported, never failed (only a replay tests what they compute)."""
-    backend, endpoint = run.manifest["backend"], run.manifest.get("endpoint") or {}
+    backend, endpoint = run.manifest.backend or {}, run.manifest.endpoint or {}
     served = backend.get("served_model") or backend.get("model")
     return Check(
         "weights",
@@ -110,7 +111,7 @@ def check_integrity(run: StoredRun) -> Check:
     """records.jsonl, resolutions.jsonl, every part file and every side file (signals/*.npy)
     against the sha256 sealed in the manifest (splice/rundir/seal.py `check_seal`); a seal written
     before side files were sealed passes with a warning that they were not."""
-    sealed = check_seal(run.root, run.manifest)
+    sealed = check_seal(run.root, run.manifest.data)
     if not sealed.sealed:
         return Check(
             "integrity",

@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from nudgeability.splice.experiment.records import Record
-from nudgeability.splice.rundir.layout import RecordKey
+from nudgeability.splice.rundir.records import Record, RecordKey
 from nudgeability.util.json_errors import json_error
 
 _ABSENT = object()  # a field one record has and the other lacks (not the same as null)

@@ -35,7 +35,7 @@ from nudgeability.splice.run.remote import RemoteSpec, remote_spec_of
 from nudgeability.splice.run.runner import compute_unit, unit_context
 from nudgeability.splice.run.units import UnitContext
 from nudgeability.splice.rundir.layout import MANIFEST, side_file
-from nudgeability.splice.rundir.manifest import compare_manifests
+from nudgeability.splice.rundir.manifest import Manifest, compare_manifests
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.store import WorkStore, part_path
 from nudgeability.util.json_lines import split_lines
@@ -87,14 +87,14 @@ def replay_units(
     inputs, served model...), naming the differing manifest keys, or when the server fails.
     """
     overrides = {"model": model, "data": data, "sentences": sentences, "device": device}
-    requested = _requested(run.manifest["config"], overrides, remote is not None)
+    requested = _requested(run.manifest.config, overrides, remote is not None)
     try:
         prepared = prepare(requested, remote=remote)
     except (ValueError, OSError) as exc:
         raise ReplayError(f"the manifest's configuration cannot be rebuilt here: {exc}") from None
     differences = [
         line
-        for line in compare_manifests(run.manifest, prepared.manifest, ("stored", "here"))[0]
+        for line in compare_manifests(run.manifest.data, prepared.manifest, ("stored", "here"))[0]
         if not (device and line.startswith(_DEVICE_KEY + ":"))
     ]
     if differences:
@@ -113,11 +113,11 @@ def replay_units(
 
 
 @contextlib.contextmanager
-def _threads_of(manifest: dict):
+def _threads_of(manifest: Manifest):
     """torch's CPU threads as the run had them (the manifest's `threads`, when recorded): another
     count can change how a CPU sums, and so the last bits of a logit."""
     before = torch.get_num_threads()
-    stored = manifest.get("threads")
+    stored = manifest.data.get("threads")
     set_threads(stored if isinstance(stored, int) and stored >= 1 else None)
     try:
         yield
@@ -129,7 +129,7 @@ def _replay(run: StoredRun, units: Sequence[Unit], ctx: UnitContext) -> list[Uni
     """Each unit computed by the runner into a scratch directory and compared with its part."""
     scratch = Path(tempfile.mkdtemp(prefix="nudge-verify-"))
     try:
-        with WorkStore.open(scratch / "replay", run.manifest) as store:
+        with WorkStore.open(scratch / "replay", run.manifest.data) as store:
             results = []
             for unit in units:
                 stored = part_path(run.root, unit)
@@ -313,7 +313,7 @@ def replay_check(
 
 def _moved(run: StoredRun, device: str | None, base_url: str | None) -> tuple[str, ...]:
     """A replay on another device, or against another server, than the run's: a warning."""
-    stored_device = run.manifest["config"].get("device")
+    stored_device = run.manifest.config.get("device")
     if device not in (None, stored_device):
         return (f"replayed on {device}, the run computed on {stored_device}",)
     if base_url not in (None, _endpoint(run)):
@@ -323,5 +323,5 @@ def _moved(run: StoredRun, device: str | None, base_url: str | None) -> tuple[st
 
 def _endpoint(run: StoredRun) -> str | None:
     """The server URL a remote run was sent to (without credentials), as its manifest says."""
-    endpoint = run.manifest.get("endpoint")
+    endpoint = run.manifest.endpoint
     return endpoint.get("base_url") if isinstance(endpoint, dict) else None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nudgeability.splice.run.remote import is_remote
 from nudgeability.splice.rundir.layout import MANIFEST
-from nudgeability.splice.rundir.manifest import OutputDirError, read_manifest
+from nudgeability.splice.rundir.manifest import Manifest, OutputDirError, read_manifest
 from nudgeability.splice.rundir.plan import Plan, Unit
 
 
@@ -21,7 +21,7 @@ class StoredRun:
     """A run directory and the plan its manifest calls for."""
 
     root: Path
-    manifest: dict = field(repr=False)
+    manifest: Manifest = field(repr=False)
     plan: Plan
 
     @property
@@ -40,4 +40,4 @@ def open_run(root: str | Path) -> StoredRun:
     if not root.is_dir():
         raise OutputDirError(f"{root}: no such directory; pass a run directory of `nudge run`")
     manifest = read_manifest(root)
-    return StoredRun(root, manifest, Plan.from_manifest(manifest, root / MANIFEST))
+    return StoredRun(root, manifest, Plan.from_manifest(manifest.data, root / MANIFEST))

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from nudgeability.engine import Completion, SamplingParams
 from nudgeability.splice.experiment.conditions import NO_TOOL_BASE
-from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.run.signals import CONSISTENCY_TEMPERATURE, CONSISTENCY_TOP_P
 from nudgeability.splice.run.units import UnitContext, UnitCounts, base_record
+from nudgeability.splice.rundir.records import Record
 
 
 def consistency_inputs(

@@ -31,10 +31,14 @@ from nudgeability.splice.run.remote import (
     load_tokenizer,
     open_remote,
     register_conversations,
-    remote_manifest,
 )
 from nudgeability.splice.run.validation import Validated, Workload, check_fits, validate
-from nudgeability.splice.rundir.manifest import build_manifest
+from nudgeability.splice.rundir.manifest import (
+    Shown,
+    ShownProblem,
+    build_manifest,
+    remote_manifest,
+)
 from nudgeability.splice.rundir.plan import Plan
 from nudgeability.splice.tasks import Problem, Task, get_task, sample_problems
 from nudgeability.splice.tasks.tools import Toolbox
@@ -123,10 +127,21 @@ def prepare(
         register_conversations(model.backend, task, problems, prompts)
     config = _resolved(requested, valid, model, task, data, problems, sentences)
     manifest = build_manifest(
-        config, [p.id for p in problems], model.source, sentences.sha256, torch.get_num_threads()
+        config,
+        [p.id for p in problems],
+        model.source,
+        sentences.sha256,
+        torch.get_num_threads(),
+        _shown(problems, sentences, valid.conditions),
     )
     if model.backend is not None:
-        manifest = remote_manifest(manifest, model.backend, model.tokenizer)
+        manifest = remote_manifest(
+            manifest,
+            model.backend.describe(),
+            model.backend.continuation,
+            model.tokenizer.directory,
+            model.tokenizer.files,
+        )
     return Prepared(
         config,
         task,
@@ -228,6 +243,19 @@ def _model_spec(model: str) -> str:
     """Existing paths become absolute (a resumed run may start elsewhere); other specs stay as given."""
     path = Path(model).expanduser()
     return str(path.resolve()) if model != SMOLLM2 and path.exists() else model
+
+
+def _shown(problems: list[Problem], sentences: Sentences, conditions: list[Condition]) -> Shown:
+    """What the run shows the model, for the report (splice/rundir/manifest.py `Shown`)."""
+    inserted = {}
+    for condition in conditions:
+        chosen = sentences.sentence_for(condition) if condition.kind == "arm" else None
+        if chosen is not None:
+            inserted[condition.code] = chosen[1]
+    return Shown(
+        {p.id: ShownProblem(p.question, p.gold) for p in problems},
+        inserted,
+    )
 
 
 def _splices(

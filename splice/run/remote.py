@@ -3,7 +3,7 @@
 `prepare` calls `open_remote` instead of loading a model when a `RemoteSpec` is given: the model's
 tokenizer is loaded locally (it renders the prompts, cuts the reasoning and reads the actions as in
 a local run), the server is asked whether it serves the model (a wrong URL, key or model name is one
-line, before any output exists), and `remote_manifest` states in the manifest what ran the run:
+line, before any output exists), and the manifest states what ran the run (splice/rundir/manifest.py `remote_manifest`):
 `served_model` is the model id every answer named (`--model`, or the dated snapshot
 `--served-model` gives); an answer naming another stops the run (backends/http_backend.py).
 
@@ -27,7 +27,7 @@ from nudgeability.backends.http_client import HttpClient
 from nudgeability.backends.names import APIS
 from nudgeability.models.loader import ModelLoadError, resolve
 from nudgeability.splice.run.config import ConfigError
-from nudgeability.splice.rundir.manifest import sha256_file
+from nudgeability.splice.rundir.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -157,13 +157,13 @@ def register_conversations(backend, task, problems, prompts) -> None:
             backend.register(prompt.oracle, Conversation(tuple(messages), tuple(tools)))
 
 
-def is_remote(manifest: dict) -> bool:
+def is_remote(manifest: Manifest) -> bool:
     """Whether a run's manifest is a remote run's (it has the `backend` key only they add)."""
-    return isinstance(manifest.get("backend"), dict)
+    return manifest.backend is not None
 
 
 def remote_spec_of(
-    manifest: dict,
+    manifest: Manifest,
     *,
     base_url: str | None = None,
     tokenizer: str | None = None,
@@ -173,36 +173,16 @@ def remote_spec_of(
     `nudge verify`): its endpoint, API, prompt format or chat flag and tokenizer directory;
     `base_url` and `tokenizer` give them anew, and the key comes only from `api_key_env`, as in
     `nudge run` (it is never in the manifest). KeyError naming the missing key."""
-    backend = manifest["backend"]
+    backend = manifest.backend
+    if backend is None:
+        raise KeyError("backend")
     served = backend.get("served_model")
     return RemoteSpec(
-        base_url=base_url or manifest["endpoint"]["base_url"],
+        base_url=base_url or (manifest.endpoint or {})["base_url"],
         api=backend["api"],
         prompt_format=backend.get("prompt_format", RemoteSpec.prompt_format),
         chat_continue=backend.get("chat_continue", RemoteSpec.chat_continue),
-        tokenizer=tokenizer or manifest["inputs"]["tokenizer"]["directory"],
+        tokenizer=tokenizer or manifest.inputs["tokenizer"]["directory"],
         api_key_env=api_key_env,
         served_model=served if served != backend.get("model") else None,
     )
-
-
-def remote_manifest(manifest: dict, backend: HttpBackend, tokenizer: RemoteTokenizer) -> dict:
-    """`manifest` with what a remote run adds (see the module docstring)."""
-    described = backend.describe()
-    endpoint = {"base_url": described.pop("base_url")}
-    inputs = dict(manifest["inputs"])
-    inputs.pop("checkpoint", None)
-    inputs["tokenizer"] = {
-        "directory": str(tokenizer.directory),
-        "files": {p.name: sha256_file(p) for p in tokenizer.files},
-    }
-    experiment = dict(manifest["experiment"])
-    if backend.continuation != "token":
-        experiment["continuation"] = backend.continuation
-    return {
-        **manifest,
-        "experiment": experiment,
-        "inputs": inputs,
-        "backend": described,
-        "endpoint": endpoint,
-    }

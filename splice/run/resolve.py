@@ -23,7 +23,6 @@ with `seed_key = (seed, problem_id, "resolve:" + condition)` and the arms' token
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,9 +31,8 @@ from nudgeability.engine.scheduling.group_shape import GroupShape, batch_cost
 from nudgeability.models.families import SELF, TOOL, FamilyError
 from nudgeability.splice.experiment.conditions import ARM_BASES, base_of, get_condition
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
-from nudgeability.splice.experiment.records import ResolutionRecord, record_sha256
 from nudgeability.splice.run.units import UnitContext, UnitCounts
-from nudgeability.splice.rundir.layout import RecordKey
+from nudgeability.splice.rundir.records import Record, RecordKey, ResolutionRecord, record_sha256
 from nudgeability.splice.tasks import Problem
 from nudgeability.splice.tasks.tools import ToolCallError
 
@@ -46,7 +44,7 @@ class _Source:
     """One TOOL record to resolve, and what its resolution needs."""
 
     line: str  # the record's JSON line, as stored
-    record: dict
+    record: Record
     after_cut: list[int]  # the ids after the shared prefix, up to the end of the record
 
 
@@ -61,23 +59,23 @@ def thinking_opens_after_result(ctx: UnitContext) -> bool:
 
 def tool_record_sources(
     ctx: UnitContext, base: str, problem_id: str, base_lines: dict, arm_lines: dict
-) -> tuple[dict | None, list[_Source]]:
+) -> tuple[Record | None, list[_Source]]:
     """The base record of (problem, base) and its TOOL records (the base's own, then its arms')."""
     line = base_lines.get(problem_id)
     if line is None:
         return None, []
-    record = json.loads(line)
-    boundary = record["boundary"]
+    record = Record.from_json(line)
+    boundary = record.boundary
     sources = []
-    if record["action"]["kind"] == TOOL and boundary is not None:
-        sources.append(_Source(line, record, record["generated_ids"][boundary:]))
+    if record.action.kind == TOOL and boundary is not None:
+        sources.append(_Source(line, record, record.generated_ids[boundary:]))
     for arm in ctx.arms_of(base):
-        arm_line = arm_lines.get(RecordKey(problem_id, arm.code, record["seed"]))
+        arm_line = arm_lines.get(RecordKey(problem_id, arm.code, record.seed))
         if arm_line is None:
             continue
-        arm_record = json.loads(arm_line)
-        if arm_record["action"]["kind"] == TOOL:
-            after = list(ctx.prepared.splices[arm.code]) + arm_record["generated_ids"]
+        arm_record = Record.from_json(arm_line)
+        if arm_record.action.kind == TOOL:
+            after = list(ctx.prepared.splices[arm.code]) + arm_record.generated_ids
             sources.append(_Source(arm_line, arm_record, after))
     return record, sources
 
@@ -94,10 +92,10 @@ def run_resolve_unit(
     unit. Returns the resolutions in canonical order (problems, then conditions) and the counts.
     """
     base_lines = {
-        base: {json.loads(line)["problem_id"]: line for line in parts.get(base, [])}
+        base: {Record.from_json(line).problem_id: line for line in parts.get(base, [])}
         for base in ARM_BASES
     }
-    arm_lines = {RecordKey.of(json.loads(line)): line for line in parts.get("arms", [])}
+    arm_lines = {RecordKey.of(Record.from_json(line)): line for line in parts.get("arms", [])}
     thinking_open = thinking_opens_after_result(ctx)
     requests, pending = [], []
     done: dict[tuple[str, str], ResolutionRecord] = {}
@@ -133,11 +131,11 @@ def resolve_requests(
     problem = ctx.prepared.problems[index]
     if base_line is None:
         return []
-    base = json.loads(base_line)["condition"]
+    base = Record.from_json(base_line).condition
     record, sources = tool_record_sources(ctx, base, problem.id, {problem.id: base_line}, arm_lines)
     if not sources:
         return []
-    reasoning = record["generated_ids"][: record["boundary"]]
+    reasoning = record.generated_ids[: record.boundary]
     prefix = list(ctx.prepared.prompts[index].for_base(base)) + reasoning
     stem = len(reasoning) + 1
     limit = _context_limit(ctx)
@@ -145,11 +143,11 @@ def resolve_requests(
     for source in sources:
         resolved = _prepare(ctx, problem, source, prefix, limit)
         if isinstance(resolved, ResolutionRecord):
-            done[(problem.id, source.record["condition"])] = resolved
+            done[(problem.id, source.record.condition)] = resolved
             continue
         output, suffix = resolved
         suffixes.append(suffix)
-        code = source.record["condition"]
+        code = source.record.condition
         params.append(
             ctx.params(
                 seed, problem.id, SEED_KEY_PREFIX + code, ctx.prepared.config.max_new_tokens_arm
@@ -180,7 +178,7 @@ def resolutions_of(
     """The resolutions of one fork request's completions, into `done` (counts into `counts`)."""
     for j, ((problem, source, output, prompt), out) in enumerate(zip(group, outs)):
         counts.add(out, shared=j == 0)
-        done[(problem.id, source.record["condition"])] = _resolved(
+        done[(problem.id, source.record.condition)] = _resolved(
             ctx, problem, source, output, prompt, out, thinking_open
         )
 
@@ -196,10 +194,9 @@ def _context_limit(ctx: UnitContext) -> int | None:
 
 def _prepare(ctx, problem, source, prefix, limit):
     """(tool output, suffix ids), or the ResolutionRecord of a call that is not continued."""
-    record = source.record
-    action = record["action"]
+    action = source.record.action
     try:
-        output = ctx.prepared.toolbox.execute(problem, action["tool_name"], action["arguments"])
+        output = ctx.prepared.toolbox.execute(problem, action.tool_name, action.arguments)
     except ToolCallError as exc:
         return _unresolved(ctx, problem, source, None, f"not executed: {exc}")
     try:
@@ -229,60 +226,63 @@ def _prepare(ctx, problem, source, prefix, limit):
     return output, suffix
 
 
-def _unresolved(ctx, problem: Problem, source: _Source, output, reason: str) -> ResolutionRecord:
+def _resolution(
+    ctx,
+    problem: Problem,
+    source: _Source,
+    output,
+    *,
+    unresolved: str | None = None,
+    prompt: list[int] | None = None,
+    out: Completion | None = None,
+    action=None,
+    grade=None,
+) -> ResolutionRecord:
+    """The one construction of a resolution: of a call not continued (`unresolved` says why;
+    the call as the record states it, executed when there is an `output`), or of the turn `out`
+    generated after the tool's `output` on `prompt`."""
     record = source.record
+    continued = out is not None
+    generated = list(out.token_ids) if continued else []
     return ResolutionRecord(
         problem_id=problem.id,
         task=ctx.prepared.task.name,
-        condition=record["condition"],
-        seed=record["seed"],
+        condition=record.condition,
+        seed=record.seed,
         source_sha256=record_sha256(source.line),
-        tool_name=record["action"]["tool_name"],
-        arguments=record["action"]["arguments"],
+        tool_name=output.name if continued else record.action.tool_name,
+        arguments=output.arguments if continued else record.action.arguments,
         executed=output is not None,
         result_sha256=None if output is None else output.sha256,
-        unresolved=reason,
-        prompt_tokens=None,
-        prompt_sha256=None,
-        generated_ids=[],
-        text="",
-        finish_reason=None,
-        action=None,
-        grade=None,
+        unresolved=unresolved,
+        prompt_tokens=len(prompt) if continued else None,
+        prompt_sha256=prompt_sha256(prompt) if continued else None,
+        generated_ids=generated,
+        text=ctx.prepared.family.decode(generated) if continued else "",
+        finish_reason=out.finish_reason if continued else None,
+        action=action,
+        grade=grade,
     )
+
+
+def _unresolved(ctx, problem: Problem, source: _Source, output, reason: str) -> ResolutionRecord:
+    return _resolution(ctx, problem, source, output, unresolved=reason)
 
 
 def _resolved(
     ctx, problem: Problem, source: _Source, output, prompt: list[int], out: Completion, open_: bool
 ) -> ResolutionRecord:
-    record = source.record
     generated = list(out.token_ids)
     # Read the turn as the family reads any commitment: after its final think-close. A turn that
     # starts outside the thinking block gets the close in front, so a direct answer counts.
     read = generated if open_ else list(ctx.prepared.family.think_close_ids) + generated
-    tools = declared_tools(ctx.prepared.task, base_of(get_condition(record["condition"])))
+    tools = declared_tools(ctx.prepared.task, base_of(get_condition(source.record.condition)))
     action = ctx.prepared.family.parse_action(
         read, out.finish_reason, tools=tools, is_answer=ctx.prepared.task.holds_answer
     )
     grade = ctx.prepared.task.grade(problem, action.answer) if action.kind == SELF else None
-    return ResolutionRecord(
-        problem_id=problem.id,
-        task=ctx.prepared.task.name,
-        condition=record["condition"],
-        seed=record["seed"],
-        source_sha256=record_sha256(source.line),
-        tool_name=output.name,
-        arguments=output.arguments,
-        executed=True,
-        result_sha256=output.sha256,
-        unresolved=None,
-        prompt_tokens=len(prompt),
-        prompt_sha256=prompt_sha256(prompt),
-        generated_ids=generated,
-        text=ctx.prepared.family.decode(generated),
-        finish_reason=out.finish_reason,
-        action=action,
-        grade=grade,
+    return _resolution(
+        ctx, problem, source, output, prompt=prompt, out=out, action=action, grade=grade
     )
 
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from nudgeability.engine import Completion, Engine, SamplingParams
-from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.rundir.layout import side_file
+from nudgeability.splice.rundir.records import Record
 from nudgeability.util.atomic import atomic_write_bytes
 
 CONSISTENCY_TEMPERATURE = 1.0

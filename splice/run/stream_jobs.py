@@ -35,8 +35,9 @@ from nudgeability.splice.run.units import (
     base_inputs,
     base_record,
 )
-from nudgeability.splice.rundir.layout import RecordKey, side_file
+from nudgeability.splice.rundir.layout import side_file
 from nudgeability.splice.rundir.plan import ARMS_PHASE, Unit
+from nudgeability.splice.rundir.records import RecordKey
 
 if TYPE_CHECKING:
     from nudgeability.splice.run.stream import Stream

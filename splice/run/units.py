@@ -18,7 +18,6 @@ final accuracy (resolve.py) can read every condition's answers.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +25,12 @@ from pathlib import Path
 from nudgeability.backends.base import Backend, continuation_of
 from nudgeability.engine import Completion, ForkRequest, SamplingParams
 from nudgeability.models.families import SELF
+from nudgeability.models.families.action import Action
 from nudgeability.splice.experiment.conditions import NO_TOOL_BASE, TOOL_BASE, Condition
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
-from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.signals import with_b_signals
+from nudgeability.splice.rundir.records import Record
 from nudgeability.splice.tasks import Problem
 
 
@@ -136,25 +136,44 @@ def base_record(
         tools=tools,
         is_answer=ctx.prepared.task.holds_answer,
     )
-    grade = None
-    if base == NO_TOOL_BASE or action.kind == SELF:
-        grade = ctx.prepared.task.grade(problem, action.answer)
+    graded = base == NO_TOOL_BASE or action.kind == SELF
+    return _record(ctx, problem, base, None, seed, prompt, None, boundary, out, action, graded)
+
+
+def _record(
+    ctx: UnitContext,
+    problem: Problem,
+    code: str,
+    sentence_id: str | None,
+    seed: int,
+    prompt: Sequence[int],
+    prefix_tokens: int | None,
+    boundary: int | None,
+    out: Completion,
+    action: Action,
+    graded: bool,
+) -> Record:
+    """The one construction of a record (a base's or an arm's): the prompt's hash, the decoded
+    text, the cut in it (a base that closed its thinking) and the grade when `graded`."""
+    generated = list(out.token_ids)
+    decode = ctx.prepared.family.decode
     return Record(
         problem_id=problem.id,
         task=ctx.prepared.task.name,
-        condition=base,
-        sentence_id=None,
+        condition=code,
+        sentence_id=sentence_id,
         seed=seed,
         prompt_tokens=len(prompt),
         prompt_sha256=prompt_sha256(prompt),
-        prefix_tokens=None,
+        prefix_tokens=prefix_tokens,
         boundary=boundary,
         generated_ids=generated,
-        text=ctx.prepared.family.decode(generated),
+        text=decode(generated),
         finish_reason=out.finish_reason,
         action=action,
-        grade=grade,
+        grade=ctx.prepared.task.grade(problem, action.answer) if graded else None,
         continuation=continuation_of(out),
+        cut=None if boundary is None else len(decode(generated[:boundary])),
     )
 
 
@@ -218,16 +237,16 @@ def run_arms_unit(
     `base_lines` maps 'B' / 'oracle_B' to the record lines of this chunk's base unit (same seed).
     A problem whose base never closed its thinking (boundary null) gets no arms of that base.
     """
-    bases: dict[str, dict[str, dict]] = {}
+    bases: dict[str, dict[str, Record]] = {}
     for base, lines in base_lines.items():
-        bases[base] = {record["problem_id"]: record for record in map(json.loads, lines)}
+        bases[base] = {record.problem_id: record for record in map(Record.from_json, lines)}
     requests, groups = [], []
     for i in indices:
         for base in ctx.prepared.plan.arm_bases:
             record = bases[base][ctx.prepared.problems[i].id]
-            if record["boundary"] is not None:
+            if record.boundary is not None:
                 request, group = arm_request(
-                    ctx, seed, i, base, record["boundary"], record["generated_ids"]
+                    ctx, seed, i, base, record.boundary, record.generated_ids
                 )
                 requests.append(request)
                 groups.append(group)
@@ -255,20 +274,17 @@ def arm_record(
         tools=declared_tools(ctx.prepared.task, arm.parent),
         is_answer=ctx.prepared.task.holds_answer,
     )
-    return Record(
-        problem_id=problem.id,
-        task=ctx.prepared.task.name,
-        condition=arm.code,
-        sentence_id=arm.sentence_id,
-        seed=seed,
-        prompt_tokens=len(prompt),
-        prompt_sha256=prompt_sha256(prompt),
-        prefix_tokens=prefix_tokens,
-        boundary=None,
-        generated_ids=generated,
-        text=ctx.prepared.family.decode(generated),
-        finish_reason=out.finish_reason,
-        action=action,
-        grade=ctx.prepared.task.grade(problem, action.answer) if action.kind == SELF else None,
-        continuation=continuation_of(out),
+    graded = action.kind == SELF
+    return _record(
+        ctx,
+        problem,
+        arm.code,
+        arm.sentence_id,
+        seed,
+        prompt,
+        prefix_tokens,
+        None,
+        out,
+        action,
+        graded,
     )

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from nudgeability.models.families import TOOL
 from nudgeability.splice.experiment.conditions import get_condition
-from nudgeability.splice.rundir.layout import PART_SUFFIX, RecordKey
+from nudgeability.splice.rundir.layout import PART_SUFFIX
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
+from nudgeability.splice.rundir.records import Record, RecordKey
 
 ReadPart = Callable[[Unit], list[str]]  # a stored unit's record lines
 
@@ -76,8 +77,8 @@ def tool_keys(plan: Plan, read_part: ReadPart, seed: int, chunk: int) -> set[Rec
     """The keys of the TOOL records that a chunk's resolution unit (one seed) must resolve."""
     keys = set()
     for unit in plan.inputs_of(Unit(RESOLVE_PHASE, seed, chunk)):
-        for record in map(json.loads, read_part(unit)):
-            if record["action"]["kind"] == TOOL:
+        for record in map(Record.from_json, read_part(unit)):
+            if record.action.kind == TOOL:
                 keys.add(RecordKey.of(record))
     return keys
 

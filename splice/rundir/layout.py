@@ -1,4 +1,4 @@
-"""The run directory's layout: its file names and the record key.
+"""The run directory's layout: its file names.
 
 Standard library only, so that every layer (the runner, the audit, `nudge merge` and the stats)
 imports the names from here instead of spelling them again. What each file holds is described in
@@ -6,9 +6,6 @@ splice/rundir/README.md; its JSON-lines files are read by util/json_lines.py.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import NamedTuple
 
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
@@ -32,30 +29,3 @@ def part_file(unit_name: str) -> str:
 def side_file(unit_name: str) -> str:
     """Where a run directory stores a B unit's hidden states (relative to the directory)."""
     return f"{SIGNALS_DIR}/{unit_name}{SIDE_SUFFIX}"
-
-
-class RecordKey(NamedTuple):
-    """What names one record in a run: a problem under one condition with one sampling seed, and
-    for the self-consistency samples (condition `consistency`) the sample's index.
-
-    It prints as the plain tuple, without the sample when there is none: `('q1', 'B', 0)`.
-    """
-
-    problem_id: str
-    condition: str
-    seed: int
-    sample: int | None = None  # only the self-consistency samples have one
-
-    @classmethod
-    def of(cls, record: Mapping) -> RecordKey:
-        """The key of a record (or a resolution) read from a JSON line."""
-        return cls(record["problem_id"], record["condition"], record["seed"], record.get("sample"))
-
-    @property
-    def compact(self) -> tuple:
-        """The key as a plain tuple: three fields, four for a self-consistency sample (also the
-        order keys sort in)."""
-        return tuple(self) if self.sample is not None else tuple(self)[:3]
-
-    def __str__(self) -> str:
-        return repr(self.compact)

@@ -1,33 +1,42 @@
-"""The run manifest: what a run was, so that anyone can audit or repeat it.
+"""The run manifest: what a run was, so that anyone can audit or repeat it; its schema, its one
+writer (`build_manifest`, `remote_manifest`, `manifest_text`) and its one reader (`read_manifest`).
 
 `manifest.json` holds the experiment label that `nudgeability.stats` reads (`experiment`: model,
 task, decoding, seeds), the full resolved config, the family, the seeds, the drawn problem ids,
 a sha256 of every input file (each checkpoint file, the GGUF of the embedded model, the data file
 and the sentences file), the package versions and the git commit of the nudgeability checkout
-(null when it is not one). It carries no clock and no host name, so the same config on the same
-machine gives the same bytes, and shards of one run differ only in `config.shard`.
+(null when it is not one), and what the run showed the model (`shown`: each drawn problem's
+question and gold, each arm's inserted sentence) for the report. It carries no clock and no host
+name, so the same config on the same machine gives the same bytes, and shards of one run differ
+only in `config.shard`.
 
 A finished run's manifest is rewritten once more, last and atomically, with a `seal`: the sha256
 and line count of `records.jsonl` (and `resolutions.jsonl`), the sha256 of every part file and of
 every side file in `signals/`, so that `nudge verify` can prove the files are the ones the run
 wrote. A seal written before side files were sealed has no `signals` key. A manifest without a seal is an unfinished run, or
 one made before sealing existed; the seal is neither identity nor provenance (it is a result).
+
+Which keys decide what (one list each, below): `identity` is what a resumed run and a merged
+shard must match; `experiment_settings` is the same less `WORK_KEYS`, what runs pooled into one
+experiment by the stats must match.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import importlib.metadata
 import json
-import platform
-import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from nudgeability.splice.rundir.layout import MANIFEST
-from nudgeability.util.atomic import atomic_write_text
-from nudgeability.util.cache import cache_root
+from nudgeability.splice.rundir.provenance import (
+    checkpoint_inputs,
+    git_commit,
+    package_versions,
+    sha256_file,
+)
 from nudgeability.util.json_errors import json_error
 
 if TYPE_CHECKING:
@@ -52,6 +61,9 @@ SEAL_KEY = "seal"
 # written with the seal: a fact about the device and libraries of the process that finished the
 # run, never compared (a resume on other hardware may meet others), like the seal
 FALLBACKS_KEY = "fallbacks"
+# what the run showed the model, for the report: read from the data and sentences files, whose
+# sha256 are identity keys, so never compared (a run made before the key existed resumes)
+SHOWN_KEY = "shown"
 # where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
 # copied elsewhere, reuses the stored records when every hash is the same.
 LOCATION_KEYS = (
@@ -64,98 +76,57 @@ LOCATION_KEYS = (
     ("inputs", "checkpoint", "gguf", "path"),
     ("inputs", "tokenizer", "directory"),  # a run on a server: its tokenizer's directory
 )
-# distribution names whose versions can change the records
-VERSIONED = (
-    "torch",
-    "transformers",
-    "numpy",
-    "numba",
-    "tokenizers",
-    "bitsandbytes",
-    "compressed-tensors",
-    "nudgeability",
+# How one experiment's work was split, batched and placed, and how faithfully a server continued
+# it: a resume and a merge compare these like any identity key (a merge lets `config.shard`
+# differ), while runs pooled into one experiment may differ in them (the pooled level is the
+# least faithful one, records.least_faithful).
+WORK_KEYS = (
+    ("config", "shard"),
+    ("config", "seeds"),
+    ("config", "chunk_size"),
+    ("config", "max_batch_tokens"),
+    ("config", "device"),
+    ("seeds",),
+    ("experiment", "seeds"),
+    ("experiment", "continuation"),
 )
+_NOT_COMPARED = (SEAL_KEY, FALLBACKS_KEY, SHOWN_KEY)
 
 
-CACHED_HASH_MIN_BYTES = 64 << 20  # files this large have their hash remembered
+def identity(manifest: Mapping) -> dict:
+    """What decides a run's records: the manifest less its provenance, seal, fallbacks, `shown`
+    and input locations (keys this module does not name count as identity)."""
+    unread = PROVENANCE_KEYS + _NOT_COMPARED
+    found = copy.deepcopy({k: v for k, v in manifest.items() if k not in unread})
+    for path in LOCATION_KEYS:
+        _pop_path(found, path)
+    return found
 
 
-def sha256_file(path: str | Path, block: int = 1 << 23, *, cached: bool = True) -> str:
-    """Hex sha256 of a file's bytes, read in blocks (checkpoints can be many GB).
-
-    The hash of a large file is remembered in the nudgeability cache, keyed by its real path,
-    size and modification time, so that resuming or sharding a campaign over a multi-GB
-    checkpoint does not re-read it each time. A changed file has a new key and is hashed again.
-    `cached=False` always reads the bytes (an audit must not trust a remembered hash).
-    """
-    path = Path(path)
-    stat = path.stat()
-    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    large = cached and stat.st_size >= CACHED_HASH_MIN_BYTES
-    cache = _hash_cache_file() if large else None
-    known = _read_hash_cache(cache)
-    if key in known:
-        return known[key]
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(block):
-            digest.update(chunk)
-    value = digest.hexdigest()
-    if cache is not None:
-        known[key] = value
-        try:  # best effort: another process may write at the same time; a lost entry is recomputed
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(cache, json.dumps(known, sort_keys=True))
-        except OSError:
-            pass
-    return value
-
-
-def _hash_cache_file() -> Path:
-    return cache_root() / "sha256.json"
-
-
-def _read_hash_cache(cache: Path | None) -> dict:
-    if cache is None or not cache.is_file():
-        return {}
-    try:
-        return json.loads(cache.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def package_versions() -> dict[str, str | None]:
-    """Python's and each package's installed version (None when not installed)."""
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in VERSIONED:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def git_commit() -> str | None:
-    """HEAD of the git checkout nudgeability runs from, or None (an installed wheel, no git)."""
-    package_root = Path(__file__).resolve().parents[2]  # the repository root in a checkout
-    try:
-        top = subprocess.run(
-            ["git", "-C", str(package_root), "rev-parse", "--show-toplevel", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.SubprocessError):
+def experiment_settings(manifest: Mapping) -> dict[str, object] | None:
+    """What runs pooled into one experiment must agree on, as flat `a.b.c: value` pairs: the
+    identity less `WORK_KEYS`. None for a manifest without a config (written by hand or by an
+    older version: nothing to compare)."""
+    config = manifest.get("config")
+    if not isinstance(config, dict) or set(config) <= {"conditions"}:
         return None
-    # only our own checkout counts, not some repository the package happens to be installed inside
-    if len(top) != 2 or Path(top[0]).resolve() != package_root:
-        return None
-    return top[1]
+    found = identity(manifest)
+    for path in WORK_KEYS:
+        _pop_path(found, path)
+    return _flat(found)
+
+
+def _flat(value: object, prefix: str = "") -> dict[str, object]:
+    if not isinstance(value, dict):
+        return {prefix.rstrip("."): value}
+    flat: dict[str, object] = {}
+    for key in sorted(value):
+        flat |= _flat(value[key], f"{prefix}{key}.")
+    return flat
 
 
 def compare_manifests(
-    old: dict, new: dict, labels: tuple[str, str] = ("stored", "now")
+    old: Mapping, new: Mapping, labels: tuple[str, str] = ("stored", "now")
 ) -> tuple[list[str], list[str]]:
     """(identity differences, provenance differences) between two manifests, one line per key.
 
@@ -165,20 +136,12 @@ def compare_manifests(
     outside these lists count as identity.
     """
 
-    def split(manifest: dict) -> tuple[dict, dict]:
-        unread = (SEAL_KEY, FALLBACKS_KEY)
-        identity = {k: v for k, v in manifest.items() if k not in PROVENANCE_KEYS + unread}
-        provenance = {k: v for k, v in manifest.items() if k in PROVENANCE_KEYS}
-        identity = copy.deepcopy(identity)
-        for path in LOCATION_KEYS:
-            _pop_path(identity, path)
-        return identity, provenance
+    def provenance(manifest: Mapping) -> dict:
+        return {k: v for k, v in manifest.items() if k in PROVENANCE_KEYS}
 
-    old_identity, old_provenance = split(old)
-    new_identity, new_provenance = split(new)
     return (
-        diff_configs(old_identity, new_identity, labels),
-        diff_configs(old_provenance, new_provenance, labels),
+        diff_configs(identity(old), identity(new), labels),
+        diff_configs(provenance(old), provenance(new), labels),
     )
 
 
@@ -217,23 +180,7 @@ def _pop_path(data: dict, path: tuple[str, ...]):
     return data.pop(path[-1], None) if isinstance(data, dict) else None
 
 
-def checkpoint_inputs(source: ModelSource) -> dict:
-    """The checkpoint's directory, the sha256 of each of its files and, if any, of its GGUF; for
-    a quantised checkpoint, the compute mode and the kernel path of each format
-    (`quant_compute`: an identity key, so a replay on a machine whose kernels differ is refused)."""
-    inputs = {
-        "directory": str(source.directory),
-        "files": {Path(path).name: sha256_file(path) for path in source.files},
-        "gguf": None
-        if source.gguf is None
-        else {"path": str(source.gguf), "sha256": sha256_file(source.gguf)},
-        "quant_method": source.quant_method,
-    }
-    if source.quant_compute is not None:
-        inputs["quant_compute"] = source.quant_compute
-    return inputs
-
-
+# ---------------------------------------------------------------- the writer
 class ResolvedConfig(Protocol):
     """What the manifest reads of a resolved run config: splice/run/config.py `RunConfig`, whose
     layer (the runner) sits above this one, so only its shape is named here."""
@@ -255,6 +202,7 @@ def build_manifest(
     source: ModelSource,
     sentences_sha256: str,
     threads: int | None = None,
+    shown: Shown | None = None,
 ) -> dict:
     """The manifest of a run (see the module docstring); `threads` is torch's CPU thread count
     the run computes with (provenance: which share of the machine ran it)."""
@@ -275,22 +223,177 @@ def build_manifest(
     }
     if threads is not None:
         manifest["threads"] = threads
+    if shown is not None:
+        manifest[SHOWN_KEY] = shown.to_dict()
     return manifest
 
 
-def manifest_text(manifest: dict) -> str:
+def remote_manifest(
+    manifest: dict, described: dict, continuation: str, tokenizer_directory, tokenizer_files
+) -> dict:
+    """`manifest` with what a run on a server adds: the backend it `described` (its base URL
+    becomes the `endpoint`), its continuation level when not token-exact, and its tokenizer's
+    files in place of the checkpoint's (splice/run/remote.py)."""
+    described = dict(described)
+    endpoint = {"base_url": described.pop("base_url")}
+    inputs = dict(manifest["inputs"])
+    inputs.pop("checkpoint", None)
+    inputs["tokenizer"] = {
+        "directory": str(tokenizer_directory),
+        "files": {Path(p).name: sha256_file(p) for p in tokenizer_files},
+    }
+    experiment = dict(manifest["experiment"])
+    if continuation != "token":
+        experiment["continuation"] = continuation
+    return {
+        **manifest,
+        "experiment": experiment,
+        "inputs": inputs,
+        "backend": described,
+        "endpoint": endpoint,
+    }
+
+
+def manifest_text(manifest: Mapping) -> str:
     """The byte-exact form of a manifest: indented JSON with sorted keys."""
     return json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def read_manifest(directory: Path) -> dict:
-    """The manifest of a run directory; OutputDirError naming the file if it is missing or broken."""
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
-        raise OutputDirError(
-            f"{path}: missing; {directory} is not a run directory written by `nudge run`"
+# ---------------------------------------------------------------- the typed manifest and its reader
+@dataclass(frozen=True)
+class Experiment:
+    """The experiment a manifest declares: what the stats name a row by."""
+
+    model: str
+    task: str
+    decoding: str
+    seeds: tuple[int, ...]
+    continuation: str  # CONTINUATION_LEVELS (records.py); "token" when the manifest omits it
+
+
+@dataclass(frozen=True)
+class ShownProblem:
+    question: str
+    gold: object  # as the task holds it: a list of gold strings (MuSiQue), a bool (StrategyQA)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a run showed the model, for the report: each drawn problem's question and gold (by
+    id), each arm's inserted sentence (by condition code; the empty splice has none)."""
+
+    problems: dict[str, ShownProblem]
+    sentences: dict[str, str]
+
+    def to_dict(self) -> dict:
+        return {
+            "problems": {
+                pid: {"question": p.question, "gold": _json(p.gold)}
+                for pid, p in self.problems.items()
+            },
+            "sentences": dict(self.sentences),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Shown:
+        problems = data.get("problems") or {}
+        return cls(
+            {
+                pid: ShownProblem(p.get("question", ""), p.get("gold"))
+                for pid, p in problems.items()
+            },
+            dict(data.get("sentences") or {}),
         )
+
+
+def _json(gold: object) -> object:
+    return list(gold) if isinstance(gold, tuple) else gold  # the manifest's JSON, also in memory
+
+
+def _object(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A run directory's manifest as read (`read_manifest`): its parts by name, and `data`, the
+    stored JSON object, for the writers and `compare_manifests`. A part a hand-written or older
+    manifest lacks reads as empty (None for the scalars)."""
+
+    path: Path  # where it was read from (error messages)
+    data: dict
+    config: dict
+    family: str | None
+    problems: tuple[str, ...]
+    inputs: dict
+    git_commit: str | None
+    backend: dict | None  # a run on a server (backends/http_backend.py `describe`)
+    endpoint: dict | None
+    seal: dict | None
+    shown: Shown | None  # None in a run made before the key existed
+
+    @classmethod
+    def from_dict(cls, data: dict, path: str | Path = MANIFEST) -> Manifest:
+        backend, endpoint, seal, shown = (
+            data.get(k) for k in ("backend", "endpoint", SEAL_KEY, SHOWN_KEY)
+        )
+        return cls(
+            path=Path(path),
+            data=data,
+            config=_object(data.get("config")),
+            family=data.get("family"),
+            problems=tuple(data.get("problems") or ()),
+            inputs=_object(data.get("inputs")),
+            git_commit=data.get("git_commit"),
+            backend=backend if isinstance(backend, dict) else None,
+            endpoint=endpoint if isinstance(endpoint, dict) else None,
+            seal=seal if isinstance(seal, dict) else None,
+            shown=Shown.from_dict(shown) if isinstance(shown, dict) else None,
+        )
+
+    def experiment(self, error: Callable[[str], Exception] = OutputDirError) -> Experiment:
+        """The declared experiment, checked; `error` names the file and the field otherwise."""
+        found = self.data.get("experiment")
+        if not isinstance(found, dict):
+            raise error(
+                f"{self.path}: missing the object 'experiment' (model, task, decoding, seeds)"
+            )
+        for key in ("model", "task", "decoding"):
+            if not isinstance(found.get(key), str):
+                raise error(f"{self.path}: field experiment.{key} is missing or not a string")
+        seeds = found.get("seeds", [0])
+        if not (isinstance(seeds, list) and all(isinstance(x, int) for x in seeds)):
+            raise error(f"{self.path}: field experiment.seeds must be a list of integers")
+        continuation = found.get("continuation", "token")
+        if not isinstance(continuation, str):
+            raise error(f"{self.path}: field experiment.continuation must be a string")
+        return Experiment(
+            found["model"], found["task"], found["decoding"], tuple(seeds), continuation
+        )
+
+    def conditions(self, error: Callable[[str], Exception] = OutputDirError) -> tuple[str, ...]:
+        """The condition codes the config asked for (empty when it does not say)."""
+        asked = self.config.get("conditions") or ()
+        if not (isinstance(asked, (list, tuple)) and all(isinstance(c, str) for c in asked)):
+            raise error(f"{self.path}: field config.conditions must be a list of condition codes")
+        return tuple(asked)
+
+
+def read_manifest(
+    directory: str | Path, error: Callable[[str], Exception] = OutputDirError
+) -> Manifest:
+    """The manifest of a run directory; `error` (OutputDirError unless the caller names its own)
+    naming the file if it is missing or broken."""
+    directory = Path(directory)
+    path = directory / MANIFEST
+    if not directory.is_dir():
+        raise error(f"{directory}: not a directory (expected a run directory with {MANIFEST})")
+    if not path.is_file():
+        raise error(f"{path}: missing; {directory} is not a run directory written by `nudge run`")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise OutputDirError(f"{path}:{exc.lineno}: {json_error(exc)}") from None
+        raise error(f"{path}:{exc.lineno}: {json_error(exc)}") from None
+    if not isinstance(data, dict):
+        raise error(f"{path}: not a JSON object")
+    return Manifest.from_dict(data, path)

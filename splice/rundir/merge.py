@@ -32,15 +32,16 @@ from nudgeability.splice.rundir.layout import (
     SIDE_SUFFIX,
     SIGNALS_DIR,
     TIMINGS,
-    RecordKey,
 )
 from nudgeability.splice.rundir.manifest import (
     SEAL_KEY,
+    Manifest,
     OutputDirError,
     compare_manifests,
     read_manifest,
 )
 from nudgeability.splice.rundir.plan import Plan
+from nudgeability.splice.rundir.records import RecordKey
 from nudgeability.splice.rundir.seal import check_seal, write_sealed_manifest
 from nudgeability.util.atomic import atomic_directory, atomic_write_lines, remove_temporaries
 from nudgeability.util.json_lines import JsonLine, json_lines, split_lines
@@ -73,7 +74,7 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
         raise OutputDirError(
             f"{out}: already exists and is not empty; pass a new directory to merge into"
         )
-    by_shard = {manifest["config"]["shard"][0]: d for manifest, d in zip(manifests, dirs)}
+    by_shard = {manifest.config["shard"][0]: d for manifest, d in zip(manifests, dirs)}
     plan = Plan.from_manifest(merged_manifest, dirs[0] / MANIFEST)  # the unsharded run's plan
     shard_of = {chunk: chunk % total + 1 for chunk in plan.mine}  # chunk i: shard i % N + 1
 
@@ -131,24 +132,24 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     return MergeResult(out, total, tally[0], tuple(provenance))
 
 
-def _without_shard(manifest: dict) -> dict:
-    merged = copy.deepcopy(manifest)
+def _without_shard(manifest: Manifest) -> dict:
+    merged = copy.deepcopy(manifest.data)
     merged["config"]["shard"] = None
     merged.pop(SEAL_KEY, None)  # each shard's seal covers its own files only
     return merged
 
 
-def _check_shards(dirs: list[Path], manifests: list[dict]) -> tuple[int, list[str]]:
+def _check_shards(dirs: list[Path], manifests: list[Manifest]) -> tuple[int, list[str]]:
     """The shard count N, after checking that the directories are shards 1..N of one run, and the
     differences in versions or git commit between them (reported, not refused)."""
     shards = []
     for d, manifest in zip(dirs, manifests):
-        shard = manifest.get("config", {}).get("shard")
+        shard = manifest.config.get("shard")
         if not (isinstance(shard, list) and len(shard) == 2):
             raise MergeError(
                 f"{d / MANIFEST}: config.shard is {json.dumps(shard)}; not a shard of a run"
             )
-        wanted = [RECORDS] + ([RESOLUTIONS] if manifest["config"].get("resolve") else [])
+        wanted = [RECORDS] + ([RESOLUTIONS] if manifest.config.get("resolve") else [])
         for name in wanted:
             if not (d / name).is_file():
                 raise MergeError(
@@ -172,7 +173,7 @@ def _check_shards(dirs: list[Path], manifests: list[dict]) -> tuple[int, list[st
                 f"key(s): {'; '.join(differences)}"
             )
     for d, manifest in zip(dirs, manifests):  # the same rule as a resume's: sealed bytes only
-        sealed = check_seal(d, manifest)
+        sealed = check_seal(d, manifest.data)
         if not sealed.sealed:
             raise MergeError(
                 f"{d / MANIFEST}: not sealed; the shard is not finished: run it again to complete it"

@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from nudgeability.splice.rundir.layout import RecordKey
 from nudgeability.splice.rundir.plan import ARMS_PHASE, Plan, Unit
+from nudgeability.splice.rundir.records import RecordKey
 from nudgeability.util.json_lines import JsonLinesError, json_lines
 
 _KEY_FIELDS = frozenset(RecordKey._fields) - {"sample"}  # what every record has

@@ -32,8 +32,9 @@ from nudgeability.splice.experiment.conditions import (
     parse_conditions,
     with_consistency,
 )
-from nudgeability.splice.rundir.layout import MANIFEST, RecordKey
+from nudgeability.splice.rundir.layout import MANIFEST
 from nudgeability.splice.rundir.manifest import OutputDirError
+from nudgeability.splice.rundir.records import RecordKey
 
 BASE_PHASES = PROMPT_PHASES  # NT, consistency (the K unaided samples), B, oracle_B
 ARMS_PHASE = "arms"

@@ -40,8 +40,8 @@ from nudgeability.splice.rundir.manifest import (
     FALLBACKS_KEY,
     SEAL_KEY,
     manifest_text,
-    sha256_file,
 )
+from nudgeability.splice.rundir.provenance import sha256_file
 from nudgeability.util.atomic import atomic_write_lines, fsync_directory
 
 # the seal's entry for the side files; a seal written before side files were sealed lacks it

@@ -79,7 +79,7 @@ class WorkStore:
         self._lock_fd = lock_fd
         self.provenance_changes = provenance_changes  # versions / git commit that differ on resume
         # part file name -> the sha256 it must hash to: the seal's and the part journal's
-        self._trusted = trusted_part_hashes(self.root, read_manifest(self.root))
+        self._trusted = trusted_part_hashes(self.root, read_manifest(self.root).data)
 
     @classmethod
     def open(cls, out: str | os.PathLike, manifest: dict) -> WorkStore:
@@ -99,7 +99,7 @@ class WorkStore:
         if not out.exists() or not any(out.iterdir()):
             _create(out, manifest)
         else:
-            differences, provenance = compare_manifests(read_manifest(out), manifest)
+            differences, provenance = compare_manifests(read_manifest(out).data, manifest)
             if differences:
                 raise ConfigChangedError(
                     f"{out / MANIFEST}: this directory holds a run with another config "
@@ -226,7 +226,7 @@ class WorkStore:
             )
         from nudgeability.util import fallbacks
 
-        stored = read_manifest(self.root)
+        stored = read_manifest(self.root).data
         # a resumed run keeps what the processes before it took: their parts were computed so
         taken = list(stored.get(FALLBACKS_KEY, []))
         taken += [f.as_dict() for f in fallbacks.taken() if f.as_dict() not in taken]

@@ -1,7 +1,7 @@
 """What a task hands the rest of the run: its `Problem`s, the `GradeRecord` of a graded answer, and
 the errors of a data file the user can fix.
 
-The bottom of splice/: the record schema (splice/experiment/records.py) stores a `GradeRecord`
+The bottom of splice/: the run format (splice/rundir/records.py) stores a `GradeRecord`
 as the task made it, and every task module, the tool index and the readers import from here, so
 no task imports the experiment it feeds. Standard library only.
 """

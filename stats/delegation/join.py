@@ -2,7 +2,7 @@
 
 A run made with `nudge run --resolve` holds `resolutions.jsonl` beside `records.jsonl`: one line
 per TOOL record, keyed like it by (problem_id, condition, seed), with the executed call and the
-graded final answer of the turn after the tool result (schema: splice/experiment/records.py,
+graded final answer of the turn after the tool result (schema: splice/rundir/records.py,
 ResolutionRecord). Rows, experiments and the competence label are formed as in
 stats/records/join.py (one row per (problem, seed), run directories with the same (model, task,
 decoding) joined). The grade of each row's final answer (`answer_right` of value.final_outcome):
@@ -25,6 +25,7 @@ import numpy as np
 
 from nudgeability.splice.experiment.conditions import NO_TOOL_BASE
 from nudgeability.splice.rundir.layout import RECORDS, RESOLUTIONS
+from nudgeability.splice.rundir.records import GradeRecord, Record, RecordKey, ResolutionRecord
 
 from ..actions import NONE, SELF, TOOL, action_code
 from ..records import (
@@ -34,7 +35,6 @@ from ..records import (
     iter_records,
     iter_resolutions,
     labelled_run_dirs,
-    record_key,
 )
 from ..records.join import slim
 from ..table import ExperimentLabel
@@ -42,19 +42,18 @@ from .table import ValueTable
 from .value import final_outcome
 
 
-def _grade_code(grade) -> int:
+def _grade_code(grade: GradeRecord | None) -> int:
     if grade is None:
         return -2
-    correct = grade.get("correct") if isinstance(grade, dict) else None
-    return -1 if correct is None else int(bool(correct))
+    return -1 if grade.correct is None else int(bool(grade.correct))
 
 
-def _resolved_right(resolution: dict) -> int:
+def _resolved_right(resolution: ResolutionRecord) -> int:
     """The grade code of a resolution's final answer (module docstring)."""
-    action = resolution.get("action") or {}
-    if not resolution["executed"] or action_code(action.get("kind")) != SELF:
+    kind = None if resolution.action is None else resolution.action.kind
+    if not resolution.executed or action_code(kind) != SELF:
         return 0
-    return _grade_code(resolution.get("grade"))
+    return _grade_code(resolution.grade)
 
 
 def load_value_tables(
@@ -71,46 +70,50 @@ def load_value_tables(
             run_dir.label.key, {"label": run_dir.label, "records": {}, "resolutions": {}}
         )
         for _, record in iter_records(run_dir.path / RECORDS):
-            if record.get("sample") is not None:  # self-consistency samples: a signal, no TOOL
+            if record.sample is not None:  # self-consistency samples: a signal, no TOOL
                 continue
-            group["records"][record_key(record)] = slim(record)
+            group["records"][RecordKey.of(record)] = slim(record)
         for number, resolution in iter_resolutions(resolutions):
-            key = record_key(resolution)
+            key = RecordKey.of(resolution)
             if key in group["resolutions"]:
                 raise RecordsError(f"{resolutions}:{number}: a second resolution of {key}")
             record = group["records"].get(key)
-            if record is None or action_code(record["action"]["kind"]) != TOOL:
+            if record is None or action_code(record.action.kind) != TOOL:
                 raise RecordsError(f"{resolutions}:{number}: {key} is not a TOOL record of the run")
             group["resolutions"][key] = resolution
     return [_table(g["label"], g["records"], g["resolutions"]) for g in groups.values()]
 
 
-def _table(label: ExperimentLabel, records: dict, resolutions: dict) -> ValueTable:
-    rows = Rows.of((problem_id, seed) for problem_id, _, seed in records)
+def _table(
+    label: ExperimentLabel,
+    records: dict[RecordKey, Record],
+    resolutions: dict[RecordKey, ResolutionRecord],
+) -> ValueTable:
+    rows = Rows.of((key.problem_id, key.seed) for key in records)
     row_of = rows.index()
-    conditions = sorted({c for _, c, _ in records})
+    conditions = sorted({key.condition for key in records})
     n = len(rows)
     actions = {c: np.full(n, NONE, np.int8) for c in conditions}
     answers = {c: np.full(n, -2, np.int64) for c in conditions}
-    tools = sorted({r["tool_name"] for r in resolutions.values() if r["executed"]})
+    tools = sorted({r.tool_name for r in resolutions.values() if r.executed})
     resolved = {t: np.zeros(n, np.int64) for t in tools}
     right = {t: np.zeros(n, np.int64) for t in tools}
     s = np.full(n, -1, np.int8)
     for key, record in records.items():
-        problem_id, condition, seed = key
+        problem_id, condition, seed = key.compact
         i = row_of[(problem_id, seed)]
-        actions[condition][i] = action_code(record["action"]["kind"])
+        actions[condition][i] = action_code(record.action.kind)
         if condition == NO_TOOL_BASE:
             s[i] = competence_label(record)
         if actions[condition][i] == SELF:
-            answers[condition][i] = _grade_code(record["grade"])
+            answers[condition][i] = _grade_code(record.grade)
         elif actions[condition][i] == TOOL:
             found = resolutions.get(key)
             if found is not None:
                 answers[condition][i] = _resolved_right(found)
-                if found["executed"]:
-                    resolved[found["tool_name"]][i] += 1
-                    right[found["tool_name"]][i] += answers[condition][i] == 1
+                if found.executed:
+                    resolved[found.tool_name][i] += 1
+                    right[found.tool_name][i] += answers[condition][i] == 1
     return ValueTable(
         s=s,
         actions=actions,

@@ -1,6 +1,6 @@
 """Reading the uncertainty signals of a run's records into arrays aligned with a table's rows.
 
-The run stores (splice/experiment/records.py, `Record.signals`):
+The run stores (splice/rundir/records.py, `Record.signals`):
 
 - on each B record: `entropy_mean`, `entropy_max`, `nll_mean` of B's reasoning up to the cut,
   and `hidden` = {"file": path relative to the run directory, "row": index} naming B's float16
@@ -59,15 +59,13 @@ def load_signals(
             continue
         path = run_dir.path / RECORDS
         for number, record in iter_records(path):
-            i = index.get((record["problem_id"], record["seed"]))
-            signals = record.get("signals")
+            i = index.get((record.problem_id, record.seed))
+            signals = record.signals  # an object, or absent (the run format's reader checks)
             if i is None or not signals:
                 continue
-            if not isinstance(signals, dict):
-                raise RecordsError(f"{path}:{number}: field signals must be an object")
-            if record["condition"] == CONSISTENCY:
+            if record.condition == CONSISTENCY:
                 keys.setdefault(i, []).append(signals.get("answer_key"))
-            elif record["condition"] == TOOL_BASE:
+            elif record.condition == TOOL_BASE:
                 for name in TOKEN_SIGNALS:
                     if signals.get(name) is not None:
                         raw[name][i] = float(signals[name])

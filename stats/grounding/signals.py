@@ -1,7 +1,7 @@
 """The model's own uncertainty signals as scores of competence: AUROC, ECE, cross-fitting.
 
 A *signal* is one number per row (problem, seed) computed in the run from the model's outputs
-(splice/experiment/records.py, `Signals`). Each is oriented so that a higher score means "more likely right":
+(splice/rundir/records.py, `Signals`). Each is oriented so that a higher score means "more likely right":
 
     entropy_mean   -(mean token entropy of B's reasoning up to the cut, nats)
     entropy_max    -(largest token entropy of B's reasoning up to the cut)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
+from nudgeability.splice.rundir.manifest import Manifest
+
 OPEN_WEIGHT = "open-weight"
 PROVIDER = "provider-served"
 COHORTS = (OPEN_WEIGHT, PROVIDER)
@@ -42,12 +44,12 @@ def is_own_host(host: str) -> bool:
     return address.is_loopback or address.is_private or address.is_link_local
 
 
-def cohort_of(manifest: dict) -> str:
+def cohort_of(manifest: Manifest) -> str:
     """OPEN_WEIGHT or PROVIDER for a run directory's manifest (module docstring)."""
-    backend = manifest.get("backend")
-    if not isinstance(backend, dict):
+    backend = manifest.backend
+    if backend is None:
         return OPEN_WEIGHT
-    endpoint = manifest.get("endpoint") if isinstance(manifest.get("endpoint"), dict) else {}
+    endpoint = manifest.endpoint or {}
     url = endpoint.get("base_url") or backend.get("base_url") or ""
     host = urlsplit(url if "//" in url else f"//{url}").hostname or ""
     return OPEN_WEIGHT if is_own_host(host) else PROVIDER

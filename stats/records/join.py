@@ -1,7 +1,7 @@
 """The join from run directories to experiment tables: the one place records become arrays.
 
-Data flows one way: stats reads the JSON of a run directory (reading.py, run_dirs.py) and never
-imports the runner. Rules of the join (the delegation and grounding joins follow the same rows and
+Data flows one way: stats reads a run directory as typed records and a typed manifest (the run
+format, splice/rundir/; reading.py, run_dirs.py) and never imports the runner. Rules of the join (the delegation and grounding joins follow the same rows and
 the same competence label, through `Rows` and `competence_label`):
 
 - one table row per (problem, seed) seen in the records; problems in order of first appearance,
@@ -33,12 +33,12 @@ from nudgeability.splice.experiment.conditions import (
     NO_TOOL_BASE,
     TOOL_BASE,
 )
-from nudgeability.splice.experiment.records import CONTINUATION_LEVELS
 from nudgeability.splice.rundir.layout import RECORDS
+from nudgeability.splice.rundir.records import Record, RecordKey, least_faithful
 
 from ..actions import NONE, SELF, TRUNC, action_code, competence_code
 from ..table import ExperimentLabel, ExperimentTable
-from .reading import continuation_of, iter_records, record_key
+from .reading import iter_records
 from .run_dirs import RecordsError, RunDir, check_poolable, labelled_run_dirs
 
 _PARENTS = {condition.code: condition.parent for condition in CONDITIONS}
@@ -72,53 +72,45 @@ class Rows:
         return {key: i for i, key in enumerate(self.keys)}
 
 
-def slim(record: dict) -> dict:
-    """Only the fields the joins read: a campaign's generated ids would not fit in memory."""
-    grade = record.get("grade")
-    return {
-        "problem_id": record["problem_id"],
-        "condition": record["condition"],
-        "seed": record["seed"],
-        "action": {"kind": record["action"]["kind"]},
-        "boundary": record.get("boundary", 0),
-        "grade": None if grade is None else {"correct": grade["correct"]},
-        "sample": record.get("sample"),
-    }
+def slim(record: Record) -> Record:
+    """The record without its generated ids and text, which the joins never read: a campaign's
+    would not fit in memory."""
+    return replace(record, generated_ids=[], text="")
 
 
-def graded(record: dict | None) -> int:
+def graded(record: Record | None) -> int:
     """1 / 0 for a record whose grade says right / wrong, -1 when absent or ungradeable."""
-    if record is None or record.get("grade") is None:
+    if record is None or record.grade is None:
         return -1
-    return competence_code(record["grade"]["correct"])
+    return competence_code(record.grade.correct)
 
 
-def competence_label(nt: dict | None) -> int:
+def competence_label(nt: Record | None) -> int:
     """s of a row from its NT record: the grade, unless NT was truncated or has none (-1)."""
-    if nt is None or action_code(nt["action"]["kind"]) == TRUNC:
+    if nt is None or action_code(nt.action.kind) == TRUNC:
         return -1
     return graded(nt)
 
 
-def _closed(base_record: dict | None) -> bool:
+def _closed(base_record: Record | None) -> bool:
     """False when the base record says its thinking never closed (boundary null): no splice."""
-    return base_record is None or base_record.get("boundary", 0) is not None
+    return base_record is None or base_record.boundary is not None
 
 
 def table_from_records(
-    records: Sequence[dict], label: ExperimentLabel, conditions: Sequence[str] = ()
+    records: Sequence[Record], label: ExperimentLabel, conditions: Sequence[str] = ()
 ) -> ExperimentTable:
     """Join the records of one experiment into its ExperimentTable (rules in the module docstring).
 
     Records must be unique per (problem_id, condition, seed). `conditions` adds arms that were
     asked for even where no record holds them.
     """
-    arms_of = [r for r in records if r.get("sample") is None]  # samples: signals, not arms
-    rows = Rows.of((r["problem_id"], r["seed"]) for r in arms_of)
-    found_at: list[dict[str, dict]] = [{} for _ in rows.keys]
+    arms_of = [r for r in records if r.sample is None]  # samples: signals, not arms
+    rows = Rows.of((r.problem_id, r.seed) for r in arms_of)
+    found_at: list[dict[str, Record]] = [{} for _ in rows.keys]
     where = rows.index()
     for record in arms_of:
-        found_at[where[(record["problem_id"], int(record["seed"]))]][record["condition"]] = record
+        found_at[where[(record.problem_id, int(record.seed))]][record.condition] = record
     conditions = sorted(
         ({c for found in found_at for c in found} | set(conditions)) - {NO_TOOL_BASE, TOOL_BASE}
     )
@@ -130,16 +122,16 @@ def table_from_records(
     for i, found in enumerate(found_at):
         s[i] = competence_label(found.get(NO_TOOL_BASE))
         if TOOL_BASE in found:
-            base[i] = action_code(found[TOOL_BASE]["action"]["kind"])
+            base[i] = action_code(found[TOOL_BASE].action.kind)
         for name in with_grade:
             record = found.get(name)
-            if record is not None and action_code(record["action"]["kind"]) == SELF:
+            if record is not None and action_code(record.action.kind) == SELF:
                 correct[name][i] = graded(record)
         for c in conditions:
             # A base has no parent; a code this version does not know is taken as a fork of B.
             parent = _PARENTS.get(c, TOOL_BASE)
             if c in found and (parent is None or _closed(found.get(parent))):
-                arms[c][i] = action_code(found[c]["action"]["kind"])
+                arms[c][i] = action_code(found[c].action.kind)
     return ExperimentTable(
         s=s,
         base=base,
@@ -160,7 +152,7 @@ class _Experiment:
     first: RunDir  # the run directory every other one must pool with
     asked: set[str]  # the conditions the manifests asked for
     levels: set[str]  # the continuation levels seen
-    seen: dict[tuple, tuple[str, dict]]  # record key -> (where it was read, slim record)
+    seen: dict[RecordKey, tuple[str, Record]]  # key -> (where it was read, slim record)
 
 
 def load_experiments(
@@ -183,7 +175,7 @@ def load_experiments(
     return [
         table_from_records(
             [record for _, record in e.seen.values()],
-            replace(e.label, continuation=_least_faithful(e.levels)),
+            replace(e.label, continuation=least_faithful(e.levels)),
             sorted(e.asked),
         )
         for e in experiments.values()
@@ -194,24 +186,20 @@ def _read_records(run_dir: RunDir, experiment: _Experiment) -> None:
     """Add a run directory's records to its experiment, checked against its manifest."""
     label, path = experiment.label, run_dir.path / RECORDS
     for number, record in iter_records(path):
-        if record["task"] != label.task:
+        if record.task != label.task:
             raise RecordsError(
-                f"{path}:{number}: task {record['task']!r} but the manifest says {label.task!r}"
+                f"{path}:{number}: task {record.task!r} but the manifest says {label.task!r}"
             )
-        if record["seed"] not in run_dir.seeds:
+        if record.seed not in run_dir.seeds:
             seeds = list(run_dir.seeds)
             raise RecordsError(
-                f"{path}:{number}: seed {record['seed']} is not among the manifest's seeds {seeds}"
+                f"{path}:{number}: seed {record.seed} is not among the manifest's seeds {seeds}"
             )
-        key = record_key(record)
+        key = RecordKey.of(record)
         if key in experiment.seen:
             first_at = experiment.seen[key][0]
             raise RecordsError(f"{path}:{number}: duplicate record {key} (first at {first_at})")
         experiment.seen[key] = (f"{path}:{number}", slim(record))
-        experiment.levels.add(continuation_of(record, path, number))
-
-
-def _least_faithful(levels: set[str]) -> str:
-    """The experiment's level: its least faithful record's (a server that returned no ids for
-    some requests makes a token-mode run text-level)."""
-    return max(levels, key=CONTINUATION_LEVELS.index)
+        # the experiment's level is its least faithful record's (a server that returned no ids
+        # for some requests makes a token-mode run text-level)
+        experiment.levels.add(record.continuation or "token")

@@ -1,11 +1,11 @@
 """Run directories as the stats read them: the manifest's experiment, labels, and pooling.
 
 A run directory holds manifest.json (its "experiment": model, task, decoding, seeds; its "config";
-the sha256 of its "inputs") beside records.jsonl (file names: splice/rundir/layout.py). Run
-directories whose manifests name the same (model, task, decoding) are joined into one experiment
-only when their manifests agree on everything that defines it (`defining_settings`: the config
-but for its shard, decoding seeds, batching, device and file locations, and the sha256 of the
-checkpoint, data and sentences); otherwise RecordsError names the differing keys. A label given
+the sha256 of its "inputs") beside records.jsonl; the run format (splice/rundir/manifest.py) reads
+it. Run directories whose manifests name the same (model, task, decoding) are joined into one
+experiment only when their manifests agree on everything that defines it (the run format's
+`experiment_settings`: what a resume compares, less how the work was split, batched and placed,
+and where the inputs were found); otherwise RecordsError names the differing keys. A label given
 per run directory (`nudge stats --label DIR=NAME`) keeps runs apart: the row's model reads
 "model (NAME)".
 """
@@ -14,20 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nudgeability.splice.rundir.layout import MANIFEST
-from nudgeability.util.json_errors import json_error
+from nudgeability.splice.rundir.manifest import Manifest, experiment_settings, read_manifest
 
 from ..table import ExperimentLabel
 from .cohorts import cohort_of
-
-# Config keys that may differ between runs pooled into one experiment: how the work was split or
-# batched, where it ran, and where the inputs were found (their sha256 are compared instead).
-POOLABLE_CONFIG_KEYS = frozenset(
-    {"shard", "seeds", "chunk_size", "max_batch_tokens", "device", "model", "data", "sentences"}
-)
 
 
 class RecordsError(ValueError):
@@ -41,31 +35,9 @@ class RunDir:
     path: Path
     label: ExperimentLabel
     seeds: tuple[int, ...]
-    conditions: tuple[
-        str, ...
-    ] = ()  # the conditions the run asked for (manifest config), if stated
-    defining: Mapping[str, object] | None = None  # `defining_settings`; None: an older manifest
-
-
-def defining_settings(manifest: dict) -> dict[str, object] | None:
-    """What must agree for two runs to be one experiment, as flat `key: value` pairs; None for a
-    manifest without a config (written by hand or by an older version: nothing to compare)."""
-    config = manifest.get("config")
-    if not isinstance(config, dict) or set(config) <= {"conditions"}:
-        return None
-    settings: dict[str, object] = {
-        f"config.{k}": v for k, v in config.items() if k not in POOLABLE_CONFIG_KEYS
-    }
-    inputs = manifest.get("inputs") if isinstance(manifest.get("inputs"), dict) else {}
-    for name in ("data", "sentences"):
-        if isinstance(inputs.get(name), dict):
-            settings[f"inputs.{name}.sha256"] = inputs[name].get("sha256")
-    checkpoint = inputs.get("checkpoint") if isinstance(inputs.get("checkpoint"), dict) else {}
-    for file, digest in sorted((checkpoint.get("files") or {}).items()):
-        settings[f"inputs.checkpoint.files.{file}"] = digest
-    if isinstance(checkpoint.get("gguf"), dict):
-        settings["inputs.checkpoint.gguf.sha256"] = checkpoint["gguf"].get("sha256")
-    return settings
+    conditions: tuple[str, ...] = ()  # the conditions the run asked for (manifest config)
+    defining: Mapping[str, object] | None = None  # `experiment_settings`; None: an older manifest
+    manifest: Manifest | None = field(default=None, repr=False, compare=False)
 
 
 def _differences(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:
@@ -83,42 +55,23 @@ def _differences(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:
 def read_run_dir(path: str | Path) -> RunDir:
     """Read and check a run directory's manifest.json (RecordsError naming the file if bad)."""
     path = Path(path)
-    manifest = path / MANIFEST
-    if not path.is_dir():
-        raise RecordsError(f"{path}: not a directory (expected a run directory with {MANIFEST})")
-    if not manifest.is_file():
-        raise RecordsError(
-            f"{manifest}: missing; is {path} a run directory written by `nudge run`?"
-        )
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RecordsError(f"{manifest}:{exc.lineno}: {json_error(exc)}") from None
-    experiment = data.get("experiment") if isinstance(data, dict) else None
-    if not isinstance(experiment, dict):
-        raise RecordsError(
-            f"{manifest}: missing the object 'experiment' (model, task, decoding, seeds)"
-        )
-    for key in ("model", "task", "decoding"):
-        if not isinstance(experiment.get(key), str):
-            raise RecordsError(f"{manifest}: field experiment.{key} is missing or not a string")
-    seeds = experiment.get("seeds", [0])
-    if not (isinstance(seeds, list) and all(isinstance(x, int) for x in seeds)):
-        raise RecordsError(f"{manifest}: field experiment.seeds must be a list of integers")
-    continuation = experiment.get("continuation", "token")
-    if not isinstance(continuation, str):
-        raise RecordsError(f"{manifest}: field experiment.continuation must be a string")
+    manifest = read_manifest(path, RecordsError)
+    experiment = manifest.experiment(RecordsError)
     label = ExperimentLabel(
-        experiment["model"],
-        experiment["task"],
-        experiment["decoding"],
-        continuation,
-        cohort_of(data),
+        experiment.model,
+        experiment.task,
+        experiment.decoding,
+        experiment.continuation,
+        cohort_of(manifest),
     )
-    asked = (data.get("config") or {}).get("conditions") or ()
-    if not (isinstance(asked, (list, tuple)) and all(isinstance(c, str) for c in asked)):
-        raise RecordsError(f"{manifest}: field config.conditions must be a list of condition codes")
-    return RunDir(path, label, tuple(sorted(seeds)), tuple(asked), defining_settings(data))
+    return RunDir(
+        path,
+        label,
+        tuple(sorted(experiment.seeds)),
+        manifest.conditions(RecordsError),
+        experiment_settings(manifest.data),
+        manifest,
+    )
 
 
 def labelled_run_dirs(

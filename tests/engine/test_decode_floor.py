@@ -77,20 +77,12 @@ def test_floor_is_the_read_bytes_at_the_copy_traffic_rate():
     assert floor_seconds(n, 2 * n / t) == pytest.approx(t / 2)
 
 
-def _script(name: str):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_both_gpu_scripts_use_the_one_floor():
-    """gpu_engine's and gpu_quant's floors for the same model and KV agree with the hand count."""
-    gpu_engine, gpu_quant = _script("gpu_engine"), _script("gpu_quant")
+    """The GPU check's engine and quant sections' floors for the same model and KV agree with the
+    hand count."""
+    from nudgeability.bench.gpu import engine as gpu_engine
+    from nudgeability.bench.gpu import quant as gpu_quant
+
     model = tiny_model("qwen3", num_layers=4, dtype=torch.bfloat16)
     bandwidth = 1e12
     weights = 2 * (4 * _layer(True) + H + V * H + ROPE_BUFFERS)

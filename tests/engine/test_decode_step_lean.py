@@ -7,8 +7,8 @@ import pytest
 import torch
 from helpers.engine_reference import random_ids
 
+from nudgeability.bench.profile import engine_step_ops, hf_step_ops
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
-from nudgeability.engine.profile import engine_step_ops, hf_step_ops
 from nudgeability.models.testing.tiny import tiny_model
 
 

@@ -1,44 +1,52 @@
-"""benchmarks/_former_engine.py, which the campaign benchmark compares the engine with: the static
-engine read from git at its last commit still imports beside today's package (its imports are
-remapped where modules moved since) and computes HF's greedy tokens."""
+"""nudgeability.bench.former, which the campaign benchmark compares the engine with: the static
+engine of its last commit, extracted from git unchanged and run in a child process whose
+`nudgeability` is that tree, computes HF's greedy tokens."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-from pathlib import Path
+import sys
 
 import pytest
 from helpers.engine_reference import hf_greedy, random_ids
 
+from nudgeability.bench import former
 from nudgeability.models.testing.tiny import tiny_model
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
-def former():
-    script = _script("_former_engine")
+def checkpoint(tmp_path_factory):
     found = subprocess.run(
-        ["git", "-C", str(REPO), "cat-file", "-e", f"{script.FORMER_COMMIT}^{{commit}}"],
+        ["git", "-C", str(former.REPO), "cat-file", "-e", f"{former.FORMER_COMMIT}^{{commit}}"],
         capture_output=True,
     )
     if found.returncode != 0:  # a shallow clone: the former engine is not there to read
-        pytest.skip(f"git commit {script.FORMER_COMMIT} is not in this checkout")
-    return script.load_former_engine()
-
-
-def test_the_former_static_engine_loads_and_gives_hf_greedy_tokens(former):
+        pytest.skip(f"git commit {former.FORMER_COMMIT} is not in this checkout")
     model = tiny_model("llama", num_layers=2, seed=4)
+    path = tmp_path_factory.mktemp("tiny")
+    model.save_pretrained(path)
+    return model, path
+
+
+def test_the_former_static_engine_runs_from_its_own_tree_and_gives_hf_greedy_tokens(checkpoint):
+    model, path = checkpoint
     prompts = [random_ids(n, seed=n) for n in (5, 17, 9)]
-    params = former.SamplingParams(max_new_tokens=10, ignore_eos=True)
-    outs = former.Engine(model).generate(prompts, params)
-    for prompt, out in zip(prompts, outs):
-        assert out.token_ids == hf_greedy(model, prompt, 10, ()).tokens
+    run = former.run_former(path, ("generate", prompts, [10] * 3, [], True), kv=4096, threads=1)
+    for prompt, tokens in zip(prompts, run.tokens, strict=True):
+        assert tokens == hf_greedy(model, prompt, 10, ()).tokens
+    assert run.rows_per_step and max(run.rows_per_step) == 3
+
+
+def test_the_child_imports_the_former_tree_not_this_checkout():
+    tree = former.former_tree()
+    assert (tree / "nudgeability" / "__init__.py").is_file()
+    code = "import nudgeability.engine as e; print(e.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip().startswith(str(tree.parent / "checkout"))

@@ -1,12 +1,12 @@
-"""Random token ids and THE reference every generation in the suite is checked against: HF
-`generate(do_sample=False)` on one sequence alone (the engine's arms, a run's records and
-resolutions, the quantised models)."""
+"""Random token ids, and the checks against THE reference every generation in the suite is held
+to: HF `generate(do_sample=False)` on one sequence alone (`hf_greedy`, owned by
+nudgeability.bench.reference)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+
+from nudgeability.bench.reference import hf_greedy
 
 ARCHS = ("llama", "qwen3", "glm4", "gemma4")
 
@@ -14,38 +14,6 @@ ARCHS = ("llama", "qwen3", "glm4", "gemma4")
 def random_ids(length: int, seed: int, low: int = 3, high: int = 300) -> list[int]:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(low, high, (length,), generator=gen).tolist()
-
-
-@dataclass(frozen=True)
-class Greedy:
-    """HF's greedy continuation of one sequence."""
-
-    tokens: list[int]  # the new tokens (with the stop token that ended them, if any)
-    logits: torch.Tensor  # [new tokens, vocab], fp32: the raw logits each token was chosen from
-
-
-def hf_greedy(
-    model, ids: list[int], max_new_tokens: int, stop_ids=(), *, min_new_tokens: int = 0, **options
-) -> Greedy:
-    """HF `generate(do_sample=False)` on `ids` alone, stopping at `stop_ids` (none given: the
-    model's own EOS), after at least `min_new_tokens`; `options` go to `generate` as they are
-    (e.g. `stop_strings` with `tokenizer`)."""
-    inputs = torch.tensor([ids], device=next(model.parameters()).device)
-    with torch.no_grad():
-        out = model.generate(
-            inputs,
-            attention_mask=torch.ones_like(inputs),
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=min_new_tokens,
-            do_sample=False,
-            eos_token_id=sorted(stop_ids) or None,
-            pad_token_id=0,
-            output_logits=True,
-            return_dict_in_generate=True,
-            **options,
-        )
-    tokens = out.sequences[0, inputs.shape[1] :].tolist()
-    return Greedy(tokens, torch.stack(out.logits)[:, 0].float())
 
 
 def assert_matches_reference(

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers.synthetic_run import write_run
 
-from nudgeability.stats.actions import KINDS, NONE, SELF, TOOL, TRUNC
+from nudgeability.bench.synthetic_run import record_line, records, write_run
+from nudgeability.stats.actions import NONE, SELF, TOOL, TRUNC
 
 CODES = np.array([NONE, 0, 1, 2, 3], dtype=np.int8)  # NONE, SELF, TOOL, OTHER, TRUNC
 
@@ -149,126 +149,15 @@ def planted():
 # ---------------------------------------------------------------- run directories
 
 
-# A reason the runner would give these kinds (the join reads only the kind).
-_REASONS = {"OTHER": "empty_commitment", "TRUNC": "budget_in_thinking"}
+# Records of a table (s, base and arms keyed by condition code) in the runner's schema, in the
+# bare form: s = -1 is an NT answer whose grade is null; base = TRUNC with every arm missing is a
+# B whose thinking never closed (boundary null). nudgeability.bench.synthetic_run builds them.
+records_from_arrays = functools.partial(records, readable=False, cut=40)
 
 
-def record_line(
-    problem_id: str,
-    condition: str,
-    kind: str,
-    *,
-    seed: int = 0,
-    correct: bool | None = None,
-    graded: bool = False,
-    boundary: int | None = None,
-    task: str = "musique",
-) -> str:
-    """One records.jsonl line in the runner's schema (built with nudgeability.splice.experiment.records.Record)."""
-    from nudgeability.splice.experiment.records import ActionRecord, GradeRecord, Record
-
-    is_base = condition in ("B", "oracle_B")
-    return Record(
-        problem_id=problem_id,
-        task=task,
-        condition=condition,
-        sentence_id=None,
-        seed=seed,
-        prompt_tokens=12,
-        prompt_sha256="0" * 64,
-        prefix_tokens=None if is_base or condition == "NT" else 7,
-        boundary=boundary if is_base else None,
-        generated_ids=[1, 2, 3],
-        text="...",
-        finish_reason="eos",
-        action=ActionRecord(
-            kind=kind, answer="x" if kind == "SELF" else None, reason=_REASONS.get(kind)
-        ),
-        grade=GradeRecord(em=float(bool(correct)), f1=float(bool(correct)), correct=correct)
-        if graded
-        else None,
-    ).to_json()
-
-
-def records_from_arrays(
-    arrays: dict,
-    *,
-    seed: int = 0,
-    task: str = "musique",
-    prefix: str = "p",
-    base_correct: np.ndarray | None = None,
-) -> list[str]:
-    """Records of a table (s, base and arms keyed by condition code) in the runner's schema.
-
-    s = -1 is written as an NT answer whose grade is null; base = TRUNC with every arm missing as
-    a B whose thinking never closed (boundary null).
-    """
-    lines = []
-    arm_codes = [c for c in arrays if c not in ("s", "base")]
-    for i in range(len(arrays["s"])):
-        pid = f"{prefix}{i:04d}"
-        s = int(arrays["s"][i])
-        lines.append(
-            record_line(
-                pid,
-                "NT",
-                "SELF",
-                seed=seed,
-                graded=True,
-                correct=None if s < 0 else bool(s),
-                task=task,
-            )
-        )
-        b = int(arrays["base"][i])
-        unclosed = b == TRUNC and all(arrays[c][i] == NONE for c in arm_codes)
-        if b != NONE:
-            bc = None if base_correct is None or base_correct[i] < 0 else bool(base_correct[i])
-            lines.append(
-                record_line(
-                    pid,
-                    "B",
-                    KINDS[b],
-                    seed=seed,
-                    correct=bc,
-                    graded=b == SELF,
-                    boundary=None if unclosed else 40,
-                    task=task,
-                )
-            )
-        for code in arm_codes:
-            a = int(arrays[code][i])
-            if a != NONE:
-                lines.append(
-                    record_line(
-                        pid,
-                        code,
-                        KINDS[a],
-                        seed=seed,
-                        task=task,
-                        boundary=40,
-                        graded=code == "oracle_B" and a == SELF,
-                        correct=False,
-                    )
-                )
-    return lines
-
-
-def write_run_dir(
-    path: Path,
-    lines: list[str],
-    *,
-    model: str = "tiny",
-    task: str = "musique",
-    decoding: str = "greedy",
-    seeds: tuple[int, ...] = (0,),
-    conditions: list[str] | None = None,
-) -> Path:
-    """A run directory: manifest.json with the experiment (and, if given, the config's conditions),
-    records.jsonl, an empty timings.jsonl (helpers/synthetic_run.py writes it)."""
-    extra = None if conditions is None else {"config": {"conditions": conditions}}
-    return write_run(
-        path, lines, model=model, task=task, decoding=decoding, seeds=seeds, manifest_extra=extra
-    )
+# A run directory: manifest.json with the experiment (and, if given, the config's conditions),
+# records.jsonl, an empty timings.jsonl.
+write_run_dir = functools.partial(write_run, model="tiny")
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ second edit; these tests fail when one of them is left behind.
 from __future__ import annotations
 
 import itertools
-import json
 
 import pytest
 
 from nudgeability.models.families.action import ACTION_KINDS, Action
 from nudgeability.splice.experiment.conditions import CONDITION_CODES, CONDITIONS, PAIR_HEADERS
+from nudgeability.splice.rundir.records import Record
 from nudgeability.stats import CONDITIONS as REPORT_CONDITIONS
 from nudgeability.stats import PAIRS, ExperimentTable, table_from_records
 from nudgeability.stats.actions import NONE, action_code, action_kind
@@ -59,13 +59,13 @@ def test_every_condition_is_in_the_report_order_once_and_has_a_figure_label():
     assert REPORT_CONDITIONS[-3:] == ("oracle_B", "oracle_conf", "oracle_doubt")
 
 
-def _records(record_line, open_bases: set[str]) -> list[dict]:
+def _records(record_line, open_bases: set[str]) -> list[Record]:
     lines = []
     for condition in CONDITIONS:
         boundary = 5 if condition.code in open_bases else None
         graded = condition.kind == "base"
         line = record_line("p0", condition.code, "TOOL", graded=graded, boundary=boundary)
-        lines.append(json.loads(line))
+        lines.append(Record.from_json(line))
     return lines
 
 

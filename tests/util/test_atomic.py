@@ -1,4 +1,4 @@
-"""models/atomic.py: the one write-to-a-temporary-then-rename helper every stage uses."""
+"""util/atomic.py: the one write-to-a-temporary-then-rename helper every stage uses."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""models/json_errors.py: every JSON syntax error reads `not valid JSON (WHAT at column C)`,
+"""util/json_errors.py: every JSON syntax error reads `not valid JSON (WHAT at column C)`,
 never cut ("starting at)") nor doubled ("at at"). The expected lines are written by hand from
 the texts: the column is where a reader finds the fault (1-based)."""
 

@@ -96,7 +96,7 @@
     const row = exp.rows[state.selected];
     const b = row[6];
     const parts = ['<h3 id="problem-id">' + esc(row[0]) + (row[1] ? " (seed " + row[1] + ")" : "") + "</h3>",
-      "<p><b>Question.</b> " + esc(row[2] || "(not in the data file)") + "</p>",
+      "<p><b>Question.</b> " + esc(row[2] || "(not recorded by this run)") + "</p>",
       "<p><b>Gold.</b> " + esc(row[3]) + "</p>",
       "<p><b>Unaided (NT).</b> " + esc(row[5]) + " — " + grade(row[4]) + "</p>"];
     if (b) {

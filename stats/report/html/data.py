@@ -11,13 +11,11 @@ plain JSON data for the problem browser (browser.js):
 A row is one (problem, seed): [id, seed, question, gold, s, NT answer, B, arms], B being
 [action kind, action summary, reasoning up to the cut, the rest of B's text, grade] and arms
 {code: [kind, summary, continuation text, grade]}, where grade is 1 right, 0 wrong, null not
-graded. The question and gold come from the task's data file named by the manifest (the shipped
-sample when it names none); a problem missing from it shows its id only. The cut is where B's
-text first shows its family's think-close marker (models/families: the arms forked there).
-
-This is the one place the stats package reads the task data (nudgeability.splice.tasks) and
-the family's think-close marker (nudgeability.models.families.detect): the browser shows what
-the estimators only count.
+graded. Everything shown comes from the run directory (the run format, splice/rundir/): the
+question, the gold and the inserted sentences from what the manifest says the run showed the
+model (`shown`), the cut from B's record (`cut`, where its text reaches the think-close the arms
+forked at). A run made before those were recorded shows no question or gold, no sentences, and
+B's whole text before the cut. The browser shows what the estimators only count.
 """
 
 from __future__ import annotations
@@ -26,11 +24,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from nudgeability.models.families.detect import FAMILIES
+from nudgeability.models.families.action import Action
 from nudgeability.splice.experiment.conditions import CONDITIONS, REPORT_ORDER
-from nudgeability.splice.experiment.sentences import load_sentences
 from nudgeability.splice.rundir.layout import MANIFEST, RECORDS
-from nudgeability.splice.tasks import get_task
+from nudgeability.splice.rundir.manifest import Manifest
+from nudgeability.splice.rundir.records import Record
 
 from ...records.cohorts import cohort_of
 from ...records.reading import iter_records
@@ -56,10 +54,9 @@ _PROVENANCE_CONFIG = (
 )
 
 
-def provenance(path: Path, manifest: dict) -> dict:
+def provenance(path: Path, manifest: Manifest) -> dict:
     """What the page shows of one run directory's manifest (module docstring)."""
-    config = manifest.get("config") or {}
-    inputs = manifest.get("inputs") or {}
+    config, inputs = manifest.config, manifest.inputs
     checkpoint = inputs.get("checkpoint") or {}
     digests = {name: (inputs.get(name) or {}).get("sha256") for name in ("data", "sentences")}
     digests |= {f"checkpoint/{f}": d for f, d in sorted((checkpoint.get("files") or {}).items())}
@@ -67,68 +64,44 @@ def provenance(path: Path, manifest: dict) -> dict:
         digests["checkpoint gguf"] = checkpoint["gguf"].get("sha256")
     return {
         "run_dir": str(path),
-        "experiment": manifest.get("experiment", {}),
+        "experiment": manifest.data.get("experiment", {}),
         "cohort": cohort_of(manifest),
         "config": {k: config[k] for k in _PROVENANCE_CONFIG if k in config},
-        "git_commit": manifest.get("git_commit"),
-        "family": manifest.get("family"),
+        "git_commit": manifest.git_commit,
+        "family": manifest.family,
         "inputs": {k: v for k, v in digests.items() if v},
-        "backend": manifest.get("backend"),
-        "endpoint": manifest.get("endpoint"),
+        "backend": manifest.backend,
+        "endpoint": manifest.endpoint,
     }
 
 
-def _summary(action: dict) -> str:
+def _summary(action: Action | None) -> str:
     """An action in one line: the answer, or the tool call with its arguments, or the reason."""
-    kind = action.get("kind")
+    kind = None if action is None else action.kind
     if kind == "SELF":
-        return str(action.get("answer") or "")
+        return str(action.answer or "")
     if kind == "TOOL":
-        arguments = json.dumps(action.get("arguments") or {}, ensure_ascii=False)
-        return f"{action.get('tool_name') or '?'}({arguments})"
-    return str(action.get("reason") or "")
+        arguments = json.dumps(action.arguments or {}, ensure_ascii=False)
+        return f"{action.tool_name or '?'}({arguments})"
+    return str((action and action.reason) or "")
 
 
-def _grade(record: dict):
-    grade = record.get("grade")
-    if not grade or grade.get("correct") is None:
+def _grade(record: Record):
+    if record.grade is None or record.grade.correct is None:
         return None
-    return int(bool(grade["correct"]))
+    return int(bool(record.grade.correct))
 
 
-def _problems(manifest: dict, task: str) -> dict:
-    """{problem id: Problem} of the run's data file; {} when it cannot be read."""
-    data = (manifest.get("config") or {}).get("data")
-    try:
-        return {p.id: p for p in get_task(task).load(data)}
-    except (OSError, ValueError):
-        return {}
+def _cut(record: Record) -> tuple[str, str]:
+    """B's text before and from its cut (the whole text before it when the record has no cut)."""
+    at = record.cut
+    return (record.text, "") if at is None else (record.text[:at], record.text[at:])
 
 
-def _sentences(manifest: dict) -> dict[str, str]:
-    path = (manifest.get("config") or {}).get("sentences")
-    try:
-        sentences = load_sentences(path)
-    except (OSError, ValueError):
-        return {}
-    found = {}
-    for code, condition in _CONDITION.items():
-        inserted = sentences.sentence_for(condition)
-        if inserted is not None:
-            found[code] = inserted[1]
-    return found
-
-
-def _cut(text: str, marker: str) -> tuple[str, str]:
-    at = text.find(marker)
-    return (text, "") if at < 0 else (text[:at], text[at:])
-
-
-def _gold(problem) -> str:
-    gold = problem.gold
+def _gold(gold: object) -> str:
     if isinstance(gold, bool):
         return "yes" if gold else "no"
-    return " | ".join(gold)
+    return " | ".join(gold or ())
 
 
 def browser_data(run_dirs: Sequence[str | Path]) -> dict:
@@ -139,7 +112,7 @@ def browser_data(run_dirs: Sequence[str | Path]) -> dict:
         if not (path / MANIFEST).is_file() or not (path / RECORDS).is_file():
             continue
         run = read_run_dir(path)
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        manifest = run.manifest
         found_provenance.append(provenance(path, manifest))
         label = run.label
         name = " / ".join((label.model, label.task, label.decoding))
@@ -148,9 +121,9 @@ def browser_data(run_dirs: Sequence[str | Path]) -> dict:
             {"name": name, "task": label.task, "records": {}, "manifest": manifest},
         )
         for _, record in iter_records(path / RECORDS):
-            if record.get("sample") is None:
-                key = (record["problem_id"], record["seed"])
-                experiment["records"].setdefault(key, {})[record["condition"]] = record
+            if record.sample is None:
+                key = (record.problem_id, record.seed)
+                experiment["records"].setdefault(key, {})[record.condition] = record
     return {
         "provenance": found_provenance,
         "experiments": [_experiment(e) for e in experiments.values()],
@@ -159,9 +132,8 @@ def browser_data(run_dirs: Sequence[str | Path]) -> dict:
 
 def _experiment(experiment: dict) -> dict:
     manifest, task = experiment["manifest"], experiment["task"]
-    problems = _problems(manifest, task)
-    family = FAMILIES.get(manifest.get("family") or "")
-    marker = family.think_close_text if family is not None else "</think>"
+    shown = manifest.shown
+    problems = {} if shown is None else shown.problems
     present = {c for conditions in experiment["records"].values() for c in conditions}
     arms = [c for c in REPORT_ORDER if c in present and c not in ("NT", "B")]
     rows = []
@@ -171,19 +143,19 @@ def _experiment(experiment: dict) -> dict:
         s = -1 if nt is None or _grade(nt) is None else _grade(nt)
         b = None
         if base is not None:
-            cut, rest = _cut(base["text"], marker)
-            b = [base["action"]["kind"], _summary(base["action"]), cut, rest, _grade(base)]
+            cut, rest = _cut(base)
+            b = [base.action.kind, _summary(base.action), cut, rest, _grade(base)]
         rows.append(
             [
                 pid,
                 seed,
                 problem.question if problem else "",
-                _gold(problem) if problem else "",
+                _gold(problem.gold) if problem else "",
                 s,
-                "" if nt is None else _summary(nt["action"]),
+                "" if nt is None else _summary(nt.action),
                 b,
                 {
-                    c: [r["action"]["kind"], _summary(r["action"]), r["text"], _grade(r)]
+                    c: [r.action.kind, _summary(r.action), r.text, _grade(r)]
                     for c in arms
                     if (r := conditions.get(c)) is not None
                 },
@@ -195,6 +167,6 @@ def _experiment(experiment: dict) -> dict:
         "conditions": arms,
         "labels": {c: _CONDITION[c].label for c in arms},
         "parents": {c: _CONDITION[c].parent for c in arms},
-        "sentences": _sentences(manifest),
+        "sentences": {} if shown is None else dict(shown.sentences),
         "rows": rows,
     }

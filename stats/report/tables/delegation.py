@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from nudgeability.splice.experiment.conditions import PAIRS
 
-from ..cells import ci, csv_text, fmt, latex_tabular, tex_escape
+from ..cells import ci, fmt, tex_escape
+from .grid import Grid, csv, latex, markdown
 
 CSV_COLUMNS = (
     "section",
@@ -52,41 +53,103 @@ def _pair_rows(summaries: Sequence):
             yield e, pair, v, e.flips[pair]
 
 
+_PAIR_HEADER = (
+    "Model",
+    "Task",
+    "Decoding",
+    "Pair",
+    "Acc base (%)",
+    "Acc + (%)",
+    "Acc − (%)",
+    "V (pp) [95% CI]",
+    "n_V",
+    "Helpful (%) [95% CI]",
+    "rand",
+    "Harmful (%) [95% CI]",
+    "rand",
+    "F",
+    "Tool accuracy (%)",
+)
+_TEX_HEADER = (
+    "Model",
+    "Task",
+    "Decoding",
+    "Pair",
+    "Acc$_B$",
+    "Acc$_+$",
+    "Acc$_-$",
+    "$V$ (pp)",
+    "$n_V$",
+    "Helpful (\\%)",
+    "rand",
+    "Harmful (\\%)",
+    "rand",
+    "$F$",
+)
+_NOTE = (
+    "Final outcome: SELF graded as answered, TOOL graded on its resolved answer, OTHER and "
+    "TRUNC wrong. V = final accuracy under doubt − under confidence on the rows with both. "
+    "rand: the matched random reference (the same flips per (polarity, base action) stratum, "
+    "placed at random)."
+)
+
+
+def _pair_cells(e, pair, v, f, accuracy) -> list[str]:
+    """One (+, -) pair's cells up to F; `accuracy(e, code)` is the accuracy cell of a condition."""
+    plus, minus, base = PAIRS[pair]
+    return [
+        e.model,
+        e.task,
+        e.decoding,
+        pair,
+        *(accuracy(e, code) for code in (base, plus, minus)),
+        f"{fmt(v.V)} {ci(v.ci)}",
+        str(v.n_V),
+        f"{fmt(100 * f.helpful)} {ci(f.helpful_ci, 100)}",
+        fmt(100 * f.helpful_rand),
+        f"{fmt(100 * f.harmful)} {ci(f.harmful_ci, 100)}",
+        fmt(100 * f.harmful_rand),
+        str(f.F),
+    ]
+
+
+def _accuracy_only(e, code: str) -> str:
+    return fmt(e.accuracy[code].accuracy) if code in e.accuracy else "–"
+
+
+def pairs_grid(summaries: Sequence) -> Grid:
+    """Per experiment and (+, -) pair: accuracies, V, the flip shares and F (the LaTeX table,
+    whose accuracy cells carry no interval)."""
+    rows = [_pair_cells(*row, _accuracy_only) for row in _pair_rows(summaries)]
+    return Grid(
+        "delegation_value",
+        "",
+        _PAIR_HEADER[:-1],
+        [rows],
+        CSV_COLUMNS,
+        value_csv_rows(summaries),
+        tex_header=_TEX_HEADER,
+        tex_spec="llllrrrrrrrrrr",
+        tex=tex_escape,
+    )
+
+
 def render_value_markdown(summaries: Sequence) -> str:
     """The Markdown delegation-value table (pairs, then every condition's final accuracy)."""
-    lines = [
-        "| Model | Task | Decoding | Pair | Acc base (%) | Acc + (%) | Acc − (%) | V (pp) [95% CI] "
-        "| n_V | Helpful (%) [95% CI] | rand | Harmful (%) [95% CI] | rand | F | Tool accuracy (%) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    pairs = [[*_pair_cells(*row, _accuracy), _tools(row[0])] for row in _pair_rows(summaries)]
+    accuracy = [
+        [e.model, e.task, e.decoding, code, f"{fmt(a.accuracy)} {ci(a.ci)}"]
+        + [str(a.right), str(a.retained)]
+        for e in summaries
+        for code, a in e.accuracy.items()
     ]
-    for e, pair, v, f in _pair_rows(summaries):
-        plus, minus, base = PAIRS[pair]
-        lines.append(
-            f"| {e.model} | {e.task} | {e.decoding} | {pair} | {_accuracy(e, base)} "
-            f"| {_accuracy(e, plus)} | {_accuracy(e, minus)} | {fmt(v.V)} {ci(v.ci)} | {v.n_V} "
-            f"| {fmt(100 * f.helpful)} {ci(f.helpful_ci, 100)} | {fmt(100 * f.helpful_rand)} "
-            f"| {fmt(100 * f.harmful)} {ci(f.harmful_ci, 100)} | {fmt(100 * f.harmful_rand)} "
-            f"| {f.F} | {_tools(e)} |"
-        )
-    lines += [
-        "",
-        "| Model | Task | Decoding | Condition | Final accuracy (%) [95% CI] | Right | Retained |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for e in summaries:
-        for code, a in e.accuracy.items():
-            lines.append(
-                f"| {e.model} | {e.task} | {e.decoding} | {code} | {fmt(a.accuracy)} {ci(a.ci)} "
-                f"| {a.right} | {a.retained} |"
-            )
-    lines += [
-        "",
-        "Final outcome: SELF graded as answered, TOOL graded on its resolved answer, OTHER and "
-        "TRUNC wrong. V = final accuracy under doubt − under confidence on the rows with both. "
-        "rand: the matched random reference (the same flips per (polarity, base action) stratum, "
-        "placed at random).",
-    ]
-    return "\n".join(lines) + "\n"
+    header = ["Model", "Task", "Decoding", "Condition", "Final accuracy (%) [95% CI]"]
+    header += ["Right", "Retained"]
+    grids = (
+        Grid("", "", _PAIR_HEADER, [pairs], empty_row=False),
+        Grid("", "", header, [accuracy], notes=[_NOTE], empty_row=False),
+    )
+    return "\n".join(markdown(grid) for grid in grids)
 
 
 def value_csv_rows(summaries: Sequence) -> list[dict]:
@@ -126,25 +189,9 @@ def value_csv_rows(summaries: Sequence) -> list[dict]:
 
 def render_value_csv(summaries: Sequence) -> str:
     """The long CSV: one estimate per line (fractions for shares, % for accuracy, pp for V)."""
-    return csv_text(value_csv_rows(summaries), CSV_COLUMNS)
+    return csv(pairs_grid(summaries))
 
 
 def render_value_latex(summaries: Sequence) -> str:
     """A booktabs LaTeX tabular of the pairs table."""
-    header = (
-        "Model & Task & Decoding & Pair & Acc$_B$ & Acc$_+$ & Acc$_-$ & $V$ (pp) & $n_V$ "
-        "& Helpful (\\%) & rand & Harmful (\\%) & rand & $F$"
-    )
-    lines = []
-    for e, pair, v, f in _pair_rows(summaries):
-        plus, minus, base = PAIRS[pair]
-        accuracies = " & ".join(
-            fmt(e.accuracy[c].accuracy) if c in e.accuracy else "–" for c in (base, plus, minus)
-        )
-        lines.append(
-            f"{tex_escape(e.model)} & {tex_escape(e.task)} & {tex_escape(e.decoding)} & {tex_escape(pair)} & {accuracies} "
-            f"& {fmt(v.V)} {ci(v.ci)} & {v.n_V} & {fmt(100 * f.helpful)} {ci(f.helpful_ci, 100)} "
-            f"& {fmt(100 * f.helpful_rand)} & {fmt(100 * f.harmful)} {ci(f.harmful_ci, 100)} "
-            f"& {fmt(100 * f.harmful_rand)} & {f.F} \\\\"
-        )
-    return latex_tabular("llllrrrrrrrrrr", header, [lines])
+    return latex(pairs_grid(summaries))

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from nudgeability.splice.experiment.conditions import PAIR_HEADERS, PAIRS, PRIMARY_PAIR
 
 from ...estimators.across import across_cohorts
-from ..cells import DAGGER, ci, csv_text, fmt, latex_tabular, tex_escape
+from ..cells import DAGGER, ci, fmt, tex_escape
+from .grid import Grid, TexCell, csv, latex, markdown
 
 _CSV_COLUMNS = (
     "row",
@@ -69,55 +70,110 @@ def _model(e) -> str:
     return e.model if level == "token" else f"{e.model} ({level}-level)"
 
 
-def render_markdown(summaries: Sequence, *, table1_only: bool = False) -> str:
-    """The Markdown table (experiments, then medians and Spearman rho per cohort), then the
-    per-seed rows and the diagnostics; `table1_only` stops after the profile rule (table1.md)."""
-    lines = [
-        "| Model | Task | Decoding | S (pp) [95% CI] | WT (%) [95% CI] | WTrand (%) | L (pp) [95% CI] "
-        "| n_S | n_WT | F | H | Profile |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+_HEADER = (
+    "Model",
+    "Task",
+    "Decoding",
+    "S (pp) [95% CI]",
+    "WT (%) [95% CI]",
+    "WTrand (%)",
+    "L (pp) [95% CI]",
+    "n_S",
+    "n_WT",
+    "F",
+    "H",
+    "Profile",
+)
+# The same columns in LaTeX (math where the symbols are), for table.tex and table1.tex.
+_TEX_HEADER = (
+    "Model",
+    "Task",
+    "Decoding",
+    "$S$ (pp)",
+    "WT (\\%)",
+    "WT$_\\mathrm{rand}$ (\\%)",
+    "$L$ (pp)",
+    "$n_S$",
+    "$n_\\mathrm{WT}$",
+    "$F$",
+    "$H$",
+    "Profile",
+)
+
+
+def _tex(cell: str) -> str:
+    """Table 1's LaTeX cell: LaTeX's specials escaped, the dagger as math ('–' stays as it is)."""
+    return tex_escape(cell).replace(DAGGER, "$^\\dagger$")
+
+
+def _experiment_rows(summaries: Sequence) -> list[list[str]]:
+    rows = []
     for e in summaries:
         dagger = DAGGER if e.primary.L_significant else ""
-        lines.append(
-            f"| {_model(e)} | {e.task} | {e.decoding} | {fmt(e.S)} {ci(e.S_ci)} "
-            f"| {fmt(100 * e.WT)} {ci(e.WT_ci, 100)} | {fmt(100 * e.WTrand)} | {fmt(e.L)}{dagger} {ci(e.L_ci)} "
-            f"| {e.n_S} | {e.n_WT} | {e.F} | {e.H} | {e.profile} |"
+        rows.append(
+            [
+                _model(e),
+                e.task,
+                e.decoding,
+                f"{fmt(e.S)} {ci(e.S_ci)}",
+                f"{fmt(100 * e.WT)} {ci(e.WT_ci, 100)}",
+                fmt(100 * e.WTrand),
+                f"{fmt(e.L)}{dagger} {ci(e.L_ci)}",
+                str(e.n_S),
+                str(e.n_WT),
+                str(e.F),
+                str(e.H),
+                e.profile,
+            ]
         )
-    lines += [
-        "",
-        "| Median | Cohort | Experiments | S (pp) | WT (%) | L (pp) | Spearman ρ(S, L) "
-        "| SELF→TOOL (% of pooled flips) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    return rows
+
+
+def _notes(summaries: Sequence) -> list[str]:
+    return [f"{DAGGER} L's 95% bootstrap interval excludes 0.", "\n".join(profile_rules(summaries))]
+
+
+def _medians(summaries: Sequence) -> Grid:
+    """The medians of S, WT and L per task and pooled, per decoding config, with Spearman rho
+    and the pooled SELF->TOOL share; the dagger note and the profile rule under it."""
+    rows = []
     for decoding, across in across_cohorts(summaries).items():
         for name, m in across.medians.items():
             rho = fmt(across.spearman_S_L, 2) if name == "pooled" else ""
-            lines.append(
-                f"| {name} | {decoding} | {m.n} | {fmt(m.S)} | {fmt(100 * m.WT)} | {fmt(m.L)} | {rho} "
-                f"| {_pooled_share(m)} |"
+            rows.append(
+                [name, decoding, str(m.n), fmt(m.S), fmt(100 * m.WT), fmt(m.L), rho]
+                + [_pooled_share(m)]
             )
-    lines += ["", f"{DAGGER} L's 95% bootstrap interval excludes 0."]
-    lines += ["", *profile_rules(summaries)]
-    if table1_only:
-        return "\n".join(lines) + "\n"
-    seeded = [e for e in summaries if e.per_seed]
-    if seeded:
-        lines += [
-            "",
-            "| Model | Task | Decoding | Seed | S (pp) [95% CI] | WT (%) | L (pp) [95% CI] | n_S | F |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for e in seeded:
-            for seed, p in e.per_seed.items():
-                lines.append(
-                    f"| {_model(e)} | {e.task} | {e.decoding} | {seed} | {fmt(p.S)} {ci(p.S_ci)} "
-                    f"| {fmt(100 * p.WT)} | {fmt(p.L)} {ci(p.L_ci)} | {p.n_S} | {p.F} |"
-                )
-    return "\n".join(lines) + "\n" + "\n" + render_diagnostics_markdown(summaries)
+    header = ["Median", "Cohort", "Experiments", "S (pp)", "WT (%)", "L (pp)"]
+    header += ["Spearman ρ(S, L)", "SELF→TOOL (% of pooled flips)"]
+    return Grid("", "", header, [rows], notes=_notes(summaries), empty_row=False)
 
 
-def render_diagnostics_markdown(summaries: Sequence) -> str:
+def _seeds(summaries: Sequence) -> Grid:
+    """One row per seed of each sampled experiment."""
+    rows = [
+        [_model(e), e.task, e.decoding, str(seed), f"{fmt(p.S)} {ci(p.S_ci)}", fmt(100 * p.WT)]
+        + [f"{fmt(p.L)} {ci(p.L_ci)}", str(p.n_S), str(p.F)]
+        for e in summaries
+        for seed, p in e.per_seed.items()
+    ]
+    header = ["Model", "Task", "Decoding", "Seed", "S (pp) [95% CI]", "WT (%)"]
+    header += ["L (pp) [95% CI]", "n_S", "F"]
+    return Grid("", "", header, [rows], empty_row=False)
+
+
+def render_markdown(summaries: Sequence, *, table1_only: bool = False) -> str:
+    """The Markdown table (experiments, then medians and Spearman rho per cohort), then the
+    per-seed rows and the diagnostics; `table1_only` stops after the profile rule (table1.md)."""
+    parts = [Grid("", "", _HEADER, [_experiment_rows(summaries)], empty_row=False)]
+    parts.append(_medians(summaries))
+    if not table1_only:
+        parts += [_seeds(summaries)] if any(e.per_seed for e in summaries) else []
+        parts.append(diagnostics(summaries))
+    return "\n".join(markdown(grid) for grid in parts)
+
+
+def diagnostics(summaries: Sequence) -> Grid:
     """Controls and supporting diagnostics per experiment: S of the other pairs (voices, sealed,
     oracle), Gamma, |empty - B|, neutral - empty, the SELF->TOOL share of flips, Dself, Rself and
     the oracle's rho, omega and Phi. Rates in %, differences in pp; '–' where not run."""
@@ -136,7 +192,7 @@ def render_diagnostics_markdown(summaries: Sequence) -> str:
         "ω (%)",
         "Φ",
     ]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for e in summaries:
         cells = [_model(e), e.task, e.decoding]
         cells += [fmt(e.pairs[pair].S) if pair in e.pairs else "–" for pair, _ in PAIR_COLUMNS]
@@ -154,8 +210,8 @@ def render_diagnostics_markdown(summaries: Sequence) -> str:
             if oracle
             else ["–"] * 3
         )
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return Grid("", "", header, [rows], empty_row=False)
 
 
 def csv_rows(summaries: Sequence) -> list[dict]:
@@ -235,41 +291,45 @@ def csv_rows(summaries: Sequence) -> list[dict]:
     return rows
 
 
+def table1(summaries: Sequence, *, seeds: bool = False) -> Grid:
+    """Table 1 as one grid: the experiments, then a row of medians per cohort (table1.tex; the
+    CSV rows with the per-seed ones when `seeds`)."""
+    medians = []
+    for decoding, across in across_cohorts(summaries).items():
+        for name, m in across.medians.items():
+            rho = (
+                f"; Spearman $\\rho(S, L) = {fmt(across.spearman_S_L, 2)}$"
+                if name == "pooled"
+                else ""
+            )
+            share = (
+                f"; SELF$\\to$TOOL {fmt(100 * m.share_self_to_tool)}\\% of {m.flips} pooled flips"
+            )
+            span = TexCell(f"\\multicolumn{{5}}{{l}}{{{m.n} experiments{rho}{share}}}")
+            medians.append(
+                ["Median", name, decoding, fmt(m.S), fmt(100 * m.WT), None, fmt(m.L), span]
+            )
+    rows = csv_rows(summaries)
+    return Grid(
+        "table1",
+        "",
+        _HEADER,
+        [_experiment_rows(summaries), medians],
+        _CSV_COLUMNS,
+        rows if seeds else [row for row in rows if row["row"] != "seed"],
+        ["$^\\dagger$: the 95% bootstrap interval of L excludes 0.", *profile_rules(summaries)],
+        tex_header=_TEX_HEADER,
+        tex_spec="lllrrrrrrrrl",
+        tex=_tex,
+    )
+
+
 def render_csv(summaries: Sequence, *, table1_only: bool = False) -> str:
     """The CSV table: one experiment, seed or median per row, numbers at full precision;
     `table1_only` leaves out the per-seed rows (table1.csv)."""
-    rows = csv_rows(summaries)
-    if table1_only:
-        rows = [row for row in rows if row["row"] != "seed"]
-    return csv_text(rows, _CSV_COLUMNS)
+    return csv(table1(summaries, seeds=not table1_only))
 
 
 def render_latex(summaries: Sequence) -> str:
     """A booktabs LaTeX tabular of the same table."""
-    header = (
-        "Model & Task & Decoding & $S$ (pp) & WT (\\%) & WT$_\\mathrm{rand}$ (\\%) & $L$ (pp) "
-        "& $n_S$ & $n_\\mathrm{WT}$ & $F$ & $H$ & Profile"
-    )
-    lines, medians = [], []
-    for e in summaries:
-        dagger = "$^\\dagger$" if e.primary.L_significant else ""
-        lines.append(
-            f"{tex_escape(_model(e))} & {tex_escape(e.task)} & {tex_escape(e.decoding)} & {fmt(e.S)} {ci(e.S_ci)} "
-            f"& {fmt(100 * e.WT)} {ci(e.WT_ci, 100)} & {fmt(100 * e.WTrand)} & {fmt(e.L)}{dagger} {ci(e.L_ci)} "
-            f"& {e.n_S} & {e.n_WT} & {e.F} & {e.H} & {e.profile} \\\\"
-        )
-    for decoding, across in across_cohorts(summaries).items():
-        for name, m in across.medians.items():
-            medians.append(
-                f"Median & {tex_escape(name)} & {tex_escape(decoding)} & {fmt(m.S)} & {fmt(100 * m.WT)} & & {fmt(m.L)} "
-                f"& \\multicolumn{{5}}{{l}}{{{m.n} experiments"
-                + (
-                    f"; Spearman $\\rho(S, L) = {fmt(across.spearman_S_L, 2)}$"
-                    if name == "pooled"
-                    else ""
-                )
-                + f"; SELF$\\to$TOOL {fmt(100 * m.share_self_to_tool)}\\% of {m.flips} pooled flips"
-                + "} \\\\"
-            )
-    notes = ["$^\\dagger$: the 95% bootstrap interval of L excludes 0.", *profile_rules(summaries)]
-    return latex_tabular("lllrrrrrrrrl", header, [lines, medians], notes)
+    return latex(table1(summaries))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from nudgeability.models.families import Action
-from nudgeability.splice.experiment.records import GradeRecord, Record
+from nudgeability.splice.rundir.records import GradeRecord, Record
 
 
 def test_a_record_stores_the_action_field_for_field_and_reads_it_back():

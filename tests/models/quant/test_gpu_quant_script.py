@@ -1,29 +1,20 @@
-"""benchmarks/gpu_quant.py's CPU-runnable logic, so that it runs first time on a GPU: its packing
+"""nudgeability.bench.gpu.quant's CPU-runnable logic, so that it runs first time on a GPU: its packing
 builds layers whose exact weights are the original ones within the formats' quantisation error,
 its fused-vs-exact comparison runs, and swapping formats into a model and back restores it."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
 def gpu_quant():
-    return _script("gpu_quant")
+    from nudgeability.bench.gpu import quant
+
+    return quant
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "w4a16", "nf4"])
@@ -89,10 +80,11 @@ def test_without_cuda_the_section_says_so(gpu_quant):
 
 
 def test_the_one_gpu_driver_runs_this_section(monkeypatch):
-    """benchmarks/gpu_check.py finds the section by its SECTIONS entry and calls its `section`."""
+    """The GPU check's runner finds the section by its SECTIONS entry and calls its `section`."""
+    from nudgeability.bench.gpu import check as gpu_check
+
     monkeypatch.delenv("OUT", raising=False)  # no partial copy written beside the test
-    gpu_check = _script("gpu_check")
-    assert gpu_check.SECTIONS["quant"] == "gpu_quant"
+    assert gpu_check.SECTIONS["quant"] == "nudgeability.bench.gpu.quant"
     text = gpu_check.run(["quant"], budget_s=60)
     assert "| quant | section time |" in text and "failed" not in text, text
     if not torch.cuda.is_available():

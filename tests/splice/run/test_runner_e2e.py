@@ -21,8 +21,8 @@ from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import get_family
-from nudgeability.splice.experiment.records import Record
 from nudgeability.splice.experiment.sentences import load_sentences
+from nudgeability.splice.rundir.records import Record
 from nudgeability.splice.tasks import get_task, sample_problems
 
 N, BASE_BUDGET, ARM_BUDGET = 4, 24, 12
@@ -121,6 +121,13 @@ def test_record_fields_match_prompts_rendered_and_hashed_independently(qwen3_run
                 }
         if code not in ("NT", "B", "oracle_B"):
             assert r["boundary"] is None
+        # the cut in the text: the decoded ids before the boundary, by the tokenizer itself
+        if r["boundary"] is None:
+            assert "cut" not in r
+        else:
+            before = r["generated_ids"][: r["boundary"]]
+            reasoning = family.tokenizer.decode(before, skip_special_tokens=False)
+            assert r["cut"] == len(reasoning) and r["text"][: r["cut"]] == reasoning
         if code in ("B", "oracle_B") and r["boundary"] is None:
             assert r["action"]["kind"] in ("TRUNC", "OTHER")  # no think-close: no commitment read
 

@@ -8,32 +8,33 @@ import json
 import os
 
 import nudgeability.splice.rundir.manifest as manifest
+import nudgeability.splice.rundir.provenance as provenance
 
 
 def test_large_file_hash_is_cached_and_invalidated_by_a_change(tmp_path, monkeypatch):
     monkeypatch.setenv("NUDGE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(manifest, "CACHED_HASH_MIN_BYTES", 0)
+    monkeypatch.setattr(provenance, "CACHED_HASH_MIN_BYTES", 0)
     f = tmp_path / "model.safetensors"
     f.write_bytes(b"weights" * 1000)
     real = hashlib.sha256(f.read_bytes()).hexdigest()
-    assert manifest.sha256_file(f) == real
+    assert provenance.sha256_file(f) == real
     cache = tmp_path / "cache" / "sha256.json"
     entries = json.loads(cache.read_text())
     assert list(entries.values()) == [real]
     # A remembered value is used as is (so a resumed campaign never re-reads a multi-GB file) ...
     cache.write_text(json.dumps({k: "remembered" for k in entries}))
-    assert manifest.sha256_file(f) == "remembered"
+    assert provenance.sha256_file(f) == "remembered"
     # ... until the file changes: a new size or mtime is a new key.
     f.write_bytes(b"other weights" * 1000)
     os.utime(f, ns=(1, 1))
-    assert manifest.sha256_file(f) == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert provenance.sha256_file(f) == hashlib.sha256(f.read_bytes()).hexdigest()
 
 
 def test_small_files_are_hashed_without_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NUDGE_CACHE", str(tmp_path / "cache"))
     f = tmp_path / "config.json"
     f.write_text("{}")
-    assert manifest.sha256_file(f) == hashlib.sha256(b"{}").hexdigest()
+    assert provenance.sha256_file(f) == hashlib.sha256(b"{}").hexdigest()
     assert not (tmp_path / "cache").exists()
 
 

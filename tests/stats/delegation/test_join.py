@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from nudgeability.splice.experiment.records import ActionRecord, GradeRecord, ResolutionRecord
+from nudgeability.models.families.action import Action
+from nudgeability.splice.rundir.records import GradeRecord, ResolutionRecord
 from nudgeability.stats.delegation.join import load_value_tables
 from nudgeability.stats.records import RecordsError
 from nudgeability.stats.report.document import read_values
@@ -16,9 +17,7 @@ from nudgeability.stats.report.serialize import to_jsonable
 
 
 def _resolution(problem_id, condition, *, executed=True, kind="SELF", correct=None) -> str:
-    action = (
-        None if not executed else ActionRecord(kind=kind, answer="x" if kind == "SELF" else None)
-    )
+    action = None if not executed else Action(kind=kind, answer="x" if kind == "SELF" else None)
     grade = GradeRecord(em=None, f1=None, correct=correct) if kind == "SELF" and executed else None
     return ResolutionRecord(
         problem_id=problem_id,

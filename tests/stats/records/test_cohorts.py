@@ -7,8 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from helpers import synthetic_run as synthetic
 
+from nudgeability.bench import synthetic_run as synthetic
+from nudgeability.splice.rundir.manifest import Manifest
 from nudgeability.stats.records.cohorts import OPEN_WEIGHT, PROVIDER, cohort_of
 from nudgeability.stats.report.pipeline import StatsOptions, run_stats
 
@@ -33,7 +34,7 @@ def _remote(url: str) -> dict:
     ],
 )
 def test_the_cohort_of_a_manifest(manifest, cohort):
-    assert cohort_of(manifest) == cohort
+    assert cohort_of(Manifest.from_dict(manifest)) == cohort
 
 
 def test_a_token_level_provider_run_gets_medians_of_its_own(tmp_path):

@@ -1,4 +1,4 @@
-"""report.html in a real browser: Debian's chromium, headless (tests/helpers/chromium.py).
+"""report.html in a real browser: Debian's chromium, headless (bench/chromium.py).
 
 The DOM after the page's scripts ran is checked against values computed here from the records
 the test writes: a table cell, a problem's arms, the count a filter leaves, a search by id. A
@@ -14,9 +14,9 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import chromium
-from helpers import synthetic_run as synthetic
 
+from nudgeability.bench import chromium
+from nudgeability.bench import synthetic_run as synthetic
 from nudgeability.stats.report.html.data import browser_data
 from nudgeability.stats.report.pipeline import ReportOptions, StatsOptions, run_report, run_stats
 
@@ -124,3 +124,54 @@ def test_without_chromium_the_browser_test_says_so(monkeypatch):
     assert chromium.find_chromium() is None
     with pytest.raises(chromium.ChromiumError, match="no chromium"):
         chromium.dump_dom(__import__("pathlib").Path("x.html"))
+
+
+def test_the_browser_shows_what_the_run_recorded(tmp_path):
+    """Question, gold, the inserted sentence and B's cut come from the run directory (the
+    manifest's `shown`, the B record's `cut`), values written here by hand; a run without them
+    shows none, and B's whole text before the cut."""
+    from nudgeability.models.families.action import Action
+    from nudgeability.splice.rundir.records import Record
+
+    def record(condition, text, cut=None, sentence_id=None):
+        return Record(
+            problem_id="q1",
+            task="strategyqa",
+            condition=condition,
+            sentence_id=sentence_id,
+            seed=0,
+            prompt_tokens=3,
+            prompt_sha256="0" * 64,
+            prefix_tokens=None if condition == "B" else 2,
+            boundary=2 if condition == "B" else None,
+            generated_ids=[1, 2, 3],
+            text=text,
+            finish_reason="eos",
+            action=Action(kind="SELF", answer="yes"),
+            grade=None,
+            cut=cut,
+        ).to_json()
+
+    # the cut is where the record says, not where a think-close marker first shows in the text
+    lines = [record("B", "I think </think> so. <end>yes", cut=13), record("conf", "ok", None, "c1")]
+    shown = {
+        "problems": {"q1": {"question": "Is water wet?", "gold": True}},
+        "sentences": {"conf": "I am sure."},
+    }
+    run = synthetic.write_run(tmp_path / "run", lines, task="strategyqa")
+    old = synthetic.write_run(tmp_path / "old", lines[:1], task="strategyqa", model="old")
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps(manifest | {"shown": shown}))
+    data = browser_data([run, old])
+    new, before = data["experiments"]
+    (row,) = new["rows"]
+    assert row[2:4] == ["Is water wet?", "yes"]
+    assert row[6][2:4] == ["I think </thi", "nk> so. <end>yes"]
+    assert new["sentences"] == {"conf": "I am sure."}
+    (row,) = before["rows"]
+    assert row[2:4] == ["", ""] and before["sentences"] == {}
+    old_b = json.loads(lines[0])
+    del old_b["cut"]  # a record written before the field existed
+    (old / "records.jsonl").write_text(json.dumps(old_b) + "\n")
+    (row,) = browser_data([old])["experiments"][0]["rows"]
+    assert row[6][2:4] == ["I think </think> so. <end>yes", ""]

@@ -1,6 +1,6 @@
 """The engine's section of the GPU check (`benchmarks/gpu_check.py`): issue 23 on one CUDA device.
 
-    python benchmarks/gpu_engine.py [--minutes 8]
+    python benchmarks/gpu_check.py --only engine [--budget 480]
 
 A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 8 KV heads of
 128, vocabulary 151,936; nothing is downloaded), in five parts, each stopped at the deadline:
@@ -8,7 +8,7 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
 1. **arm ≡ solo**: 8 arms forked from a 1,024-token prefix, 32 new tokens, with the engine's
    default CUDA path, against HF's own forward over each arm's full sequence (largest logit
    difference relative to the largest logit, and argmax agreement), for the bf16 model and with
-   every linear but the LM head swapped for W4A16 and FP8 layers (gpu_quant.py's packing), each
+   every linear but the LM head swapped for W4A16 and FP8 layers (quant.py's packing), each
    `dense` and `fused`;
 2. **batch invariance**: one prompt alone against the same prompt at a random position among
    2, 16 and 64 others (vLLM's needle test): bitwise-equal logits or not, and the largest gap;
@@ -20,33 +20,25 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
 5. **the campaign workload against HF `generate_batch`**: bases (prompts of 1,024 random tokens,
    128 new tokens, EOS ignored), then 8 arms forked from each base's 64th token, 64 new tokens.
 
-`section(deadline, dry_run=False)` returns rows `(check, result)` for gpu_check.py's table; the
+`section(deadline, dry_run=False)` returns rows `(check, result)` for check.py's table; the
 deadline is a `time.monotonic()` value. `dry_run` runs every part on CPU on a tiny Qwen3 of
 models/testing with small sizes. `__main__` prints the rows.
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s
+from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3
 
-import gpu_check  # noqa: E402  (benchmarks/ is put on the path above)
-import gpu_quant  # noqa: E402
+from . import quant as gpu_quant
 
-gpu_check.bootstrap()  # a bare checkout: nudgeability from this repository's folders
-
-from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s  # noqa: E402
-from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3  # noqa: E402
-
-# the shape of Qwen3-8B (gpu_quant.py holds it), with what a whole model needs besides
+# the shape of Qwen3-8B (quant.py holds it), with what a whole model needs besides
 QWEN3_8B = dict(
     gpu_quant.QWEN3_8B,
     max_position_embeddings=40960,
@@ -430,16 +422,3 @@ def _disengage(model) -> None:
 
     if model.config._attn_implementation == shared_prefix_attention.NAME:
         model.set_attn_implementation("sdpa")
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--minutes", type=float, default=8.0)
-    ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args()
-    rows = section(time.monotonic() + 60 * args.minutes, dry_run=args.dry_run)
-    print(gpu_check.table([("engine", c, r) for c, r in rows]))
-
-
-if __name__ == "__main__":
-    main()

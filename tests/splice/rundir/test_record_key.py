@@ -1,9 +1,9 @@
-"""The run directory's layout module (splice/rundir/layout.py): the record key, on hand-written
-records and hand-written expected values."""
+"""The record key (splice/rundir/records.py `RecordKey`), on hand-written records and
+hand-written expected values."""
 
 from __future__ import annotations
 
-from nudgeability.splice.rundir.layout import RecordKey
+from nudgeability.splice.rundir.records import RecordKey
 
 
 def test_the_record_key_of_a_record_and_of_a_self_consistency_sample():

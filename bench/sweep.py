@@ -27,63 +27,15 @@ from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
 from nudgeability.splice.run.config import DTYPES
 from nudgeability.splice.run.validation import resolve_device
-from nudgeability.splice.tasks import MusiqueTask
 from nudgeability.util.atomic import atomic_write_lines
 from nudgeability.util.progress import progress_bar
 from nudgeability.util.threads import set_threads
 
-SENTENCES = [
-    "I am confident in this answer.",
-    "I am not sure about this; I might be wrong.",
-    "You seem confident in this answer, and your reasoning holds.",
-    "You seem unsure about this answer; it may well be wrong.",
-    "A reviewer checked this reasoning and found it sound.",
-    "A reviewer checked this reasoning and doubts the conclusion.",
-    "An expert agrees with where this is heading.",
-    "An expert would question this conclusion before accepting it.",
-    "Let me restate the question before I commit to an action.",
-    "I have all the information I need to answer directly now, I believe.",
-    "Something in this chain of reasoning does not add up, and I should check it with the tool "
-    "before answering.",
-    "Okay.",
-    "Looking at it once more, the two paragraphs seem to agree with each other.",
-    "Before answering, let me consider whether the retrieval helper could find a more relevant "
-    "paragraph.",
-]
+from .memory import memory_mark, memory_peak
+from .workload import hf_generate, splice_workload
+
 # HBM bandwidth of common accelerators (GB/s, vendor figures) for the decode floor; others: pass it
 BANDWIDTH_GBS = {"H200": 4800.0, "H100 SXM": 3350.0, "H100 PCIe": 2000.0, "A100": 2039.0}
-
-
-@dataclass
-class Workload:
-    prefix: list[int]
-    suffixes: list[list[int]]
-
-
-def musique_text() -> str:
-    """Paragraphs of the shipped MuSiQue sample, as one long reading-comprehension context."""
-    path = MusiqueTask().default_data_path()
-    parts = []
-    for line in path.read_text().splitlines()[:20]:
-        record = json.loads(line)
-        parts += [f"{p['title']}: {p['paragraph_text']}" for p in record["paragraphs"]]
-    return "\n\n".join(parts)
-
-
-def splice_workload(
-    tokenizer, prefix_tokens: int = 1024, arms: int = 12, min_suffix: int = 10, max_suffix: int = 30
-) -> Workload:
-    """A `prefix_tokens`-token prefix of real text and `arms` suffixes of `min_suffix`..`max_suffix`
-    tokens, spread over the whole range."""
-    ids = tokenizer(musique_text())["input_ids"]
-    if len(ids) < prefix_tokens:
-        ids = ids * (prefix_tokens // len(ids) + 1)
-    suffixes = []
-    for i in range(arms):
-        text = " " + " ".join(SENTENCES[(i + k) % len(SENTENCES)] for k in range(4))
-        want = min_suffix + (i * 13) % (max_suffix - min_suffix + 1)
-        suffixes.append(tokenizer(text)["input_ids"][:want])
-    return Workload(prefix=ids[:prefix_tokens], suffixes=suffixes)
 
 
 @dataclass
@@ -139,12 +91,12 @@ def measure_point(
     engine = Engine(model, tokenizer)
     engine.fork(work.prefix[:32], work.suffixes[:2], SamplingParams(max_new_tokens=2))  # warm-up
     engine.stats = type(engine.stats)()
-    before = _memory_mark(device)
+    before = memory_mark(device)
     t0 = time.perf_counter()
     outs = engine.fork(work.prefix, work.suffixes, params)
     _sync(device)
     wall = time.perf_counter() - t0
-    peak = _memory_peak(device, before) + (weight_bytes(model) if device.type == "cpu" else 0)
+    peak = memory_peak(device, before) + (weight_bytes(model) if device.type == "cpu" else 0)
     stats, suffix_tokens = engine.stats, sum(map(len, work.suffixes))
     per_token = kv_bytes_per_token(model)
     suffix_slots = arms * (max(map(len, work.suffixes)) + new - 1)
@@ -185,46 +137,9 @@ def _same_until_eos(ours: list[int], hf: list[int], eos_ids: set[int]) -> bool:
     return ours[:cut] == hf[:cut]
 
 
-def hf_generate(model, ids: list[int], new: int) -> list[int]:
-    """HF `generate()` of `new` greedy tokens after `ids` (EOS suppressed): the per-arm baseline."""
-    inputs = torch.tensor([ids], device=next(model.parameters()).device)
-    out = model.generate(
-        inputs,
-        attention_mask=torch.ones_like(inputs),
-        max_new_tokens=new,
-        min_new_tokens=new,
-        do_sample=False,
-    )
-    return out[0, inputs.shape[1] :].tolist()
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _memory_mark(device: torch.device) -> int:
-    """Start a peak measurement; returns the baseline it is measured from."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        return 0
-    # Linux keeps the peak RSS (VmHWM); writing 5 to clear_refs resets it to the current RSS.
-    Path("/proc/self/clear_refs").write_text("5")
-    return _rss("VmRSS")
-
-
-def _memory_peak(device: torch.device, before: int) -> int:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
-    return max(0, _rss("VmHWM") - before)
-
-
-def _rss(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise OSError(f"/proc/self/status has no {field}: peak memory needs Linux")
 
 
 def write_json(path: Path, meta: dict, points: list[BenchPoint]) -> None:

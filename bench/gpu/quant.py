@@ -1,6 +1,6 @@
 """GPU section of issue 22: the fused CUDA paths against the exact ones, and decode-step speed.
 
-    python benchmarks/gpu_quant.py [--minutes 8]
+    python benchmarks/gpu_check.py --only quant [--budget 480]
 
 `section(deadline, dry_run=False)` returns rows `(check, result)` for benchmarks/gpu_check.py's
 table (stopping when `time.monotonic()` passes `deadline`, and saying what it skipped); with
@@ -16,7 +16,7 @@ the flat decoding `table[code] * absmax` (bitsandbytes' formula) written here.
    one decode step (B new tokens against a 256-token cache) at B = 1, 12, 64, median of CUDA-event
    timings, against the bf16 model and against the bandwidth floor of engine/decode_floor.py
    (every weight as stored but the embedding table, the LM head in bf16, the KV cache, over the
-   copy bandwidth measured here: the one floor gpu_engine.py uses too).
+   copy bandwidth measured here: the one floor engine.py uses too).
 
 NF4 needs bitsandbytes for its exact reference and its CUDA kernel: where it does not import
 (the GPU image has none) its rows say so and are skipped.
@@ -24,24 +24,15 @@ NF4 needs bitsandbytes for its exact reference and its CUDA kernel: where it doe
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import statistics
-import sys
 import time
 import types
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import gpu_check  # noqa: E402  (benchmarks/ is put on the path above)
-
-gpu_check.bootstrap()  # a bare checkout: nudgeability from this repository's folders
-
-from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s  # noqa: E402
-from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3  # noqa: E402
+from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s
+from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3
 
 ROWS = (1, 12, 64)
 FORMATS = ("fp8", "w4a16", "nf4")
@@ -266,16 +257,3 @@ def section(deadline: float, *, dry_run: bool = False) -> list[Row]:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=8.0, help="time budget")
-    parser.add_argument("--dry-run", action="store_true")
-    args = parser.parse_args()
-    rows = section(time.monotonic() + 60 * args.minutes, dry_run=args.dry_run)
-    print(gpu_check.table([("quant", c, r) for c, r in rows]))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,10 +1,10 @@
-"""The systems `campaign.py` runs side by side, each on the same sequences, each returning a
+"""The systems benchmarks/campaign.py runs side by side, each on the same sequences, each returning a
 `Run`: wall time, the generated tokens, and what it can say about its rows and its KV.
 
 - `engine`: this engine (continuous batching over the block pool), with a row budget and a KV
   pool, the prompts' common start shared or not;
-- `former`: the engine's former static batching, its own code (`_former_engine.py`), under the
-  same KV budget;
+- `former`: the engine's former static batching, its own code (former.py, in a child process),
+  under the same KV budget;
 - `hf_batch`: HF `generate_batch` (paged cache, block sharing on), with the same KV memory and
   row budget;
 - `hf_padded`: HF `generate()` in left-padded batches of 16.
@@ -12,13 +12,21 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import httpx
 import torch
 from transformers import ContinuousBatchingConfig, GenerationConfig
 
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.models.smollm2 import find_gguf
+
+from .servers import free_port, start
 
 
 @dataclass
@@ -77,42 +85,6 @@ def run_engine(model, tok, work, *, kv: int, rows: int, shared: int = 0) -> Run:
         live_at_peak_bytes=peak.live_tokens * slot,
         kv_within_target=within,
         preemptions=engine.stats.preemptions,
-    )
-
-
-def run_former(module, model, tok, work, *, kv: int) -> Run:
-    """The former engine's static batches under the same KV budget; its decode steps counted."""
-    kind, items, budgets, stop_ids, ignore_eos = work
-    engine = module.Engine(model, tok, max_batch_tokens=kv)
-    rows, live = [], []
-    original = type(engine).step
-
-    def step(batch, cache):
-        rows.append(len(batch.active))
-        original(engine, batch, cache)
-        written = sum(len(p) for p in batch.prefixes)
-        written += sum(len(s.suffix_ids) + len(s.token_ids) for s in batch.seqs)
-        live.append(written)
-
-    engine.step = step
-    t0 = time.perf_counter()
-    cls = module.SamplingParams
-    if kind == "generate":
-        outs = engine.generate(items, _params(budgets, stop_ids, ignore_eos, cls))
-        tokens = [o.token_ids for o in outs]
-    else:
-        requests = [
-            module.ForkRequest(p, s, _params(b, stop_ids, ignore_eos, cls))
-            for (p, s), b in zip(items, budgets)
-        ]
-        tokens = [o.token_ids for arms in engine.fork_many(requests) for o in arms]
-    wall = time.perf_counter() - t0
-    return Run(
-        wall=wall,
-        tokens=tokens,
-        rows_per_step=rows,
-        peak_kv_bytes=engine.stats.peak_cache_bytes,
-        note="decode steps only; KV allocated per batch for whole budgets",
     )
 
 
@@ -177,3 +149,72 @@ def run_hf_padded(model, tok, work, *, batch: int = 16) -> Run:
             tokens.append(row[:cut] if not ignore_eos else row)
     wall = time.perf_counter() - t0
     return Run(wall=wall, tokens=tokens, rows_per_step=rows, note="rows padded, finished rows kept")
+
+
+# ----- (e) llama.cpp's llama-server ------------------------------------------------------------
+# llama.cpp's `llama-server` as a throughput reference for `campaign.py`, on its own arithmetic:
+# the embedded SmolLM2 GGUF (Q4_1 weights, as stored), `-np` slots over one unified KV cache,
+# continuous batching and its prompt cache (`cache_prompt`). Every sequence is one `/completion`
+# request of token ids, sent `slots` at a time; greedy (`top_k` 1).
+LLAMA_SERVER = Path(os.environ.get("LLAMA_SERVER", "/work/tools/llama-server/bin/llama-server"))
+
+
+def run_llama_server(work, *, slots: int, threads: int) -> Run:
+    """`work` as `run_engine` takes it. Tokens are cut at the family's stop ids on the client
+    (the server itself stops at its vocabulary's end-of-generation tokens)."""
+    kind, items, budgets, stop_ids, ignore_eos = work
+    prompts = items if kind == "generate" else [p + s for p, suffixes in items for s in suffixes]
+    flat = budgets if kind == "generate" else [b for group in budgets for b in group]
+    per_slot = max(map(len, prompts)) + max(flat) + 16
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [str(LLAMA_SERVER), "-m", str(find_gguf()), "--host", "127.0.0.1"]
+    command += [
+        "--port",
+        str(port),
+        "-np",
+        str(slots),
+        "-kvu",
+        "-c",
+        str(slots * per_slot),
+        "-t",
+        str(threads),
+    ]
+    stops = set(stop_ids)
+    with tempfile.TemporaryDirectory() as tmp:
+        process, _ = start(command, port, Path(tmp) / "llama-server.log")
+        try:
+            with httpx.Client(timeout=None, limits=httpx.Limits(max_connections=slots)) as client:
+
+                def complete(i: int, warm_up: bool = False) -> list[int]:
+                    body = {
+                        "prompt": prompts[i][:8] if warm_up else prompts[i],
+                        "n_predict": 1 if warm_up else flat[i],
+                        "temperature": 0.0,
+                        "top_k": 1,
+                        "samplers": ["top_k"],
+                        "cache_prompt": True,
+                        "ignore_eos": ignore_eos,
+                        "return_tokens": True,
+                    }
+                    answer = client.post(f"{url}/completion", json=body)
+                    answer.raise_for_status()
+                    tokens = list(answer.json()["tokens"])
+                    if ignore_eos:
+                        return tokens
+                    cut = next((k + 1 for k, t in enumerate(tokens) if t in stops), len(tokens))
+                    return tokens[:cut]
+
+                complete(0, warm_up=True)  # first-request costs are not counted
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(max_workers=slots) as pool:
+                    tokens = list(pool.map(complete, range(len(prompts))))
+                wall = time.perf_counter() - t0
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    return Run(
+        wall=wall,
+        tokens=tokens,
+        note=f"Q4_1 GGUF (its own arithmetic), -np {slots}, unified KV, prompt cache",
+    )

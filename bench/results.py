@@ -9,7 +9,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+# benchmarks/RESULTS.md of the checkout this package is installed from (editable, as benchmarks run)
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md"
 _HEADER = "# Benchmark results\n\nEach section is rewritten by the script named in it. Figures are ratios measured side by side in one run.\n"
 
 
@@ -46,3 +47,11 @@ def write_section(name: str, body: str, command: str | None = None) -> None:
         tmp = RESULTS.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(RESULTS)
+
+
+def publish(name: str, body: str, *, write: bool = True) -> None:
+    """Print `body` and, unless `write` is False (a script's --no-write), make it the section
+    `name` of RESULTS.md."""
+    print(body)
+    if write:
+        write_section(name, body)
