@@ -21,13 +21,14 @@ import torch
 from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
 from nudgeability.engine.kv.kv_cache import PoolCache
-from nudgeability.models.invariant import invariant_products
+from nudgeability.models.invariant import TILE_ROWS, invariant_products
 
 MIN_ROWS = 16
-# Rows per forward are a multiple of this: 4 rows times any per-token width that is a multiple of
-# 8 (the narrowest in the supported models: a GLM-4 head's rotary half, Gemma 4's per-layer input
-# in the tiny models) fill whole iterations of ATen's 32-element fp32 loops (AVX-512).
-ROW_MULTIPLE = 4
+# Rows per forward are a multiple of this: the products' tile (models/invariant.py), so that no
+# product pads again; it also makes every per-token tensor whose width is a multiple of 2 (every
+# width in the supported models) fill whole iterations of ATen's 32-element fp32 loops, so that
+# no token's elements fall in the scalar tail (module docstring).
+ROW_MULTIPLE = TILE_ROWS
 
 
 class ModelRunner:

@@ -24,6 +24,7 @@ from nudgeability.engine.attention.fixed_shape import (
     SHARED_BLOCK,
     lowest,
     own_keys_attention,
+    own_keys_bias,
     pad_keys,
     shared_keys_attention,
 )
@@ -119,7 +120,7 @@ def _segment_bias(layout, span, cache_key, first_position, keys, padded, g, wind
         else:
             qpos = layout.row_positions[span.a0 : span.a1].repeat_interleave(g)
             total = -(-qpos.shape[0] // QUERY_TILE) * QUERY_TILE
-            qpos = F.pad(qpos, (0, total - qpos.shape[0]), value=int(qpos[-1]))
+            qpos = torch.cat([qpos, qpos[-1:].expand(total - qpos.shape[0])])
             kpos = first_position + torch.arange(padded, device=device)
             visible = real[None, :] & ((qpos[:, None] - kpos[None, :]) < window)
             visible = visible.view(1, total // QUERY_TILE, QUERY_TILE, padded)
@@ -143,7 +144,8 @@ def own_keys(
     q = rows.index_select(0, part.tokens.view(-1)).view(part.rows, part.width, kv, g, d)
     keys = handle.k.index_select(1, part.gather).view(kv, part.rows, part.hw, d).transpose(0, 1)
     values = handle.v.index_select(1, part.gather).view(kv, part.rows, part.hw, d).transpose(0, 1)
-    o, lse = own_keys_attention(q, keys, values, _own_visible(layout, part, index, window), scaling)
+    bias = _own_bias(layout, part, index, window, kv, rows.dtype)
+    o, lse = own_keys_attention(q, keys, values, bias, scaling)
     o = o.reshape(part.rows * part.width, kv, g, d)
     lse = lse.reshape(part.rows * part.width, kv, g)
     if part.width > 1:
@@ -151,15 +153,15 @@ def own_keys(
     return o, lse
 
 
-def _own_visible(layout: StepLayout, part: SuffixPart, index: int, window) -> torch.Tensor:
-    """[rows, L, hw]: query i of row k, at slot first_slot[k] + i, sees key slot j when j <= its
-    slot (and within the window)."""
-    key = ("own", index, window)
+def _own_bias(layout: StepLayout, part: SuffixPart, index: int, window, kv, dtype):
+    """Query i of row k, at slot first_slot[k] + i, sees key slot j when j <= its slot (and
+    within the window): as `own_keys_bias` lays it out."""
+    key = ("own", index, window, kv, dtype)
     if key not in layout.per_call:
         i = part.first_slot[:, None] + torch.arange(part.width, device=part.first_slot.device)
         j = torch.arange(part.hw, device=i.device)
         visible = j[None, None, :] <= i[:, :, None]
         if window is not None:
             visible &= (i[:, :, None] - j[None, None, :]) < window
-        layout.per_call[key] = visible
+        layout.per_call[key] = own_keys_bias(visible, kv, dtype)
     return layout.per_call[key]

@@ -78,15 +78,23 @@ def shared_keys_attention(
     return out, lse
 
 
+def own_keys_bias(visible: torch.Tensor, kv: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive bias `own_keys_attention` takes, [rows * kv, width, 1, hw], from `visible`
+    [rows, width, hw] (bool); built once per step and shared by the layers."""
+    rows, width, hw = visible.shape
+    bias = torch.where(visible, 0.0, lowest(dtype)).to(dtype)
+    return bias[:, None].expand(rows, kv, width, hw).reshape(rows * kv, width, 1, hw)
+
+
 def own_keys_attention(
     q: torch.Tensor,
     keys: torch.Tensor,
     values: torch.Tensor,
-    visible: torch.Tensor,
+    bias: torch.Tensor,
     scaling: float,
 ):
     """Each token of each row against its own row's keys: q [rows, width, kv, g, D], keys/values
-    [rows, kv, hw, D] (hw a multiple of OWN_BLOCK), `visible` [rows, width, hw] (bool). Returns o
+    [rows, kv, hw, D] (hw a multiple of OWN_BLOCK), `bias` from `own_keys_bias`. Returns o
     [rows, width, kv, g, D] and lse [rows, width, kv, g] (fp32)."""
     rows, width, kv, g, d = q.shape
     hw = keys.shape[2]
@@ -94,8 +102,6 @@ def own_keys_attention(
     qb = q.permute(0, 2, 1, 3, 4).reshape(rows * kv, width, g, d)
     kb = keys.reshape(rows * kv, 1, hw, d)
     vb = values.reshape(rows * kv, 1, hw, d)
-    bias = torch.where(visible, 0.0, lowest(q.dtype)).to(q.dtype)
-    bias = bias[:, None].expand(rows, kv, width, hw).reshape(rows * kv, width, 1, hw)
     merged = None
     for b0 in range(0, hw, OWN_BLOCK):
         b1 = b0 + OWN_BLOCK
