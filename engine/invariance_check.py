@@ -46,11 +46,16 @@ class InvarianceCheck:
 
 
 def check_invariance(
-    model: torch.nn.Module, *, batches: tuple[int, ...] = BATCHES, seed: int = 0
+    model: torch.nn.Module,
+    *,
+    batches: tuple[int, ...] = BATCHES,
+    seed: int = 0,
+    batch_invariant: bool = True,
 ) -> InvarianceCheck:
-    """Run the needle (module docstring) on `model` with a fresh engine of its own."""
+    """Run the needle (module docstring) on `model` with a fresh engine of its own
+    (`batch_invariant=False`: an engine without its fixed-shape products, the negative control)."""
     start = time.monotonic()
-    engine = Engine(model)
+    engine = Engine(model, batch_invariant=batch_invariant)
     vocab = engine.vocab_size
     rng = random.Random(seed)
 

@@ -26,8 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
 from nudgeability.engine import engine as engine_module
@@ -38,6 +36,7 @@ from nudgeability.splice.run.device_batching import row_slots, rows_for_pool
 from nudgeability.splice.run.parts import reusable, store_unit
 from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.resolve import run_resolve_unit
+from nudgeability.splice.run.schedule import STREAM, choose_schedule
 from nudgeability.splice.run.stream import Stream
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions
@@ -71,7 +70,8 @@ def run(
     a different config raises `ConfigChangedError` naming the differing keys. `schedule` is
     "stream" (stream.py: one engine queue, no barrier between phases) or "units" (one engine
     call per unit, phase after phase); None picks the stream where it gives the records of the
-    units schedule byte for byte (`streams`).
+    units schedule byte for byte (schedule.py, `choose_schedule`). The manifest's `schedule`
+    says which ran and why.
     """
     if schedule not in (None, "stream", "units"):
         raise ValueError(f"schedule must be 'stream' or 'units', got {schedule!r}")
@@ -85,7 +85,8 @@ def run(
                 file=sys.stderr,
             )
         ctx = unit_context(prepared, progress=progress)
-        if schedule == "stream" or (schedule is None and streams(prepared)):
+        chosen = choose_schedule(prepared, schedule)
+        if chosen.name == STREAM:
             computed, resumed = _streamed(ctx, store, progress)
         else:
             computed, resumed = _by_unit(ctx, store, progress)
@@ -95,21 +96,8 @@ def run(
         if plan.resolve:
             lines = assemble_resolutions(plan, store.read_part, store.parts)
             store.write_records(_counted(lines, resolved), RESOLUTIONS)
-        store.seal()
+        store.seal(chosen.to_manifest())
         return RunResult(path.parent, tally[0], computed, resumed, resolved[0])
-
-
-def streams(prepared: Prepared) -> bool:
-    """Whether the run streams: on the in-process engine, in float32 on CPU, where a sequence's
-    logits do not depend on what else is in the batch at one thread (engine/README.md), so
-    the stream's records are those of every unit computed alone. Elsewhere (a server, bf16,
-    CUDA) each unit is one engine call, the whole batch that a resume or a replay computes again."""
-    # One torch thread only: with two, SmolLM2's fp32 matrix products split their rows between
-    # the threads by batch size, and a prompt's logits then differ in the last bits from batch to
-    # batch (engine/README.md, batch invariance); such a run keeps each unit one engine call.
-    config = prepared.config
-    local_fp32 = prepared.backend is None and config.device == "cpu" and config.dtype == "float32"
-    return local_fp32 and torch.get_num_threads() == 1
 
 
 def _by_unit(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, int]:

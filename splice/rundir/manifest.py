@@ -90,7 +90,11 @@ WORK_KEYS = (
     ("experiment", "seeds"),
     ("experiment", "continuation"),
 )
-_NOT_COMPARED = (SEAL_KEY, FALLBACKS_KEY, SHOWN_KEY)
+# which schedule computed the run and why (`{"name": "stream" | "units", "why": ..., and the
+# invariance check it rests on}`, splice/run/runner.py): written with the seal, never compared,
+# since both schedules give the same records where the check holds
+SCHEDULE_KEY = "schedule"
+_NOT_COMPARED = (SEAL_KEY, FALLBACKS_KEY, SHOWN_KEY, SCHEDULE_KEY)
 
 
 def identity(manifest: Mapping) -> dict:

@@ -38,6 +38,7 @@ from nudgeability.splice.rundir.layout import (
 )
 from nudgeability.splice.rundir.manifest import (
     FALLBACKS_KEY,
+    SCHEDULE_KEY,
     SEAL_KEY,
     manifest_text,
 )
@@ -71,12 +72,20 @@ def seal_of(root: Path) -> dict:
     return seal
 
 
-def write_sealed_manifest(root: Path, manifest: dict, fallbacks: list[dict] | None = None) -> None:
+def write_sealed_manifest(
+    root: Path,
+    manifest: dict,
+    fallbacks: list[dict] | None = None,
+    schedule: dict | None = None,
+) -> None:
     """Write `manifest` into `root` with the seal of its files, atomically (the last write), and,
-    when given, the fallbacks the run took (`FALLBACKS_KEY`; never compared)."""
+    when given, the fallbacks the run took (`FALLBACKS_KEY`) and its schedule (`SCHEDULE_KEY`;
+    neither is compared)."""
     manifest = {**manifest, SEAL_KEY: seal_of(root)}
     if fallbacks is not None:
         manifest[FALLBACKS_KEY] = fallbacks
+    if schedule is not None:
+        manifest[SCHEDULE_KEY] = schedule
     atomic_write_lines(Path(root) / MANIFEST, [manifest_text(manifest)])
 
 

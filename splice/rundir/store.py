@@ -207,7 +207,7 @@ class WorkStore:
         atomic_write_lines(path, lines)
         return path
 
-    def seal(self) -> None:
+    def seal(self, schedule: dict | None = None) -> None:
         """Rewrite the manifest with the seal of records.jsonl, every part file and every side
         file, atomically (splice/rundir/seal.py).
 
@@ -216,7 +216,7 @@ class WorkStore:
         still be the bytes this run wrote or verified, else nothing is sealed (`PartChangedError`);
         the part journal, whose hashes the seal now holds, is removed after. Beside the seal it
         lists every fallback taken (`util/fallbacks.py`): this process's, after those a manifest
-        sealed before lists."""
+        sealed before lists; and `schedule`, the schedule this process computed with."""
         problems = unverified_parts(self.root, self._trusted)
         if problems:
             raise PartChangedError(
@@ -230,7 +230,7 @@ class WorkStore:
         # a resumed run keeps what the processes before it took: their parts were computed so
         taken = list(stored.get(FALLBACKS_KEY, []))
         taken += [f.as_dict() for f in fallbacks.taken() if f.as_dict() not in taken]
-        write_sealed_manifest(self.root, stored, taken)
+        write_sealed_manifest(self.root, stored, taken, schedule)
         remove_part_journal(self.root)
 
 

@@ -10,19 +10,22 @@ from pathlib import Path
 import pytest
 import torch
 
+import nudgeability.splice.run.schedule as schedule_module
 import nudgeability.splice.run.stream as stream_module
 import nudgeability.splice.run.stream_jobs as jobs_module
+from nudgeability.engine.invariance_check import InvarianceCheck
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
-from nudgeability.splice.run.runner import run, streams
+from nudgeability.splice.run.runner import run
+from nudgeability.splice.run.schedule import choose_schedule
 
 TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="cpu")
 
 
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
-    """Batch invariance, which the stream rests on, is measured at one torch thread: the runner
-    streams only there (splice/run/runner.py, streams)."""
+    """One torch thread for the test (restored after); the engine's forward is single-threaded
+    whatever the setting (models/invariant.py), so this only keeps the test's own work light."""
 
 
 def _files(out: Path, parts: bool = True) -> dict[str, str]:
@@ -106,12 +109,29 @@ def test_arms_fork_from_running_bases_without_a_barrier(tiny_checkpoint, tmp_pat
 
 
 def test_the_stream_is_chosen_only_where_records_do_not_depend_on_the_batch(tiny_checkpoint):
+    """At any thread count where the needle holds (the engine's CPU forward is single-threaded
+    by construction); never in bf16; and where the needle differs, the units schedule, saying
+    why (a needle made to fail by the engine without its fixed-shape products)."""
     model = tiny_checkpoint("qwen3", close_boost=2.6)
     config = dict(model=str(model), n=2, **{**TINY, "device": "cpu"})
-    assert streams(prepare(RunConfig(**config)))
-    assert not streams(prepare(RunConfig(**{**config, "dtype": "bfloat16"})))
-    torch.set_num_threads(2)  # measured not batch-invariant on SmolLM2 (engine/README.md)
-    assert not streams(prepare(RunConfig(**config)))
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        chosen = choose_schedule(prepare(RunConfig(**config)))
+        assert chosen.name == "stream" and chosen.invariance.holds
+        assert chosen.invariance.threads == threads
+    bf16 = choose_schedule(prepare(RunConfig(**{**config, "dtype": "bfloat16"})))
+    assert bf16.name == "units" and "bfloat16" in bf16.why
+
+
+def test_where_the_needle_differs_the_run_takes_the_units_schedule(tiny_checkpoint, monkeypatch):
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    config = dict(model=str(model), n=2, **{**TINY, "device": "cpu"})
+    prepared = prepare(RunConfig(**config))
+    failing = InvarianceCheck(False, 1, (2, 5), (5,), 0.1)
+    monkeypatch.setattr(schedule_module, "needle", lambda model: failing)
+    chosen = choose_schedule(prepared)
+    assert chosen.name == "units" and "differed among 5 prompts" in chosen.why
+    assert chosen.to_manifest()["invariance"]["differing"] == [5]
 
 
 @pytest.mark.slow
