@@ -148,6 +148,13 @@ def register(subparsers) -> None:
         help="torch CPU threads (default: torch's choice); give each process sharing a machine "
         "its own share of the cores (README: Sharding)",
     )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="CPU runs: N single-threaded processes, each a shard of the run, merged into OUT "
+        "(records byte for byte the one-process run's; N copies of the model in memory)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument(
         "--no-report",
@@ -282,6 +289,8 @@ def _run(args: argparse.Namespace) -> int:
 
     requested = config_from_args(args)
     remote = remote_from_args(args)
+    if args.workers != 1 and remote is None:
+        return _run_workers(args, requested)
     set_threads(getattr(args, "threads", None))  # before prepare: the manifest records it
     with _quiet_transformers(args.quiet):
         prepared = prepare(requested, remote=remote)
@@ -298,6 +307,19 @@ def _run(args: argparse.Namespace) -> int:
         from .report import report_run
 
         report_run(Path(result.out))
+    return 0
+
+
+def _run_workers(args: argparse.Namespace, requested) -> int:
+    from nudgeability.splice.run.workers import run_workers
+
+    out = Path(args.out) if args.out else default_out(requested)
+    result = run_workers(requested, out, args.workers, progress=not args.quiet)
+    print(f"nudge run: {result.records} records in {out} ({args.workers} workers)", file=sys.stderr)
+    if not args.no_report:
+        from .report import report_run
+
+        report_run(out)
     return 0
 
 
