@@ -57,6 +57,12 @@ def shared_prefix_attention(
     return step_attention(query, handle, scaling, window), None
 
 
+def fixed_shape_cpu(t: torch.Tensor) -> bool:
+    """Whether this step's parts take the fixed-shape CPU calls (cpu_parts.py): on CPU. The
+    tests of the CUDA branch's logic turn it off to run that branch with CPU stand-ins."""
+    return t.device.type == "cpu"
+
+
 def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> torch.Tensor:
     """[1, H, T, D] -> [1, T, H, D] for every token of the step (module docstring)."""
     layout = handle.layout
@@ -72,7 +78,7 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
         return F.pad(rows_out, (0, 0, 0, 0, 0, t - a1)).unsqueeze(0)
     out = q.new_empty(1, t, h, d)
     for index, chunk in enumerate(layout.prefix_chunks):
-        if q.device.type == "cpu":
+        if fixed_shape_cpu(q):
             out[:, chunk.t0 : chunk.t1] = cpu_parts.prefix_chunk(
                 q, handle, layout, index, chunk, scaling, window
             )
@@ -137,7 +143,7 @@ def _prefix_attention(
         lo = 0 if window is None else max(0, span.prefix_len - window + 1 - offset)
         if lo >= length:
             continue  # the window hides the whole segment from every query
-        if rows.device.type == "cpu":
+        if fixed_shape_cpu(rows):
             o, lse = cpu_parts.prefix_segment(
                 folded[0],
                 handle,
@@ -183,7 +189,7 @@ def _suffix_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window
     n_tok, kv, g, d = rows.shape
     outs, lses = [], []
     for index, part in enumerate(layout.parts):
-        if rows.device.type == "cpu":
+        if fixed_shape_cpu(rows):
             o, lse = cpu_parts.own_keys(rows, handle, layout, part, index, scaling, window)
             outs.append(o)
             lses.append(lse)

@@ -128,6 +128,7 @@ def test_the_cuda_kernels_branch_gives_the_solo_tokens(monkeypatch):
     monkeypatch.setitem(attention.CUDA_KERNELS, "flash", flash)
     monkeypatch.setitem(attention.CUDA_KERNELS, "efficient", efficient)
     monkeypatch.setattr(attention, "_attend", attention._attend_cuda)
+    monkeypatch.setattr(attention, "fixed_shape_cpu", lambda t: False)
     for arch, dtype in (("gemma4", torch.float32), ("llama", torch.bfloat16)):
         model = tiny_model(arch, seed=9).to(dtype)
         engine = Engine(model)

@@ -196,7 +196,7 @@ def _unfinished_copy(whole, tmp_path, monkeypatch):
     model_dir, _ = whole
     out = tmp_path / "unfinished"
 
-    def killed(self):
+    def killed(self, *args):
         raise KeyboardInterrupt("stopped before the seal")
 
     with monkeypatch.context() as patch:
