@@ -76,16 +76,27 @@ def main() -> None:
     )
     parser.add_argument("--old", default="970209c,397192c", help="earlier commits, comma-separated")
     parser.add_argument("--section", default="Whole runs: today against earlier commits")
+    parser.add_argument(
+        "--drop",
+        default="970209c:--no-report",
+        help="COMMIT:FLAG,...: flags an earlier commit does not know (it had no report step)",
+    )
     parser.add_argument("args", nargs=argparse.REMAINDER, help="after --: the nudge run flags")
     options = parser.parse_args()
     args = [a for a in options.args if a != "--"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         variants: dict[str, tuple[list[str], dict | None]] = {}
+        dropped: dict[str, set[str]] = {}
+        drop: dict[str, set[str]] = {}
+        for item in filter(None, options.drop.split(",")):
+            commit, flag = item.split(":")
+            drop.setdefault(commit, set()).add(flag)
         for commit in options.old.split(","):
             path = old_tree(commit, root)
             env = {**os.environ, "PYTHONPATH": str(path)}
             variants[f"{commit} (its default)"] = ([sys.executable, "-c", OLD_MAIN], env)
+            dropped[f"{commit} (its default)"] = drop.get(commit, set())
         variants["today, default"] = ([sys.executable, "-c", NEW_MAIN], None)
         variants["today, --workers 2"] = ([sys.executable, "-c", NEW_MAIN], None)
         results: dict[str, list[tuple[float, int]]] = {name: [] for name in variants}
@@ -94,7 +105,8 @@ def main() -> None:
             for i, (name, (prefix, env)) in enumerate(variants.items()):
                 out = root / f"out-{r}-{i}"
                 extra = ["--workers", "2"] if "workers" in name else []
-                command = [*prefix, "run", *args, *extra, "--out", str(out)]
+                own = [a for a in args if a not in dropped.get(name, set())]
+                command = [*prefix, "run", *own, *extra, "--out", str(out)]
                 measured = timed(command, env, root)
                 if r < 0:
                     continue

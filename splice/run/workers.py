@@ -61,8 +61,11 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
         raise ValueError(f"--workers {count}: must be at least 1")
     if config.shard is not None:
         raise ValueError("--workers with --shard: a shard runs in one process")
-    if config.device != "cpu":
-        raise ValueError(f"--workers: CPU runs only (device {config.device})")
+    import torch
+
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device != "cpu":
+        raise ValueError(f"--workers: CPU runs only (device {device})")
     layout = Workers(Path(out).absolute(), count)
     if layout.out.exists() and any(layout.out.iterdir()):
         raise ValueError(
