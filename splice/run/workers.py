@@ -3,7 +3,8 @@
 The engine's CPU forward runs on one thread by construction (models/invariant.py): that is what
 keeps a row's bits independent of the batch and of the thread count. The cores are used the
 other way round: `nudge run --workers N` starts N processes, each computing shard k/N of the
-run (whole chunks of problems, `RunConfig.shard`) on the streamed schedule at one thread, and
+run (whole chunks of problems, `RunConfig.shard`) at one thread, on the schedule its own needle
+chooses (schedule.py), and
 joins them with `nudge merge`'s `merge`, whose records are byte for byte the unsharded run's
 (tests/splice/rundir/test_merge.py). A worker is this module run as a program on a pickled
 `RunConfig`; its log goes to `<out>.workers/shard-K.log`, and a failed worker's last line is the
