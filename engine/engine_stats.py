@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the step's types, for the hints only (no import cycle)
-    from nudgeability.engine.scheduling.scheduler import StepPlan
     from nudgeability.engine.scheduling.step_layout import StepLayout
+    from nudgeability.engine.scheduling.step_plan import StepPlan
 
 
 @dataclass

@@ -33,7 +33,7 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from nudgeability.engine.kv.kv_pool import SCRATCH_BLOCK
-from nudgeability.engine.scheduling.scheduler import StepPlan
+from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.util import fallbacks
 
 BUCKETS = (16, 32, 64, 128, 256)

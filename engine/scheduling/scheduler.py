@@ -1,6 +1,6 @@
 """The scheduler: which tokens each engine step computes, where their KV goes, and what waits.
 
-Each step (`schedule`) is built in four passes:
+Each step (`schedule`, which returns a `StepPlan`: step_plan.py) is built in four passes:
 
 1. **running rows**: every row holding slots feeds its next tokens: one token when all that is
    left is its last sampled token (decode), else the next prefill chunk of its context. A row
@@ -32,43 +32,15 @@ preempted. When nothing at all could be scheduled, KV that is only kept in case 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from nudgeability.engine.kv.kv_pool import KVPool
+from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Group, Sequence
 
 # Positions per prefill chunk: a prefix's chunks start at multiples of it, whatever the step's
 # budget, so that a prefix's KV is the same under any budget of at least this many tokens.
 PREFILL_CHUNK = 2048
-
-
-@dataclass
-class StepPlan:
-    """One step's work: prefix chunks `(group, c0, c1)` of groups' own runs, then row chunks
-    `(row, s0, s1)` of context tokens, rows ordered by group so that each group's tokens are
-    contiguous in the forward."""
-
-    prefix_chunks: list[tuple[Group, int, int]] = field(default_factory=list)
-    row_chunks: list[tuple[Sequence, int, int]] = field(default_factory=list)
-
-    @property
-    def tokens(self) -> int:
-        return sum(c1 - c0 for _, c0, c1 in self.prefix_chunks) + sum(
-            s1 - s0 for _, s0, s1 in self.row_chunks
-        )
-
-    @property
-    def decode_rows(self) -> int:
-        """Rows feeding one generated token (a decode, not a prefill of their suffix)."""
-        return sum(
-            1 for row, s0, s1 in self.row_chunks if s1 - s0 == 1 and s0 >= len(row.suffix_ids)
-        )
-
-    def sampling(self) -> list[Sequence]:
-        """The rows that choose a token this step: their chunk ends their context."""
-        return [r for r, _, s1 in self.row_chunks if r.samples and s1 == len(r.context)]
 
 
 class Scheduler:

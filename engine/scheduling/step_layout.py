@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nudgeability.engine.scheduling.scheduler import StepPlan
+from nudgeability.engine.scheduling.step_plan import StepPlan
 
 # A row's gathered keys are padded to a multiple of this: on CPU its attention runs in calls of
 # exactly this many keys (engine/attention/fixed_shape.py, OWN_BLOCK), so that the kernel's
