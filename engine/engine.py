@@ -22,26 +22,13 @@ from dataclasses import dataclass, field
 import torch
 
 from nudgeability.engine import requests as req
-from nudgeability.engine.attention.graphed_decode import EAGER, GraphedDecode, agrees
-from nudgeability.engine.attention.static_decode import (
-    BUCKETS,
-    MAX_SEGMENTS,
-    StaticDecode,
-    StaticDecodeUnavailable,
-    head_dims,
-    refusal,
-)
-from nudgeability.engine.decode_floor import activation_dtype, layer_kv_widths
+from nudgeability.engine.attention.static_decode import BUCKETS
+from nudgeability.engine.attention.static_dispatch import StaticDecodeDispatch
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.kv.kv_cache import PoolCache
-from nudgeability.engine.kv.kv_pool import (
-    DEFAULT_GPU_MEMORY_UTILIZATION,
-    KVPool,
-    free_device_bytes,
-    pool_blocks_for,
-    step_margin_bytes,
-)
+from nudgeability.engine.kv.kv_pool import KVPool
+from nudgeability.engine.kv.reservation import memory_pool, request_blocks
 from nudgeability.engine.model_runner import ModelRunner
 from nudgeability.engine.outputs import (
     append_tokens,
@@ -52,11 +39,10 @@ from nudgeability.engine.outputs import (
 )
 from nudgeability.engine.sampling.sampler import greedy, sample, token_uncertainty
 from nudgeability.engine.sampling.sampling_params import SamplingParams
-from nudgeability.engine.scheduling.group_shape import GroupShape
-from nudgeability.engine.scheduling.scheduler import PREFILL_CHUNK, Scheduler, StepPlan
+from nudgeability.engine.scheduling.scheduler import PREFILL_CHUNK, Scheduler
 from nudgeability.engine.scheduling.step_layout import StepLayout
+from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
-from nudgeability.util import fallbacks
 from nudgeability.util.progress import progress_bar
 
 
@@ -78,7 +64,7 @@ class Engine:
     `block_size`, plus three blocks for rounding); None sizes the pool for everything submitted
     and not finished, so that nothing waits for memory, and on CUDA takes
     `gpu_memory_utilization` (default 0.9) of the device memory free at start, less the
-    activations of the largest step, allocated up front and never grown (`kv/kv_pool.py`). `max_rows` caps the rows that decode
+    activations of the largest step, allocated up front and never grown (`kv/reservation.py`). `max_rows` caps the rows that decode
     together (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and
     contexts are prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when
     `prefill_tokens` is smaller, which changes the prefixes' last bits). `progress` shows a bar with prefill
@@ -91,7 +77,7 @@ class Engine:
     single-token rows with fixed shapes, rows padded to a bucket and one FlexAttention call per
     layer (`attention/static_decode.py`; on CUDA compiled by Inductor), and `cuda_graphs` (default: with
     static_decode on CUDA) replays them as CUDA graphs, each bucket's first captured step checked
-    once against the eager cascade. By default every step runs the eager cascade over stock SDPA
+    once against the eager cascade (`attention/static_dispatch.py`). By default every step runs the eager cascade over stock SDPA
     kernels (`attention/shared_prefix_attention.py`), on CPU and CUDA alike.
     """
 
@@ -112,12 +98,7 @@ class Engine:
         static_decode: bool | None = None,
         cuda_graphs: bool | None = None,
     ):
-        if prefill_tokens < 1:
-            raise EngineInputError(f"prefill_tokens must be positive, got {prefill_tokens}")
-        if max_rows is not None and max_rows < 1:
-            raise EngineInputError(f"max_rows must be positive, got {max_rows}")
-        if block_size < 1:
-            raise EngineInputError(f"block_size must be positive, got {block_size}")
+        req.check_positive(prefill_tokens=prefill_tokens, max_rows=max_rows, block_size=block_size)
         self.prefill_tokens = prefill_tokens
         self.runner = ModelRunner(model, batch_invariant)
         self._forward = (
@@ -135,31 +116,26 @@ class Engine:
         self.pad_id = req.pad_id(model, tokenizer, self.eos_ids)
         self.vocab_size = self.runner.lm_head.weight.shape[0]
         self.stats = EngineStats(trace=[] if trace else None)
-        on_cuda = self.runner.device.type == "cuda"
-        self.static_decode = bool(static_decode)
-        use_graphs = on_cuda and self.static_decode if cuda_graphs is None else cuda_graphs
-        if use_graphs and not on_cuda:
-            raise EngineInputError("cuda_graphs needs the model on a CUDA device")
-        if use_graphs and not self.static_decode:
-            raise EngineInputError("cuda_graphs needs static_decode=True (the fixed-shape decode)")
-        if self.static_decode and on_cuda:
-            why = refusal(block_size, head_dims(model))
-            if why is not None:  # refused up front, not an exception at the first step
-                fallbacks.record("static_decode (compiled FlexAttention)", EAGER, why)
-                self.static_decode = use_graphs = False
-        self._graphs = GraphedDecode(self.runner.forward) if use_graphs else None
-        self._statics: dict[int, StaticDecode] = {}
+        self.static_dispatch = StaticDecodeDispatch(
+            self.runner, block_size, static_decode, cuda_graphs
+        )
         self._builder = req.Builder()
         self._rows: dict[int, Sequence] = {}
         self._need_blocks = 0  # blocks all unfinished work could take (max_batch_tokens None)
         self.gpu_memory_utilization = gpu_memory_utilization
         layers = []
         if max_batch_tokens is not None:
-            if max_batch_tokens < 1:
-                raise EngineInputError(f"max_batch_tokens must be positive, got {max_batch_tokens}")
+            req.check_positive(max_batch_tokens=max_batch_tokens)
             self._pool_blocks = -(-max_batch_tokens // block_size) + 3
         elif sizes_pool_from_memory(self.runner.device):
-            self._pool_blocks, layers = self._memory_pool()
+            self._pool_blocks, layers = memory_pool(
+                self.runner,
+                vocab_size=self.vocab_size,
+                prefill_tokens=prefill_tokens,
+                rows=max_rows or BUCKETS[-1],
+                block_size=block_size,
+                fraction=gpu_memory_utilization,
+            )
             # a budget from then on: the pool never grows (a growth would be an OOM on the device)
             self.max_batch_tokens = max(1, (self._pool_blocks - 3) * block_size)
         else:
@@ -167,46 +143,16 @@ class Engine:
         self._new_pool(self._pool_blocks)
         self.pool.allocate(layers)
 
-    def _memory_pool(self) -> tuple[int, list[tuple[int, int, int, torch.dtype]]]:
-        """The pool's blocks from free device memory (`kv_pool.pool_blocks_for`), and the
-        `(layer, kv, D, dtype)` of every layer that stores KV, to allocate at once."""
-        fraction = self.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION
-        dtype = activation_dtype(self.model)
-        size = dtype.itemsize
-        layers = []
-        for i, (layer, (width, _, stores)) in enumerate(
-            zip(self.runner.decoder.layers, layer_kv_widths(self.model))
-        ):
-            if stores:
-                d = layer.self_attn.head_dim
-                layers.append((i, width // 2 // d, d, dtype))
-        slot_bytes = sum(2 * kv * d for _, kv, d, _ in layers) * size
-        linears = [
-            m.out_features for m in self.runner.decoder.modules() if hasattr(m, "out_features")
-        ]
-        margin = step_margin_bytes(
-            self.model.config.get_text_config().hidden_size,
-            max(linears, default=0),
-            self.vocab_size,
-            self.prefill_tokens,
-            self.max_rows or BUCKETS[-1],
-            size,
-        )
-        try:
-            blocks = pool_blocks_for(
-                free_device_bytes(self.runner.device), slot_bytes, self.block_size, fraction, margin
-            )
-        except ValueError as exc:
-            raise EngineInputError(str(exc)) from None
-        if blocks < 4:
-            raise EngineInputError(f"free device memory holds only {blocks} KV blocks")
-        return blocks, layers
-
     def limit_rows(self, max_rows: int | None) -> None:
         """Cap the rows that decode together from now on (`max_rows` of the constructor)."""
-        if max_rows is not None and max_rows < 1:
-            raise EngineInputError(f"max_rows must be positive, got {max_rows}")
+        req.check_positive(max_rows=max_rows)
         self.max_rows = self.scheduler.max_rows = self.scheduler.lookahead = max_rows
+
+    @property
+    def static_decode(self) -> bool:
+        """Whether decode steps run with fixed shapes (`Engine(static_decode=True)`); False for
+        good once the fixed-shape decode was refused or gave up (`attention/static_dispatch.py`)."""
+        return self.static_dispatch.enabled
 
     def _new_pool(self, blocks: int) -> None:
         self.pool = KVPool(
@@ -237,14 +183,7 @@ class Engine:
         """Generate from each prompt independently; returns one `Completion` per prompt, in order.
         `shared`: the prompts' first tokens that are a common start (`ForkRequest.shared`; each
         prompt uses the min of it and its own length)."""
-        if not isinstance(prompts, (list, tuple)) or not prompts:
-            raise EngineInputError(
-                "generate() needs a non-empty list of prompts (lists of token ids)"
-            )
-        per = req.per_item(params, len(prompts), "prompt")
-        for i, prompt in enumerate(prompts):
-            req.check_ids(prompt, f"prompt {i}", False, self.vocab_size)
-        req.check_stop_strings(per, self.tokenizer)
+        per = req.check_prompts(prompts, params, self.vocab_size, self.tokenizer)
         refs = [
             self.submit_generate(p, sp, shared=min(shared, len(p) - 1), return_logits=return_logits)
             for p, sp in zip(prompts, per)
@@ -353,23 +292,10 @@ class Engine:
     # --- one step -------------------------------------------------------------------------------
     def _run(self, plan: StepPlan):
         self.runner.engage()
-        static = self._static_for(plan)
-        if static is not None:
-            static.load(plan, self.pad_id)
-            self.cache.layout = static
-            try:
-                with torch.inference_mode():
-                    if self._graphs is not None:
-                        hidden = self._graphs.run(self.cache, static)
-                    else:
-                        hidden = self._forward(self.cache, static.input_ids, static.positions)
-            except StaticDecodeUnavailable:  # recorded where it happened; eager from now on
-                self._drop_static()
-                return self._run_eager(plan)
-            if self._graphs is not None and static.rows not in self._graphs.checked:
-                return self._self_check(plan, static, hidden)
-            return static, hidden
-        return self._run_eager(plan)
+        ran = self.static_dispatch.run(
+            plan, self.pool, self.cache, self._forward, self._run_eager, self.pad_id
+        )
+        return ran if ran is not None else self._run_eager(plan)
 
     def _run_eager(self, plan: StepPlan):
         layout = StepLayout.of(
@@ -379,57 +305,6 @@ class Engine:
         with torch.inference_mode():
             hidden = self._forward(self.cache, layout.input_ids, layout.positions)
         return layout, hidden
-
-    def _self_check(self, plan: StepPlan, static: StaticDecode, hidden):
-        """A bucket's first captured step against the eager cascade on the same step (run after
-        it, so the pool keeps the eager K/V); on disagreement, eager for good (graphed_decode)."""
-        with torch.inference_mode():
-            captured = hidden[0].index_select(0, static.sample_index).clone()
-        layout, reference = self._run_eager(plan)
-        with torch.inference_mode():
-            expected = reference[0].index_select(0, layout.sample_index)
-        if agrees(f"cuda graph of static_decode bucket {static.rows}", captured, expected):
-            self._graphs.checked.add(static.rows)
-            self.cache.layout = static
-            return static, hidden
-        self._drop_static()
-        return layout, reference
-
-    def _drop_static(self) -> None:
-        self.static_decode = False
-        self._graphs = None
-        self._statics.clear()
-
-    def _static_for(self, plan: StepPlan) -> StaticDecode | None:
-        """The fixed-shape buffers for a step of single-token rows, or None to run it eagerly."""
-        rows = len(plan.row_chunks)
-        decoding = sum(s1 - s0 == 1 for _, s0, s1 in plan.row_chunks)
-        if not self.static_decode or not decoding:
-            return None  # a step that only prefills runs eagerly by design
-        if plan.prefix_chunks or decoding < rows:
-            why = "decode rows in a step that also prefills run with the prefill, no graph"
-            fallbacks.record("static_decode (mixed step)", EAGER, why)
-            return None
-        if rows > BUCKETS[-1]:
-            why = f"more decode rows than the largest bucket ({BUCKETS[-1]})"
-            fallbacks.record("static_decode (wide step)", EAGER, why)
-            return None
-        if any(len(row.group.segments) > MAX_SEGMENTS for row, _, _ in plan.row_chunks):
-            why = f"a prefix of more than {MAX_SEGMENTS} segments"
-            fallbacks.record("static_decode (many segments)", EAGER, why)
-            return None
-        bucket = next(b for b in BUCKETS if b >= rows)
-        static = self._statics.get(bucket)
-        if (
-            static is None
-            or static.pool is not self.pool
-            or static.kv_indices.shape[-1] != self.pool.num_blocks
-        ):
-            static = StaticDecode(bucket, self.pool, self.runner.device, self.block_size)
-            self._statics[bucket] = static
-            if self._graphs is not None:
-                self._graphs.drop(bucket)
-        return static
 
     def _postprocess(
         self, plan: StepPlan, layout: StepLayout, hidden
@@ -470,30 +345,7 @@ class Engine:
     # --- memory -----------------------------------------------------------------------------------
     def _reserve(self, groups) -> None:
         """Refuse a group that could never run; with no budget, grow the pool to hold all work."""
-        pool = self.pool
-        total = 0
-        for group in groups:
-            runs = [s for s in group.segments if s.start is None and (s is group.own)]
-            stem_runs = [r.stem for r in group.rows if r.stem is not None]
-            prefix = sum(pool.blocks_for(s.length) for s in runs + stem_runs)
-            arms = [
-                pool.blocks_for(len(r.suffix_ids) + r.params.max_new_tokens - 1)
-                for r in group.rows
-                if r.stem is None
-            ]
-            least = prefix + max(arms, default=0)
-            if self.max_batch_tokens is not None and least > self._pool_blocks - 1:
-                shape = GroupShape(
-                    group.prefix_len, tuple(len(r.suffix_ids) for r in group.rows), ()
-                )
-                raise EngineInputError(
-                    f"one prefix group needs {least * self.block_size} KV token slots (prefix "
-                    f"{shape.prefix}, {len(group.rows)} arms) but max_batch_tokens is "
-                    f"{self.max_batch_tokens}; raise the budget"
-                )
-            # a run read from another sequence (a reused base) stays while this group reads it
-            total += prefix + sum(arms)
-            total += sum(pool.blocks_for(s.length) for s in group.segments if s.start is not None)
+        total = request_blocks(groups, self.pool, self.max_batch_tokens, self._pool_blocks)
         # The last group (the fork, after its stem group) outlives the others and reads their
         # runs: it carries the request's reservation, which ends when it closes, so a stream that
         # never drains sizes the pool for its open work, not for all it was ever given.
@@ -525,5 +377,3 @@ class Engine:
         if not self.busy:
             self._need_blocks = 0
         return [done[ref.id] for ref in refs]
-
-    # --- validation -------------------------------------------------------------------------------

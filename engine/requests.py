@@ -169,6 +169,24 @@ def per_item(params, count: int, what: str) -> list[SamplingParams]:
     return params
 
 
+def check_positive(**options: int | None) -> None:
+    """Refuse the first of the engine's `options` that is given (not None) and below 1."""
+    for name, value in options.items():
+        if value is not None and value < 1:
+            raise EngineInputError(f"{name} must be positive, got {value}")
+
+
+def check_prompts(prompts, params, vocab_size: int, tokenizer) -> list[SamplingParams]:
+    """Refuse `Engine.generate`'s prompts or params where they cannot run; one params per prompt."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise EngineInputError("generate() needs a non-empty list of prompts (lists of token ids)")
+    per = per_item(params, len(prompts), "prompt")
+    for i, prompt in enumerate(prompts):
+        check_ids(prompt, f"prompt {i}", False, vocab_size)
+    check_stop_strings(per, tokenizer)
+    return per
+
+
 def check_ids(ids, what: str, allow_empty: bool, vocab_size: int) -> None:
     if not isinstance(ids, (list, tuple)):
         raise EngineInputError(f"{what} must be a list of token ids, got {type(ids).__name__}")

@@ -17,7 +17,7 @@ def _graphed_engine(monkeypatch, arch="llama"):
     monkeypatch.setattr(static_decode, "flex_attention", block_sparse_flex)
     model = tiny_model(arch, num_layers=2, seed=4)
     engine = Engine(model, static_decode=True)
-    engine._graphs = HazardCheckedGraphs(engine)  # GraphedDecode's CPU stand-in
+    engine.static_dispatch.graphs = HazardCheckedGraphs(engine)  # GraphedDecode's CPU stand-in
     return model, engine
 
 
@@ -29,7 +29,7 @@ def test_the_captured_decode_step_reads_only_buffers_that_outlive_it(monkeypatch
         prefix = random_ids(40, seed=7)
         suffixes = [random_ids(n, seed=n) for n in (4, 9, 2)]
         arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=10), return_logits=True)
-        graphs = engine._graphs
+        graphs = engine.static_dispatch.graphs
         assert graphs.captures >= 1 and graphs.replays >= 5
         assert not graphs.hazards, graphs.hazards[:3]
         for suffix, arm in zip(suffixes, arms):
@@ -46,7 +46,7 @@ def test_the_write_index_is_rewritten_in_place_by_each_load(monkeypatch):
     seen = []
     while engine.busy:
         engine.step()
-        for static in engine._statics.values():
+        for static in engine.static_dispatch.statics.values():
             for kv, rows in static.write_rows.items():
                 slots = static.pool.num_blocks * static.block_size
                 expected = (torch.arange(kv)[None, :] * slots + static.slots[:, None]).reshape(-1)

@@ -102,7 +102,7 @@ def test_a_captured_step_is_checked_once_against_the_eager_cascade(corrupt):
     fallbacks.reset()
     model = tiny_model("llama", num_layers=2, seed=6)
     engine = Engine(model, static_decode=True)
-    engine._graphs = captured = _Captured(engine, corrupt)
+    engine.static_dispatch.graphs = captured = _Captured(engine, corrupt)
     prefix, suffixes = random_ids(60, seed=8), [random_ids(n, seed=n) for n in (3, 5)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -111,7 +111,11 @@ def test_a_captured_step_is_checked_once_against_the_eager_cascade(corrupt):
         assert_matches_reference(model, arm, prefix + suffix, 8, engine.eos_ids)
     named = [f for f in fallbacks.taken() if f.path == "cuda graph of static_decode bucket 16"]
     if corrupt:
-        assert captured.runs == 1 and engine._graphs is None and not engine.static_decode
+        assert (
+            captured.runs == 1
+            and engine.static_dispatch.graphs is None
+            and not engine.static_decode
+        )
         assert len(named) == 1 and "differs from the eager cascade by" in named[0].reason
         assert any("bucket 16" in str(w.message) for w in caught)
     else:

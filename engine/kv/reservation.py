@@ -1,0 +1,104 @@
+"""How many blocks the engine's KV pool gets, and how many a submitted request may come to hold.
+
+`memory_pool` sizes a pool from the device's free memory (CUDA with no `max_batch_tokens`:
+`kv_pool.pool_blocks_for`, less the largest step's activations, `kv_pool.step_margin_bytes`).
+`request_blocks` is what `Engine.submit_fork` (engine/engine.py `_reserve`) reserves for a
+request's groups: it refuses a group that could never run under the budget, and otherwise counts
+the blocks the request could hold at once, by which an engine with no budget grows its pool.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nudgeability.engine.decode_floor import activation_dtype, layer_kv_widths
+from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.kv.kv_pool import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    KVPool,
+    free_device_bytes,
+    pool_blocks_for,
+    step_margin_bytes,
+)
+from nudgeability.engine.scheduling.group_shape import GroupShape
+from nudgeability.engine.sequence import Group
+
+# (layer index, kv heads, head size, dtype) of a layer that stores KV: `KVPool.allocate`'s input
+LayerSpec = tuple[int, int, int, torch.dtype]
+
+
+def memory_pool(
+    runner,
+    *,
+    vocab_size: int,
+    prefill_tokens: int,
+    rows: int,
+    block_size: int,
+    fraction: float | None,
+) -> tuple[int, list[LayerSpec]]:
+    """The pool's blocks from free device memory (`kv_pool.pool_blocks_for`; `fraction` None
+    takes the default share), and the `LayerSpec` of every layer that stores KV, to allocate at
+    once. `rows` is the most rows one step's LM head takes; `runner` a `model_runner.ModelRunner`."""
+    model = runner.model
+    dtype = activation_dtype(model)
+    size = dtype.itemsize
+    layers = []
+    for i, (layer, (width, _, stores)) in enumerate(
+        zip(runner.decoder.layers, layer_kv_widths(model))
+    ):
+        if stores:
+            d = layer.self_attn.head_dim
+            layers.append((i, width // 2 // d, d, dtype))
+    slot_bytes = sum(2 * kv * d for _, kv, d, _ in layers) * size
+    linears = [m.out_features for m in runner.decoder.modules() if hasattr(m, "out_features")]
+    margin = step_margin_bytes(
+        model.config.get_text_config().hidden_size,
+        max(linears, default=0),
+        vocab_size,
+        prefill_tokens,
+        rows,
+        size,
+    )
+    try:
+        blocks = pool_blocks_for(
+            free_device_bytes(runner.device),
+            slot_bytes,
+            block_size,
+            fraction or DEFAULT_GPU_MEMORY_UTILIZATION,
+            margin,
+        )
+    except ValueError as exc:
+        raise EngineInputError(str(exc)) from None
+    if blocks < 4:
+        raise EngineInputError(f"free device memory holds only {blocks} KV blocks")
+    return blocks, layers
+
+
+def request_blocks(
+    groups: list[Group], pool: KVPool, max_batch_tokens: int | None, pool_blocks: int
+) -> int:
+    """The blocks a request's `groups` could hold at once: their own runs and stems, every row's
+    whole budget, and the runs they read from other sequences. EngineInputError when one group
+    alone could never fit a `max_batch_tokens` budget (a pool of `pool_blocks`)."""
+    total = 0
+    for group in groups:
+        runs = [s for s in group.segments if s.start is None and (s is group.own)]
+        stem_runs = [r.stem for r in group.rows if r.stem is not None]
+        prefix = sum(pool.blocks_for(s.length) for s in runs + stem_runs)
+        arms = [
+            pool.blocks_for(len(r.suffix_ids) + r.params.max_new_tokens - 1)
+            for r in group.rows
+            if r.stem is None
+        ]
+        least = prefix + max(arms, default=0)
+        if max_batch_tokens is not None and least > pool_blocks - 1:
+            shape = GroupShape(group.prefix_len, tuple(len(r.suffix_ids) for r in group.rows), ())
+            raise EngineInputError(
+                f"one prefix group needs {least * pool.block_size} KV token slots (prefix "
+                f"{shape.prefix}, {len(group.rows)} arms) but max_batch_tokens is "
+                f"{max_batch_tokens}; raise the budget"
+            )
+        # a run read from another sequence (a reused base) stays while this group reads it
+        total += prefix + sum(arms)
+        total += sum(pool.blocks_for(s.length) for s in group.segments if s.start is not None)
+    return total
