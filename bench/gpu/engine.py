@@ -20,23 +20,24 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
 5. **the campaign workload against HF `generate_batch`**: bases (prompts of 1,024 random tokens,
    128 new tokens, EOS ignored), then 8 arms forked from each base's 64th token, 64 new tokens.
 
-`section(deadline, dry_run=False)` returns rows `(check, result)` for check.py's table; the
-deadline is a `time.monotonic()` value. `dry_run` runs every part on CPU on a tiny Qwen3 of
-models/testing with small sizes. `__main__` prints the rows.
+Parts 1 and 2 are here, the timed parts 3 to 5 in engine_speed.py, the inputs they share in
+engine_inputs.py. `section(deadline, dry_run=False)` returns rows `(check, result)` for check.py's
+table; the deadline is a `time.monotonic()` value. `dry_run` runs every part on CPU on a tiny
+Qwen3 of models/testing with small sizes. `__main__` prints the rows.
 """
 
 from __future__ import annotations
 
 import random
-import statistics
 import time
 
 import torch
 
-from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s
 from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3
 
 from . import quant as gpu_quant
+from .engine_inputs import Row, greedy_params, make_engine, random_ids
+from .engine_speed import campaign, decode_floor, prefill
 
 # the shape of Qwen3-8B (quant.py holds it), with what a whole model needs besides
 QWEN3_8B = dict(
@@ -63,36 +64,12 @@ def build_model(shape: dict, device, dtype=torch.bfloat16, seed: int = 0):
     return model.eval()
 
 
-def _ids(n: int, seed: int, vocab: int) -> list[int]:
-    return torch.randint(3, vocab - 1, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-def _params(n: int):
-    from nudgeability.engine import SamplingParams
-
-    return SamplingParams(max_new_tokens=n, ignore_eos=True)
-
-
-def _engine(model, **kwargs):
-    from nudgeability.engine import Engine
-
-    return Engine(model, **kwargs)
-
-
-Row = tuple[str, str]
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _arm_check(model, sizes) -> str:
     vocab = model.config.vocab_size
-    prefix = _ids(sizes["prefix"], 1, vocab)
-    suffixes = [_ids(5 + 2 * i, 10 + i, vocab) for i in range(sizes["arms"])]
-    engine = _engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
-    arms = engine.fork(prefix, suffixes, _params(sizes["new"]), return_logits=True)
+    prefix = random_ids(sizes["prefix"], 1, vocab)
+    suffixes = [random_ids(5 + 2 * i, 10 + i, vocab) for i in range(sizes["arms"])]
+    engine = make_engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
+    arms = engine.fork(prefix, suffixes, greedy_params(sizes["new"]), return_logits=True)
     worst, agree, total = 0.0, 0, 0
     for suffix, arm in zip(suffixes, arms):
         ids = torch.tensor([prefix + suffix + arm.token_ids[:-1]], device=model.device)
@@ -137,14 +114,15 @@ def arm_equals_solo(model, sizes) -> list[Row]:
 def needle(model, sizes) -> list[Row]:
     vocab = model.config.vocab_size
     rng = random.Random(0)
-    engine = _engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
-    prompt = _ids(sizes["needle"], 5, vocab)
-    params = _params(sizes["needle_new"])
+    engine = make_engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
+    prompt = random_ids(sizes["needle"], 5, vocab)
+    params = greedy_params(sizes["needle_new"])
     alone = engine.generate([prompt], params, return_logits=True)[0]
     rows = []
     for n in sizes["batches"]:
         others = [
-            _ids(rng.randint(20, sizes["needle"]), 100 + n * 7 + i, vocab) for i in range(n - 1)
+            random_ids(rng.randint(20, sizes["needle"]), 100 + n * 7 + i, vocab)
+            for i in range(n - 1)
         ]
         at = rng.randrange(n)
         out = engine.generate(others[:at] + [prompt] + others[at:], params, return_logits=True)[at]
@@ -157,169 +135,6 @@ def needle(model, sizes) -> list[Row]:
             )
         )
     return rows
-
-
-def _floor_cell(model, sizes, rows: int, graphs: bool, bandwidth: float) -> str:
-    device = model.device
-    per_group = min(rows, sizes["arms_per_group"])
-    groups = rows // per_group
-    engine = _engine(
-        model,
-        max_batch_tokens=sizes["kv_floor"],
-        block_size=sizes["block"],
-        static_decode=graphs,
-        cuda_graphs=graphs and device.type == "cuda",
-    )
-    try:
-        return _timed_steps(engine, model, sizes, rows, groups, per_group, bandwidth)
-    finally:  # a failed step must not leave the model on the engine's attention
-        engine.runner.disengage()
-
-
-def _timed_steps(engine, model, sizes, rows, groups, per_group, bandwidth) -> str:
-    from nudgeability.engine import ForkRequest
-
-    vocab, device = model.config.vocab_size, model.device
-    refs = []
-    for g in range(groups):
-        suffixes = [_ids(8, 1000 * g + a, vocab) for a in range(per_group)]
-        new = sizes["steps"] + 8
-        request = ForkRequest(_ids(sizes["prefix"], 50 + g, vocab), suffixes, _params(new))
-        refs += engine.submit_fork(request)
-    while any(len(engine.peek(r)) < 4 for r in refs):  # prefill, first steps, capture
-        engine.step()
-    times = []
-    for _ in range(sizes["steps"]):
-        t0 = time.perf_counter()
-        engine.step()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    step = statistics.median(times)
-    generated = len(engine.peek(refs[0]))
-    slots = groups * sizes["prefix"] + rows * (8 + generated)  # the prefix read once per group
-    floor = step_floor_s(model, slots, rows, bandwidth)
-    while engine.busy:
-        engine.step()
-    return f"{1000 * step:.2f} ms; floor {1000 * floor:.3f} ms; step / floor {step / floor:.1f}"
-
-
-def decode_floor(model, sizes) -> list[Row]:
-    """Each (rows, graphs) cell on its own: one that fails is reported and the others run."""
-    bandwidth = copy_bandwidth(model.device, sizes["copy_gib"])
-    rows = [
-        (
-            "copy bandwidth (read + write, engine/decode_floor.py)",
-            f"{bandwidth / 1e12:.3f} TB/s",
-        )
-    ]
-    for n in sizes["rows"]:
-        for graphs in (True, False):
-            mode = "static decode + graphs" if graphs else "eager"
-            name = f"decode step, {n} rows, {mode}"
-            try:
-                rows.append((name, _floor_cell(model, sizes, n, graphs, bandwidth)))
-            except Exception as exc:
-                rows.append((name, f"failed: {type(exc).__name__}: {exc}"))
-    return rows
-
-
-def prefill(model, sizes) -> list[Row]:
-    """One prompt's prefill (the engine, then HF's forward of the same ids), tokens/s."""
-    ids = _ids(sizes["prefill"], 77, model.config.vocab_size)
-    engine = _engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
-    engine.generate([ids[:64]], _params(1))  # warm-up
-    engine.stats = type(engine.stats)()
-    t0 = time.perf_counter()
-    engine.generate([ids], _params(1))
-    _sync(model.device)
-    ours = time.perf_counter() - t0
-    x = torch.tensor([ids], device=model.device)
-    with torch.inference_mode():
-        model(input_ids=x[:, :64], logits_to_keep=1)
-        _sync(model.device)
-        t0 = time.perf_counter()
-        model(input_ids=x, logits_to_keep=1)
-        _sync(model.device)
-    hf = time.perf_counter() - t0
-    n = len(ids)
-    return [
-        (
-            f"prefill of {n} tokens",
-            f"engine {n / ours:.0f} tok/s, HF forward {n / hf:.0f} tok/s: engine / HF "
-            f"{hf / ours:.2f}x",
-        )
-    ]
-
-
-def campaign(model, sizes) -> list[Row]:
-    from nudgeability.engine import ForkRequest
-
-    try:
-        from transformers import ContinuousBatchingConfig, GenerationConfig
-    except ImportError as exc:
-        import transformers
-
-        return [
-            (
-                "campaign against generate_batch",
-                f"skipped: transformers {transformers.__version__}: {exc}",
-            )
-        ]
-
-    vocab = model.config.vocab_size
-    prompts = [_ids(sizes["prompt"], 7000 + i, vocab) for i in range(sizes["bases"])]
-    engine = _engine(
-        model, max_batch_tokens=sizes["kv"], max_rows=sizes["max_rows"], block_size=sizes["block"]
-    )
-    t0 = time.perf_counter()
-    bases = engine.generate(prompts, _params(sizes["base_new"]))
-    t_bases = time.perf_counter() - t0
-    cut = sizes["cut"]
-    arms = [_ids(6 + a, 9000 + a, vocab) for a in range(sizes["arms"])]
-    requests = [
-        ForkRequest(p + b.token_ids[:cut], arms, _params(sizes["arm_new"]))
-        for p, b in zip(prompts, bases)
-    ]
-    t0 = time.perf_counter()
-    engine.fork_many(requests)
-    t_arms = time.perf_counter() - t0
-
-    def hf(inputs, new):
-        config = GenerationConfig(
-            max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0
-        )
-        cb = ContinuousBatchingConfig(
-            page_size=sizes["hf_page"],
-            num_blocks=-(-sizes["kv"] // sizes["hf_page"]) + 1,
-            max_requests_per_batch=sizes["max_rows"],
-            allow_block_sharing=True,
-        )
-        t = time.perf_counter()
-        with torch.inference_mode():
-            model.generate_batch(
-                inputs, generation_config=config, continuous_batching_config=cb, progress_bar=False
-            )
-        return time.perf_counter() - t
-
-    h_bases = hf(prompts, sizes["base_new"])
-    h_arms = hf([r.prefix_ids + s for r in requests for s in r.suffixes], sizes["arm_new"])
-    n_base, n_arm = len(prompts) * sizes["base_new"], len(requests) * len(arms) * sizes["arm_new"]
-    what = (
-        f"{len(prompts)} bases of {sizes['prompt']} tokens, {sizes['base_new']} new; "
-        f"{len(arms)} arms at token {cut}, {sizes['arm_new']} new; {sizes['max_rows']} rows"
-    )
-    return [
-        (
-            f"campaign bases against generate_batch ({what})",
-            f"engine {n_base / t_bases:.0f} tok/s, HF {n_base / h_bases:.0f} tok/s: "
-            f"{h_bases / t_bases:.2f}x",
-        ),
-        (
-            "campaign arms against generate_batch",
-            f"engine {n_arm / t_arms:.0f} tok/s, HF {n_arm / h_arms:.0f} tok/s: "
-            f"{h_arms / t_arms:.2f}x",
-        ),
-    ]
 
 
 GPU_SIZES = dict(
