@@ -35,7 +35,8 @@ from nudgeability.splice.run.remote import RemoteSpec, remote_spec_of
 from nudgeability.splice.run.runner import compute_unit, unit_context
 from nudgeability.splice.run.units import UnitContext
 from nudgeability.splice.rundir.layout import MANIFEST, side_file
-from nudgeability.splice.rundir.manifest import Manifest, compare_manifests
+from nudgeability.splice.rundir.manifest import Manifest
+from nudgeability.splice.rundir.manifest_keys import compare_manifests
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.store import WorkStore, part_path
 from nudgeability.util.json_lines import split_lines

@@ -8,6 +8,7 @@ import json
 import os
 
 import nudgeability.splice.rundir.manifest as manifest
+import nudgeability.splice.rundir.manifest_keys as manifest_keys
 import nudgeability.splice.rundir.provenance as provenance
 
 
@@ -41,12 +42,12 @@ def test_small_files_are_hashed_without_the_cache(tmp_path, monkeypatch):
 def test_config_differences_name_each_nested_key():
     stored = {"config": {"n": 4, "seeds": [0], "shard": None}, "family": "qwen3"}
     current = {"config": {"n": 5, "seeds": [0], "extra": 1}, "family": "qwen3"}
-    assert manifest.diff_configs(stored, current) == [
+    assert manifest_keys.diff_configs(stored, current) == [
         "config.extra: stored nothing, now 1",
         "config.n: stored 4, now 5",
         "config.shard: stored null, now nothing",
     ]
-    assert manifest.diff_configs(stored, stored) == []
+    assert manifest_keys.diff_configs(stored, stored) == []
 
 
 def test_a_cut_manifest_is_named_by_line_with_the_whole_reason(tmp_path):
