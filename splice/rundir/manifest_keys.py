@@ -52,6 +52,7 @@ WORK_KEYS = (
     ("config", "seeds"),
     ("config", "chunk_size"),
     ("config", "max_batch_tokens"),
+    ("config", "gpu_memory_utilization"),  # the KV pool's share of free CUDA memory
     ("config", "device"),
     ("seeds",),
     ("experiment", "seeds"),
