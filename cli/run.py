@@ -105,14 +105,22 @@ def register(subparsers) -> None:
     run.add_argument(
         "--max-batch-tokens",
         type=int,
-        help="the engine's KV pool in token slots (memory budget; default: grows with the work)",
+        help="the engine's KV pool in token slots (memory budget; default: grows with the work on "
+        "CPU, --gpu-memory-utilization of the free memory on CUDA)",
+    )
+    run.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        metavar="FRACTION",
+        help="CUDA: the share of free device memory the KV pool takes at start, in (0, 1] "
+        "(default: 0.9; not with --max-batch-tokens)",
     )
     run.add_argument(
         "--chunk-size",
         type=int,
-        default=DEFAULT_CHUNK_SIZE,
-        help="problems per unit of work: the resume and shard granularity "
-        f"(default: {DEFAULT_CHUNK_SIZE})",
+        help="problems per unit of work: the resume and shard granularity (default: "
+        f"{DEFAULT_CHUNK_SIZE}; on CUDA the rows the KV pool holds, recorded at a fresh start "
+        "and kept on resume)",
     )
     run.add_argument(
         "--consistency-samples",
@@ -273,6 +281,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         device=args.device,
         quant_compute=args.quant_compute,
         max_batch_tokens=args.max_batch_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization,
         chunk_size=args.chunk_size,
         shard=None if args.shard is None else parse_shard(args.shard),
         consistency_samples=args.consistency_samples,

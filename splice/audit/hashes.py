@@ -18,7 +18,7 @@ from nudgeability.splice.audit.check import FAIL, NOT_CHECKABLE, OK, UNSEALED, C
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.run.remote import tokenizer_files
 from nudgeability.splice.rundir.layout import MANIFEST, RECORDS, SIGNALS_DIR
-from nudgeability.splice.rundir.manifest import compare_manifests
+from nudgeability.splice.rundir.manifest_keys import compare_manifests
 from nudgeability.splice.rundir.provenance import git_commit, package_versions
 from nudgeability.splice.rundir.seal import check_seal, file_problem, named_file_problems
 

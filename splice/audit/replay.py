@@ -35,7 +35,8 @@ from nudgeability.splice.run.remote import RemoteSpec, remote_spec_of
 from nudgeability.splice.run.runner import compute_unit, unit_context
 from nudgeability.splice.run.units import UnitContext
 from nudgeability.splice.rundir.layout import MANIFEST, side_file
-from nudgeability.splice.rundir.manifest import Manifest, compare_manifests
+from nudgeability.splice.rundir.manifest import Manifest
+from nudgeability.splice.rundir.manifest_keys import compare_manifests
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.store import WorkStore, part_path
 from nudgeability.util.json_lines import split_lines
@@ -43,9 +44,10 @@ from nudgeability.util.threads import set_threads
 
 DEFAULT_SAMPLE = 2  # units a local run's audit replays when not told otherwise
 
-# compare_manifests ignores where the inputs are (manifest.LOCATION_KEYS); replaying on another
-# device than the run's (--device) changes the config's device too
-_DEVICE_KEY = "config.device"
+# compare_manifests ignores where the inputs are (manifest_keys.LOCATION_KEYS); replaying on another
+# device than the run's (--device) changes the config's device too, and leaves out the stored
+# device's share of free memory for the KV pool (refused on a CPU; the new device's default)
+_DEVICE_KEYS = ("config.device", "config.gpu_memory_utilization")
 
 
 class ReplayError(ValueError):
@@ -95,7 +97,7 @@ def replay_units(
     differences = [
         line
         for line in compare_manifests(run.manifest.data, prepared.manifest, ("stored", "here"))[0]
-        if not (device and line.startswith(_DEVICE_KEY + ":"))
+        if not (device and line.startswith(tuple(f"{key}:" for key in _DEVICE_KEYS)))
     ]
     if differences:
         raise ReplayError(
@@ -167,6 +169,8 @@ def _requested(config: dict, overrides: dict[str, str | None], remote: bool) -> 
     stored = RunConfig.from_dict(config)
     if remote:
         stored = replace(stored, dtype=RunConfig.dtype, device=RunConfig.device)
+    if overrides.get("device") is not None:  # another device: its own default share (_DEVICE_KEYS)
+        stored = replace(stored, gpu_memory_utilization=None)
     return replace(stored, **{k: v for k, v in overrides.items() if v is not None})
 
 

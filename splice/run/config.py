@@ -2,14 +2,18 @@
 
 A `RunConfig` holds every setting that can change a record: the model and its family, the task,
 data file and problem draw, the decoding, the conditions, the token budgets, the sentences file,
-the dtype and device, and the batching (chunk size and KV budget: batch composition can change
-floating-point results in the last bits). As the user asks for a run (`nudge run`'s flags, parsed
-in cli/run.py, or `RunConfig(...)` in Python) a field may be None, meaning "the default"; and
-`conditions` may hold presets. `prepare` (splice/run/prepare.py) returns the resolved config: no None left
-but where the setting is genuinely absent (`max_batch_tokens`, `shard`), paths absolute,
-conditions as codes in canonical order, `n` the number of problems drawn. Its canonical JSON
-(sorted keys) is stored in the run's manifest; a later run against the same `--out` must resolve
-to the same config (splice/rundir/manifest.py `compare_manifests` names every key that differs).
+the dtype and device, and the batching (chunk size and KV budget, or on CUDA the share of free
+device memory the KV pool takes: batch composition can change floating-point results in the last
+bits). As the user asks for a run (`nudge run`'s flags, parsed in cli/run.py, or `RunConfig(...)`
+in Python) a field may be None, meaning "the default"; and `conditions` may hold presets.
+`prepare` (splice/run/prepare.py) returns the resolved config: no None left but where the setting
+is genuinely absent (`max_batch_tokens`, `gpu_memory_utilization`, `shard`), paths absolute,
+conditions as codes in canonical order, `n` the number of problems drawn; on CUDA with no chunk
+size asked for, `chunk_size` stays None until the runner takes it from the KV pool at a fresh
+start, or from the manifest of the run it resumes (splice/run/runner.py `settle_chunk_size`,
+device_batching.py). Its canonical JSON (sorted keys) is stored in the run's manifest; a later
+run against the same `--out` must resolve to the same config (splice/rundir/manifest_keys.py
+`compare_manifests` names every key that differs).
 """
 
 from __future__ import annotations
@@ -67,10 +71,15 @@ class RunConfig:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS[0]  # budget of the bases (NT, B, oracle_B)
     max_new_tokens_arm: int = DEFAULT_MAX_NEW_TOKENS[1]  # each arm's budget after the splice
     sentences: str | None = None  # the sentences file; None: the shipped sentences.toml
-    chunk_size: int = DEFAULT_CHUNK_SIZE  # problems per unit of work (and per base batch)
+    # problems per unit of work (and per base batch); None: DEFAULT_CHUNK_SIZE on CPU and on a
+    # server, on CUDA the rows the KV pool holds (splice/run/device_batching.py `pool_rows`)
+    chunk_size: int | None = None
     max_batch_tokens: int | None = (
-        None  # the engine's KV pool, in token slots; None: grows with the work
+        None  # the engine's KV pool, in token slots; None: grows with the work (CUDA: see below)
     )
+    # CUDA without max_batch_tokens: the share of free device memory the KV pool takes at start
+    # (engine/kv/kv_pool.py); None: the engine's default (0.9). Not a CPU setting
+    gpu_memory_utilization: float | None = None
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
     # B's token uncertainty and hidden state at the cut (splice/run/signals.py); on with --signals,
@@ -87,9 +96,10 @@ class RunConfig:
     def to_dict(self) -> dict:
         """The config as plain JSON values (tuples become lists).
 
-        A run without the resolution phase leaves out `resolve` and `retrieve_k`, and one with the
-        default signals `consistency_samples` and `signals`, so its manifest is the one earlier
-        versions wrote, and their runs still resume.
+        A run without the resolution phase leaves out `resolve` and `retrieve_k`, one with the
+        default signals `consistency_samples` and `signals`, and one with the engine's default
+        memory share `gpu_memory_utilization`, so its manifest is the one earlier versions wrote,
+        and their runs still resume.
         """
         data = asdict(self)
         for key, value in data.items():
@@ -104,6 +114,8 @@ class RunConfig:
             del data["signals"]
         if self.quant_compute is None:  # unquantised: the manifest earlier versions wrote
             del data["quant_compute"]
+        if self.gpu_memory_utilization is None:  # the engine's default: as earlier versions wrote
+            del data["gpu_memory_utilization"]
         return data
 
     @classmethod

@@ -4,13 +4,15 @@ The pipeline: validate the settings (validation.py, each error naming its flag),
 sentences, the data file and the problem draw, then the model (or the server and its tokenizer)
 and its family, render the prompts and the splice ids of every arm, check that every sequence
 fits (`check_fits`), and build the resolved `RunConfig`, the manifest and the run's `Plan` from
-it. The result is a `Prepared` experiment; a bad input raises a one-line ValueError (or OSError)
-naming the file, line, field or flag, before any output exists.
+it. On CUDA with no chunk size asked for, the chunk size, and so the plan, wait for the runner
+(`with_chunk_size`; splice/run/device_batching.py says why). The result is a `Prepared`
+experiment; a bad input raises a one-line ValueError (or OSError) naming the file, line, field
+or flag, before any output exists.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -24,7 +26,8 @@ from nudgeability.models.smollm2 import EmbeddedModelMissing
 from nudgeability.splice.experiment.conditions import ORACLE_BASE, Condition
 from nudgeability.splice.experiment.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.experiment.sentences import Sentences, load_sentences
-from nudgeability.splice.run.config import SERVER, ConfigError, RunConfig
+from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, SERVER, ConfigError, RunConfig
+from nudgeability.splice.run.device_batching import batches_from_pool
 from nudgeability.splice.run.remote import (
     RemoteSpec,
     RemoteTokenizer,
@@ -58,8 +61,9 @@ class Prepared:
     splices: dict[str, tuple[int, ...]]
     manifest: dict = field(repr=False)
     # the conditions (with the self-consistency samples), units, keys and order of the run, read
-    # from the manifest like every other reader of the run directory's plan
-    plan: Plan = field(repr=False)
+    # from the manifest like every other reader of the run directory's plan; None while the chunk
+    # size waits for the runner (CUDA, no chunk size asked for: `with_chunk_size`)
+    plan: Plan | None = field(repr=False)
     toolbox: Toolbox | None = None  # the executable tools, when the run resolves its calls
     backend: Backend | None = None  # a server's (checked); None: the run builds the engine
 
@@ -152,7 +156,7 @@ def prepare(
         prompts,
         splices,
         manifest,
-        Plan.from_manifest(manifest),
+        None if config.chunk_size is None else Plan.from_manifest(manifest),
         toolbox,
         model.backend,
     )
@@ -228,8 +232,9 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
         max_new_tokens=requested.max_new_tokens,
         max_new_tokens_arm=requested.max_new_tokens_arm,
         sentences=str(Path(sentences.source).resolve()),
-        chunk_size=requested.chunk_size,
+        chunk_size=_chunk_size(requested, valid.device),
         max_batch_tokens=requested.max_batch_tokens,
+        gpu_memory_utilization=requested.gpu_memory_utilization,
         shard=requested.shard,
         consistency_samples=requested.consistency_samples,
         signals=requested.signals or requested.consistency_samples > 0,
@@ -237,6 +242,22 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
         retrieve_k=valid.retrieve_k,
         quant_compute=model.quant_compute,
     )
+
+
+def _chunk_size(requested: RunConfig, device: str) -> int | None:
+    """The chunk size asked for, else the fixed default, but on a device whose KV pool is sized
+    from free memory (CUDA): None, for the runner to settle (`with_chunk_size`)."""
+    if requested.chunk_size is not None:
+        return requested.chunk_size
+    return None if batches_from_pool(device) else DEFAULT_CHUNK_SIZE
+
+
+def with_chunk_size(prepared: Prepared, chunk_size: int) -> Prepared:
+    """`prepared` with the chunk size the runner settled on (splice/run/runner.py
+    `settle_chunk_size`): in its config, its manifest and the plan read from it."""
+    config = replace(prepared.config, chunk_size=chunk_size)
+    manifest = {**prepared.manifest, "config": config.to_dict()}
+    return replace(prepared, config=config, manifest=manifest, plan=Plan.from_manifest(manifest))
 
 
 def _model_spec(model: str) -> str:

@@ -9,8 +9,10 @@ the batch (`streams`): the **stream** (stream.py) puts every unit on one engine 
 request submitted as soon as its inputs are known (a problem's arms once its B has closed its
 thinking); **by unit**, each unit is one engine call, phase after phase in the protocol's order
 (NT, the self-consistency samples, B, oracle_B, the arms, the resolutions), and each call is the
-whole batch a resume or a replay computes again. Either way a unit whose part file exists is
-reused, so a run killed at any moment and started again finishes only the missing work. When
+whole batch a resume or a replay computes again (on CUDA, with no chunk size asked for, the
+chunk size is the rows the KV pool holds, settled before the directory is opened:
+`settle_chunk_size`). Either way a unit whose part file exists is reused, so a run killed at
+any moment and started again finishes only the missing work. When
 every unit of this shard is stored, `records.jsonl` is assembled from the parts in canonical
 order (problems, then conditions, then seeds) and written atomically; with `--resolve`,
 `resolutions.jsonl` the same way, one line per TOOL record, in the records' order. Then the
@@ -29,18 +31,19 @@ from pathlib import Path
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
 from nudgeability.engine import engine as engine_module
-from nudgeability.engine.attention.static_decode import BUCKETS
 from nudgeability.splice.experiment.conditions import CONSISTENCY
+from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.consistency import run_consistency_unit
-from nudgeability.splice.run.device_batching import row_slots, rows_for_pool
+from nudgeability.splice.run.device_batching import pool_rows
 from nudgeability.splice.run.parts import reusable, store_unit
-from nudgeability.splice.run.prepare import Prepared
+from nudgeability.splice.run.prepare import Prepared, with_chunk_size
 from nudgeability.splice.run.resolve import run_resolve_unit
 from nudgeability.splice.run.schedule import STREAM, choose_schedule
 from nudgeability.splice.run.stream import Stream
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions
-from nudgeability.splice.rundir.layout import RESOLUTIONS, side_file
+from nudgeability.splice.rundir.layout import MANIFEST, RESOLUTIONS, side_file
+from nudgeability.splice.rundir.manifest import OutputDirError, read_manifest
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
 from nudgeability.splice.rundir.store import WorkStore
 from nudgeability.util.progress import progress_bar
@@ -75,6 +78,7 @@ def run(
     """
     if schedule not in (None, "stream", "units"):
         raise ValueError(f"schedule must be 'stream' or 'units', got {schedule!r}")
+    prepared, ctx = settle_chunk_size(prepared, out, progress=progress)
     plan = prepared.plan
     with WorkStore.open(out, prepared.manifest) as store:
         if store.provenance_changes:
@@ -84,7 +88,7 @@ def run(
                 "last bits from an uninterrupted run",
                 file=sys.stderr,
             )
-        ctx = unit_context(prepared, progress=progress)
+        ctx = ctx or unit_context(prepared, progress=progress)
         chosen = choose_schedule(prepared, schedule)
         if chosen.name == STREAM:
             computed, resumed = _streamed(ctx, store, progress)
@@ -131,21 +135,62 @@ def _streamed(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, 
     return stream.computed, stream.resumed
 
 
+def settle_chunk_size(
+    prepared: Prepared, out: str | os.PathLike, *, progress: bool = True
+) -> tuple[Prepared, UnitContext | None]:
+    """`prepared` with a chunk size, and the unit context when settling it built one.
+
+    Only a CUDA run given no chunk size has none yet (prepare.py). Resuming the run in `out`, it
+    takes the chunk size that run recorded, so a resume cuts the units as the run it continues
+    did, whatever this machine's memory; at a fresh start, the rows the engine's pool holds
+    (`_pool_rows`, the engine's row cap too), which the manifest then records. A chunk size asked
+    for is left as it is: one that differs from the recorded one is the resume's config error."""
+    if prepared.config.chunk_size is not None:
+        return prepared, None
+    recorded = _recorded_chunk_size(out)
+    if recorded is not None:
+        return with_chunk_size(prepared, recorded), None
+    ctx = unit_context(prepared, progress=progress)
+    settled = with_chunk_size(prepared, _pool_rows(ctx.backend.engine, prepared.config))
+    return settled, UnitContext(settled, ctx.backend)
+
+
+def _recorded_chunk_size(out: str | os.PathLike) -> int | None:
+    """The chunk size in the manifest of the run directory `out`, if it holds one (a broken or
+    foreign manifest: None, and `WorkStore.open` says what is wrong with it)."""
+    if not (Path(out) / MANIFEST).is_file():
+        return None
+    try:
+        chunk = read_manifest(out).config.get("chunk_size")
+    except OutputDirError:
+        return None
+    return chunk if type(chunk) is int and chunk >= 1 else None
+
+
+def engine_options(config: RunConfig) -> dict:
+    """The keyword arguments of the run's `Engine` that come from its config."""
+    return {
+        "max_batch_tokens": config.max_batch_tokens,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+    }
+
+
+def _pool_rows(engine: Engine, config: RunConfig) -> int:
+    """The rows the engine's KV pool holds for this run's budgets (device_batching.py)."""
+    slots = engine.pool.num_blocks * engine.block_size
+    return pool_rows(slots, config.max_new_tokens, config.max_new_tokens_arm)
+
+
 def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
     """What every unit of the run needs: the prepared server backend, or an engine on the prepared
     model (also used by `nudge verify` to replay units exactly as the run computed them)."""
     backend = prepared.backend
     if backend is None:
         engine = Engine(
-            prepared.loaded.model,
-            prepared.loaded.tokenizer,
-            max_batch_tokens=prepared.config.max_batch_tokens,
+            prepared.loaded.model, prepared.loaded.tokenizer, **engine_options(prepared.config)
         )
         if engine_module.sizes_pool_from_memory(engine.runner.device):  # CUDA: device_batching.py
-            config = prepared.config
-            slots = engine.pool.num_blocks * engine.block_size
-            per_row = row_slots(config.max_new_tokens, config.max_new_tokens_arm)
-            engine.limit_rows(rows_for_pool(slots, per_row, BUCKETS[-1]))
+            engine.limit_rows(_pool_rows(engine, prepared.config))
         backend = EngineBackend(engine)
     backend.progress = progress  # an inner bar per backend call
     return UnitContext(prepared, backend)

@@ -2,9 +2,10 @@
 
 `validate(requested, remote)` checks the settings that need no file and no model, in order of
 cost (decoding, conditions, budgets, chunk size, signals, KV budget, dtype, quantised compute
-mode, what a server cannot do, device, family, resolution and its `--retrieve-k`), and returns what they resolve to. `check_fits` checks, once the
-prompts are rendered, that no problem's longest sequence overflows the model's context or one
-engine group the KV budget. Every failure is a one-line `ConfigError` (a ValueError) naming the
+mode, what a server cannot do, device, the KV pool's memory share and the chunk size of a sharded
+CUDA run, family, resolution and its `--retrieve-k`), and returns what they resolve to.
+`check_fits` checks, once the prompts are rendered, that no problem's longest sequence overflows
+the model's context or one engine group the KV budget. Every failure is a one-line `ConfigError` (a ValueError) naming the
 flag, and the file and line of the problem where there is one.
 """
 
@@ -35,6 +36,7 @@ from nudgeability.splice.run.config import (
     RunConfig,
     resolve_decoding,
 )
+from nudgeability.splice.run.device_batching import batches_from_pool
 from nudgeability.splice.run.remote import RemoteSpec
 from nudgeability.splice.tasks import Problem
 
@@ -66,7 +68,7 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
         raise ConfigError(f"--conditions: {exc}") from None
     if min(requested.max_new_tokens, requested.max_new_tokens_arm) < 1:
         raise ConfigError("--max-new-tokens: budgets must be >= 1")
-    if requested.chunk_size < 1:
+    if requested.chunk_size is not None and requested.chunk_size < 1:
         raise ConfigError(f"--chunk-size {requested.chunk_size}: must be >= 1")
     if requested.consistency_samples < 0:
         raise ConfigError(
@@ -83,11 +85,41 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
     if remote is not None:
         _check_remote(requested, remote)
     device = SERVER if remote is not None else resolve_device(requested.device)
+    _check_pool_settings(requested, device)
     if requested.family is not None and requested.family not in KNOWN_FAMILIES:
         raise ConfigError(
             f"--family {requested.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
         )
     return Validated(temperature, top_p, tuple(seeds), conditions, device, _retrieve_k(requested))
+
+
+def _check_pool_settings(requested: RunConfig, device: str) -> None:
+    """`--gpu-memory-utilization`: a share in (0, 1] of the free memory of a device whose KV pool
+    is sized from it (CUDA), and not beside `--max-batch-tokens`, which fixes the pool's size
+    itself. A sharded run on such a device names its `--chunk-size`: the default there is what
+    the pool holds (device_batching.py), which may differ between the machines of its shards."""
+    fraction = requested.gpu_memory_utilization
+    from_pool = batches_from_pool(device)
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise ConfigError(f"--gpu-memory-utilization {fraction!r}: expected a number in (0, 1]")
+        if not 0 < fraction <= 1:
+            raise ConfigError(f"--gpu-memory-utilization {fraction}: must be in (0, 1]")
+        if requested.max_batch_tokens is not None:
+            raise ConfigError(
+                "--gpu-memory-utilization: sizes the KV pool from free device memory, but "
+                "--max-batch-tokens already fixes its size; give one of the two"
+            )
+        if not from_pool:
+            raise ConfigError(
+                f"--gpu-memory-utilization: the KV pool's share of free CUDA memory; on {device} "
+                "the pool grows with the work; leave it out"
+            )
+    if requested.shard is not None and requested.chunk_size is None and from_pool:
+        raise ConfigError(
+            f"--chunk-size: a --shard run on {device} must give it: its default is what the KV "
+            "pool holds, which can differ between the machines of the shards"
+        )
 
 
 def _retrieve_k(requested: RunConfig) -> int | None:
@@ -120,6 +152,10 @@ def _check_remote(requested: RunConfig, remote: RemoteSpec) -> None:
         )
     if requested.max_batch_tokens is not None:
         raise ConfigError("--max-batch-tokens: the engine's budget; a server batches on its own")
+    if requested.gpu_memory_utilization is not None:
+        raise ConfigError(
+            "--gpu-memory-utilization: the engine's KV pool; a server batches on its own"
+        )
 
 
 def resolve_device(device: str | None) -> str:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from nudgeability.splice.run.config import RunConfig
+from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
 from nudgeability.splice.rundir.merge import MergeResult, merge
 
 
@@ -50,10 +50,12 @@ class Workers:
 
 
 def worker_chunk_size(config: RunConfig, count: int) -> int:
-    """Problems per unit so that each worker gets work: at most the config's, and small enough
-    that `count` workers share the chunks (records do not depend on the chunk size)."""
-    per_worker = -(-config.n // (count * 2)) if config.n else config.chunk_size
-    return max(1, min(config.chunk_size, per_worker))
+    """Problems per unit so that each worker gets work: at most the config's (the CPU default when
+    it gives none), and small enough that `count` workers share the chunks (records do not depend
+    on the chunk size)."""
+    asked = config.chunk_size or DEFAULT_CHUNK_SIZE
+    per_worker = -(-config.n // (count * 2)) if config.n else asked
+    return max(1, min(asked, per_worker))
 
 
 def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True) -> MergeResult:

@@ -10,7 +10,8 @@ chunk by chunk gives the unsharded records byte for byte. The merged directory g
 with `config.shard` null (the unsharded run's) sealed with the hashes of the merged files and
 parts, the records (and, for runs made with `--resolve`, the resolutions, merged the same way),
 the shards' timings and their part files (hard-linked where possible), so it is also a finished,
-resumable unsharded run directory.
+resumable unsharded run directory. Its `fallbacks` are every shard's, each once, in shard order
+(a shard on another machine may have met others; they are never compared).
 """
 
 from __future__ import annotations
@@ -33,13 +34,8 @@ from nudgeability.splice.rundir.layout import (
     SIGNALS_DIR,
     TIMINGS,
 )
-from nudgeability.splice.rundir.manifest import (
-    SEAL_KEY,
-    Manifest,
-    OutputDirError,
-    compare_manifests,
-    read_manifest,
-)
+from nudgeability.splice.rundir.manifest import Manifest, OutputDirError, read_manifest
+from nudgeability.splice.rundir.manifest_keys import FALLBACKS_KEY, SEAL_KEY, compare_manifests
 from nudgeability.splice.rundir.plan import Plan
 from nudgeability.splice.rundir.records import RecordKey
 from nudgeability.splice.rundir.seal import check_seal, write_sealed_manifest
@@ -67,6 +63,7 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
     manifests = [read_manifest(d) for d in dirs]
     total, provenance = _check_shards(dirs, manifests)
     merged_manifest = _without_shard(manifests[0])
+    fallbacks = _fallbacks_of(sorted(manifests, key=lambda m: m.config["shard"][0]))
     out = Path(out).absolute()
     if out.parent.is_dir():  # what a killed merge into `out` left (its process is gone)
         remove_temporaries(out.parent, out.name, only_abandoned=True)
@@ -128,8 +125,24 @@ def merge(out: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike]) -> Me
         )
         # the manifest last, sealed with the merged records, parts and side files (as a finished
         # run's is)
-        write_sealed_manifest(tmp, merged_manifest)
+        write_sealed_manifest(tmp, merged_manifest, fallbacks)
     return MergeResult(out, total, tally[0], tuple(provenance))
+
+
+def _fallbacks_of(manifests: list[Manifest]) -> list[dict] | None:
+    """Every fallback any shard took (`FALLBACKS_KEY`), each once, in shard order and then in
+    the order each shard lists them: each shard's process met its own device and libraries, and
+    the merged run's parts were computed under all of them. None when no shard lists any key
+    (shards sealed before fallbacks were recorded)."""
+    listed = [
+        m.data[FALLBACKS_KEY] for m in manifests if isinstance(m.data.get(FALLBACKS_KEY), list)
+    ]
+    if not listed:
+        return None
+    union: list[dict] = []
+    for taken in listed:
+        union += [fallback for fallback in taken if fallback not in union]
+    return union
 
 
 def _without_shard(manifest: Manifest) -> dict:

@@ -36,12 +36,8 @@ from nudgeability.splice.rundir.layout import (
     SIDE_SUFFIX,
     SIGNALS_DIR,
 )
-from nudgeability.splice.rundir.manifest import (
-    FALLBACKS_KEY,
-    SCHEDULE_KEY,
-    SEAL_KEY,
-    manifest_text,
-)
+from nudgeability.splice.rundir.manifest import manifest_text
+from nudgeability.splice.rundir.manifest_keys import FALLBACKS_KEY, SCHEDULE_KEY, SEAL_KEY
 from nudgeability.splice.rundir.provenance import sha256_file
 from nudgeability.util.atomic import atomic_write_lines, fsync_directory
 

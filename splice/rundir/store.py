@@ -25,13 +25,8 @@ from nudgeability.splice.rundir.layout import (
     TIMINGS,
     part_file,
 )
-from nudgeability.splice.rundir.manifest import (
-    FALLBACKS_KEY,
-    OutputDirError,
-    compare_manifests,
-    manifest_text,
-    read_manifest,
-)
+from nudgeability.splice.rundir.manifest import OutputDirError, manifest_text, read_manifest
+from nudgeability.splice.rundir.manifest_keys import FALLBACKS_KEY, compare_manifests
 from nudgeability.splice.rundir.part_check import part_problem
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.seal import (

@@ -4,7 +4,7 @@ A run directory holds manifest.json (its "experiment": model, task, decoding, se
 the sha256 of its "inputs") beside records.jsonl; the run format (splice/rundir/manifest.py) reads
 it. Run directories whose manifests name the same (model, task, decoding) are joined into one
 experiment only when their manifests agree on everything that defines it (the run format's
-`experiment_settings`: what a resume compares, less how the work was split, batched and placed,
+`experiment_settings`, splice/rundir/manifest_keys.py: what a resume compares, less how the work was split, batched and placed,
 and where the inputs were found); otherwise RecordsError names the differing keys. A label given
 per run directory (`nudge stats --label DIR=NAME`) keeps runs apart: the row's model reads
 "model (NAME)".
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nudgeability.splice.rundir.layout import MANIFEST
-from nudgeability.splice.rundir.manifest import Manifest, experiment_settings, read_manifest
+from nudgeability.splice.rundir.manifest import Manifest, read_manifest
+from nudgeability.splice.rundir.manifest_keys import experiment_settings
 
 from ..table import ExperimentLabel
 from .cohorts import cohort_of

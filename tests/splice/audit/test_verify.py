@@ -218,6 +218,19 @@ def test_replay_finds_a_changed_token_whose_hashes_were_recomputed(made, tmp_pat
     assert f"{part}:1: record {key}: first differing field generated_ids[2]" in replay
 
 
+def test_a_cuda_run_with_a_memory_share_replays_on_the_cpu(made, tmp_path):
+    """A CUDA run's `--gpu-memory-utilization` is that device's setting: `--device cpu` replays
+    it with the CPU's pool (where the share is refused), as it replays its `config.device`. The
+    run here is the CPU fixture's, its manifest made to say CUDA and a share of 0.8."""
+    run = copy_run(made, tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"] |= {"device": "cuda", "gpu_memory_utilization": 0.8}
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    status, lines = verify(run, "--sample", 1, "--device", "cpu")
+    assert status == 0 and lines[-1] == "verdict: PASS", lines
+    assert line_of(lines, "replay").startswith("replay: ok:")
+
+
 def test_a_run_without_a_seal_is_reported_unsealed_not_failed(made, tmp_path):
     run = copy_run(made, tmp_path)
     manifest = json.loads((run / "manifest.json").read_text())

@@ -94,6 +94,7 @@ def test_sentences_file_missing_a_polarity_names_the_file_and_key(nudge_error, t
         ("--n", "some", "--n"),
         ("--family", "mistral", "mistral"),
         ("--task", "hotpotqa", "hotpotqa"),
+        ("--gpu-memory-utilization", "1.5", "--gpu-memory-utilization 1.5: must be in (0, 1]"),
     ],
 )
 def test_bad_flag_values_name_the_flag(nudge_error, flag, value, named):

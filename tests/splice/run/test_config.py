@@ -13,3 +13,15 @@ def test_decoding_modes_resolve_to_the_protocol_settings():
     assert resolve_decoding("sampled", (5,)) == (1.0, 0.95, (5,))
     with pytest.raises(ConfigError, match="--seeds"):
         resolve_decoding("greedy", (0, 1))
+
+
+def test_the_pool_memory_share_is_written_only_when_given():
+    """`gpu_memory_utilization` left to the engine's default is not in the config's JSON, so a
+    run without it (every CPU run) writes the manifest earlier versions wrote, and resumes theirs;
+    given, it round-trips."""
+    from nudgeability.splice.run.config import RunConfig
+
+    assert "gpu_memory_utilization" not in RunConfig(chunk_size=32).to_dict()
+    given = RunConfig(chunk_size=32, gpu_memory_utilization=0.5)
+    assert given.to_dict()["gpu_memory_utilization"] == 0.5
+    assert RunConfig.from_dict(given.to_dict()) == given

@@ -1,14 +1,39 @@
-"""`nudge run`'s rows on CUDA come from the KV pool's size (splice/run/device_batching.py), not
-from a CPU-sized constant; checked with the engine's CUDA sizing path faked on CPU."""
+"""`nudge run`'s rows on CUDA, and its chunk size when none is given, come from the KV pool's size
+(splice/run/device_batching.py), not from a CPU-sized constant; and the pool's share of free
+memory (`--gpu-memory-utilization`) reaches the engine. Checked on CPU with the engine's CUDA
+sizing path faked: `sizes_pool_from_memory` answers True and `torch.cuda.mem_get_info` says how
+much is free (as tests/engine/test_pool_from_memory.py does), against hand computations."""
 
 from __future__ import annotations
 
+import json
+import math
+from dataclasses import replace
+from types import SimpleNamespace
+
 import pytest
 import torch
+from helpers.tiny_runs import read_records
 
 from nudgeability.engine import engine as engine_module
+from nudgeability.models.testing.tiny import tiny_model
 from nudgeability.splice.run import runner
-from nudgeability.splice.run.device_batching import PROMPT_ALLOWANCE, row_slots, rows_for_pool
+from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
+from nudgeability.splice.run.device_batching import (
+    PROMPT_ALLOWANCE,
+    pool_rows,
+    row_slots,
+    rows_for_pool,
+)
+from nudgeability.splice.run.prepare import prepare
+from nudgeability.splice.rundir.store import ConfigChangedError
+
+MiB = 2**20
+# tiny qwen3 (models/testing/tiny.py: 4 layers, hidden 64, MLP 128, 2 KV heads of 16, vocab 320)
+# in fp32: K and V of every layer per slot, and the activation margin of the engine's largest step
+# (2,048 prefill tokens, 256 rows: engine/kv/kv_pool.py `step_margin_bytes`, written out)
+SLOT_BYTES = 4 * 2 * 2 * 16 * 4
+MARGIN = 2 * (2048 * (6 * 64 + 4 * 128) * 4 + 256 * 320 * (4 + 8))
 
 
 def test_rows_for_pool_by_hand():
@@ -21,17 +46,145 @@ def test_rows_for_pool_by_hand():
         rows_for_pool(0, 1408, 256)
 
 
-def test_the_runner_caps_rows_from_the_pool_on_cuda(monkeypatch):
-    from types import SimpleNamespace
+def test_pool_rows_by_hand():
+    """The rows cap and the default CUDA chunk size: pool slots // (1,024 + the two budgets), at
+    most 256 (the largest decode bucket), at least 1."""
+    assert pool_rows(100_000, 256, 128) == 71  # 100,000 // 1,408
+    assert pool_rows(700_000, 256, 128) == 256  # 497 rows fit; the bucket caps
+    assert pool_rows(3_000, 16, 8) == 2  # 3,000 // 1,048
+    assert pool_rows(1_000, 16, 8) == 1  # not one whole row: still one
+    # Qwen3-8B in bf16 (36 layers x K and V x 8 KV heads of 128 x 2 bytes = 147,456 bytes a
+    # slot) with 120 GiB free: 0.9 of it is 786,432 slots, 109 rows of 1,024 + 4,096 + 2,048.
+    # A 32-problem unit is 32 rows, not a CPU-sized constant's
+    slots = 120 * 2**30 * 9 // 10 // (36 * 2 * 8 * 128 * 2)
+    assert slots == 786_432 and pool_rows(slots, 4096, 2048) == 109
 
-    from nudgeability.models.testing.tiny import tiny_model
 
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """The engine takes the CUDA sizing path on CPU with `fake_cuda.free` bytes free."""
     monkeypatch.setattr(engine_module, "sizes_pool_from_memory", lambda device: True)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (64 * 2**20, 80 * 2**30))
-    config = SimpleNamespace(max_batch_tokens=None, max_new_tokens=256, max_new_tokens_arm=128)
+    monkeypatch.setattr(
+        torch.cuda, "mem_get_info", lambda device=None: (fake_cuda.free, 80 * 2**30)
+    )
+    fake_cuda.free = 64 * MiB
+    return fake_cuda
+
+
+def _prepared(config: RunConfig) -> SimpleNamespace:
     loaded = SimpleNamespace(model=tiny_model("qwen3", num_layers=4), tokenizer=None)
-    prepared = SimpleNamespace(backend=None, loaded=loaded, config=config)
-    engine = runner.unit_context(prepared, progress=False).backend.engine
+    return SimpleNamespace(backend=None, loaded=loaded, config=config)
+
+
+def test_the_runner_caps_rows_from_the_pool_on_cuda(fake_cuda):
+    config = RunConfig(max_new_tokens=256, max_new_tokens_arm=128)
+    engine = runner.unit_context(_prepared(config), progress=False).backend.engine
     slots = engine.pool.num_blocks * engine.block_size
     assert engine.max_rows == min(256, slots // (PROMPT_ALLOWANCE + 384))
     assert engine.scheduler.max_rows == engine.max_rows
+
+
+def test_the_memory_share_reaches_the_engine(fake_cuda):
+    """`RunConfig.gpu_memory_utilization` is an engine option of the run, and on CUDA it sizes
+    the pool: 0.5 of 64 MiB less the margin, in blocks of 16 slots (by hand: 1,032 blocks,
+    16,512 slots, 11 rows of 1,408), where the default 0.9 gives 2,670 blocks and 30 rows."""
+    assert runner.engine_options(RunConfig(gpu_memory_utilization=0.5)) == {
+        "max_batch_tokens": None,
+        "gpu_memory_utilization": 0.5,
+    }
+    assert runner.engine_options(RunConfig(max_batch_tokens=4096)) == {
+        "max_batch_tokens": 4096,
+        "gpu_memory_utilization": None,
+    }
+    budgets = {"max_new_tokens": 256, "max_new_tokens_arm": 128}
+    half = runner.unit_context(
+        _prepared(RunConfig(gpu_memory_utilization=0.5, **budgets)), progress=False
+    ).backend.engine
+    assert half.gpu_memory_utilization == 0.5
+    assert half.pool.num_blocks == (int(0.5 * 64 * MiB) - MARGIN) // (SLOT_BYTES * 16) == 1032
+    assert half.max_rows == 1032 * 16 // 1408 == 11
+    default = runner.unit_context(_prepared(RunConfig(**budgets)), progress=False).backend.engine
+    assert default.pool.num_blocks == (int(0.9 * 64 * MiB) - MARGIN) // (SLOT_BYTES * 16) == 2670
+    assert default.max_rows == 2670 * 16 // 1408 == 30
+
+
+def _free_for(blocks: int) -> int:
+    """Free bytes for which the 0.9 share, less the margin, holds exactly `blocks` blocks."""
+    return math.ceil((MARGIN + (blocks + 0.5) * SLOT_BYTES * 16) / 0.9)
+
+
+def _chunk_size(out) -> int:
+    return json.loads((out / "manifest.json").read_text())["config"]["chunk_size"]
+
+
+def _parts(out) -> list[str]:
+    return sorted(p.name for p in (out / "parts").glob("*.jsonl"))
+
+
+def test_a_cuda_run_takes_its_chunk_size_from_the_pool_once(
+    fake_cuda, tiny_checkpoint, tmp_path, monkeypatch
+):
+    """No chunk size on CUDA: a fresh run cuts its problems into chunks of the rows its pool holds
+    (the engine's row cap too) and records it; a resume on a machine whose pool holds more keeps
+    the recorded chunks, and an explicit other chunk size is the resume's config error. Each unit
+    is one engine call, as on CUDA (`schedule="units"`). Budgets 16,8: a row is 1,024 + 24 =
+    1,048 slots; 100 blocks (1,600 slots) hold one row, 150 blocks (2,400 slots) two."""
+    model_dir = tiny_checkpoint("qwen3", close_boost=2.6)
+    engines = []
+    make_context = runner.unit_context
+
+    def unit_context(*args, **kwargs):  # keep the engine, to read its row cap
+        ctx = make_context(*args, **kwargs)
+        engines.append(ctx.backend.engine)
+        return ctx
+
+    monkeypatch.setattr(runner, "unit_context", unit_context)
+    asked = RunConfig(
+        model=str(model_dir),
+        task="strategyqa",
+        n=3,
+        conditions=("primary",),
+        max_new_tokens=16,
+        max_new_tokens_arm=8,
+        device="cpu",
+    )
+
+    def run(out, **changes):
+        prepared = prepare(replace(asked, **changes))
+        return runner.run(prepared, out, progress=False, schedule="units")
+
+    fake_cuda.free = _free_for(100)
+    assert prepare(asked).config.chunk_size is None  # left to the runner
+    result = run(tmp_path / "small")
+    assert engines[-1].pool.num_blocks == 100 and engines[-1].max_rows == 1
+    assert _chunk_size(tmp_path / "small") == 1 and result.units_computed == 9  # 3 phases x 3
+    assert [p for p in _parts(tmp_path / "small") if p.startswith("NT")] == [
+        "NT-s0-c00000.jsonl", "NT-s0-c00001.jsonl", "NT-s0-c00002.jsonl"
+    ]  # fmt: skip
+
+    fake_cuda.free = _free_for(150)  # a fresh run on a larger pool: chunks of two
+    run(tmp_path / "large")
+    assert engines[-1].pool.num_blocks == 150 and engines[-1].max_rows == 2
+    assert _chunk_size(tmp_path / "large") == 2
+
+    # the small run, killed before its last unit and its records, resumed on the larger pool
+    small = tmp_path / "small"
+    before, parts = (small / "records.jsonl").read_bytes(), _parts(small)
+    (small / "records.jsonl").unlink()
+    (small / "parts" / parts[-1]).unlink()
+    result = run(small)
+    assert (result.units_computed, result.units_resumed) == (1, 8)
+    assert _chunk_size(small) == 1 and _parts(small) == parts
+    assert (small / "records.jsonl").read_bytes() == before
+    assert len(read_records(small)) == len(read_records(tmp_path / "large"))
+
+    with pytest.raises(ConfigChangedError, match=r"config\.chunk_size: stored 1, now 2"):
+        run(small, chunk_size=2)
+
+
+def test_the_cpu_default_chunk_size_is_unchanged(tiny_checkpoint):
+    """Off CUDA the default is the fixed one, resolved by `prepare` with the plan, as before."""
+    model_dir = tiny_checkpoint("qwen3")
+    prepared = prepare(RunConfig(model=str(model_dir), task="strategyqa", n=2, device="cpu"))
+    assert prepared.config.chunk_size == DEFAULT_CHUNK_SIZE == 32
+    assert prepared.manifest["config"]["chunk_size"] == 32 and prepared.plan.chunk_size == 32

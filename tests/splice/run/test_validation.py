@@ -46,6 +46,67 @@ def test_each_bad_setting_names_its_flag(changes, named):
     assert str(error.value).startswith(named)
 
 
+@pytest.fixture
+def cuda_pool(monkeypatch):
+    """The engine's device test answers as on CUDA (its KV pool sized from free memory), on CPU."""
+    from nudgeability.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "sizes_pool_from_memory", lambda device: True)
+
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"gpu_memory_utilization": 0.0}, "--gpu-memory-utilization 0.0: must be in (0, 1]"),
+        ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization 1.5: must be in (0, 1]"),
+        ({"gpu_memory_utilization": -0.2}, "--gpu-memory-utilization -0.2: must be in (0, 1]"),
+        (
+            {"gpu_memory_utilization": float("nan")},
+            "--gpu-memory-utilization nan: must be in (0, 1]",
+        ),
+        (
+            {"gpu_memory_utilization": "0.5"},
+            "--gpu-memory-utilization '0.5': expected a number in (0, 1]",
+        ),
+        (
+            {"gpu_memory_utilization": 0.5, "max_batch_tokens": 4096},
+            "--gpu-memory-utilization: sizes the KV pool from free device memory, but "
+            "--max-batch-tokens already fixes its size; give one of the two",
+        ),
+        (
+            {"shard": (1, 2)},
+            "--chunk-size: a --shard run on cpu must give it: its default is what the KV pool "
+            "holds, which can differ between the machines of the shards",
+        ),
+    ],
+)
+def test_the_kv_pool_s_memory_share_on_cuda_is_checked_in_one_line(cuda_pool, changes, message):
+    with pytest.raises(ConfigError) as error:
+        validate(RunConfig(**{"device": "cpu", **changes}))
+    assert str(error.value) == message
+    # the edges of (0, 1] are allowed, and a sharded run that names its chunk size
+    for share in (1, 1.0, 0.05):
+        assert validate(RunConfig(device="cpu", gpu_memory_utilization=share)).device == "cpu"
+    assert validate(RunConfig(device="cpu", shard=(1, 2), chunk_size=8)).device == "cpu"
+
+
+def test_the_memory_share_is_refused_where_no_pool_is_sized_from_memory():
+    """On CPU the pool grows with the work, and a server batches on its own: the flag would be
+    a silent no-op there, so it is refused, naming it. A CPU shard keeps the fixed default."""
+    with pytest.raises(ConfigError) as error:
+        validate(RunConfig(device="cpu", gpu_memory_utilization=0.5))
+    assert str(error.value) == (
+        "--gpu-memory-utilization: the KV pool's share of free CUDA memory; on cpu the pool "
+        "grows with the work; leave it out"
+    )
+    with pytest.raises(ConfigError) as error:
+        validate(RunConfig(gpu_memory_utilization=0.5), RemoteSpec("http://x/v1"))
+    assert str(error.value) == (
+        "--gpu-memory-utilization: the engine's KV pool; a server batches on its own"
+    )
+    assert validate(RunConfig(device="cpu", shard=(1, 2))).device == "cpu"
+
+
 def test_retrieve_k_is_the_resolution_phase_s_and_defaults_to_one_there():
     """`--retrieve-k` widens a tool of the resolution phase: the library refuses it without
     `resolve` (as `nudge run` does), and resolves the default to 1 only where tools run."""

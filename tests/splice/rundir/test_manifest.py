@@ -8,6 +8,7 @@ import json
 import os
 
 import nudgeability.splice.rundir.manifest as manifest
+import nudgeability.splice.rundir.manifest_keys as manifest_keys
 import nudgeability.splice.rundir.provenance as provenance
 
 
@@ -41,12 +42,12 @@ def test_small_files_are_hashed_without_the_cache(tmp_path, monkeypatch):
 def test_config_differences_name_each_nested_key():
     stored = {"config": {"n": 4, "seeds": [0], "shard": None}, "family": "qwen3"}
     current = {"config": {"n": 5, "seeds": [0], "extra": 1}, "family": "qwen3"}
-    assert manifest.diff_configs(stored, current) == [
+    assert manifest_keys.diff_configs(stored, current) == [
         "config.extra: stored nothing, now 1",
         "config.n: stored 4, now 5",
         "config.shard: stored null, now nothing",
     ]
-    assert manifest.diff_configs(stored, stored) == []
+    assert manifest_keys.diff_configs(stored, stored) == []
 
 
 def test_a_cut_manifest_is_named_by_line_with_the_whole_reason(tmp_path):
@@ -61,3 +62,20 @@ def test_a_cut_manifest_is_named_by_line_with_the_whole_reason(tmp_path):
     assert str(caught.value) == (
         f"{tmp_path / 'manifest.json'}:3: not valid JSON (Unterminated string starting at column 14)"
     )
+
+
+def test_the_pool_memory_share_is_compared_on_resume_but_not_when_pooling():
+    """`config.gpu_memory_utilization` is a work setting (manifest_keys.WORK_KEYS), like
+    `config.max_batch_tokens`: a resume or a merge names a change, runs pooled by the stats may
+    differ in it."""
+    config = {"conditions": ["NT"], "n": 3, "max_batch_tokens": None}
+    stored = {"format": 1, "config": {**config, "gpu_memory_utilization": 0.9}}
+    now = {"format": 1, "config": {**config, "gpu_memory_utilization": 0.5}}
+    differences, _ = manifest_keys.compare_manifests(stored, now)
+    assert differences == ["config.gpu_memory_utilization: stored 0.9, now 0.5"]
+    assert manifest_keys.experiment_settings(stored) == manifest_keys.experiment_settings(now)
+    assert manifest_keys.experiment_settings(stored) == {
+        "config.conditions": ["NT"],
+        "config.n": 3,
+        "format": 1,
+    }

@@ -121,3 +121,32 @@ def test_merge_refuses_a_shard_whose_files_differ_from_its_seal(runs, tmp_path, 
     assert (tmp_path / "m" / "records.jsonl").read_bytes() == (
         root / "whole" / "records.jsonl"
     ).read_bytes()
+
+
+def test_the_merged_manifest_lists_every_shards_fallbacks_once(runs, tmp_path):
+    """Shards run on two machines met different fallbacks (util/fallbacks.py, written beside the
+    seal and never compared): the merged manifest lists each one once, in shard order, whatever
+    order the directories are given in."""
+    _, root, _ = runs
+    shared = {"path": "static_decode bucket 32", "used": "eager cascade", "reason": "compile"}
+    first = {"path": "scaled_mm layers.0.q_proj", "used": "triton_fp8", "reason": "refused"}
+    second = {"path": "tinygemm layers.1.o_proj", "used": "triton_w4a16", "reason": "fp16"}
+    taken = {"s1": [first, shared], "s2": [shared, second]}
+    shards = []
+    for name, fallbacks in taken.items():
+        shard = tmp_path / name
+        shutil.copytree(root / name, shard)
+        manifest = json.loads((shard / "manifest.json").read_text())
+        assert manifest["fallbacks"] == []  # the tiny runs took none
+        manifest["fallbacks"] = fallbacks
+        (shard / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        shards.append(shard)
+    status, err = run_nudge(["merge", tmp_path / "m", *reversed(shards)])
+    assert status == 0, err
+    merged = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    assert merged["fallbacks"] == [first, shared, second]
+    # nothing else in the manifest moved: it is the whole run's but for the fallbacks
+    whole = manifest_without_commit(root / "whole")
+    assert {k: v for k, v in merged.items() if k not in ("fallbacks", "git_commit")} == {
+        k: v for k, v in whole.items() if k != "fallbacks"
+    }

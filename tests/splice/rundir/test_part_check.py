@@ -152,7 +152,7 @@ def test_a_checkpoint_with_other_bytes_still_blocks_a_resume(whole, tmp_path):
 
 
 def test_shards_whose_checkpoint_or_cache_location_differs_still_merge():
-    from nudgeability.splice.rundir.manifest import compare_manifests
+    from nudgeability.splice.rundir.manifest_keys import compare_manifests
 
     def manifest(directory: str, sha: str) -> dict:
         return {
