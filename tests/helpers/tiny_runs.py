@@ -31,6 +31,8 @@ from nudgeability.models.testing.tiny_tokenizers import tiny_tokenizer
 
 # tiny model architecture -> the family of the tiny tokenizer it pairs with
 PAIRS = {"qwen3": "qwen3", "glm4": "glm_z1", "gemma4": "gemma4", "llama": "chatml"}
+# a manifest's `experiment` (less its model) for a greedy StrategyQA run with the default seed
+GREEDY_STRATEGYQA = {"task": "strategyqa", "decoding": "greedy", "seeds": [0]}
 
 
 CLOSE_CHAIN = 15.0
