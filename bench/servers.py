@@ -1,6 +1,8 @@
 """OpenAI-compatible servers as the benchmarks start and drive them: a free port, a server started
-and waited for (`start`), and one splice fork timed through the remote backend (`remote_fork`:
-wall time, tokens, cached prompt tokens, the client's own overhead, the continuation level)."""
+and waited for (`start`, or `serving` for a block that stops it after), llama-server's command
+line for a fork (`llama_server_command`), and one splice fork timed through the remote backend
+(`remote_fork`: wall time, tokens, cached prompt tokens, the client's own overhead, the
+continuation level)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -41,6 +45,24 @@ def start(command: list[str], port: int, log: Path) -> tuple[subprocess.Popen, s
         time.sleep(0.5)
     process.kill()
     sys.exit(f"{command[0]} did not start: {log.read_text()[-2000:]}")
+
+
+@contextmanager
+def serving(command: list[str], port: int, log: Path) -> Iterator[str]:
+    """The server `start`ed for the block (its model id); terminated when the block ends."""
+    process, model = start(command, port, log)
+    try:
+        yield model
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def llama_server_command(gguf: Path, port: int, arm_tokens: int, slots: int) -> list[str]:
+    """llama-server on `gguf` with `slots` parallel slots: it splits -c evenly among them, so each
+    is given `arm_tokens` (a whole arm: prefix, suffix and new tokens)."""
+    command = ["llama-server", "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
+    return command + ["-c", str(slots * arm_tokens), "-np", str(slots)]
 
 
 def remote_fork(port, model, family, mode, workload, params, concurrency) -> dict:

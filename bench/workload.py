@@ -5,6 +5,7 @@ reference (reference.py) on each arm's whole prompt; `timed` is the wall clock o
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from dataclasses import dataclass
@@ -88,3 +89,14 @@ def timed(fn, *args):
     t0 = time.perf_counter()
     result = fn(*args)
     return time.perf_counter() - t0, result
+
+
+def workload_parser(description: str) -> argparse.ArgumentParser:
+    """A benchmark's parser with the P1 workload's options, --arms 12, --prefix 1024 and --new 48
+    (the workload of benchmarks/README.md), and --no-write; the script adds its own."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--arms", type=int, default=12)
+    ap.add_argument("--prefix", type=int, default=1024)
+    ap.add_argument("--new", type=int, default=48)
+    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    return ap

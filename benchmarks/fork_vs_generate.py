@@ -16,7 +16,6 @@ are split the same way: prefill, decode step, wall.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 
@@ -25,7 +24,13 @@ from transformers import DynamicCache
 
 from nudgeability.bench.floor import AttentionKernels, Round, interleaved_fork
 from nudgeability.bench.results import publish
-from nudgeability.bench.workload import run_fork, run_hf_per_arm, splice_workload, timed
+from nudgeability.bench.workload import (
+    run_fork,
+    run_hf_per_arm,
+    splice_workload,
+    timed,
+    workload_parser,
+)
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
 
@@ -75,13 +80,9 @@ def _row(name: str, rounds: list[Round], field: str, unit: float) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arms", type=int, default=12)
-    ap.add_argument("--prefix", type=int, default=1024)
-    ap.add_argument("--new", type=int, default=48)
+    ap = workload_parser(__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of engine and floors")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -11,13 +11,12 @@ asserted, to agree.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
 from nudgeability.bench.results import publish
-from nudgeability.bench.workload import splice_workload
+from nudgeability.bench.workload import splice_workload, workload_parser
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models import smollm2
 from nudgeability.models.loader import load_model
@@ -46,12 +45,7 @@ def llama_cpp_arms(llm, prefix, suffixes, new):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arms", type=int, default=12)
-    ap.add_argument("--prefix", type=int, default=1024)
-    ap.add_argument("--new", type=int, default=48)
-    ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
+    args = workload_parser(__doc__.splitlines()[0]).parse_args()
     try:
         from llama_cpp import Llama
         from llama_cpp import __version__ as llama_cpp_version

@@ -19,7 +19,6 @@ Reported: wall time, ratios to (a) fused, and how many arms give the same tokens
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -28,8 +27,15 @@ from pathlib import Path
 import torch
 
 from nudgeability.bench.results import publish
-from nudgeability.bench.servers import free_port, remote_fork, start
-from nudgeability.bench.workload import Workload, run_fork, run_hf_per_arm, splice_workload, timed
+from nudgeability.bench.servers import free_port, llama_server_command, remote_fork, serving
+from nudgeability.bench.workload import (
+    Workload,
+    run_fork,
+    run_hf_per_arm,
+    splice_workload,
+    timed,
+    workload_parser,
+)
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.families import get_family
 from nudgeability.models.loader import load_model
@@ -39,26 +45,17 @@ from nudgeability.models.smollm2 import find_gguf
 
 def llama_server_fork(args, family, workload, params, logs: Path) -> dict:
     port = free_port()
-    per_slot = args.prefix + 64 + args.new  # llama-server splits -c among its -np slots
-    command = ["llama-server", "-m", str(find_gguf()), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["-c", str(args.concurrency * per_slot), "-np", str(args.concurrency)]
+    arm_tokens = args.prefix + 64 + args.new  # 64: room for the suffix
+    command = llama_server_command(find_gguf(), port, arm_tokens, args.concurrency)
     command += ["-t", str(args.threads), "-tb", str(args.threads)]
-    process, model = start(command, port, logs / "llama.log")
-    try:
+    with serving(command, port, logs / "llama.log") as model:
         return remote_fork(port, model, family, "token", workload, params, args.concurrency)
-    finally:
-        process.terminate()
-        process.wait(30)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arms", type=int, default=12)
-    ap.add_argument("--prefix", type=int, default=1024)
-    ap.add_argument("--new", type=int, default=48)
+    ap = workload_parser(__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1, help="torch (and llama-server) threads")
     ap.add_argument("--concurrency", type=int, default=4, help="llama-server slots and requests")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 

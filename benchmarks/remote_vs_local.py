@@ -16,7 +16,6 @@ model load and first-request costs are not counted.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -24,8 +23,8 @@ import time
 from pathlib import Path
 
 from nudgeability.bench.results import publish
-from nudgeability.bench.servers import free_port, remote_fork, start
-from nudgeability.bench.workload import splice_workload
+from nudgeability.bench.servers import free_port, llama_server_command, remote_fork, serving
+from nudgeability.bench.workload import splice_workload, workload_parser
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.families import get_family
 from nudgeability.models.loader import load_model
@@ -33,12 +32,8 @@ from nudgeability.models.smollm2 import converted_dir, find_gguf
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arms", type=int, default=12)
-    ap.add_argument("--prefix", type=int, default=1024)
-    ap.add_argument("--new", type=int, default=48)
+    ap = workload_parser(__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args()
 
     loaded = load_model("smollm2")
@@ -66,39 +61,20 @@ def main() -> None:
     port = free_port()
     serve = shutil.which("transformers", path=str(Path(sys.executable).parent)) or "transformers"
     command = [serve, "serve", str(converted_dir(find_gguf())), "--device", "cpu"]
-    process, model = start(
-        command + ["--host", "127.0.0.1", "--port", str(port)], port, logs / "serve.log"
-    )
-    try:
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    with serving(command, port, logs / "serve.log") as model:
         rows["(b) completions, text mode, transformers serve"] = remote_fork(
             port, model, family, "text", workload, params, args.concurrency
         )
-    finally:
-        process.terminate()
-        process.wait(30)
 
     if shutil.which("llama-server"):
         port = free_port()
-        command = [
-            "llama-server",
-            "-m",
-            str(find_gguf()),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ]
-        # llama-server splits -c evenly among its -np slots: each slot must hold a whole arm
-        per_slot = args.prefix + 64 + args.new
-        command += ["-c", str(args.concurrency * per_slot), "-np", str(args.concurrency)]
-        process, model = start(command, port, logs / "llama.log")
-        try:
+        arm_tokens = args.prefix + 64 + args.new  # 64: room for the suffix
+        command = llama_server_command(find_gguf(), port, arm_tokens, args.concurrency)
+        with serving(command, port, logs / "llama.log") as model:
             rows["(c) completions, token mode, llama-server"] = remote_fork(
                 port, model, family, "token", workload, params, args.concurrency
             )
-        finally:
-            process.terminate()
-            process.wait(30)
     else:
         print("llama-server is not on PATH: way (c) skipped", file=sys.stderr)
 

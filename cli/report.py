@@ -22,21 +22,12 @@ from nudgeability.stats.report.document import STATS_FILE
 from nudgeability.stats.report.pipeline import ReportOptions, run_report
 
 from . import check_out
-from .stats import add_profile_options, positive, rule, warn
+from .stats import add_profile_options, positive, warn, write_and_print
 
 
 def _run_report(args: argparse.Namespace) -> int:
     check_out(args.out)
-    options = ReportOptions(
-        sources=args.sources,
-        out=args.out,
-        n_boot=args.n_boot,
-        seed=args.seed,
-        profile_rule=rule(args),
-    )
-    for path in run_report(options, warn=warn).written:
-        print(path)
-    return 0
+    return write_and_print(run_report, ReportOptions, args, sources=args.sources)
 
 
 def register(subparsers) -> None:

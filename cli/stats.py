@@ -45,16 +45,18 @@ def _labels(pairs: Sequence[str]) -> dict[str, str]:
 
 def _run_stats(args: argparse.Namespace) -> int:
     check_out(args.out)
-    options = StatsOptions(
-        run_dirs=args.run_dirs,
-        out=args.out,
-        n_boot=args.n_boot,
-        seed=args.seed,
-        folds=args.folds,
-        profile_rule=rule(args),
-        labels=_labels(args.label),
+    labels = _labels(args.label)
+    return write_and_print(
+        run_stats, StatsOptions, args, run_dirs=args.run_dirs, folds=args.folds, labels=labels
     )
-    for path in run_stats(options, warn=warn).written:
+
+
+def write_and_print(run, options_type, args: argparse.Namespace, **own) -> int:
+    """`nudge stats` and `nudge report` alike, once --out is checked: call `run` (the pipeline's
+    run_stats or run_report) with the options they share (--out, --n-boot, --seed, the profile
+    rule) and the command's `own`, and print each file written."""
+    shared = dict(out=args.out, n_boot=args.n_boot, seed=args.seed, profile_rule=rule(args))
+    for path in run(options_type(**shared, **own), warn=warn).written:
         print(path)
     return 0
 

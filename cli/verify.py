@@ -15,6 +15,7 @@ remote run, which asks its server again, and only when asked (--sample K or --al
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from nudgeability.splice.audit.check import Check
@@ -73,18 +74,9 @@ def register(subparsers) -> None:
 
 
 def _request(args: argparse.Namespace) -> AuditRequest:
-    return AuditRequest(
-        sample=args.sample,
-        everything=args.all,
-        seed=args.seed,
-        model=args.model,
-        data=args.data,
-        sentences=args.sentences,
-        device=args.device,
-        tokenizer=args.tokenizer,
-        base_url=args.base_url,
-        api_key_env=args.api_key_env,
-    )
+    """The flags, each stored under its AuditRequest field's name, but --all (`everything`)."""
+    flags = [f.name for f in dataclasses.fields(AuditRequest) if f.name != "everything"]
+    return AuditRequest(everything=args.all, **{name: getattr(args, name) for name in flags})
 
 
 def _verify(args: argparse.Namespace) -> int:

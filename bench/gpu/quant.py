@@ -32,21 +32,13 @@ import types
 import torch
 
 from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s
-from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3
+from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3, decoder_sizes
 
 ROWS = (1, 12, 64)
 FORMATS = ("fp8", "w4a16", "nf4")
 FORMAT_NAMES = {"fp8": "fp8", "w4a16": "w4a16", "nf4": "bnb4"}  # QuantLinearBase.format_name
 # Qwen3-8B (config.json of Qwen/Qwen3-8B)
-QWEN3_8B = dict(
-    hidden_size=4096,
-    intermediate_size=12288,
-    num_hidden_layers=36,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=151936,
-)
+QWEN3_8B = decoder_sizes(4096, 12288, 32, 8, 128, num_hidden_layers=36, vocab_size=151936)
 # bitsandbytes' NF4 code table (`bitsandbytes.functional.get_4bit_type("nf4")`), in code order
 NF4 = (
     -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,

@@ -47,21 +47,41 @@ def _kernels():
     import triton
     import triton.language as tl
 
+    # The parts every kernel shares: where its tile lies, the activations and weight mask of one
+    # K slice, and the store of the finished tile (into its split's slice of the workspace). They
+    # are module names, not locals: TRITON_INTERPRET=1 runs a kernel from its source in the
+    # module's globals, without this function's closure.
+    global _tile_start, _k_slice, _store_tile
+
+    @triton.jit
+    def _tile_start(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_PER):
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        return offs_m, offs_n, tl.program_id(2) * K_PER, acc
+
+    @triton.jit
+    def _k_slice(x_ptr, k0, offs_m, offs_n, M, N, K, stride_xm, BLOCK_K: tl.constexpr):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x_mask = (offs_m[:, None] < M) & (k[None, :] < K)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=x_mask, other=0.0)
+        return k, x, (offs_n[:, None] < N) & (k[None, :] < K)
+
+    @triton.jit
+    def _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, stride_ys):
+        y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        y_at = y_ptr + tl.program_id(2) * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
+        tl.store(y_at, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+
     @triton.jit
     def w4a16(
         x_ptr, w_ptr, s_ptr, zp_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, K_PER,
         GROUP: tl.constexpr, HAS_ZP: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
-        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        k_start = tl.program_id(2) * K_PER
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        offs_m, offs_n, k_start, acc = _tile_start(BLOCK_M, BLOCK_N, K_PER)
         for k0 in range(k_start, tl.minimum(k_start + K_PER, K), BLOCK_K):
-            k = k0 + tl.arange(0, BLOCK_K)
-            x_mask = (offs_m[:, None] < M) & (k[None, :] < K)
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=x_mask, other=0.0)
-            w_mask = (offs_n[:, None] < N) & (k[None, :] < K)
+            k, x, w_mask = _k_slice(x_ptr, k0, offs_m, offs_n, M, N, K, stride_xm, BLOCK_K)
             words = tl.load(
                 w_ptr + offs_n[:, None] * stride_wn + (k // 8)[None, :], mask=w_mask, other=0
             )
@@ -72,9 +92,7 @@ def _kernels():
             s = tl.load(s_ptr + offs_n[:, None] * stride_sn + group, mask=w_mask, other=0.0)
             w = (q.to(tl.float32) * s.to(tl.float32)).to(s.dtype).to(x.dtype)
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
-        y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        y_at = y_ptr + tl.program_id(2) * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
-        tl.store(y_at, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+        _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, stride_ys)
 
     @triton.jit
     def fp8(
@@ -82,15 +100,9 @@ def _kernels():
         B0: tl.constexpr, B1: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
-        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        k_start = tl.program_id(2) * K_PER
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        offs_m, offs_n, k_start, acc = _tile_start(BLOCK_M, BLOCK_N, K_PER)
         for k0 in range(k_start, tl.minimum(k_start + K_PER, K), BLOCK_K):
-            k = k0 + tl.arange(0, BLOCK_K)
-            x_mask = (offs_m[:, None] < M) & (k[None, :] < K)
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=x_mask, other=0.0)
-            w_mask = (offs_n[:, None] < N) & (k[None, :] < K)
+            k, x, w_mask = _k_slice(x_ptr, k0, offs_m, offs_n, M, N, K, stride_xm, BLOCK_K)
             b = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :], mask=w_mask, other=0)
             b = b.to(tl.int16)
             half = ((b & 0x7F) << 7) | ((b & 0x80) << 8)
@@ -102,9 +114,7 @@ def _kernels():
             )
             w = (value * s.to(tl.float32)).to(x.dtype)
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
-        y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        y_at = y_ptr + tl.program_id(2) * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
-        tl.store(y_at, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+        _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, stride_ys)
 
     @triton.jit
     def nf4(
@@ -112,15 +122,9 @@ def _kernels():
         BLOCKSIZE: tl.constexpr, PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):  # fmt: skip
-        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        k_start = tl.program_id(2) * K_PER
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        offs_m, offs_n, k_start, acc = _tile_start(BLOCK_M, BLOCK_N, K_PER)
         for k0 in range(k_start, tl.minimum(k_start + K_PER, K), BLOCK_K):
-            k = k0 + tl.arange(0, BLOCK_K)
-            x_mask = (offs_m[:, None] < M) & (k[None, :] < K)
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :], mask=x_mask, other=0.0)
-            w_mask = (offs_n[:, None] < N) & (k[None, :] < K)
+            k, x, w_mask = _k_slice(x_ptr, k0, offs_m, offs_n, M, N, K, stride_xm, BLOCK_K)
             e = offs_n[:, None].to(tl.int64) * K + k[None, :]
             byte = tl.load(w_ptr + e // 2, mask=w_mask, other=0).to(tl.int32)
             code = tl.where(e % 2 == 0, byte >> 4, byte & 0xF)
@@ -128,9 +132,7 @@ def _kernels():
             scale = tl.load(absmax_ptr + e // BLOCKSIZE, mask=w_mask, other=0.0)
             w = (value * scale).to(x.dtype)
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
-        y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        y_at = y_ptr + tl.program_id(2) * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
-        tl.store(y_at, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
+        _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, stride_ys)
 
     return triton, {"w4a16": w4a16, "fp8": fp8, "nf4": nf4}
 

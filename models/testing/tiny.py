@@ -23,28 +23,26 @@ from transformers import (
 ARCHITECTURES = ("llama", "qwen3", "glm4", "gemma4")
 
 
+def decoder_sizes(
+    hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int, **more
+) -> dict:
+    """The config fields that size a decoder's layers (names as in the HF configs), and `more`."""
+    return dict(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        **more,
+    )
+
+
 # The GPU check's dry run (benchmarks/gpu_check.py --dry-run): a tiny Qwen3 whose linears the
 # W4A16 (groups of 128) and FP8 (128 x 128 blocks) packings take; one shape for gpu_engine.py and
 # gpu_quant.py.
-QUANT_PACKABLE_QWEN3 = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=32,
-    vocab_size=512,
-)
+QUANT_PACKABLE_QWEN3 = decoder_sizes(128, 256, 4, 2, 32, num_hidden_layers=2, vocab_size=512)
 
-_COMMON = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=4096,
-    rms_norm_eps=1e-6,
-)
+_COMMON = decoder_sizes(64, 128, 4, 2, 16, max_position_embeddings=4096, rms_norm_eps=1e-6)
 
 
 def tiny_config(arch: str, vocab_size: int = 320, num_layers: int = 4, **overrides):

@@ -35,6 +35,10 @@ def value_range(values) -> tuple[float, float]:
     return (min(finite), max(finite)) if finite else (math.nan, math.nan)
 
 
+def _width(bounds: tuple[float, float]) -> float:
+    return bounds[1] - bounds[0]
+
+
 @dataclass(frozen=True)
 class SeedSpread:
     """Per-seed unaided accuracy, and ranges across seeds (S, L in pp; WT and accuracy in %)."""
@@ -45,21 +49,11 @@ class SeedSpread:
     L: tuple[float, float]
     accuracy: tuple[float, float]
 
-    @property
-    def S_spread(self) -> float:
-        return self.S[1] - self.S[0]
-
-    @property
-    def WT_spread(self) -> float:
-        return self.WT[1] - self.WT[0]
-
-    @property
-    def L_spread(self) -> float:
-        return self.L[1] - self.L[0]
-
-    @property
-    def accuracy_spread(self) -> float:
-        return self.accuracy[1] - self.accuracy[0]
+    # the width (max - min) of each range
+    S_spread = property(lambda self: _width(self.S))
+    WT_spread = property(lambda self: _width(self.WT))
+    L_spread = property(lambda self: _width(self.L))
+    accuracy_spread = property(lambda self: _width(self.accuracy))
 
 
 def seed_spread(table: ExperimentTable, per_seed: Mapping[int, object]) -> SeedSpread | None:

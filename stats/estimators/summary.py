@@ -12,20 +12,7 @@ from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, REPOR
 
 from ..resampling.bootstrap import Interval
 from ..table import ExperimentTable, TableError
-from .diagnostics import (
-    ControlDeltas,
-    FlipComposition,
-    Gamma,
-    OracleDiagnostics,
-    Rate,
-    SelfAnswerTransitions,
-    control_deltas,
-    delegation_rate,
-    dself_rself,
-    flip_composition,
-    gamma,
-    oracle_diagnostics,
-)
+from . import diagnostics
 from .intervals import BootstrapResult, bootstrap, bootstrap_clustered, pair_arrays
 from .mcnemar import McNemar, mcnemar
 from .profiles import ProfileRule
@@ -57,7 +44,7 @@ class PairSummary:
     n_events: int
     strata: tuple[Stratum, ...]
     mcnemar: McNemar
-    flips: FlipComposition
+    flips: diagnostics.FlipComposition
     bootstrap_undefined: dict[str, int]
 
     @property
@@ -83,12 +70,12 @@ class ExperimentSummary:
     profile: str  # read with `profile_rule` (profiles.py)
     pairs: dict[str, PairSummary]
     per_seed: dict[int, PairSummary]
-    unaided_accuracy: Rate
-    delegation: dict[str, Rate]
-    gamma: Gamma
-    controls: ControlDeltas
-    self_answers: SelfAnswerTransitions | None
-    oracle: OracleDiagnostics | None
+    unaided_accuracy: diagnostics.Rate
+    delegation: dict[str, diagnostics.Rate]
+    gamma: diagnostics.Gamma
+    controls: diagnostics.ControlDeltas
+    self_answers: diagnostics.SelfAnswerTransitions | None
+    oracle: diagnostics.OracleDiagnostics | None
     profile_rule: ProfileRule = ProfileRule()
     continuation: str = "token"  # token / text / chat: below token level it is reported apart
     cohort: str = "open-weight"  # or "provider-served": from the manifest (records/cohorts.py)
@@ -136,7 +123,7 @@ def summarize_pair(table: ExperimentTable, pair: str, boot: BootstrapResult) -> 
         n_events=targ.n_events,
         strata=targ.strata,
         mcnemar=mcnemar(conf, doubt),
-        flips=flip_composition(table.s, base, conf, doubt),
+        flips=diagnostics.flip_composition(table.s, base, conf, doubt),
         bootstrap_undefined=boot.undefined,
     )
 
@@ -192,20 +179,22 @@ def summarize(
         profile=rule.label(primary.S, primary.S_ci, primary.L, primary.L_ci),
         pairs=pairs,
         per_seed=per_seed,
-        unaided_accuracy=Rate(int((table.s == 1).sum()), int(known.sum())),
+        unaided_accuracy=diagnostics.Rate(int((table.s == 1).sum()), int(known.sum())),
         delegation={
-            c: delegation_rate(table.actions(c))
+            c: diagnostics.delegation_rate(table.actions(c))
             for c in REPORT_ORDER
             if table.actions(c) is not None
         },
-        gamma=gamma(table.s, table.base),
-        controls=control_deltas(table.base, table.actions("empty"), table.actions("neutral")),
+        gamma=diagnostics.gamma(table.s, table.base),
+        controls=diagnostics.control_deltas(
+            table.base, table.actions("empty"), table.actions("neutral")
+        ),
         self_answers=None
         if base_correct is None
-        else dself_rself(table.s, table.base, base_correct),
+        else diagnostics.dself_rself(table.s, table.base, base_correct),
         oracle=None
         if oracle_base is None
-        else oracle_diagnostics(table.s, table.base, oracle_base),
+        else diagnostics.oracle_diagnostics(table.s, table.base, oracle_base),
         profile_rule=rule,
         cohort=table.label.cohort,
         estimates=ratio_estimates(table, n_boot, seed),

@@ -11,19 +11,23 @@ One server for the module (starting it costs a model load); the runs are kept sm
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from helpers.servers import FaultPlan, FaultProxy, free_port, start_transformers_serve
-from helpers.tiny_runs import nudge_run_args, read_records, run_nudge, run_verify
+from helpers.tiny_runs import (
+    forge_record,
+    kill_when,
+    nudge_run_args,
+    read_records,
+    run_nudge,
+    run_verify,
+)
 from transformers import AutoTokenizer
 
 from nudgeability.models.families import get_family
@@ -158,16 +162,7 @@ def test_sigkill_then_resume_gives_the_same_bytes(server, first_run, tmp_path):
         *map(str, _args(server.url, server.model, killed)),
     ]
     env = {**os.environ, "NUDGE_TEST_KEY": KEY}
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    first_part = killed / "parts" / "B-s0-c00000.jsonl"
-    deadline = time.monotonic() + 600
-    while not first_part.exists():
-        assert process.poll() is None, process.stderr.read().decode()[-2000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    process.stderr.close()
+    kill_when(command, (killed / "parts" / "B-s0-c00000.jsonl").exists, env=env)
     assert not (killed / "records.jsonl").exists()
     finished = subprocess.run(command, capture_output=True, text=True, env=env)
     assert finished.returncode == 0, finished.stderr
@@ -226,14 +221,7 @@ def test_verify_replays_the_run_against_the_server_and_names_a_forged_text(
     target = part.read_text(encoding="utf-8").split("\n")[1]
     record = json.loads(target)
     record["text"] = "Yes. " + record["text"]
-    line = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    for path in (part, forged / "records.jsonl"):
-        path.write_text(path.read_text(encoding="utf-8").replace(target, line), encoding="utf-8")
-    manifest = json.loads((forged / "manifest.json").read_text())
-    records = (forged / "records.jsonl").read_bytes()
-    manifest["seal"]["records"]["sha256"] = hashlib.sha256(records).hexdigest()
-    manifest["seal"]["parts"][part.name] = hashlib.sha256(part.read_bytes()).hexdigest()
-    (forged / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    forge_record(forged, part, target, record)
     # one unit replayed, not the whole run again: a draw seed that picks the forged unit
     units = open_run(forged).units()
     seed = next(s for s in range(1000) if choose_units(units, 1, s)[0].name == part.stem)

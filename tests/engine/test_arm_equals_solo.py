@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from helpers.engine_reference import assert_matches_reference, random_ids
+from helpers.engine_reference import (
+    assert_forks_match_reference,
+    assert_matches_reference,
+    random_fork,
+    random_ids,
+)
 
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 
@@ -14,38 +19,24 @@ NEW_TOKENS = 20
 def test_every_arm_equals_its_solo_greedy_run(tiny):
     arch, model = tiny
     engine = Engine(model)
-    prefix = random_ids(210, seed=1)
-    suffixes = [random_ids(n, seed=100 + n) for n in SUFFIX_LENGTHS]
-    arms = engine.fork(
-        prefix, suffixes, SamplingParams(max_new_tokens=NEW_TOKENS), return_logits=True
-    )
-    assert len(arms) == len(suffixes)
-    for suffix, arm in zip(suffixes, arms):
-        assert_matches_reference(model, arm, prefix + suffix, NEW_TOKENS, engine.eos_ids)
+    request = random_fork((210, 1), SUFFIX_LENGTHS, 100, NEW_TOKENS)
+    arms = engine.fork(request.prefix_ids, request.suffixes, request.params, return_logits=True)
+    assert_forks_match_reference(model, engine, [request], [arms])
+    for suffix, arm in zip(request.suffixes, arms):
         assert arm.prefill_tokens == len(suffix)
-        assert arm.shared_prefill_tokens == len(prefix)
+        assert arm.shared_prefill_tokens == len(request.prefix_ids)
 
 
 def test_two_prefix_groups_in_one_batch_equal_their_solo_runs(tiny):
     arch, model = tiny
     engine = Engine(model)
     requests = [
-        ForkRequest(
-            random_ids(230, seed=2),
-            [random_ids(n, seed=200 + n) for n in (4, 1, 9)],
-            SamplingParams(max_new_tokens=12),
-        ),
-        ForkRequest(
-            random_ids(201, seed=3),
-            [random_ids(n, seed=300 + n) for n in (6, 2, 11, 3, 7)],
-            SamplingParams(max_new_tokens=12),
-        ),
+        random_fork((230, 2), (4, 1, 9), 200, 12),
+        random_fork((201, 3), (6, 2, 11, 3, 7), 300, 12),
     ]
     results = engine.fork_many(requests, return_logits=True)
     assert [len(r) for r in results] == [3, 5]
-    for req, arms in zip(requests, results):
-        for suffix, arm in zip(req.suffixes, arms):
-            assert_matches_reference(model, arm, req.prefix_ids + suffix, 12, engine.eos_ids)
+    assert_forks_match_reference(model, engine, requests, results)
 
 
 def test_an_empty_suffix_continues_the_prefix_itself(tiny):
@@ -124,21 +115,12 @@ def test_arms_match_solo_on_the_explicit_attention_path_in_row_chunks(arch, monk
     model = tiny_model(arch, seed=9)
     engine = Engine(model)
     requests = [
-        ForkRequest(
-            random_ids(203, seed=11),
-            [random_ids(n, seed=500 + n) for n in (2, 9, 15)],
-            SamplingParams(max_new_tokens=10),
-        ),
-        ForkRequest(
-            random_ids(150, seed=12),
-            [random_ids(n, seed=600 + n) for n in (0, 4)],
-            SamplingParams(max_new_tokens=10),
-        ),
+        random_fork((203, 11), (2, 9, 15), 500, 10),
+        random_fork((150, 12), (0, 4), 600, 10),
     ]
-    for request, arms in zip(requests, engine.fork_many(requests, return_logits=True)):
-        for suffix, arm in zip(request.suffixes, arms):
-            full = request.prefix_ids + suffix
-            assert_matches_reference(model, arm, full, 10, engine.eos_ids)
+    assert_forks_match_reference(
+        model, engine, requests, engine.fork_many(requests, return_logits=True)
+    )
 
 
 @pytest.mark.parametrize(
@@ -147,20 +129,7 @@ def test_arms_match_solo_on_the_explicit_attention_path_in_row_chunks(arch, monk
 def test_chunked_prefix_prefill_keeps_every_arm_equal_to_its_solo_run(tiny, prefill_tokens):
     arch, model = tiny
     engine = Engine(model, prefill_tokens=prefill_tokens)
-    requests = [
-        ForkRequest(
-            random_ids(205, seed=31),
-            [random_ids(n, seed=700 + n) for n in (3, 8)],
-            SamplingParams(max_new_tokens=8),
-        ),
-        ForkRequest(
-            random_ids(117, seed=32),
-            [random_ids(n, seed=800 + n) for n in (1, 5)],
-            SamplingParams(max_new_tokens=8),
-        ),
-    ]
+    requests = [random_fork((205, 31), (3, 8), 700, 8), random_fork((117, 32), (1, 5), 800, 8)]
     results = engine.fork_many(requests, return_logits=True)
     assert engine.stats.forward_calls > 10  # the prefixes really were prefilled in many chunks
-    for req, arms in zip(requests, results):
-        for suffix, arm in zip(req.suffixes, arms):
-            assert_matches_reference(model, arm, req.prefix_ids + suffix, 8, engine.eos_ids)
+    assert_forks_match_reference(model, engine, requests, results)

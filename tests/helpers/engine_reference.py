@@ -48,3 +48,24 @@ def mixed_fork_requests():
             (75, (2, 3), (8, 33)),
         )
     ]
+
+
+def random_fork(prefix: tuple[int, int], lengths, suffix_seed: int, new_tokens: int):
+    """A fork of random ids: prefix `random_ids(*prefix)` (length, seed), one suffix of each
+    length n in `lengths` drawn with seed `suffix_seed + n`, `new_tokens` greedy tokens per arm."""
+    from nudgeability.engine import ForkRequest, SamplingParams
+
+    suffixes = [random_ids(n, seed=suffix_seed + n) for n in lengths]
+    return ForkRequest(random_ids(*prefix), suffixes, SamplingParams(max_new_tokens=new_tokens))
+
+
+def assert_forks_match_reference(model, engine, requests, results, rtol=1e-4) -> None:
+    """Every arm of every request (one list of arms per request, in order) equals its full
+    prompt's solo greedy run (`assert_matches_reference`)."""
+    assert [len(arms) for arms in results] == [len(req.suffixes) for req in requests]
+    for req, arms in zip(requests, results):
+        for suffix, arm in zip(req.suffixes, arms):
+            budget = req.params.max_new_tokens
+            assert_matches_reference(
+                model, arm, req.prefix_ids + suffix, budget, engine.eos_ids, rtol
+            )

@@ -15,7 +15,12 @@ and no arm would run. Two test-fixture edits of the output head (not product beh
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import torch
@@ -26,6 +31,8 @@ from nudgeability.models.testing.tiny_tokenizers import tiny_tokenizer
 
 # tiny model architecture -> the family of the tiny tokenizer it pairs with
 PAIRS = {"qwen3": "qwen3", "glm4": "glm_z1", "gemma4": "gemma4", "llama": "chatml"}
+# a manifest's `experiment` (less its model) for a greedy StrategyQA run with the default seed
+GREEDY_STRATEGYQA = {"task": "strategyqa", "decoding": "greedy", "seeds": [0]}
 
 
 CLOSE_CHAIN = 15.0
@@ -148,3 +155,34 @@ def manifest_without_commit(out: Path) -> dict:
     manifest = json.loads((Path(out) / "manifest.json").read_text(encoding="utf-8"))
     manifest.pop("git_commit")
     return manifest
+
+
+def kill_when(command: list[str], ready, timeout: float = 600, env: dict | None = None) -> None:
+    """Start `command`; SIGKILL it as soon as `ready()` holds. Fails if it finishes first."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if process.poll() is not None:
+            raise AssertionError(
+                f"the run ended (status {process.returncode}) before the kill point: "
+                f"{process.stderr.read().decode()[-2000:]}"
+            )
+        assert time.monotonic() < deadline, "kill point never reached"
+        time.sleep(0.005)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    process.stderr.close()
+
+
+def forge_record(run: Path, part: Path, target: str, record: dict) -> None:
+    """A forger's edit: the line `target` replaced by `record` (written as the runner writes a
+    line) in `part` and in the run's records.jsonl, and the manifest's seal of both recomputed here
+    with hashlib, so that only a replay can find it."""
+    line = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    for path in (part, run / "records.jsonl"):
+        path.write_text(path.read_text(encoding="utf-8").replace(target, line), encoding="utf-8")
+    manifest = json.loads((run / "manifest.json").read_text())
+    records = (run / "records.jsonl").read_bytes()
+    manifest["seal"]["records"]["sha256"] = hashlib.sha256(records).hexdigest()
+    manifest["seal"]["parts"][part.name] = hashlib.sha256(part.read_bytes()).hexdigest()
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))

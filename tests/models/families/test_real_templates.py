@@ -207,6 +207,13 @@ def test_gemma4_tool_result_stays_inside_the_model_turn():
     )
 
 
+def _exchange(head: list[dict], reasoning: str, result: str) -> list[dict]:
+    """`head`, then an assistant turn that reasons and calls `retrieve`, then the tool's result: the
+    whole exchange as the real templates take it."""
+    called = {"role": "assistant", "content": "", "reasoning_content": reasoning}
+    return head + [called | {"tool_calls": [_call()]}, {"role": "tool", "content": result}]
+
+
 @pytest.mark.parametrize("thinking", [True, False])
 def test_qwen3_resolution_prompt_equals_the_template_rendering_of_the_whole_exchange(
     retrieve_tool, thinking
@@ -224,11 +231,7 @@ def test_qwen3_resolution_prompt_equals_the_template_rendering_of_the_whole_exch
         '{"name": "retrieve", "arguments": {"query": "Emma"}}\n</tool_call><|im_end|>'
     )
     full = prompt + fam.continuation_ids(generated, "retrieve", RESULTS[0], thinking)
-    messages = head + [
-        {"role": "assistant", "content": "", "reasoning_content": "I should look it up."}
-        | {"tool_calls": [_call()]},
-        {"role": "tool", "content": RESULTS[0]},
-    ]
+    messages = _exchange(head, "I should look it up.", RESULTS[0])
     assert fam.decode(full) == _real(
         fam.tokenizer, "qwen3_guarded.jinja", messages, [retrieve_tool], thinking
     )
@@ -245,11 +248,7 @@ def test_gemma4_resolution_prompt_equals_the_template_rendering_of_the_whole_exc
         "<tool_call|><|tool_response>"
     )
     full = prompt + fam.continuation_ids(generated, "retrieve", RESULTS[1])
-    messages = head + [
-        {"role": "assistant", "content": "", "reasoning_content": "Look it up."}
-        | {"tool_calls": [_call()]},
-        {"role": "tool", "content": RESULTS[1]},
-    ]
+    messages = _exchange(head, "Look it up.", RESULTS[1])
     assert fam.decode(full) == _real(
         fam.tokenizer, "gemma4_e2b.jinja", messages, [retrieve_tool], True
     )

@@ -12,15 +12,19 @@ from nudgeability.models.families import FamilyError, get_family
 from nudgeability.models.testing.tiny_tokenizers import chat_template, tiny_tokenizer
 
 # Hand-written from the format descriptions in models/README.md and the templates they cite.
+# Qwen3 and generic ChatML open with the same system turn and Hermes-style tool declaration.
+HERMES_TOOLS = (
+    "<|im_start|>system\nYou answer questions.\n\n# Tools\n\n"
+    "You may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    '{"type": "function", "function": {"name": "retrieve", "description": "Return the most relevant supplied '
+    'paragraph.", "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": '
+    '"What to look for."}}, "required": ["query"]}}}\n</tools>\n\n'
+)
 EXPECTED = {
     "qwen3": (
-        "<|im_start|>system\nYou answer questions.\n\n# Tools\n\n"
-        "You may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-        '{"type": "function", "function": {"name": "retrieve", "description": "Return the most relevant supplied '
-        'paragraph.", "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": '
-        '"What to look for."}}, "required": ["query"]}}}\n</tools>\n\n'
-        "For each function call, return a json object with function name and arguments within "
+        HERMES_TOOLS
+        + "For each function call, return a json object with function name and arguments within "
         "<tool_call></tool_call> XML tags:\n<tool_call>\n"
         '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
         "<|im_start|>user\nWho wrote Emma?<|im_end|>\n"
@@ -56,13 +60,8 @@ EXPECTED = {
         "<|turn>model\n"
     ),
     "chatml": (
-        "<|im_start|>system\nYou answer questions.\n\n# Tools\n\n"
-        "You may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-        '{"type": "function", "function": {"name": "retrieve", "description": "Return the most relevant supplied '
-        'paragraph.", "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": '
-        '"What to look for."}}, "required": ["query"]}}}\n</tools>\n\n'
-        "# Format\n\nFirst think step by step between <think> and </think>. After </think>, do one of two things: "
+        HERMES_TOOLS
+        + "# Format\n\nFirst think step by step between <think> and </think>. After </think>, do one of two things: "
         "write your final answer, or call a function by returning a json object with function name and arguments "
         "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
         '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'

@@ -118,6 +118,23 @@ def read_tensors(directory: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def _layer_tensors(
+    tensors: dict[str, torch.Tensor], marker: str, strip: str, keep: str
+) -> dict[str, dict[str, torch.Tensor]]:
+    """{layer name: its tensors} for each layer that stores a `name + marker` tensor: the keys that
+    start with `name + keep`, less their `name + strip` (the local names a library's reader takes)."""
+    out = {}
+    for key in tensors:
+        if key.endswith(marker):
+            name = key.removesuffix(marker)
+            out[name] = {
+                k.removeprefix(name + strip): v
+                for k, v in tensors.items()
+                if k.startswith(name + keep)
+            }
+    return out
+
+
 def reference_weights(directory: Path) -> dict[str, torch.Tensor]:
     """{linear name: dequantised weight} for every quantised linear, by the libraries' own code."""
     qcfg = json.loads((Path(directory) / "config.json").read_text())["quantization_config"]
@@ -141,36 +158,24 @@ def reference_weights(directory: Path) -> dict[str, torch.Tensor]:
         (group,) = qcfg["config_groups"].values()
         scheme = QuantizationScheme.model_validate(group)
         out = {}
-        for key in tensors:
-            if key.endswith(".weight_packed"):
-                name = key.removesuffix(".weight_packed")
-                local = {
-                    k.removeprefix(name + "."): v
-                    for k, v in tensors.items()
-                    if k.startswith(name + ".weight")
-                }
-                zp = local.get("weight_zero_point")
-                if zp is not None and zp.shape[0] == 1:
-                    # Same values, other strides: compressed-tensors 0.20.1's 4-bit unpack views the
-                    # transposed zero points as bytes, which fails for a single packed row (<= 8
-                    # output rows, e.g. Gemma 4's per-layer gate) — a stride quirk of the library.
-                    local["weight_zero_point"] = zp.as_strided(zp.shape, (1, 1))
-                out[name] = PackedQuantizationCompressor.decompress(local, scheme)["weight"]
+        for name, local in _layer_tensors(tensors, ".weight_packed", ".", ".weight").items():
+            zp = local.get("weight_zero_point")
+            if zp is not None and zp.shape[0] == 1:
+                # Same values, other strides: compressed-tensors 0.20.1's 4-bit unpack views the
+                # transposed zero points as bytes, which fails for a single packed row (<= 8
+                # output rows, e.g. Gemma 4's per-layer gate) — a stride quirk of the library.
+                local["weight_zero_point"] = zp.as_strided(zp.shape, (1, 1))
+            out[name] = PackedQuantizationCompressor.decompress(local, scheme)["weight"]
         return out
     if method == "bitsandbytes":
         from bitsandbytes.functional import QuantState, dequantize_4bit
 
         out = {}
-        for key in tensors:
-            if key.endswith(".weight.quant_map"):
-                name = key.removesuffix(".weight.quant_map")
-                parts = {
-                    k.removeprefix(name + ".weight."): v
-                    for k, v in tensors.items()
-                    if k.startswith(name + ".weight.")
-                }
-                state = QuantState.from_dict(parts, device=torch.device("cpu"))
-                out[name] = dequantize_4bit(tensors[name + ".weight"], state)
+        for name, parts in _layer_tensors(
+            tensors, ".weight.quant_map", ".weight.", ".weight."
+        ).items():
+            state = QuantState.from_dict(parts, device=torch.device("cpu"))
+            out[name] = dequantize_4bit(tensors[name + ".weight"], state)
         return out
     raise AssertionError(method)
 
@@ -227,15 +232,16 @@ def tiny_tokenizer():
 @pytest.fixture(scope="session")
 def qt():
     """The helper functions of this file, as a namespace."""
+    helpers = (
+        read_tensors,
+        reference_weights,
+        reference_model,
+        quantised_modules,
+        greedy,
+        rel_diff,
+    )
     return types.SimpleNamespace(
-        read_tensors=read_tensors,
-        reference_weights=reference_weights,
-        reference_model=reference_model,
-        quantised_modules=quantised_modules,
-        greedy=greedy,
-        rel_diff=rel_diff,
-        load=load,
-        load_quantized=load_quantized,
+        **{f.__name__: f for f in (*helpers, load, load_quantized)},
         QUANT_CLASSES=QUANT_CLASSES,
         FORMATS=FORMATS,
     )

@@ -12,9 +12,9 @@ greedy tokens, which must be identical. The fp32 kernels keep 1e-4."""
 from __future__ import annotations
 
 import pytest
-from helpers.engine_reference import assert_matches_reference, random_ids
+from helpers.engine_reference import assert_forks_match_reference, random_fork
 
-from nudgeability.engine import Engine, SamplingParams
+from nudgeability.engine import Engine
 
 ARCHS = ("qwen3", "gemma4", "glm4")
 FORMAT_IDS = ("fp8_b32_f16", "w4a16_g32_asym", "bnb_nf4_dq")
@@ -31,15 +31,10 @@ def test_every_forked_arm_of_a_quantised_model_equals_its_solo_greedy_run(
 ):
     model = qt.load(checkpoint(arch, fmt), compute)
     engine = Engine(model)
-    prefix = random_ids(210, seed=21)
-    suffixes = [random_ids(n, seed=400 + n) for n in SUFFIX_LENGTHS]
-    arms = engine.fork(
-        prefix, suffixes, SamplingParams(max_new_tokens=NEW_TOKENS), return_logits=True
-    )
-    assert len(arms) == len(suffixes)
-    for suffix, arm in zip(suffixes, arms):
-        rtol = BF16_RTOL if "(bf16)" in compute_of(model) else 1e-4
-        assert_matches_reference(model, arm, prefix + suffix, NEW_TOKENS, engine.eos_ids, rtol)
+    request = random_fork((210, 21), SUFFIX_LENGTHS, 400, NEW_TOKENS)
+    arms = engine.fork(request.prefix_ids, request.suffixes, request.params, return_logits=True)
+    rtol = BF16_RTOL if "(bf16)" in compute_of(model) else 1e-4
+    assert_forks_match_reference(model, engine, [request], [arms], rtol)
 
 
 def compute_of(model) -> str:

@@ -54,6 +54,15 @@ def _check(layer, weight, magnitude, rows, bf16_roundings):
     return (got - ref).abs().max().item()
 
 
+def _layers(checkpoint, qt, arch: str, fmt: str, compute: str):
+    """(name, layer, reference weight) of each quantised linear of the tiny `arch` checkpoint in
+    `fmt`, loaded with `compute`; the weight dequantised by the library (`qt.reference_weights`)."""
+    directory = checkpoint(arch, fmt).directory
+    model = load_quantized(directory, compute=compute)
+    reference = qt.reference_weights(directory)
+    return [(name, layer, reference[name]) for name, layer in qt.quantised_modules(model).items()]
+
+
 W4A16_FORMATS = ["w4a16_g32_sym", "w4a16_g32_asym", "w4a16_g128_sym", "w4a16_channel_asym"]
 
 
@@ -61,23 +70,17 @@ W4A16_FORMATS = ["w4a16_g32_sym", "w4a16_g32_asym", "w4a16_g128_sym", "w4a16_cha
 def test_w4a16_fp32_kernel_is_within_fp32_summation_of_compressed_tensors_decompression(
     checkpoint, qt, fmt
 ):
-    case = checkpoint("qwen3", fmt)
-    model = load_quantized(case.directory, compute="fused")
-    reference = qt.reference_weights(case.directory)
-    for name, layer in qt.quantised_modules(model).items():
+    for name, layer, weight in _layers(checkpoint, qt, "qwen3", fmt, "fused"):
         assert layer.compute_path == "w4a16_simd(fp32)", name
         for rows in ROWS:
-            _check(layer, reference[name], reference[name].abs(), rows, bf16_roundings=0)
+            _check(layer, weight, weight.abs(), rows, bf16_roundings=0)
 
 
 @pytest.mark.parametrize("fmt", W4A16_FORMATS)
 def test_int4_kernel_is_within_its_bf16_bound_of_compressed_tensors_decompression(
     checkpoint, qt, fmt
 ):
-    case = checkpoint("qwen3", fmt)
-    model = load_quantized(case.directory, compute="fused-bf16")
-    reference = qt.reference_weights(case.directory)
-    for name, layer in qt.quantised_modules(model).items():
+    for name, layer, weight in _layers(checkpoint, qt, "qwen3", fmt, "fused-bf16"):
         assert layer.compute_path == "int4pack_mm_cpu(bf16)", name
         groups = layer.weight_scale.shape[1]
         q = _fields(layer.weight_packed, 4, layer.in_features).float() - 8
@@ -89,38 +92,31 @@ def test_int4_kernel_is_within_its_bf16_bound_of_compressed_tensors_decompressio
             q.abs() + zp.abs().repeat_interleave(size, 1)
         ) * layer.weight_scale.float().abs().repeat_interleave(size, 1)
         for rows in ROWS:
-            _check(layer, reference[name], terms, rows, bf16_roundings=2)
+            _check(layer, weight, terms, rows, bf16_roundings=2)
 
 
 @pytest.mark.parametrize("compute", ["fused", "fused-bf16"])  # FP8 has no bf16 CPU kernel
 @pytest.mark.parametrize("fmt", ["fp8_b128_bf16", "fp8_b32_f16", "fp8_b128_from_bf16"])
 def test_fp8_kernel_is_within_fp32_summation_of_the_fp8_formula(checkpoint, qt, fmt, compute):
-    case = checkpoint("gemma4", fmt)  # 128-blocks partial on 64/128-wide layers; 32x32 grids
-    model = load_quantized(case.directory, compute=compute)
-    reference = qt.reference_weights(case.directory)
-    for name, layer in qt.quantised_modules(model).items():
+    # 128-blocks partial on 64/128-wide layers; 32x32 grids
+    for name, layer, weight in _layers(checkpoint, qt, "gemma4", fmt, compute):
         # Gemma 4's per-layer projections have 8 inputs here (256 in the real models): the fp32
         # kernels need multiples of 32, so those keep the exact path
         want = "fp8_simd(fp32)" if layer.in_features % 32 == 0 else "exact"
         assert layer.compute_path == want, name
         for rows in ROWS:
-            _check(layer, reference[name], reference[name].abs(), rows, bf16_roundings=0)
+            _check(layer, weight, weight.abs(), rows, bf16_roundings=0)
 
 
 @pytest.mark.parametrize("fmt", ["bnb_nf4_dq", "bnb_nf4", "bnb_fp4_dq", "bnb_nf4_dq_from_bf16"])
 @pytest.mark.parametrize("compute", ["fused", "fused-bf16"])
 def test_4bit_kernels_are_within_their_bounds_of_dequantize_4bit(checkpoint, qt, fmt, compute):
     bitsandbytes_kernel = compute == "fused-bf16" and cpu_kernels.bnb_has_cpu_kernel()
-    case = checkpoint("glm4", fmt)
-    model = load_quantized(case.directory, compute=compute)
-    reference = qt.reference_weights(case.directory)
     want = "bnb_gemv_4bit_cpu(bf16)" if bitsandbytes_kernel else "nibble_table_simd(fp32)"
-    for name, layer in qt.quantised_modules(model).items():
+    for name, layer, weight in _layers(checkpoint, qt, "glm4", fmt, compute):
         assert layer.compute_path == want, name
         for rows in ROWS:
-            _check(
-                layer, reference[name], reference[name].abs(), rows, 3 if bitsandbytes_kernel else 0
-            )
+            _check(layer, weight, weight.abs(), rows, 3 if bitsandbytes_kernel else 0)
 
 
 def test_without_avx512_bf16_fused_bf16_takes_the_fp32_4bit_kernel(checkpoint, qt, monkeypatch):
@@ -165,8 +161,6 @@ def test_layers_no_kernel_takes_stay_exact_named_in_one_warning(checkpoint, qt, 
 
 
 def test_fused_layers_keep_the_checkpoint_storage_that_dequantize_reads(checkpoint, qt):
-    case = checkpoint("qwen3", "w4a16_g32_asym")
-    model = load_quantized(case.directory, compute="fused")
-    reference = qt.reference_weights(case.directory)
-    for name, layer in qt.quantised_modules(model).items():  # dequantize() still reads them
-        assert torch.equal(layer.dequantize(), reference[name]), name
+    # dequantize() still reads the checkpoint's tensors
+    for name, layer, weight in _layers(checkpoint, qt, "qwen3", "w4a16_g32_asym", "fused"):
+        assert torch.equal(layer.dequantize(), weight), name

@@ -49,16 +49,7 @@ def test_fused_against_exact_comparison_runs_and_reports_each_path(gpu_quant):
 
 
 def test_swapping_a_format_in_and_back_restores_the_model(gpu_quant):
-    model = gpu_quant.build_model(
-        "cpu",
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        vocab_size=300,
-    ).float()
+    model = gpu_quant.build_model("cpu", **dict(gpu_quant.DRY_MODEL, vocab_size=300)).float()
     ids = torch.randint(0, 300, (1, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         before = model(ids).logits

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.tiny_runs import nudge_run_args, run_nudge, save_tiny_checkpoint
+from helpers.tiny_runs import forge_record, nudge_run_args, run_nudge, save_tiny_checkpoint
 from helpers.tiny_runs import run_verify as verify
 
 from nudgeability.splice.experiment.sentences import DEFAULT_SENTENCES_PATH
@@ -201,14 +201,7 @@ def test_replay_finds_a_changed_token_whose_hashes_were_recomputed(made, tmp_pat
     target = part.read_text(encoding="utf-8").split("\n")[0]
     record = json.loads(target)
     record["generated_ids"][2] += 1  # one token changed, the rest of the record left alone
-    forged = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    for path in (part, run / "records.jsonl"):
-        path.write_text(path.read_text(encoding="utf-8").replace(target, forged), encoding="utf-8")
-    manifest = json.loads((run / "manifest.json").read_text())
-    records = (run / "records.jsonl").read_bytes()
-    manifest["seal"]["records"]["sha256"] = hashlib.sha256(records).hexdigest()
-    manifest["seal"]["parts"][part.name] = hashlib.sha256(part.read_bytes()).hexdigest()
-    (run / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    forge_record(run, part, target, record)
 
     status, lines = verify(run, "--all")
     assert status == 1 and lines[-1] == "verdict: FAIL (replay)", lines

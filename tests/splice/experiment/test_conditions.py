@@ -18,6 +18,9 @@ from nudgeability.splice.experiment.sentences import (
     load_sentences,
 )
 
+# the `primary` preset, in canonical order (README.md, `--conditions`)
+PRIMARY = ["NT", "B", "empty", "conf", "doubt", "neutral"]
+
 
 def test_conditions_match_the_protocol_table():
     assert CONDITION_CODES == tuple(PROTOCOL)
@@ -34,14 +37,7 @@ def test_conditions_match_the_protocol_table():
 
 
 def test_primary_preset_is_nt_b_empty_conf_doubt_neutral():
-    assert [c.code for c in parse_conditions("primary")] == [
-        "NT",
-        "B",
-        "empty",
-        "conf",
-        "doubt",
-        "neutral",
-    ]
+    assert [c.code for c in parse_conditions("primary")] == PRIMARY
     assert [c.code for c in parse_conditions("all")] == list(CONDITION_CODES)
 
 
@@ -49,15 +45,7 @@ def test_parsing_returns_canonical_order_once_each_whatever_the_input_order():
     parsed = parse_conditions(" doubt ,NT, conf,B,conf ")
     assert [c.code for c in parsed] == ["NT", "B", "conf", "doubt"]
     assert parse_conditions(["conf", "doubt"]) == parsed
-    assert [c.code for c in parse_conditions("primary,sealed_conf")] == [
-        "NT",
-        "B",
-        "empty",
-        "conf",
-        "doubt",
-        "neutral",
-        "sealed_conf",
-    ]
+    assert [c.code for c in parse_conditions("primary,sealed_conf")] == PRIMARY + ["sealed_conf"]
 
 
 def test_arms_bring_their_base_and_nt_implicitly():
@@ -68,15 +56,7 @@ def test_arms_bring_their_base_and_nt_implicitly():
 
 
 def test_names_match_case_insensitively():
-    assert [c.code for c in parse_conditions("nt,b,ORACLE_b,Primary")] == [
-        "NT",
-        "B",
-        "empty",
-        "conf",
-        "doubt",
-        "neutral",
-        "oracle_B",
-    ]
+    assert [c.code for c in parse_conditions("nt,b,ORACLE_b,Primary")] == PRIMARY + ["oracle_B"]
     assert get_condition("oracle_b").code == "oracle_B"
 
 

@@ -54,13 +54,18 @@ def family(request):
     return request.param, tokenizer, get_family(request.param, tokenizer)
 
 
+def _rendered(family, messages, tools) -> str:
+    """The prompt as the family renders it (thinking on), decoded with its special tokens."""
+    _, tokenizer, fam = family
+    return tokenizer.decode(fam.render(messages, tools, thinking=True), skip_special_tokens=False)
+
+
 @pytest.mark.parametrize("task_name", TASKS)
 def test_with_tool_prompt_declares_the_task_tool_natively(family, first_problems, task_name):
-    name, tokenizer, fam = family
-    task = get_task(task_name)
-    problem = first_problems[task_name]
+    name = family[0]
+    task, problem = get_task(task_name), first_problems[task_name]
     messages, tools = task.with_tool(problem)
-    text = tokenizer.decode(fam.render(messages, tools, thinking=True), skip_special_tokens=False)
+    text = _rendered(family, messages, tools)
     assert _declared(name, tools[0], text)
     assert problem.question in text
 
@@ -69,11 +74,10 @@ def test_with_tool_prompt_declares_the_task_tool_natively(family, first_problems
 def test_oracle_prompt_declares_ask_expert_natively_and_not_the_scoped_tool(
     family, first_problems, task_name
 ):
-    name, tokenizer, fam = family
-    task = get_task(task_name)
-    problem = first_problems[task_name]
+    name = family[0]
+    task, problem = get_task(task_name), first_problems[task_name]
     messages, tools = task.oracle(problem)
-    text = tokenizer.decode(fam.render(messages, tools, thinking=True), skip_special_tokens=False)
+    text = _rendered(family, messages, tools)
     assert _declared(name, tools[0], text)
     scoped_tool = task.with_tool(problem)[1][0]
     assert not _declared(name, scoped_tool, text)
@@ -81,12 +85,9 @@ def test_oracle_prompt_declares_ask_expert_natively_and_not_the_scoped_tool(
 
 @pytest.mark.parametrize("task_name", TASKS)
 def test_unaided_prompt_declares_no_tool(family, first_problems, task_name):
-    name, tokenizer, fam = family
-    task = get_task(task_name)
-    problem = first_problems[task_name]
-    text = tokenizer.decode(
-        fam.render(task.unaided_messages(problem), None, thinking=True), skip_special_tokens=False
-    )
+    name = family[0]
+    task, problem = get_task(task_name), first_problems[task_name]
+    text = _rendered(family, task.unaided_messages(problem), None)
     assert problem.question in text
     for tool in (task.with_tool(problem)[1][0], task.oracle(problem)[1][0]):
         assert not _declared(name, tool, text)

@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import torch
 from helpers.engine_reference import hf_greedy
-from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
+from helpers.tiny_runs import kill_when, nudge_run_args, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.engine.scheduling.group_shape import GroupShape, batch_cost
@@ -251,16 +247,7 @@ def test_killed_during_the_resolution_phase_resumes_byte_for_byte(planted_run, t
     assert status == 0, err
     _replant(out, parts)  # the same plants: the reference's stored parts
     command = [sys.executable, "-m", "nudgeability.cli", *_command(model_dir, out)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    first = out / "parts" / "resolve-s0-c00000.jsonl"
-    deadline = time.monotonic() + 600
-    while not first.exists():
-        assert process.poll() is None, process.stderr.read().decode()[-2000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    process.stderr.close()
+    kill_when(command, (out / "parts" / "resolve-s0-c00000.jsonl").exists)
     assert not (out / "resolutions.jsonl").exists()
     status, err = run_nudge(_command(model_dir, out))
     assert status == 0, err

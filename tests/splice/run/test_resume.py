@@ -8,14 +8,12 @@ Kill points are found by watching the output directory: right after the director
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import torch
 from helpers.tiny_runs import (
+    kill_when,
     manifest_without_commit,
     nudge_run_args,
     read_records,
@@ -31,23 +29,6 @@ def _command(model_dir, out) -> list[str]:
     # test process was left at
     args = nudge_run_args(model_dir, out, n=N_CHUNKS, chunk_size=1, conditions="primary", threads=1)
     return [sys.executable, "-m", "nudgeability.cli", *args]
-
-
-def _kill_when(command, ready, timeout=600) -> None:
-    """Start `command`; SIGKILL it as soon as `ready()` holds. Fails if it finishes first."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if process.poll() is not None:
-            raise AssertionError(
-                f"the run ended (status {process.returncode}) before the kill point: "
-                f"{process.stderr.read().decode()[-2000:]}"
-            )
-        assert time.monotonic() < deadline, "kill point never reached"
-        time.sleep(0.005)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    process.stderr.close()
 
 
 def _assert_whole_files(out) -> None:
@@ -74,7 +55,7 @@ def test_sigkill_at_four_points_then_resume_equals_an_uninterrupted_run(tiny_che
     }
     stored_before = []
     for _name, ready in kill_points.items():
-        _kill_when(_command(model_dir, out), ready)
+        kill_when(_command(model_dir, out), ready)
         _assert_whole_files(out)
         stored_before.append(sorted(p.name for p in parts.glob("*.jsonl")))
     # every kill landed mid-work: each phase still had units to do when it was killed (the run

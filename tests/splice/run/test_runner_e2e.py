@@ -17,7 +17,7 @@ import pytest
 import torch
 from helpers.engine_reference import hf_greedy
 from helpers.protocol_table import BASES, ORACLE_ARMS, ORDER, SENTENCE_IDS
-from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
+from helpers.tiny_runs import GREEDY_STRATEGYQA, nudge_run_args, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import get_family
@@ -177,12 +177,7 @@ def test_empty_arm_regenerates_b_from_its_cut_at_the_think_close(qwen3_run):
 def test_manifest_records_the_experiment_inputs_hashes_and_versions(qwen3_run):
     model_dir, out, _, _ = qwen3_run
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["experiment"] == {
-        "model": "model",
-        "task": "strategyqa",
-        "decoding": "greedy",
-        "seeds": [0],
-    }
+    assert manifest["experiment"] == {"model": "model", **GREEDY_STRATEGYQA}
     task = get_task("strategyqa")
     assert manifest["inputs"]["data"]["sha256"] == _sha_file(task.default_data_path())
     assert manifest["inputs"]["sentences"]["sha256"] == _sha_file(Path(load_sentences().source))

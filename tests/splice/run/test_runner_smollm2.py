@@ -7,7 +7,7 @@ import hashlib
 import json
 
 import pytest
-from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
+from helpers.tiny_runs import GREEDY_STRATEGYQA, nudge_run_args, read_records, run_nudge
 from transformers import AutoTokenizer
 
 from nudgeability.models.smollm2 import converted_dir, find_gguf
@@ -50,12 +50,7 @@ def test_smollm2_runs_three_problems_with_every_condition(tmp_path):
     )
 
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["experiment"] == {
-        "model": "smollm2",
-        "task": "strategyqa",
-        "decoding": "greedy",
-        "seeds": [0],
-    }
+    assert manifest["experiment"] == {"model": "smollm2", **GREEDY_STRATEGYQA}
     assert manifest["family"] == "chatml"
     gguf = find_gguf()
     assert (
