@@ -26,6 +26,7 @@ quantised layer's fused kernel runs in (models/quant/compute.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 import torch
@@ -36,8 +37,74 @@ SLICE_COLUMNS = 4096  # columns per call of a wide weight; fixed per weight shap
 _torch_linear = torch.nn.functional.linear  # the library's own, called for what is not ours
 
 
+class Cores:
+    """`count` cores for independent fixed-shape kernel calls: the calling thread and
+    `count - 1` persistent threads, each running torch on one thread.
+
+    This is how the invariant forward uses every core without letting the core count into the
+    sums: a product's tiles (or a wide weight's column slices) are split between the cores,
+    and each core runs the very calls a single thread would, on the same shapes, one sequential
+    kernel each (torch releases the GIL inside its kernels). Which core computes a tile decides
+    nothing about its bits, so the records do not depend on the core count
+    (tests/models/test_cores.py). `invariant_products` sets the count for its duration and
+    back to 1 after it; the threads stay, idle, for the next forward."""
+
+    def __init__(self, count: int = 1):
+        self.count = 1
+        self._pool: ThreadPoolExecutor | None = None
+        self._threads = 0
+        self.resize(count)
+
+    def resize(self, count: int) -> None:
+        """Use `count` cores from now on (threads are started on first need, never stopped)."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"cores must be a positive integer, got {count!r}")
+        if count - 1 > self._threads:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._pool = ThreadPoolExecutor(count - 1, "nudge-core")
+            self._threads = count - 1
+        self.count = count
+
+    def run(self, jobs: list[Callable[[], None]]) -> None:
+        """Run every job once: the first on the calling thread, the rest on the others; returns
+        when all have finished (the first job's exception, if any, is raised here)."""
+        if self.count == 1 or len(jobs) == 1:
+            for job in jobs:
+                job()
+            return
+        # grad and inference mode are per thread: the others run their jobs in the caller's
+        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+        futures = [self._pool.submit(_in_mode, job, inference, grad) for job in jobs[1:]]
+        try:
+            jobs[0]()
+        finally:
+            wait(futures)  # every job has finished before anything is raised or returned
+        for future in futures:
+            future.result()
+
+    def spans(self, n: int) -> list[tuple[int, int]]:
+        """`range(n)` cut into at most `count` contiguous, nearly equal spans."""
+        parts = min(self.count, n)
+        bounds = [n * i // parts for i in range(parts + 1)]
+        return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _in_mode(job: Callable[[], None], inference: bool, grad: bool) -> None:
+    # A thread starts with OpenMP's and MKL's default thread counts, not the caller's one:
+    # pinned here, so that every kernel a core runs is one sequential call.
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+    with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+        job()
+
+
+CORES = Cores()  # the process's cores; `invariant_products` sizes them to torch's thread count
+
+
 def tiled_matmul(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
-    """`x @ weight_t` for x [M, K] and weight_t [K, N] (any strides) in fixed 16-row tiles."""
+    """`x @ weight_t` for x [M, K] and weight_t [K, N] (any strides) in fixed 16-row tiles,
+    the tiles (or, for a wide weight, its column slices) shared between the `CORES`."""
     m, k = x.shape
     n = weight_t.shape[1]
     tiles = -(-m // TILE_ROWS)
@@ -45,13 +112,30 @@ def tiled_matmul(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     if padded != m:
         x = F.pad(x, (0, 0, 0, padded - m))
     xt = x.contiguous().view(tiles, TILE_ROWS, k)
-    if n <= SLICE_COLUMNS:
+    spans = CORES.spans(tiles)
+    if n <= SLICE_COLUMNS and len(spans) == 1:
         out = torch.bmm(xt, weight_t.expand(tiles, k, n))
+    elif n <= SLICE_COLUMNS:
+        out = x.new_empty(tiles, TILE_ROWS, n)
+
+        def tile_job(a: int, b: int) -> Callable[[], None]:
+            return lambda: torch.bmm(xt[a:b], weight_t.expand(b - a, k, n), out=out[a:b])
+
+        CORES.run([tile_job(a, b) for a, b in spans])
     else:
         out = x.new_empty(tiles, TILE_ROWS, n)
-        for s0 in range(0, n, SLICE_COLUMNS):
-            part = weight_t[:, s0 : s0 + SLICE_COLUMNS]
-            out[:, :, s0 : s0 + part.shape[1]] = torch.bmm(xt, part.expand(tiles, k, part.shape[1]))
+        starts = range(0, n, SLICE_COLUMNS)
+
+        def slice_job(i0: int, i1: int) -> Callable[[], None]:
+            def job() -> None:
+                for s0 in starts[i0:i1]:
+                    part = weight_t[:, s0 : s0 + SLICE_COLUMNS]
+                    width = part.shape[1]
+                    out[:, :, s0 : s0 + width] = torch.bmm(xt, part.expand(tiles, k, width))
+
+            return job
+
+        CORES.run([slice_job(a, b) for a, b in CORES.spans(len(starts))])
     return out.view(padded, n)[:m]
 
 
@@ -84,23 +168,25 @@ def invariant_products() -> Iterator[None]:
     """Route `torch.nn.functional.linear` through `linear`, on one torch thread, for the duration.
 
     `nn.Linear.forward` looks `F.linear` up when it runs, so this reaches every linear of an HF
-    model, with no change to the model. One thread, because a library GEMM run on several
-    threads splits its work by the shape and the thread count: measured under MKL's AVX2 branch
-    at 2 threads, a 16-row tile of [16, 128] x [128, 64] changes a row's bits with its position,
-    and so do the attention kernel's GEMMs. On one thread every call is one sequential kernel,
-    so the records do not depend on the thread count either; the cores are used by running
-    several single-threaded workers (splice/run/workers.py). Not thread-safe: one forward at a
-    time per process, as the engine runs them. Re-entrant."""
+    model, with no change to the model. Torch itself runs on one thread, because a library GEMM
+    run on several threads splits its work by the shape and the thread count: measured under
+    MKL's AVX2 branch at 2 threads, a 16-row tile of [16, 128] x [128, 64] changes a row's bits
+    with its position, and so do the attention kernel's GEMMs. The threads torch was given
+    become `CORES` instead: whole tiles and slices, each one sequential kernel, shared between
+    threads (`Cores`), so the records depend on the thread count no more than on the batch.
+    Not thread-safe: one forward at a time per process, as the engine runs them. Re-entrant."""
     if torch.nn.functional.linear is linear:
         yield
         return
     threads = torch.get_num_threads()
     torch.nn.functional.linear = linear
+    CORES.resize(threads)
     if threads != 1:
         torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.nn.functional.linear = _torch_linear
+        CORES.resize(1)
         if threads != 1:
             torch.set_num_threads(threads)

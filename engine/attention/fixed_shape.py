@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nudgeability.models.invariant import TILE_ROWS
+from nudgeability.models.invariant import CORES, TILE_ROWS
 
 QUERY_TILE = TILE_ROWS
 SHARED_BLOCK = 512
@@ -72,7 +72,24 @@ def shared_keys_attention(
     tiles = q.shape[1]
     k = keys[:, None].expand(kv, tiles, s, d)
     v = values[:, None].expand(kv, tiles, s, d)
-    out, lse = _flash(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)[:2]
+    spans = CORES.spans(tiles)
+    if len(spans) == 1:
+        out, lse = _flash(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)[:2]
+    else:  # the tiles are the call's heads: each core takes whole ones (models/invariant.Cores)
+        parts: list = [None] * len(spans)
+
+        def job(i: int, a: int, b: int):
+            mask = bias if bias is None or bias.shape[1] == 1 else bias[:, a:b]
+            return lambda: parts.__setitem__(
+                i,
+                _flash(q[:, a:b], k[:, a:b], v[:, a:b], 0.0, False, attn_mask=mask, scale=scaling)[
+                    :2
+                ],
+            )
+
+        CORES.run([job(i, a, b) for i, (a, b) in enumerate(spans)])
+        out = torch.cat([o for o, _ in parts], dim=1)
+        lse = torch.cat([x for _, x in parts], dim=1)
     out = out.reshape(kv, total, d)[:, lead : lead + r]
     lse = lse.reshape(kv, total)[:, lead : lead + r]
     return out, lse
@@ -99,6 +116,24 @@ def own_keys_attention(
     rows, width, kv, g, d = q.shape
     hw = keys.shape[2]
     assert hw % OWN_BLOCK == 0, hw
+    spans = CORES.spans(rows)
+    if len(spans) > 1:  # whole rows to each core (models/invariant.Cores): the same calls per row
+        parts: list = [None] * len(spans)
+
+        def job(i: int, a: int, b: int):
+            rows_bias = bias[a * kv : b * kv]
+            return lambda: parts.__setitem__(
+                i, _own_keys(q[a:b], keys[a:b], values[a:b], rows_bias, scaling)
+            )
+
+        CORES.run([job(i, a, b) for i, (a, b) in enumerate(spans)])
+        return torch.cat([o for o, _ in parts]), torch.cat([x for _, x in parts])
+    return _own_keys(q, keys, values, bias, scaling)
+
+
+def _own_keys(q, keys, values, bias, scaling):
+    rows, width, kv, g, d = q.shape
+    hw = keys.shape[2]
     qb = q.permute(0, 2, 1, 3, 4).reshape(rows * kv, width, g, d)
     kb = keys.reshape(rows * kv, 1, hw, d)
     vb = values.reshape(rows * kv, 1, hw, d)

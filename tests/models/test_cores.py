@@ -1,0 +1,130 @@
+"""The invariant products on several cores (models/invariant.py `Cores`): a product's tiles and
+a wide weight's slices shared between threads give the very bits one thread gives, at every row
+count, whatever runs beside them; and they are the product, to float32's rounding, against a
+float64 matmul computed here."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from nudgeability.models import invariant
+from nudgeability.models.invariant import CORES, Cores, invariant_products, tiled_matmul
+
+
+@pytest.fixture
+def cores():
+    before, threads = CORES.count, torch.get_num_threads()
+    yield CORES.resize
+    CORES.resize(before)
+    torch.set_num_threads(threads)
+
+
+def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
+    """The reference schedule: every 16-row tile (zero-padded) and every 4096-column slice
+    computed alone, one after another, on this thread."""
+    m, k = x.shape
+    n = weight_t.shape[1]
+    rows = invariant.TILE_ROWS
+    padded = -(-m // rows) * rows
+    xp = torch.cat([x, x.new_zeros(padded - m, k)])
+    out = torch.empty(padded, n)
+    for t in range(0, padded, rows):
+        tile = xp[t : t + rows].unsqueeze(0)
+        for s0 in range(0, n, invariant.SLICE_COLUMNS):
+            part = weight_t[:, s0 : s0 + invariant.SLICE_COLUMNS]
+            out[t : t + rows, s0 : s0 + part.shape[1]] = torch.bmm(tile, part.unsqueeze(0))[0]
+    return out[:m]
+
+
+@pytest.mark.parametrize("n", [64, 576, 4096 + 300])
+@pytest.mark.parametrize("m", [1, 15, 16, 17, 40, 97])
+def test_every_core_count_gives_the_bits_of_one_thread(m, n, cores):
+    torch.manual_seed(m * 7 + n)
+    k = 192
+    x = torch.randn(m, k)
+    weight = torch.randn(n, k)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        expected = _one_thread_tiles(x, weight.t())
+        for count in (1, 2, 3, 4):
+            cores(count)
+            got = tiled_matmul(x, weight.t())
+            assert torch.equal(got, expected), (m, n, count)
+    finally:
+        torch.set_num_threads(before)
+    exact = (x.double() @ weight.double().t()).float()
+    torch.testing.assert_close(expected, exact, rtol=1e-5, atol=1e-4)
+
+
+def test_a_row_keeps_its_bits_whatever_else_shares_the_call(cores):
+    """The needle in miniature: row 0 alone against row 0 among 1-80 others, at 2 cores."""
+    cores(2)
+    torch.manual_seed(1)
+    weight = torch.randn(1536, 576)
+    needle = torch.randn(1, 576)
+    with invariant_products():
+        alone = torch.nn.functional.linear(needle, weight)
+        for others in (1, 15, 16, 31, 80):
+            batch = torch.cat([needle, torch.randn(others, 576)])
+            assert torch.equal(torch.nn.functional.linear(batch, weight)[:1], alone), others
+
+
+def test_the_other_cores_run_in_the_callers_inference_mode(cores):
+    """Inference mode is per thread: a job on another core writing an inference tensor must run
+    in inference mode too, or torch refuses the in-place write."""
+    cores(2)
+    x, weight = torch.randn(64, 32), torch.randn(48, 32)
+    with torch.inference_mode():
+        got = tiled_matmul(x, weight.t())
+    assert got.is_inference()
+    torch.testing.assert_close(got, x @ weight.t(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_failing_job_raises_in_the_caller_after_every_job_ran():
+    cores = Cores(3)
+    ran = []
+    lock = threading.Lock()
+
+    def ok(i):
+        def job():
+            with lock:
+                ran.append(i)
+
+        return job
+
+    def bad():
+        raise RuntimeError("kernel failed")
+
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        cores.run([ok(0), bad, ok(2)])
+    assert sorted(ran) == [0, 2]
+    cores.resize(1)
+
+
+def test_spans_cover_every_item_once_in_order():
+    for count in (1, 2, 3, 5):
+        cores = Cores(count)
+        for n in (1, 2, 7, 16):
+            spans = cores.spans(n)
+            assert [i for a, b in spans for i in range(a, b)] == list(range(n))
+            assert len(spans) == min(count, n)
+        cores.resize(1)
+    with pytest.raises(ValueError, match="positive integer"):
+        Cores(0)
+
+
+def test_the_products_use_as_many_cores_as_torch_had_threads(cores):
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with invariant_products():
+            assert CORES.count == 3 and torch.get_num_threads() == 1
+            torch.nn.functional.linear(torch.randn(64, 8), torch.randn(8, 8))
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 3 and CORES.count == 1
+    finally:
+        torch.set_num_threads(before)
