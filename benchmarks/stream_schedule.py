@@ -7,8 +7,9 @@ RESULTS.md. Run it alone on the machine (timed figures).
 
     python benchmarks/stream_schedule.py --n 16 --resolve
 
-The runner streams only on one torch thread (splice/run/runner.py `streams`), so both schedules
-run on `--threads` (1); `--by-unit-threads` adds the by-unit schedule where `nudge run` uses it.
+Both schedules run on `--threads` (default 1; the runner streams at any thread count where the
+needle holds: splice/run/schedule.py); `--by-unit-threads` adds the by-unit schedule on that many
+threads.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", default="256,128")
     parser.add_argument("--resolve", action="store_true")
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads (the runner streams only on one)"
+        "--threads", type=int, default=1, help="torch threads for both schedules"
     )
     parser.add_argument(
         "--by-unit-threads",

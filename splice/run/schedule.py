@@ -4,7 +4,8 @@ one engine call per unit; decided at start and written to the manifest (`schedul
 Both schedules give byte-identical records where a sequence's logits do not depend on what else
 is in the batch: the stream then equals every unit computed alone, and so any resume, shard or
 replay of one unit. The engine makes that so by construction on CPU in float32 (fixed-shape
-products and attention on one thread: models/invariant.py, engine/attention/fixed_shape.py);
+products and attention, each call sequential and whole calls shared between the cores:
+models/invariant.py, engine/attention/fixed_shape.py);
 what is left to the library (a row's place in a fixed-shape GEMM tile) is measured on this
 machine by the needle (engine/invariance_check.py) before the stream is taken. Elsewhere (a
 server, bf16, CUDA) each unit is one engine call, the whole batch that a resume or a replay

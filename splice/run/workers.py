@@ -1,8 +1,9 @@
-"""Every core on one run: N single-threaded workers, each the run's shard k of N, then merged.
+"""One run as N single-threaded worker processes, each the run's shard k of N, then merged.
 
-The engine's CPU forward runs on one thread by construction (models/invariant.py): that is what
-keeps a row's bits independent of the batch and of the thread count. The cores are used the
-other way round: `nudge run --workers N` starts N processes, each computing shard k/N of the
+The engine's CPU forward already uses every core of one process (models/invariant.Cores: whole
+fixed-shape calls shared between threads, which keeps a row's bits independent of the batch and
+of the thread count). Workers are the other way round: `nudge run --workers N` starts N
+processes, each computing shard k/N of the
 run (whole chunks of problems, `RunConfig.shard`) at one thread, on the schedule its own needle
 chooses (schedule.py), and
 joins them with `nudge merge`'s `merge`, whose records are byte for byte the unsharded run's
