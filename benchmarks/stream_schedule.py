@@ -68,9 +68,7 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=32)
     parser.add_argument("--max-new-tokens", default="256,128")
     parser.add_argument("--resolve", action="store_true")
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads for both schedules"
-    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both schedules")
     parser.add_argument(
         "--by-unit-threads",
         type=int,
