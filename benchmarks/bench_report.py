@@ -15,12 +15,12 @@ is the median of --repeats loads. Writes its section of benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ import numpy as np
 from nudgeability.bench import chromium
 from nudgeability.bench import synthetic_run as synthetic
 from nudgeability.bench.results import write_section
+from nudgeability.splice.rundir.records import Record
 from nudgeability.stats.report.pipeline import (
     ReportOptions,
     StatsOptions,
@@ -45,11 +46,13 @@ WORDS = "the model weighs each clue before it commits to an answer or a search".
 
 
 def _padded(line: str, rng: np.random.Generator) -> str:
-    record = json.loads(line)
-    length = 1500 if record["condition"] == "B" else 600
+    record = Record.from_json(line)
+    length = 1500 if record.condition == "B" else 600
     words = rng.choice(WORDS, size=length // 5)
-    record["text"] = " ".join(words)[:length] + "</think>" + record["text"].split("</think>")[-1]
-    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+    reasoning = " ".join(words)[:length]
+    text = reasoning + "</think>" + record.text.split("</think>")[-1]
+    cut = None if record.cut is None else len(reasoning)  # the cut moves with the reasoning
+    return replace(record, text=text, cut=cut).to_json()
 
 
 def write_page(tmp: Path, problems: int) -> Path:
