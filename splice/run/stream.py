@@ -58,9 +58,10 @@ class Stream:
         self.open: list[Job] = []
         self.computed = self.resumed = 0
         # Forks copy their stem from the base's cache only in a pool that grows with the work:
-        # under --max-batch-tokens a base held for forks queued behind other work could keep
-        # that work from ever fitting. Without the copy the stem is computed again (same bits).
-        self.reuse = ctx.prepared.config.max_batch_tokens is None
+        # under a budget (--max-batch-tokens, or on CUDA the pool sized from free memory) a base
+        # held for forks queued behind other work could keep that work from ever fitting.
+        # Without the copy the stem is computed again (same bits).
+        self.reuse = self.engine.max_batch_tokens is None
 
     def run(self) -> None:
         chunks = deque(self.plan.mine)
