@@ -231,12 +231,12 @@ class Engine:
         prompts: list[list[int]],
         params: SamplingParams | list[SamplingParams],
         *,
-        shared: int = 0,
+        shared: int | list[int] = 0,
         return_logits=False,
     ) -> list[Completion]:
         """Generate from each prompt independently; returns one `Completion` per prompt, in order.
-        `shared`: the prompts' first tokens that are a common start (`ForkRequest.shared`; each
-        prompt uses the min of it and its own length)."""
+        `shared`: the prompts' first tokens that are a common start (`ForkRequest.shared`), one
+        count for all or one per prompt; each prompt uses at most all but its last token."""
         if not isinstance(prompts, (list, tuple)) or not prompts:
             raise EngineInputError(
                 "generate() needs a non-empty list of prompts (lists of token ids)"
@@ -245,9 +245,10 @@ class Engine:
         for i, prompt in enumerate(prompts):
             req.check_ids(prompt, f"prompt {i}", False, self.vocab_size)
         req.check_stop_strings(per, self.tokenizer)
+        starts = req.per_prompt(shared, len(prompts))
         refs = [
-            self.submit_generate(p, sp, shared=min(shared, len(p) - 1), return_logits=return_logits)
-            for p, sp in zip(prompts, per)
+            self.submit_generate(p, sp, shared=min(k, len(p) - 1), return_logits=return_logits)
+            for p, sp, k in zip(prompts, per, starts)
         ]
         return self._drain(refs)
 

@@ -24,7 +24,9 @@ finished sequence retains; free the run of an admitted group with no row started
 again); preempt the most recently admitted running row: its blocks are freed and it waits at the
 front of its group, keeping its tokens, to recompute its context later. Stem rows are never
 preempted. When nothing at all could be scheduled, KV that is only kept in case it is read
-(a retained row, a finished base a waiting stem row meant to copy) is freed (`_unstick`).
+(a retained row, a finished base a waiting stem row meant to copy, then a prompt's run that no
+started row reads, such as a shared start kept for queued forks) is freed (`_unstick`); what
+needs it later computes it again, with the same bits.
 
 `GroupShape` and `batch_cost` (group_shape.py) size work before it exists (`splice/run/prepare.py`,
 `splice/run/resolve.py`).
@@ -139,6 +141,34 @@ class Scheduler:
                 if base is not None and base.finished and base.holds_slots:
                     self._free_blocks(base)
                     return True
+        return self._drop_idle_run()
+
+    def _drop_idle_run(self) -> bool:
+        """Free a prompt's run that no started row reads (a shared start kept for queued forks):
+        the groups reading it wait again, and the first of them prefills it again when
+        admitted, with the same bits. The youngest readers' run goes first."""
+        busy = {
+            id(run)
+            for group in self.admitted
+            if any(r.holds_slots for r in group.rows)
+            for run in group.segments
+        }
+        for group in reversed(self.admitted + self.waiting):
+            run = group.segments[0] if group.segments else None
+            if run is None or run.start is None or run.offset or id(run) in busy:
+                continue
+            self.pool.give_run(run.start, run.length)
+            run.start, run.written = None, 0
+            for reader in [g for g in self.admitted if g.segments[0] is run]:
+                reader.admitted = False
+                self.admitted.remove(reader)
+                self.waiting.append(reader)
+            self.waiting.sort(key=lambda g: g.id)
+            readers = [g for g in self.waiting if g.segments and g.segments[0] is run]
+            for reader in readers:
+                reader.own = None
+            readers[0].own = run  # the oldest reader still open prefills it
+            return True
         return False
 
     def _running_rows(self, plan: StepPlan, budget: list[int]) -> None:
