@@ -5,8 +5,10 @@ writer (`build_manifest`, `remote_manifest`, `manifest_text`) and its one reader
 task, decoding, seeds), the full resolved config, the family, the seeds, the drawn problem ids,
 a sha256 of every input file (each checkpoint file, the GGUF of the embedded model, the data file
 and the sentences file), the package versions and the git commit of the nudgeability checkout
-(null when it is not one), and what the run showed the model (`shown`: each drawn problem's
-question and gold, each arm's inserted sentence) for the report. It carries no clock and no host
+(null when it is not one), what the run showed the model (`shown`: each drawn problem's
+question and gold, each arm's inserted sentence) for the report, and, for a run on the in-process
+engine, the length of each base's shared start (`shared_start`, splice/experiment/shared_start.py),
+which decides the path the engine computes the prompts on. It carries no clock and no host
 name, so the same config on the same machine gives the same bytes, and shards of one run differ
 only in `config.shard`.
 
@@ -64,6 +66,10 @@ FALLBACKS_KEY = "fallbacks"
 # what the run showed the model, for the report: read from the data and sentences files, whose
 # sha256 are identity keys, so never compared (a run made before the key existed resumes)
 SHOWN_KEY = "shown"
+# the length of each base's shared start (NT, B, oracle_B: splice/experiment/shared_start.py), on
+# the in-process engine: an identity key, so a resume, merge or replay whose code derives another
+# start (and so computes other bits) is refused, naming it; a work key for pooling
+SHARED_START_KEY = "shared_start"
 # where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
 # copied elsewhere, reuses the stored records when every hash is the same.
 LOCATION_KEYS = (
@@ -89,6 +95,7 @@ WORK_KEYS = (
     ("seeds",),
     ("experiment", "seeds"),
     ("experiment", "continuation"),
+    (SHARED_START_KEY,),  # how the prompts are computed (a logit's last bits), not what is asked
 )
 # which schedule computed the run and why (`{"name": "stream" | "units", "why": ..., and the
 # invariance check it rests on}`, splice/run/runner.py): written with the seal, never compared,
@@ -207,9 +214,11 @@ def build_manifest(
     sentences_sha256: str,
     threads: int | None = None,
     shown: Shown | None = None,
+    shared_start: dict[str, int] | None = None,
 ) -> dict:
     """The manifest of a run (see the module docstring); `threads` is torch's CPU thread count
-    the run computes with (provenance: which share of the machine ran it)."""
+    the run computes with (provenance: which share of the machine ran it); `shared_start` each
+    base's start length (None on a server, which ignores it: no key)."""
     manifest = {
         "format": MANIFEST_FORMAT,
         "experiment": config.experiment,
@@ -229,6 +238,8 @@ def build_manifest(
         manifest["threads"] = threads
     if shown is not None:
         manifest[SHOWN_KEY] = shown.to_dict()
+    if shared_start is not None:
+        manifest[SHARED_START_KEY] = dict(shared_start)
     return manifest
 
 
