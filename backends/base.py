@@ -1,8 +1,10 @@
 """The backend seam: what the runner asks of whatever generates the tokens.
 
 A backend offers the two calls of the in-process engine, with the same arguments and results:
-`generate(prompts, params)` (independent prompts, one `Completion` each) and
-`fork_many(requests)` (one list of `Completion`s per `ForkRequest`, one per arm). The runner,
+`generate(prompts, params, shared)` (independent prompts, one `Completion` each) and
+`fork_many(requests)` (one list of `Completion`s per `ForkRequest`, one per arm). A prompt's
+`shared` start (`ForkRequest.shared`) is the engine's to compute once; a server, whose prefix
+cache is its own, ignores it, as it does a request's `stem`. The runner,
 the records and the statistics see nothing else, beyond what a backend states about itself:
 
 - `continuation`: how faithfully the splice is continued, the best level this backend reaches
@@ -40,7 +42,10 @@ class Backend(Protocol):
     context_limit: int | None  # the model's positions, where known here (a server enforces its own)
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams | list[SamplingParams],
+        shared: int | list[int] = 0,
     ) -> list[Completion]: ...
 
     def fork_many(self, requests: list[ForkRequest]) -> list[list[Completion]]: ...
@@ -67,8 +72,8 @@ class EngineBackend:
     def progress(self, value: bool) -> None:
         self.engine.progress = value
 
-    def generate(self, prompts, params) -> list[Completion]:
-        return self.engine.generate(prompts, params)
+    def generate(self, prompts, params, shared=0) -> list[Completion]:
+        return self.engine.generate(prompts, params, shared=shared)
 
     def fork_many(self, requests: list[ForkRequest]) -> list[list[Completion]]:
         return self.engine.fork_many(requests)

@@ -73,7 +73,8 @@ class HttpBackend:
         return self.client.stats.retries
 
     # --- the engine's calls -----------------------------------------------------------------
-    def generate(self, prompts, params) -> list[RemoteCompletion]:
+    def generate(self, prompts, params, shared=0) -> list[RemoteCompletion]:
+        # `shared` (the prompts' common start) is the engine's; a server keeps its own prefix cache
         per = params if isinstance(params, list) else [params] * len(prompts)
         groups = [[(list(prompt), sp)] for prompt, sp in zip(prompts, per)]
         return [arms[0] for arms in self._run(groups, "generate")]

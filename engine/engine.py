@@ -177,16 +177,17 @@ class Engine:
         prompts: list[list[int]],
         params: SamplingParams | list[SamplingParams],
         *,
-        shared: int = 0,
+        shared: int | list[int] = 0,
         return_logits=False,
     ) -> list[Completion]:
         """Generate from each prompt independently; returns one `Completion` per prompt, in order.
-        `shared`: the prompts' first tokens that are a common start (`ForkRequest.shared`; each
-        prompt uses the min of it and its own length)."""
+        `shared`: the prompts' first tokens that are a common start (`ForkRequest.shared`), one
+        count for all or one per prompt; each prompt uses at most all but its last token."""
         per = req.check_prompts(prompts, params, self.vocab_size, self.tokenizer)
+        starts = req.per_prompt(shared, len(prompts))
         refs = [
-            self.submit_generate(p, sp, shared=min(shared, len(p) - 1), return_logits=return_logits)
-            for p, sp in zip(prompts, per)
+            self.submit_generate(p, sp, shared=min(k, len(p) - 1), return_logits=return_logits)
+            for p, sp, k in zip(prompts, per, starts)
         ]
         return self._drain(refs)
 

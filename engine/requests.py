@@ -120,6 +120,10 @@ def fork_groups(
             prefix = prefix[:shared]
         cut = shared
         stem = len(prefix) - cut
+    elif base is not None and 0 < shared < cut:
+        # No stem is left (an empty arm borrowed the prompt's last token) and the base's prompt
+        # after the shared start lies in its row's own blocks, not in a run: compute it again.
+        base = None
     groups: list[Group] = []
     made = builder.made = []  # the runs this request creates (what its prefill computes)
     segments = _base_segments(base, prefix[:cut], prefix[cut:]) if base is not None else None
@@ -185,6 +189,16 @@ def check_prompts(prompts, params, vocab_size: int, tokenizer) -> list[SamplingP
         check_ids(prompt, f"prompt {i}", False, vocab_size)
     check_stop_strings(per, tokenizer)
     return per
+
+
+def per_prompt(shared, count: int) -> list[int]:
+    """`generate`'s `shared`: one count for every prompt, or a list with one per prompt."""
+    starts = [shared] * count if isinstance(shared, int) else list(shared)
+    if len(starts) != count:
+        raise EngineInputError(
+            f"give one shared count, or a list of {count} (one per prompt); got {len(starts)}"
+        )
+    return starts
 
 
 def check_ids(ids, what: str, allow_empty: bool, vocab_size: int) -> None:

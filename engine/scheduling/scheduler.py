@@ -19,12 +19,8 @@ step may run several chunks of one prefix), so how a prefix is cut does not depe
 budget or on what else runs (`engine/README.md`, batch invariance). No row reserves its budget:
 blocks are taken as slots are written.
 
-**Preemption** when a running row needs a block and none is free, in this order: drop the KV a
-finished sequence retains; free the run of an admitted group with no row started (it will prefill
-again); preempt the most recently admitted running row: its blocks are freed and it waits at the
-front of its group, keeping its tokens, to recompute its context later. Stem rows are never
-preempted. When nothing at all could be scheduled, KV that is only kept in case it is read
-(a retained row, a finished base a waiting stem row meant to copy) is freed (`_unstick`).
+**Preemption** when a running row needs a block and none is free, and what is freed when nothing
+at all could be scheduled: preemption.py, the `Preemption` half of `Scheduler`.
 
 `GroupShape` and `batch_cost` (group_shape.py) size work before it exists (`splice/run/prepare.py`,
 `splice/run/resolve.py`).
@@ -35,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from nudgeability.engine.kv.kv_pool import KVPool
+from nudgeability.engine.scheduling.preemption import Preemption
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Group, Sequence
 
@@ -43,7 +40,7 @@ from nudgeability.engine.sequence import Group, Sequence
 PREFILL_CHUNK = 2048
 
 
-class Scheduler:
+class Scheduler(Preemption):
     """Groups and rows waiting and running on one `KVPool`; see the module docstring."""
 
     def __init__(
@@ -95,23 +92,6 @@ class Scheduler:
                 break
         plan.row_chunks.sort(key=lambda c: (c[0].group.id, c[0].id))
         return plan
-
-    def _unstick(self) -> bool:
-        """Nothing could start while finished rows keep KV that only might be read: free the
-        oldest retained row, else a finished base that a waiting stem row meant to copy from (the
-        stem is computed instead, with the same bits); False when there is none."""
-        if self.retained:
-            row = self.retained.pop(0)
-            row.retain = False
-            self._free_blocks(row)
-            return True
-        for group in self.admitted:
-            for row in group.waiting:
-                base = row.copy_from[0] if row.copy_from is not None else None
-                if base is not None and base.finished and base.holds_slots:
-                    self._free_blocks(base)
-                    return True
-        return False
 
     def _running_rows(self, plan: StepPlan, budget: list[int]) -> None:
         # One chunk per row and step: a row's tokens must be contiguous in the forward.
@@ -282,50 +262,6 @@ class Scheduler:
                 self._preempt(row)
                 return False
         return True
-
-    def _evict(self, protect: Sequence) -> bool:
-        """Free some KV for `protect`'s sake (module docstring, preemption); False if nothing can go."""
-        if self.retained:
-            row = self.retained.pop(0)
-            row.retain = False
-            self._free_blocks(row)  # a stem still to be copied from it is computed instead
-            return True
-        for group in reversed(self.admitted):
-            own = group.own
-            if (
-                own is not None
-                and own.start is not None
-                and own.holders == 1
-                and group is not protect.group
-                and not any(r.holds_slots for r in group.rows)
-            ):
-                self.pool.give_run(own.start, own.length)
-                own.start, own.written = None, 0
-                group.admitted = False
-                self.admitted.remove(group)
-                self.waiting.append(group)
-                self.waiting.sort(key=lambda g: g.id)
-                return True
-        victims = [r for r in self.running if r is not protect and r.stem is None]
-        if not victims:
-            return False
-        self._preempt(max(victims, key=lambda r: r.admitted_at))
-        return True
-
-    def _preempt(self, row: Sequence) -> None:
-        for chunk in self._plan.row_chunks:  # planned earlier in this step: it no longer runs
-            if chunk[0] is row:
-                self._plan.row_chunks.remove(chunk)
-                self._budget[0] += chunk[2] - chunk[1]
-                break
-        self.pool.give_blocks(row.blocks)
-        row.blocks = []
-        row.recomputed += row.computed
-        row.computed = 0
-        row.admitted_at = -1
-        self.running.remove(row)
-        row.group.waiting.appendleft(row)
-        self.preemptions += 1
 
     # --- finishing ----------------------------------------------------------------------------
     def after_step(self, plan: StepPlan) -> None:

@@ -65,7 +65,9 @@ def run_consistency_unit(
     counts, records = UnitCounts(), []
     if not prompts:
         return records, counts
-    for owner, prompt, out in zip(owners, prompts, ctx.backend.generate(prompts, params)):
+    shared = [ctx.shared(code, prompt) for prompt in prompts]
+    outs = ctx.backend.generate(prompts, params, shared=shared)
+    for owner, prompt, out in zip(owners, prompts, outs):
         counts.add(out, shared=False)
         records.append(consistency_record(ctx, code, seed, owner, prompt, out))
     return records, counts

@@ -2,10 +2,11 @@
 
 The pipeline: validate the settings (validation.py, each error naming its flag), load the
 sentences, the data file and the problem draw, then the model (or the server and its tokenizer)
-and its family, render the prompts and the splice ids of every arm, check that every sequence
-fits (`check_fits`), and build the resolved `RunConfig`, the manifest and the run's `Plan` from
-it. On CUDA with no chunk size asked for, the chunk size, and so the plan, wait for the runner
-(`with_chunk_size`; splice/run/device_batching.py says why). The result is a `Prepared`
+and its family, render the prompts, their shared starts (splice/experiment/shared_start.py)
+and the splice ids of every arm, check that every sequence fits (`check_fits`), and build the
+resolved `RunConfig`, the manifest and the run's `Plan` from it. On CUDA with no chunk size asked
+for, the chunk size, and so the plan, wait for the runner (`with_chunk_size`;
+splice/run/device_batching.py says why). The result is a `Prepared`
 experiment; a bad input raises a one-line ValueError (or OSError) naming the file, line, field
 or flag, before any output exists.
 """
@@ -26,6 +27,7 @@ from nudgeability.models.smollm2 import EmbeddedModelMissing
 from nudgeability.splice.experiment.conditions import ORACLE_BASE, Condition
 from nudgeability.splice.experiment.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.experiment.sentences import Sentences, load_sentences
+from nudgeability.splice.experiment.shared_start import SharedStarts, shared_starts
 from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, SERVER, ConfigError, RunConfig
 from nudgeability.splice.run.device_batching import batches_from_pool
 from nudgeability.splice.run.remote import (
@@ -66,6 +68,8 @@ class Prepared:
     plan: Plan | None = field(repr=False)
     toolbox: Toolbox | None = None  # the executable tools, when the run resolves its calls
     backend: Backend | None = None  # a server's (checked); None: the run builds the engine
+    # each base's start, which the engine computes once (None on a server: its cache is its own)
+    starts: SharedStarts | None = None
 
 
 @dataclass
@@ -114,6 +118,7 @@ def prepare(
     oracle = any(condition.code == ORACLE_BASE for condition in valid.conditions)
     prompts = [render_prompts(task, model.family, problem, oracle) for problem in problems]
     splices = _splices(model.family, sentences, valid.conditions)
+    starts = shared_starts(task, model.family, oracle) if model.backend is None else None
     work = Workload(
         data,
         problems,
@@ -137,6 +142,7 @@ def prepare(
         sentences.sha256,
         torch.get_num_threads(),
         _shown(problems, sentences, valid.conditions),
+        None if starts is None else starts.to_manifest(),
     )
     if model.backend is not None:
         manifest = remote_manifest(
@@ -159,6 +165,7 @@ def prepare(
         None if config.chunk_size is None else Plan.from_manifest(manifest),
         toolbox,
         model.backend,
+        starts,
     )
 
 

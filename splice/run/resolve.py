@@ -136,8 +136,9 @@ def resolve_requests(
     if not sources:
         return []
     reasoning = record.generated_ids[: record.boundary]
-    prefix = list(ctx.prepared.prompts[index].for_base(base)) + reasoning
-    stem = len(reasoning) + 1
+    prompt = list(ctx.prepared.prompts[index].for_base(base))
+    prefix = prompt + reasoning
+    stem, shared = len(reasoning) + 1, ctx.shared(base, prompt)  # as the base's arms (units.py)
     limit = _context_limit(ctx)
     suffixes, params, group = [], [], []
     for source in sources:
@@ -159,10 +160,10 @@ def resolve_requests(
     budget = ctx.prepared.config.max_new_tokens_arm
     shape = GroupShape.of(len(prefix), [len(x) for x in suffixes], [budget] * len(suffixes))
     if _fits(ctx, shape):
-        return [(ForkRequest(prefix, suffixes, params, stem=stem), group)]
+        return [(ForkRequest(prefix, suffixes, params, stem=stem, shared=shared), group)]
     # over the KV budget together: one request each (each fits, see _prepare)
     return [
-        (ForkRequest(prefix, [suffix], [param], stem=stem), [one])
+        (ForkRequest(prefix, [suffix], [param], stem=stem, shared=shared), [one])
         for suffix, param, one in zip(suffixes, params, group)
     ]
 

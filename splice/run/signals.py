@@ -108,11 +108,14 @@ def with_b_signals(
     engine: Engine,
     records: list[Record],
     prompts: list[list[int]],
+    shared: list[int],
     outs: list[Completion],
     path: Path,
     unit_name: str,
 ) -> list[Record]:
-    """`attach_signals` after one engine pass over the closed B's prompt + reasoning."""
+    """`attach_signals` after one engine pass over the closed B's prompt + reasoning, each with
+    its prompt's `shared` start (as B computed it)."""
     cut = cut_prompts(records, prompts)
-    states = engine.generate(cut, HIDDEN_PASS) if cut else []
+    starts = [k for r, k in zip(records, shared) if r.boundary is not None]
+    states = engine.generate(cut, HIDDEN_PASS, shared=starts) if cut else []
     return attach_signals(records, outs, states, path, unit_name)

@@ -86,8 +86,8 @@ class Stream:
                     del self.watches[seq_id]
 
     # --- submitting ---------------------------------------------------------------------------
-    def generate(self, prompt, params, on_finish, *, retain=False) -> SequenceRef:
-        ref = self.engine.submit_generate(prompt, params, retain=retain)
+    def generate(self, prompt, params, on_finish, *, shared=0, retain=False) -> SequenceRef:
+        ref = self.engine.submit_generate(prompt, params, shared=shared, retain=retain)
         self.waiters[ref.id] = on_finish
         return ref
 

@@ -131,6 +131,7 @@ class BaseJob(Job):
             self.signals = ctx.prepared.config.signals and unit.phase == TOOL_BASE
             prompts, params = base_inputs(ctx, unit.phase, unit.seed, self.indices, self.signals)
         self.prompts = prompts
+        self.shared = [ctx.shared(unit.phase, prompt) for prompt in prompts]  # units.py
         self.outs: list[Completion | None] = [None] * len(prompts)
         self.records: list = [None] * len(prompts)
         self.states: dict[int, Completion] = {}
@@ -142,7 +143,11 @@ class BaseJob(Job):
         family = ctx.prepared.family
         for j, (prompt, p) in enumerate(zip(prompts, params)):
             ref = self.stream.generate(
-                prompt, p, lambda out, j=j: self._finished(j, out), retain=self.retained
+                prompt,
+                p,
+                lambda out, j=j: self._finished(j, out),
+                shared=self.shared[j],
+                retain=self.retained,
             )
             self.refs.append(ref)
             if any(isinstance(u, ArmsJob) for u in forkers):
@@ -175,7 +180,9 @@ class BaseJob(Job):
         if self.signals and record.boundary is not None:
             self.hidden_left += 1
             cut = self.prompts[j] + record.generated_ids[: record.boundary]
-            self.stream.generate(cut, HIDDEN_PASS, lambda state, j=j: self._state(j, state))
+            self.stream.generate(
+                cut, HIDDEN_PASS, lambda state, j=j: self._state(j, state), shared=self.shared[j]
+            )
         self._maybe_finish()
 
     def _state(self, j: int, state: Completion) -> None:

@@ -10,6 +10,11 @@ same requests to one engine as their inputs become known. Each sequence decodes 
 to the run's backend (nudgeability.backends: the in-process engine or a server); each record
 states the continuation level of its completion.
 
+Every engine call on a prompt passes the prompt's shared start (`UnitContext.shared`,
+splice/experiment/shared_start.py): a base's prompts, and the arms, resolutions and hidden-state
+pass forked from them (the same count, as their prefix begins with the base's prompt), so that
+every schedule, resume, shard and replay computes a prompt on the same path.
+
 Actions are read by the family after the cut: NT from its whole generation with no tool declared,
 a base from its ids from the boundary on, an arm from its splice ids plus its generation. NT is
 always graded; B, oracle_B and the arms when they answer (SELF), so that the resolution phase's
@@ -26,7 +31,12 @@ from nudgeability.backends.base import Backend, continuation_of
 from nudgeability.engine import Completion, ForkRequest, SamplingParams
 from nudgeability.models.families import SELF
 from nudgeability.models.families.action import Action
-from nudgeability.splice.experiment.conditions import NO_TOOL_BASE, TOOL_BASE, Condition
+from nudgeability.splice.experiment.conditions import (
+    CONSISTENCY,
+    NO_TOOL_BASE,
+    TOOL_BASE,
+    Condition,
+)
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
 from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.signals import with_b_signals
@@ -65,6 +75,15 @@ class UnitContext:
     def arms_of(self, base: str) -> list[Condition]:
         """The arms that fork from `base`, in canonical order (the run's plan)."""
         return self.prepared.plan.arms_of(base)
+
+    def shared(self, phase: str, prompt: Sequence[int]) -> int:
+        """The `shared` start of a prompt of `phase` ('NT', 'B', 'oracle_B', or the
+        self-consistency samples, on NT's prompt), or of a prefix that begins with one: the
+        template's start (prepare.py `Prepared.starts`); 0 on a server."""
+        starts = self.prepared.starts
+        if starts is None:
+            return 0
+        return starts.length(NO_TOOL_BASE if phase == CONSISTENCY else phase, prompt)
 
     def params(
         self, seed: int, problem_id: str, code: str, budget: int, *, token_stats: bool = False
@@ -113,13 +132,14 @@ def run_base_unit(
     """
     with_signals = wants_signals(base, signals_file)
     prompts, params = base_inputs(ctx, base, seed, indices, with_signals)
-    outs = ctx.backend.generate(prompts, params)
+    shared = [ctx.shared(base, prompt) for prompt in prompts]
+    outs = ctx.backend.generate(prompts, params, shared=shared)
     counts, records = UnitCounts(), []
     for i, prompt, out in zip(indices, prompts, outs):
         counts.add(out, shared=False)
         records.append(base_record(ctx, ctx.prepared.problems[i], base, seed, prompt, out))
     if with_signals:
-        records = with_b_signals(ctx.backend.engine, records, prompts, outs, *signals_file)
+        records = with_b_signals(ctx.backend.engine, records, prompts, shared, outs, *signals_file)
     return records, counts
 
 
@@ -194,17 +214,20 @@ def arm_request(
 
     The prefix is the base's prompt and its ids before the cut; the last prompt token and those
     ids are the request's stem (`ForkRequest.stem`), so the engine computes them as the base did,
-    or copies them from the base's cache when the stream names it (`reuse`): the same bits."""
+    or copies them from the base's cache when the stream names it (`reuse`): the same bits. The
+    base's shared start is the request's too, so the stem continues it as the base's row did."""
     problem = ctx.prepared.problems[index]
     arms = ctx.arms_of(base)
     reasoning = list(generated[:boundary])
-    prefix = list(ctx.prepared.prompts[index].for_base(base)) + reasoning
+    prompt = list(ctx.prepared.prompts[index].for_base(base))
+    prefix = prompt + reasoning
     suffixes = [list(ctx.prepared.splices[arm.code]) for arm in arms]
     params = [
         ctx.params(seed, problem.id, arm.code, ctx.prepared.config.max_new_tokens_arm)
         for arm in arms
     ]
-    request = ForkRequest(prefix, suffixes, params, stem=len(reasoning) + 1)
+    shared = ctx.shared(base, prompt)
+    request = ForkRequest(prefix, suffixes, params, stem=len(reasoning) + 1, shared=shared)
     return request, ArmGroup(index, base, arms, len(reasoning))
 
 

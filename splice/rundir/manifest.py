@@ -5,8 +5,10 @@ writer (`build_manifest`, `remote_manifest`, `manifest_text`) and its one reader
 task, decoding, seeds), the full resolved config, the family, the seeds, the drawn problem ids,
 a sha256 of every input file (each checkpoint file, the GGUF of the embedded model, the data file
 and the sentences file), the package versions and the git commit of the nudgeability checkout
-(null when it is not one), and what the run showed the model (`shown`: each drawn problem's
-question and gold, each arm's inserted sentence) for the report. It carries no clock and no host
+(null when it is not one), what the run showed the model (`shown`: each drawn problem's
+question and gold, each arm's inserted sentence) for the report, and, for a run on the in-process
+engine, the length of each base's shared start (`shared_start`, splice/experiment/shared_start.py),
+which decides the path the engine computes the prompts on. It carries no clock and no host
 name, so the same config on the same machine gives the same bytes, and shards of one run differ
 only in `config.shard`.
 
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from nudgeability.splice.rundir.layout import MANIFEST
-from nudgeability.splice.rundir.manifest_keys import SEAL_KEY, SHOWN_KEY
+from nudgeability.splice.rundir.manifest_keys import SEAL_KEY, SHARED_START_KEY, SHOWN_KEY
 from nudgeability.splice.rundir.provenance import (
     checkpoint_inputs,
     git_commit,
@@ -71,9 +73,11 @@ def build_manifest(
     sentences_sha256: str,
     threads: int | None = None,
     shown: Shown | None = None,
+    shared_start: dict[str, int] | None = None,
 ) -> dict:
     """The manifest of a run (see the module docstring); `threads` is torch's CPU thread count
-    the run computes with (provenance: which share of the machine ran it)."""
+    the run computes with (provenance: which share of the machine ran it); `shared_start` each
+    base's start length (None on a server, which ignores it: no key)."""
     manifest = {
         "format": MANIFEST_FORMAT,
         "experiment": config.experiment,
@@ -93,6 +97,8 @@ def build_manifest(
         manifest["threads"] = threads
     if shown is not None:
         manifest[SHOWN_KEY] = shown.to_dict()
+    if shared_start is not None:
+        manifest[SHARED_START_KEY] = dict(shared_start)
     return manifest
 
 

@@ -31,6 +31,10 @@ FALLBACKS_KEY = "fallbacks"
 # what the run showed the model, for the report: read from the data and sentences files, whose
 # sha256 are identity keys, so never compared (a run made before the key existed resumes)
 SHOWN_KEY = "shown"
+# the length of each base's shared start (NT, B, oracle_B: splice/experiment/shared_start.py), on
+# the in-process engine: an identity key, so a resume, merge or replay whose code derives another
+# start (and so computes other bits) is refused, naming it; a work key for pooling
+SHARED_START_KEY = "shared_start"
 # where the inputs were found: not compared, their sha256 (under the same "inputs" keys) decide. A resume with another NUDGE_CACHE, or a checkpoint or data file moved or
 # copied elsewhere, reuses the stored records when every hash is the same.
 LOCATION_KEYS = (
@@ -57,6 +61,7 @@ WORK_KEYS = (
     ("seeds",),
     ("experiment", "seeds"),
     ("experiment", "continuation"),
+    (SHARED_START_KEY,),  # how the prompts are computed (a logit's last bits), not what is asked
 )
 # which schedule computed the run and why (`{"name": "stream" | "units", "why": ..., and the
 # invariance check it rests on}`, splice/run/runner.py): written with the seal, never compared,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers.engine_reference import assert_matches_reference, random_ids
 
-from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.engine import Engine, EngineInputError, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 
 START = random_ids(40, seed=77)  # longer than Gemma 4's window (16)
@@ -102,3 +102,84 @@ def test_prompts_sharing_a_start_hold_one_part_filled_block_per_row():
         start = blocks(len(START)) if len(done) < len(prompts) else 0
         assert engine.pool.in_use == start + sum(blocks(w) for w in written)
     assert engine.pool.in_use == 0
+
+
+def test_a_fork_at_a_bases_first_token_with_an_empty_arm_reuses_a_shared_base():
+    """A base that closed at once (its stem is the prompt's last token alone) forked with an empty
+    arm: the arms borrow that token, so no stem is left to copy and the base's prompt after the
+    shared start (in its row's blocks) is computed again. Before, naming the base refused the
+    fork; the arms equal the fork computed afresh, and HF's tokens."""
+    model = tiny_model("qwen3", num_layers=3, seed=8)
+    prompt = START + random_ids(20, seed=4)
+    engine = Engine(model)
+    base = engine.submit_generate(prompt, PARAMS, shared=len(START), retain=True)
+    while engine.busy:
+        engine.step()
+    suffixes = [[], random_ids(4, seed=2)]
+    request = ForkRequest(prompt, suffixes, PARAMS, stem=1, reuse=base, shared=len(START))
+    refs = engine.submit_fork(request, return_logits=True)
+    finished = {}
+    while engine.busy:
+        finished.update((r.id, c) for r, c in engine.step())
+    engine.release(base)
+    assert engine.pool.in_use == 0
+    fresh = Engine(model).fork_many(
+        [ForkRequest(prompt, suffixes, PARAMS, stem=1, shared=len(START))], return_logits=True
+    )[0]
+    for suffix, ref, arm in zip(suffixes, refs, fresh):
+        assert torch.equal(finished[ref.id].logits, arm.logits)
+        assert_matches_reference(model, finished[ref.id], prompt + suffix, 12, engine.eos_ids)
+
+
+def test_generate_takes_one_shared_count_per_prompt():
+    """Each prompt's own `shared` gives the tokens and logits of that prompt generated alone with
+    it; a list of the wrong length is refused."""
+    model = tiny_model("llama", num_layers=2, seed=3)
+    prompts = [START + random_ids(5, seed=1), START[:30] + random_ids(7, seed=2)]
+    starts = [len(START), 30]
+    params = SamplingParams(max_new_tokens=12)  # stops at EOS, as HF's greedy does
+    outs = Engine(model).generate(prompts, params, shared=starts, return_logits=True)
+    for prompt, k, out in zip(prompts, starts, outs):
+        alone = Engine(model).generate([prompt], params, shared=k, return_logits=True)[0]
+        assert torch.equal(out.logits, alone.logits)
+        assert_matches_reference(model, out, prompt, 12, Engine(model).eos_ids)
+    with pytest.raises(EngineInputError, match="one per prompt"):
+        Engine(model).generate(prompts, PARAMS, shared=[3])
+
+
+def test_shared_starts_that_fill_a_budget_are_dropped_and_computed_again():
+    """Three starts' bases, then forks reading each start, all queued under a KV budget that
+    holds two starts: the finished bases leave their starts held by queued forks until the
+    third start's rows find no block. The scheduler drops a start no started row reads and
+    prefills it again for its forks (before, the engine stopped: 'could schedule none of it');
+    every sequence equals the same work without a budget, bit for bit."""
+    model = tiny_model("llama", num_layers=2, seed=3)
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    starts = [random_ids(400, seed=100 + i) for i in range(3)]
+    prompts = [s + random_ids(n, seed=n + i) for i, s in enumerate(starts) for n in (20, 30)]
+    shared = [400] * len(prompts)
+
+    def work(engine: Engine) -> list:
+        refs = [
+            engine.submit_generate(p, params, shared=k, return_logits=True)
+            for p, k in zip(prompts, shared)
+        ]
+        for prompt in prompts:
+            request = ForkRequest(
+                prompt + random_ids(10, seed=5),
+                [random_ids(3, seed=1), []],
+                params,
+                stem=11,
+                shared=400,
+            )
+            refs += engine.submit_fork(request, return_logits=True)
+        finished = {}
+        while engine.busy:
+            finished.update((r.id, c.logits) for r, c in engine.step())
+        assert engine.pool.in_use == 0
+        return [finished[r.id] for r in refs]
+
+    free = work(Engine(model))
+    for budget in (928, 1120):
+        tight = work(Engine(model, max_batch_tokens=budget, block_size=16))
+        assert all(torch.equal(a, b) for a, b in zip(tight, free)), budget
