@@ -81,6 +81,9 @@ def main() -> None:
         default="970209c:--no-report",
         help="COMMIT:FLAG,...: flags an earlier commit does not know (it had no report step)",
     )
+    parser.add_argument(
+        "--no-workers", action="store_true", help="leave out the `--workers 2` variant"
+    )
     parser.add_argument("args", nargs=argparse.REMAINDER, help="after --: the nudge run flags")
     options = parser.parse_args()
     args = [a for a in options.args if a != "--"]
@@ -98,7 +101,8 @@ def main() -> None:
             variants[f"{commit} (its default)"] = ([sys.executable, "-c", OLD_MAIN], env)
             dropped[f"{commit} (its default)"] = drop.get(commit, set())
         variants["today, default"] = ([sys.executable, "-c", NEW_MAIN], None)
-        variants["today, --workers 2"] = ([sys.executable, "-c", NEW_MAIN], None)
+        if not options.no_workers:
+            variants["today, --workers 2"] = ([sys.executable, "-c", NEW_MAIN], None)
         results: dict[str, list[tuple[float, int]]] = {name: [] for name in variants}
         digests: dict[str, str] = {}
         for r in range(-1 if options.warmup else 0, options.rounds):
