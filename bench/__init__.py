@@ -9,7 +9,8 @@ script in benchmarks/ imports only the installed package.
   `floor.py`: the linear and attention floors, interleaved with the engine step by step;
   `memory.py`: peak memory, in this process or a child.
 - `campaign.py`: the systems benchmarks/campaign.py runs side by side; `former.py` (with
-  `former_child.py`): the former static engine, from its own git tree, in a child process;
+  `former_child.py`): the former static engine, from its own git tree, in a child process
+  (`commit_tree`: any commit's tree, for a child to run);
   `servers.py`: OpenAI-compatible servers started and driven.
 - `gpu/`: the GPU check's runner and sections (benchmarks/gpu_check.py).
 - `results.py`: each benchmark's section of benchmarks/RESULTS.md.

@@ -30,24 +30,29 @@ _CHILD = Path(__file__).with_name("former_child.py")
 _RUN_CHILD = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
 
 
-@cache
 def former_tree(repo: Path = REPO) -> Path:
     """A folder holding the `nudgeability` package of `FORMER_COMMIT` (its checkout under it), or
     RuntimeError saying why not (a shallow clone lacks the commit)."""
-    root = Path(tempfile.mkdtemp(prefix="former-engine-"))
+    return commit_tree(FORMER_COMMIT, repo)
+
+
+@cache
+def commit_tree(commit: str, repo: Path = REPO) -> Path:
+    """A folder holding the `nudgeability` package of `commit` (its checkout under it), put
+    first on a child's PYTHONPATH to run that commit's code unchanged; RuntimeError saying why
+    not (a shallow clone lacks the commit)."""
+    root = Path(tempfile.mkdtemp(prefix=f"nudge-{commit}-"))
     archive = root / "tree.tar"
     try:
         with open(archive, "wb") as out:
             subprocess.run(
-                ["git", "-C", str(repo), "archive", "--format=tar", FORMER_COMMIT],
+                ["git", "-C", str(repo), "archive", "--format=tar", commit],
                 stdout=out,
                 stderr=subprocess.PIPE,
                 check=True,
             )
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise RuntimeError(
-            f"the former engine (git {FORMER_COMMIT}) cannot be read from {repo}: {exc}"
-        ) from None
+        raise RuntimeError(f"git {commit} cannot be read from {repo}: {exc}") from None
     with tarfile.open(archive) as tar:
         tar.extractall(root / "checkout", filter="data")
     package = root / "path" / "nudgeability"

@@ -22,6 +22,7 @@ from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.models.invariant import TILE_ROWS, invariant_products
+from nudgeability.util.heap import release_freed_heap
 
 MIN_ROWS = 16
 # Rows per forward are a multiple of this: the products' tile (models/invariant.py), so that no
@@ -29,6 +30,12 @@ MIN_ROWS = 16
 # width in the supported models) fill whole iterations of ATen's 32-element fp32 loops, so that
 # no token's elements fall in the scalar tail (module docstring).
 ROW_MULTIPLE = TILE_ROWS
+# After a CPU forward of at least this many tokens the freed heap is handed back (util/heap.py):
+# its activations stay resident as free heap (the demo's first step, 2,030 tokens of SmolLM2:
+# about 300 MiB) that the steps after it, of a few rows each, may not need again. 13 of the demo's 159 steps
+# qualify (benchmarks/demo_memory.py); each pays for the trim and for mapping again the pages
+# the next such step writes (milliseconds, against a second or more of compute on one thread).
+TRIM_TOKENS = 128
 
 
 class ModelRunner:
@@ -105,6 +112,12 @@ class ModelRunner:
                 use_cache=True,
                 **{self._cache_arg: cache},
             )
+        if (
+            input_ids.numel() >= TRIM_TOKENS
+            and self.device.type == "cpu"
+            and not torch.compiler.is_compiling()
+        ):
+            release_freed_heap()
         return out.last_hidden_state
 
     def _products(self):

@@ -6,6 +6,7 @@ do it once and cache the result as a plain safetensors checkpoint, so later load
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.util
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from nudgeability.util.atomic import atomic_directory
 from nudgeability.util.cache import cache_root
+from nudgeability.util.heap import release_freed_heap
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ALIAS = "smollm2"
@@ -63,6 +65,11 @@ def converted_dir(gguf: Path | None = None) -> Path:
     with atomic_directory(target, replace=True) as tmp:
         _convert(gguf, tmp)
         (tmp / _STAMP).write_text(json.dumps(_gguf_fingerprint(gguf)))
+    # The two models of the conversion are garbage in reference cycles: collected now, and the
+    # heap they held handed back (util/heap.py); else the run that converted kept 207 MiB more
+    # for its whole life (measured on SmolLM2: 673 MiB resident after the conversion, 466 now)
+    gc.collect()
+    release_freed_heap()
     return target
 
 

@@ -11,15 +11,20 @@ Two kinds of allocation, from the two ends of the pool so that they fragment eac
   keys are then a strided view `[1, kv, length, D]` of the pool, which the attention reads in
   place, once per step for all the arms of its group;
 - a **block**: one block at a time for a sequence's own tokens (suffix and generated), taken
-  highest first as the sequence grows, and read by a gather of its slots.
+  highest first as the sequence grows, and read by a gather of its slots. A free block that was
+  handed out before (its pages mapped) is taken before one never handed out.
 
 Block 0 is never handed out: its slots take the writes of the pad tokens that keep every forward
-at `ModelRunner.MIN_ROWS` rows. On CPU the storage is `torch.empty`: pages that no block has
-touched cost no memory, so the resident KV follows the blocks in use (the lowest-first / highest-
-first policy keeps the touched region close to the peak); the attention then reads only written
-slots. On CUDA, and for the fixed-shape decode (`static_decode.py`, whose kernel reads whole
-blocks), it is zeroed once, so that a slot never written holds no NaN for a masked score to
-multiply.
+at `ModelRunner.MIN_ROWS` rows. On CPU the storage is a private anonymous memory map of its own
+(`_mapped`), not the C heap: pages that no block has touched cost no memory, and a storage let
+go returns to the OS at once. From the heap (`torch.empty`) neither held: measured on the demo
+(benchmarks/demo_memory.py, RESULTS.md), the pool took chunks that the needle's engine had
+freed, already resident, and a grown-out storage stayed resident as free heap. So the resident
+KV follows the most blocks in use at once since the last grow (the lowest-first / highest-first
+policy, and blocks taken again before fresh ones, keep the touched region close to that peak);
+the attention then reads only written slots. On CUDA, and for the fixed-shape decode
+(`static_decode.py`, whose kernel reads whole blocks), it is zeroed once, so that a slot never
+written holds no NaN for a masked score to multiply.
 
 On CUDA, with no explicit budget, the engine sizes the pool from the device's free memory at start
 (`pool_blocks_for`, like vLLM's `--gpu-memory-utilization`) and allocates every layer up front
@@ -28,12 +33,14 @@ On CUDA, with no explicit budget, the engine sizes the pool from the device's fr
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 
 import torch
 
 SCRATCH_BLOCK = 0  # the pad tokens' slots; never handed out
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # the share of free device memory the pool may take
+_HELD = bytes.maketrans(b"\x00\x01", b"\x01\x00")  # `_free` -> 1 where a block is held
 
 
 def pool_blocks_for(
@@ -101,6 +108,7 @@ class KVPool:
         self.in_use = 0  # blocks handed out
         self.peak_in_use = 0
         self._touched = bytearray(num_blocks)  # 1 = handed out at least once: its pages are mapped
+        self._warm = bytearray(num_blocks)  # 1 = free and touched: taken before an untouched block
 
     # --- allocation -----------------------------------------------------------------------------
     @property
@@ -122,8 +130,11 @@ class KVPool:
         return first * self.block_size
 
     def take_block(self) -> int | None:
-        """The first slot of one free block (highest first), or None when the pool is full."""
-        block = self._free.rfind(b"\x01")
+        """The first slot of one free block (highest first, one handed out before first: module
+        docstring), or None when the pool is full."""
+        block = self._warm.rfind(b"\x01")
+        if block < 0:
+            block = self._free.rfind(b"\x01")
         if block < 0:
             return None
         self._mark((block,))
@@ -138,7 +149,7 @@ class KVPool:
 
     def _mark(self, blocks) -> None:
         for b in blocks:
-            self._free[b] = 0
+            self._free[b] = self._warm[b] = 0
             self._touched[b] = 1
         self.in_use += len(blocks)
         self.peak_in_use = max(self.peak_in_use, self.in_use)
@@ -147,30 +158,49 @@ class KVPool:
         for b in blocks:
             if self._free[b] or b == SCRATCH_BLOCK:
                 raise RuntimeError(f"KV block {b} returned twice")
-            self._free[b] = 1
+            self._free[b] = self._warm[b] = 1
         self.in_use -= len(blocks)
 
     def grow(self, num_blocks: int) -> None:
-        """Enlarge the pool to `num_blocks` blocks, keeping every slot's contents."""
+        """Enlarge the pool to `num_blocks` blocks, keeping the contents of every block not free
+        (those in use, and the scratch block).
+
+        A free block holds nothing anyone reads, so it is not copied: its pages in the new
+        storage stay untouched, and on CPU cost nothing (module docstring). Copying every slot
+        made the whole old pool resident at each doubling: on the demo (n = 8), 1,370 MiB of
+        pool for 690 MiB of blocks ever handed out."""
         if num_blocks <= self.num_blocks:
             return
         extra = num_blocks - self.num_blocks
         slots = num_blocks * self.block_size
+        kept = self._held_runs()
         for store in (self.k, self.v):
             for i, old in enumerate(store):
                 if old is not None:
                     new = self._new(old.shape[0], slots, old.shape[2], old.dtype)
-                    new[:, : old.shape[1]] = old
+                    for s0, s1 in kept:
+                        new[:, s0:s1] = old[:, s0:s1]
                     store[i] = new
+        self._touched = self._free.translate(_HELD) + bytearray(extra)
+        self._warm = bytearray(num_blocks)  # no free block was copied: none is mapped
         self._free += b"\x01" * extra
-        self._touched += bytearray(extra)
         self.num_blocks = num_blocks
+
+    def _held_runs(self) -> list[tuple[int, int]]:
+        """The slot ranges `[s0, s1)` of the maximal runs of blocks that are not free."""
+        runs, block = [], self._free.find(b"\x00")
+        while block >= 0:
+            end = self._free.find(b"\x01", block)
+            end = self.num_blocks if end < 0 else end
+            runs.append((block * self.block_size, end * self.block_size))
+            block = self._free.find(b"\x00", end)
+        return runs
 
     # --- storage --------------------------------------------------------------------------------
     def _new(self, kv: int, slots: int, d: int, dtype) -> torch.Tensor:
-        if not self.zero:  # untouched pages stay unmapped (module docstring)
-            return torch.empty(kv, slots, d, dtype=dtype, device=self.device)
-        return torch.zeros(kv, slots, d, dtype=dtype, device=self.device)
+        if self.zero:
+            return torch.zeros(kv, slots, d, dtype=dtype, device=self.device)
+        return _mapped((kv, slots, d), dtype)
 
     def allocate(self, layers: Sequence[tuple[int, int, int, torch.dtype]]) -> None:
         """Make the keys and values of each `(layer, kv, D, dtype)` now, rather than on the
@@ -209,9 +239,21 @@ class KVPool:
 
     @property
     def touched_blocks(self) -> int:
-        """Blocks ever handed out: on CPU, the pool's resident pages are these blocks' slots."""
+        """Blocks handed out since the last `grow` (or held at it): on CPU, the pool's resident
+        pages are these blocks' slots."""
         return self._touched.count(1)
 
     def nbytes(self) -> int:
         """Bytes the pool's tensors span (on CPU an upper bound on what is resident)."""
         return sum(t.untyped_storage().nbytes() for t in self.k + self.v if t is not None)
+
+
+def _mapped(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor in an anonymous memory map of its own (module docstring): its
+    pages are the kernel's zero pages until written, and are unmapped when the tensor is freed
+    (the tensor holds the map)."""
+    count = 1
+    for size in shape:
+        count *= size
+    memory = mmap.mmap(-1, count * dtype.itemsize, flags=mmap.MAP_PRIVATE)  # not shared on fork
+    return torch.frombuffer(memory, dtype=dtype).view(shape)

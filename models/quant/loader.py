@@ -47,6 +47,7 @@ from nudgeability.models.quant.compute import (
 )
 from nudgeability.models.quant.fp8_linear import FP8Scheme
 from nudgeability.models.quant.w4a16_linear import PackQuantizedScheme
+from nudgeability.util.heap import release_freed_heap
 
 log = logging.getLogger(__name__)
 
@@ -113,31 +114,12 @@ def load_quantized(
         _check_leftovers(reader, scheme, quantised, consumed)
         fallbacks = _configure(model, quantised, reader, compute, device, dtype)
     _move_buffers(model, device)
-    _release_freed_heap()
+    # the repacking kernels' temporaries pile up in the heap layer after layer (util/heap.py):
+    # handed back after each repacking layer (`_configure`) and once here
+    release_freed_heap()
     warn_fallbacks(directory, fallbacks)
     model.eval()
     return model
-
-
-def _release_freed_heap() -> None:
-    """Hand the heap freed while loading back to the OS (glibc's `malloc_trim`).
-
-    A kernel that repacks (the `fused-bf16` paths) frees a layer's temporaries after building its
-    own buffers; glibc keeps such freed chunks in its heap, between live buffers, where they count
-    in the resident size for the life of the process, and pile up layer after layer (SmolLM2 in
-    W4A16: 793 MiB resident before this call at the end of the load, 554 after it). Called after
-    each repacking layer, and once at the end. Other C libraries: nothing to do.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
-    if trim is not None:
-        trim(0)
 
 
 def _configure(
@@ -159,7 +141,7 @@ def _configure(
         if why is not None:
             fallbacks[name] = why
         if copies:  # a repacking kernel: free its temporaries before the next layer's pile up
-            _release_freed_heap()
+            release_freed_heap()
     return fallbacks
 
 

@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-import bm25s
 import numpy as np
 
 from nudgeability.splice.tasks.problem import DataFileError, Problem
@@ -68,7 +67,14 @@ class ToolOutput:
 # ---- BM25 ------------------------------------------------------------------------------------------
 
 
+# bm25s is imported where an index is built or queried, not with this module: with numba, which
+# it imports, it is 57 MiB resident (benchmarks/demo_memory.py), which a run that resolves no
+# tool call never needs.
+
+
 def _tokens(texts: Sequence[str]) -> list[list[str]]:
+    import bm25s
+
     return bm25s.tokenize(
         list(texts), stopwords=BM25_STOPWORDS, return_ids=False, show_progress=False
     )
@@ -82,6 +88,8 @@ class BM25Index:
             raise ValueError("a BM25 index needs at least one document")
         self.size = len(documents)
         self._retriever = None  # stays None when no document has an indexable word
+        import bm25s
+
         tokenized = bm25s.tokenize(list(documents), stopwords=BM25_STOPWORDS, show_progress=False)
         if tokenized.vocab:
             self._retriever = bm25s.BM25()
