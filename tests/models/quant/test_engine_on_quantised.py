@@ -6,8 +6,10 @@ The int4 and bitsandbytes CPU kernels of `fused-bf16` round activations and outp
 attention and HF's differ in the last fp32 bits; where such a difference crosses a bf16 rounding
 boundary, one activation moves by one bf16 unit (2^-8 relative) and the change propagates. So for
 bf16 kernels the logits are compared to BF16_RTOL: 16 such units (4 layers, each adding at most
-a few flipped roundings to what reaches the logits), still far below the logit gaps of the
-greedy tokens, which must be identical. The fp32 kernels keep 1e-4."""
+a few flipped roundings to what reaches the logits). The greedy tokens must be identical except
+at a tie at that precision: a tiny random model's top two logits can lie closer than the bound
+(seen on an AMD Zen 5, whose bf16 kernels round otherwise than an Intel's), and there the arm may
+take either (`assert_matches_reference`, `ties`). The fp32 kernels keep 1e-4 and exact tokens."""
 
 from __future__ import annotations
 
@@ -33,8 +35,9 @@ def test_every_forked_arm_of_a_quantised_model_equals_its_solo_greedy_run(
     engine = Engine(model)
     request = random_fork((210, 21), SUFFIX_LENGTHS, 400, NEW_TOKENS)
     arms = engine.fork(request.prefix_ids, request.suffixes, request.params, return_logits=True)
-    rtol = BF16_RTOL if "(bf16)" in compute_of(model) else 1e-4
-    assert_forks_match_reference(model, engine, [request], [arms], rtol)
+    bf16 = "(bf16)" in compute_of(model)
+    rtol = BF16_RTOL if bf16 else 1e-4
+    assert_forks_match_reference(model, engine, [request], [arms], rtol, ties=bf16)
 
 
 def compute_of(model) -> str:
