@@ -98,7 +98,11 @@ def main() -> None:
         for commit in options.old.split(","):
             path = old_tree(commit, root)
             env = {**os.environ, "PYTHONPATH": str(path)}
-            variants[f"{commit} (its default)"] = ([sys.executable, "-c", OLD_MAIN], env)
+            moved = (path.parent / "checkout" / "cli" / "__init__.py").exists()
+            variants[f"{commit} (its default)"] = (
+                [sys.executable, "-c", NEW_MAIN if moved else OLD_MAIN],
+                env,
+            )
             dropped[f"{commit} (its default)"] = drop.get(commit, set())
         variants["today, default"] = ([sys.executable, "-c", NEW_MAIN], None)
         if not options.no_workers:
