@@ -62,12 +62,7 @@ def test_arms_reusing_a_base_with_a_shared_start_equal_arms_computed_afresh(stat
     suffixes = [random_ids(3, seed=1), [], random_ids(5, seed=2)]
     prefix = prompt + generated[:cut]
     request = ForkRequest(prefix, suffixes, PARAMS, stem=cut + 1, reuse=base, shared=len(START))
-    refs = engine.submit_fork(request, return_logits=True)
-    finished = {}
-    while engine.busy:
-        finished.update((r.id, c) for r, c in engine.step())
-    engine.release(base)
-    assert engine.pool.in_use == 0
+    refs, finished = _drain_reusing(engine, request, base)
     fresh = Engine(model, static_decode=static).fork_many(
         [ForkRequest(prefix, suffixes, PARAMS, stem=cut + 1, shared=len(START))],
         return_logits=True,
@@ -117,12 +112,7 @@ def test_a_fork_at_a_bases_first_token_with_an_empty_arm_reuses_a_shared_base():
         engine.step()
     suffixes = [[], random_ids(4, seed=2)]
     request = ForkRequest(prompt, suffixes, PARAMS, stem=1, reuse=base, shared=len(START))
-    refs = engine.submit_fork(request, return_logits=True)
-    finished = {}
-    while engine.busy:
-        finished.update((r.id, c) for r, c in engine.step())
-    engine.release(base)
-    assert engine.pool.in_use == 0
+    refs, finished = _drain_reusing(engine, request, base)
     fresh = Engine(model).fork_many(
         [ForkRequest(prompt, suffixes, PARAMS, stem=1, shared=len(START))], return_logits=True
     )[0]
@@ -183,3 +173,15 @@ def test_shared_starts_that_fill_a_budget_are_dropped_and_computed_again():
     for budget in (928, 1120):
         tight = work(Engine(model, max_batch_tokens=budget, block_size=16))
         assert all(torch.equal(a, b) for a, b in zip(tight, free)), budget
+
+
+def _drain_reusing(engine, request, base):
+    """Submit a fork that reuses `base`, step until all is done, release the base; the fork's
+    refs and every completion by sequence id, checking that no KV block is left held."""
+    refs = engine.submit_fork(request, return_logits=True)
+    finished = {}
+    while engine.busy:
+        finished.update((r.id, c) for r, c in engine.step())
+    engine.release(base)
+    assert engine.pool.in_use == 0
+    return refs, finished
