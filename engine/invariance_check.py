@@ -6,8 +6,8 @@ call. One thing is still the library's: where a row sits inside a 16-row tile of
 GEMM. MKL's kernels keep it on every code branch measured (benchmarks/kernel_branches.py), but
 nothing documents it, so a run that depends on it (the stream, a resume, a replay of one unit)
 asks the machine first: vLLM's needle test on the run's own model, one prompt alone against the
-same prompt at several places among 2-40 others, every step's logits compared bit for bit. About
-a second on SmolLM2. Where it fails, the runner takes the by-unit schedule and the manifest says
+same prompt at several places among 1-39 short others, every step's logits compared bit for bit.
+About 7 s on SmolLM2 at 2 cores (most of it the 20 forwards of 5 short generations). Where it fails, the runner takes the by-unit schedule and the manifest says
 why (splice/run/runner.py).
 """
 
@@ -26,6 +26,11 @@ from nudgeability.util.heap import release_freed_heap
 
 BATCHES = (2, 5, 17, 40)
 NEEDLE_TOKENS = 37
+# The others are short: what the needle tests is where its rows land among theirs (tile
+# positions, chunk neighbours), which short prompts vary as well as long ones. Their length is
+# most of the check's cost: on SmolLM2 at 2 cores, others of 3-70 tokens took 12.3 s, of 3-12
+# tokens 6.8 s (the rest is the forwards themselves).
+OTHER_TOKENS = 12
 STEPS = 3
 
 
@@ -89,7 +94,7 @@ def _differing(model, batches, seed: int, batch_invariant: bool) -> list[int]:
     alone = engine.generate([needle], params, return_logits=True)[0].logits
     differing = []
     for n in batches:
-        others = [prompt(rng.randint(3, 70)) for _ in range(n - 1)]
+        others = [prompt(rng.randint(3, OTHER_TOKENS)) for _ in range(n - 1)]
         at = rng.randrange(n)
         outs = engine.generate(others[:at] + [needle] + others[at:], params, return_logits=True)
         if not torch.equal(outs[at].logits, alone):

@@ -53,6 +53,7 @@ class Cores:
         self.count = 1
         self._pool: ThreadPoolExecutor | None = None
         self._threads = 0
+        self._running = False  # inside `run`: nested calls stay on their own core
         self.resize(count)
 
     def resize(self, count: int) -> None:
@@ -68,24 +69,50 @@ class Cores:
 
     def run(self, jobs: list[Callable[[], None]]) -> None:
         """Run every job once: the first on the calling thread, the rest on the others; returns
-        when all have finished (the first job's exception, if any, is raised here)."""
-        if self.count == 1 or len(jobs) == 1:
+        when all have finished (the first job's exception, if any, is raised here). A job that
+        itself shares work (a product inside a group's attention) runs it on its own core."""
+        if self.count == 1 or len(jobs) == 1 or self._running:
             for job in jobs:
                 job()
             return
         # grad and inference mode are per thread: the others run their jobs in the caller's
         inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
-        futures = [self._pool.submit(_in_mode, job, inference, grad) for job in jobs[1:]]
+        self._running = True
         try:
-            jobs[0]()
+            futures = [self._pool.submit(_in_mode, job, inference, grad) for job in jobs[1:]]
+            try:
+                jobs[0]()
+            finally:
+                wait(futures)  # every job has finished before anything is raised or returned
         finally:
-            wait(futures)  # every job has finished before anything is raised or returned
+            self._running = False
         for future in futures:
             future.result()
 
+    def share(self, work: list[Callable[[], None]], costs: list[float]) -> None:
+        """Run every callable of `work` once, whole, dealt to the cores by their `costs` (the
+        costliest first, each to the least loaded core). How they are dealt decides no bit:
+        each is the same sequence of calls on whichever core runs it."""
+        if self.count == 1 or self._running or len(work) < 2:
+            for item in work:
+                item()
+            return
+        bins: list[list[Callable[[], None]]] = [[] for _ in range(self.count)]
+        loads = [0.0] * self.count
+        for i in sorted(range(len(work)), key=lambda i: -costs[i]):
+            core = loads.index(min(loads))
+            bins[core].append(work[i])
+            loads[core] += costs[i]
+
+        def job(items: list[Callable[[], None]]) -> Callable[[], None]:
+            return lambda: [item() for item in items]
+
+        self.run([job(items) for items in bins if items])
+
     def spans(self, n: int) -> list[tuple[int, int]]:
-        """`range(n)` cut into at most `count` contiguous, nearly equal spans."""
-        parts = min(self.count, n)
+        """`range(n)` cut into at most `count` contiguous, nearly equal spans (one span inside
+        `run`, where the caller already has its core)."""
+        parts = 1 if self._running else min(self.count, n)
         bounds = [n * i // parts for i in range(parts + 1)]
         return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 

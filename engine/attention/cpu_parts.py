@@ -96,14 +96,40 @@ def prefix_segment(
 ):
     """A group's folded row tokens [kv, n * g, D] against `keys` prefix keys from pool slot
     `pool_start` (position `first_position`): o [kv, n * g, D], lse [kv, n * g]."""
-    k = pad_keys(handle.k[:, pool_start : pool_start + keys], SHARED_BLOCK)
-    v = pad_keys(handle.v[:, pool_start : pool_start + keys], SHARED_BLOCK)
+    k, v = _segment_keys(handle, pool_start, keys, window)
     rows = folded.shape[1]
     g = rows // (span.a1 - span.a0)
     bias = _segment_bias(
         layout, span, cache_key, first_position, keys, k.shape[1], g, window, folded.dtype
     )
     return shared_keys_attention(folded, k, v, bias, scaling)
+
+
+def _segment_keys(handle: LayerKV, pool_start: int, keys: int, window: int | None):
+    """The segment's keys and values padded to whole SHARED_BLOCKs: read in place from the
+    pool where the pool reaches that far, else copied and zero-padded.
+
+    In place, the slots after the segment stand for the padding. They are hidden by the bias
+    (`_segment_bias` hides every key from `keys` on), and the pool holds only finite numbers
+    (zero-filled storage, or K/V of real tokens), so each hidden score is the bias itself: in
+    fp32 and bf16 the lowest finite value absorbs any score below 1e31, exactly as a zero key's
+    0. Its weight is then exactly 0 and its value row adds an exact 0, as a zero row would. So
+    both give the same bits (tests/engine/test_fixed_shape_attention.py), and the in-place read
+    saves copying a long prefix's keys in every layer of every step. Sliding layers and fp16
+    (whose lowest finite value absorbs nothing) take the copy."""
+    padded = -(-keys // SHARED_BLOCK) * SHARED_BLOCK
+    pool = handle.k.shape[1]
+    if window is None and handle.k.dtype in IN_PLACE_DTYPES and pool_start + padded <= pool:
+        return (
+            handle.k[:, pool_start : pool_start + padded],
+            handle.v[:, pool_start : pool_start + padded],
+        )
+    k = pad_keys(handle.k[:, pool_start : pool_start + keys], SHARED_BLOCK)
+    v = pad_keys(handle.v[:, pool_start : pool_start + keys], SHARED_BLOCK)
+    return k, v
+
+
+IN_PLACE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _segment_bias(layout, span, cache_key, first_position, keys, padded, g, window, dtype):

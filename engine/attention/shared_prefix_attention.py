@@ -18,10 +18,10 @@ kinds (`step_layout`):
 - **pad tokens** get zeros.
 
 Each part is one call of a kernel that returns the log-sum-exp (`_attend`): the fused flash
-kernel on CPU; on CUDA the kernel `cuda_kernel` picks by SDPA's own constraints (the fused flash
+kernel on CPU; on CUDA the kernel `lse_kernels.cuda_kernel` picks by SDPA's own constraints (the fused flash
 kernel when no mask is needed and it takes the head size, the memory-efficient kernel otherwise,
 every fallback recorded); elsewhere plain matmuls with fp32 softmax statistics
-(`_attend_explicit`). Masks are additive biases built once per step.
+(`lse_kernels.attend_explicit`). Masks are additive biases built once per step.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from nudgeability.engine.attention import cpu_parts
-from nudgeability.engine.attention.fixed_shape import merge
+from nudgeability.engine.attention.fixed_shape import QUERY_TILE, SHARED_BLOCK, merge
+from nudgeability.engine.attention.lse_kernels import attend_cuda, attend_explicit
 from nudgeability.engine.attention.static_decode import StaticDecode, flex_decode_attention
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import GroupSpan, StepLayout, SuffixPart
-from nudgeability.util import fallbacks
+from nudgeability.models.invariant import CORES
 
 NAME = "nudge_fork"
 PREFILL_QUERY_BLOCK = 64  # queries per SDPA call in a prefix chunk
-PREFIX_SCORE_ELEMENTS = 1 << 22  # fp32 scores held at once by the explicit path (16 MiB)
 
 
 def shared_prefix_attention(
@@ -99,11 +99,14 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
 
 def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -> torch.Tensor:
     """Every row token against its group's prefix and its own row's slots, merged: [n, kv, g, D]."""
-    o_s, lse_s = _suffix_attention(rows, handle, layout, scaling, window)
-    parts = [
-        _prefix_attention(rows, handle, layout, span, i, scaling, window)
-        for i, span in enumerate(layout.groups)
-    ]
+    if fixed_shape_cpu(rows) and CORES.count > 1:
+        (o_s, lse_s), parts = _row_parts_on_cores(rows, handle, layout, scaling, window)
+    else:
+        o_s, lse_s = _suffix_attention(rows, handle, layout, scaling, window)
+        parts = [
+            _prefix_attention(rows, handle, layout, span, i, scaling, window)
+            for i, span in enumerate(layout.groups)
+        ]
     if all(p is None for p in parts):
         return o_s
     if len(parts) == 1:
@@ -123,6 +126,31 @@ def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -
             ]
         )
     return merge(o_s, lse_s, o_p, lse_p)[0]
+
+
+def _row_parts_on_cores(rows, handle: LayerKV, layout: StepLayout, scaling, window):
+    """`_suffix_attention` and each group's `_prefix_attention`, dealt whole to the cores
+    (models/invariant.Cores.share): each is the very sequence of calls it is on one core, so
+    how they are dealt changes no bit, while a step of many small groups (a fork's arms, each
+    one 16-row tile) keeps every core busy instead of one. Costs are query rows x keys."""
+    g = rows.shape[2]
+    suffix: list = [None]
+    parts: list = [None] * len(layout.groups)
+    work = [lambda: suffix.__setitem__(0, _suffix_attention(rows, handle, layout, scaling, window))]
+    costs = [float(sum(p.rows * p.width * g * p.hw for p in layout.parts))]
+
+    def group(i: int, span: GroupSpan):
+        return lambda: parts.__setitem__(
+            i, _prefix_attention(rows, handle, layout, span, i, scaling, window)
+        )
+
+    for i, span in enumerate(layout.groups):
+        work.append(group(i, span))
+        tiles = -(-(span.a1 - span.a0) * g // QUERY_TILE)
+        keys = sum(-(-length // SHARED_BLOCK) * SHARED_BLOCK for _, length, _ in span.segments)
+        costs.append(float(tiles * QUERY_TILE * keys))
+    CORES.share(work, costs)
+    return suffix[0], parts
 
 
 def _prefix_attention(
@@ -305,93 +333,8 @@ def _attend(q, k, v, bias, scaling: float):
         )
         return out[0], out[1]
     if q.device.type == "cuda":
-        return _attend_cuda(q, k, v, bias, scaling)
-    return _attend_explicit(q, k, v, bias, scaling)  # other devices: plain matmuls
-
-
-HALF = (torch.float16, torch.bfloat16)
-FLASH_MAX_HEAD_DIM = 256
-
-
-def cuda_kernel(q, k, v, bias) -> str:
-    """Which CUDA kernel `_attend_cuda` calls: "flash", "efficient" or "explicit".
-
-    The ATen ops are called directly, so SDPA's backend checks (aten/src/ATen/native/
-    transformers/cuda/sdp_utils.cpp) are not run for us; these are theirs. Flash: fp16/bf16, no
-    mask, q/k/v of one head size of at most 256 (a multiple of 8, as the flash kernel's own
-    check asks). Memory-efficient: fp32/fp16/bf16, any head size whose q/k/v sizes are multiples
-    of the GEMM alignment (8 elements in half precision, 4 in fp32), an additive bias allowed.
-    Anything else takes plain matmuls."""
-    d = q.shape[-1]
-    same = d == k.shape[-1] == v.shape[-1]
-    if bias is None and q.dtype in HALF and same and d <= FLASH_MAX_HEAD_DIM and d % 8 == 0:
-        return "flash"
-    align = 8 if q.dtype in HALF else 4
-    if q.dtype in HALF + (torch.float32,) and all(t.shape[-1] % align == 0 for t in (q, k, v)):
-        return "efficient"
-    return "explicit"
-
-
-def _attend_cuda(q, k, v, bias, scaling: float):
-    """The CUDA kernels that return the log-sum-exp, chosen by `cuda_kernel`: flash when no mask
-    is needed, the memory-efficient kernel (which takes an additive bias) otherwise. The
-    efficient kernel wants a 4-D bias whose rows are 16-element aligned, and pads its
-    log-sum-exp to 32 queries."""
-    m = q.shape[2]
-    kernel = cuda_kernel(q, k, v, bias)
-    if bias is None and q.dtype in HALF and kernel != "flash":
-        fallbacks.record(
-            f"sdpa flash (head_dim {q.shape[-1]}, {q.dtype})",
-            "memory-efficient SDPA" if kernel == "efficient" else "explicit matmul attention",
-            f"the flash kernel takes head sizes up to {FLASH_MAX_HEAD_DIM}, multiples of 8",
-        )
-    if kernel == "flash":
-        out = CUDA_KERNELS["flash"](q, k, v, 0.0, False, False, scale=scaling)
-        return out[0], out[1][..., :m]
-    if kernel == "explicit":
-        fallbacks.record(
-            f"sdpa memory-efficient (head_dim {q.shape[-1]}, {q.dtype})",
-            "explicit matmul attention",
-            "the head size is not a multiple of the kernel's GEMM alignment",
-        )
-        return _attend_explicit(q, k, v, bias, scaling)
-    if bias is not None:
-        keys = bias.shape[-1]
-        if keys % 16:  # an aligned buffer, read through a view of the real width
-            wide = bias.new_zeros(*bias.shape[:-1], keys + 16 - keys % 16)
-            wide[..., :keys] = bias
-            bias = wide[..., :keys]
-        bias = bias.expand(q.shape[0], q.shape[1], m, k.shape[2])
-    out = CUDA_KERNELS["efficient"](q, k, v, bias, True, 0.0, False, scale=scaling)
-    return out[0], out[1][..., :m]
-
-
-# The CUDA kernels behind `_attend_cuda`, by name: the tests put CPU stand-ins with the same
-# signatures here to check the branch's logic.
-CUDA_KERNELS = {
-    "flash": lambda *a, **kw: torch.ops.aten._scaled_dot_product_flash_attention(*a, **kw),
-    "efficient": lambda *a, **kw: torch.ops.aten._scaled_dot_product_efficient_attention(*a, **kw),
-}
-
-
-def _attend_explicit(q, k, v, bias, scaling: float):
-    """The same as `_attend` with plain matmuls: fp32 scores in chunks of query rows, so that a
-    long prefix's scores stay within PREFIX_SCORE_ELEMENTS."""
-    b, h, m, d = q.shape
-    out = torch.empty(b, h, m, d, dtype=q.dtype, device=q.device)
-    lse = torch.empty(b, h, m, dtype=torch.float32, device=q.device)
-    chunk = max(1, PREFIX_SCORE_ELEMENTS // max(1, b * h * k.shape[2]))
-    for r0 in range(0, m, chunk):
-        r1 = min(m, r0 + chunk)
-        s = torch.matmul(q[:, :, r0:r1], k.transpose(-1, -2)).float().mul_(scaling)
-        if bias is not None:
-            s.add_(bias if bias.shape[2] == 1 else bias[:, :, r0:r1])
-        mx = s.amax(dim=-1, keepdim=True)
-        e = s.sub_(mx).exp_()
-        total = e.sum(dim=-1, keepdim=True)
-        out[:, :, r0:r1] = (torch.matmul(e.to(v.dtype), v).float() / total).to(q.dtype)
-        lse[:, :, r0:r1] = (mx + total.log()).squeeze(-1)
-    return out, lse
+        return attend_cuda(q, k, v, bias, scaling)
+    return attend_explicit(q, k, v, bias, scaling)  # other devices: plain matmuls
 
 
 AttentionInterface.register(NAME, shared_prefix_attention)

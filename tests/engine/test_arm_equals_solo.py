@@ -104,14 +104,15 @@ def test_smollm2_two_groups_in_one_batch_equal_solo_runs(smollm2):
 
 @pytest.mark.parametrize("arch", ["llama", "gemma4"])
 def test_arms_match_solo_on_the_explicit_attention_path_in_row_chunks(arch, monkeypatch):
-    """Off CPU the attention parts run as plain matmuls (`_attend_explicit`); force that path here,
-    with a tiny score budget that makes many row chunks per layer (a long prefix's path, on a
-    short one), over two prefix groups of different lengths."""
+    """Off CPU the attention parts run as plain matmuls (`lse_kernels.attend_explicit`); force
+    that path here, with a tiny score budget that makes many row chunks per layer (a long
+    prefix's path, on a short one), over two prefix groups of different lengths."""
+    import nudgeability.engine.attention.lse_kernels as lse_kernels
     import nudgeability.engine.attention.shared_prefix_attention as attention
     from nudgeability.models.testing.tiny import tiny_model
 
-    monkeypatch.setattr(attention, "_attend", attention._attend_explicit)
-    monkeypatch.setattr(attention, "PREFIX_SCORE_ELEMENTS", 64)
+    monkeypatch.setattr(attention, "_attend", lse_kernels.attend_explicit)
+    monkeypatch.setattr(lse_kernels, "PREFIX_SCORE_ELEMENTS", 64)
     model = tiny_model(arch, seed=9)
     engine = Engine(model)
     requests = [

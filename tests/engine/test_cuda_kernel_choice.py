@@ -1,13 +1,13 @@
 """The CUDA attention kernel is chosen by SDPA's own constraints (risk 10 of issue 31): the ATen
 flash and memory-efficient ops are called directly, which skips the checks that
-`scaled_dot_product_attention` would run, so `_attend_cuda` must apply them itself."""
+`scaled_dot_product_attention` would run, so `lse_kernels.attend_cuda` must apply them itself."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import nudgeability.engine.attention.shared_prefix_attention as attention
+import nudgeability.engine.attention.lse_kernels as lse_kernels
 from nudgeability.util import fallbacks
 
 HALF = (torch.float16, torch.bfloat16)
@@ -38,21 +38,21 @@ def test_the_kernel_called_is_one_torch_allows_for_the_shape(
     def flash(q, k, v, dropout, causal, debug, *, scale):
         called.append("flash")
         assert torch_allows("flash", q.dtype, q.shape[-1], False), "flash cannot take this"
-        return attention._attend_explicit(q, k, v, None, scale)
+        return lse_kernels.attend_explicit(q, k, v, None, scale)
 
     def efficient(q, k, v, bias, compute_lse, dropout, causal, *, scale):
         called.append("efficient")
         assert torch_allows("efficient", q.dtype, q.shape[-1], bias is not None)
-        out, lse = attention._attend_explicit(q, k, v, bias, scale)
+        out, lse = lse_kernels.attend_explicit(q, k, v, bias, scale)
         return out, torch.nn.functional.pad(lse, (0, -(-lse.shape[-1] // 32) * 32 - lse.shape[-1]))
 
-    monkeypatch.setitem(attention.CUDA_KERNELS, "flash", flash)
-    monkeypatch.setitem(attention.CUDA_KERNELS, "efficient", efficient)
+    monkeypatch.setitem(lse_kernels.CUDA_KERNELS, "flash", flash)
+    monkeypatch.setitem(lse_kernels.CUDA_KERNELS, "efficient", efficient)
     q = torch.randn(1, 2, 5, head_dim).to(dtype)
     k, v = torch.randn(1, 2, 7, head_dim).to(dtype), torch.randn(1, 2, 7, head_dim).to(dtype)
     bias = torch.zeros(1, 1, 5, 7, dtype=dtype) if has_bias else None
     fallbacks.reset()
-    attention._attend_cuda(q, k, v, bias, head_dim**-0.5)
+    lse_kernels.attend_cuda(q, k, v, bias, head_dim**-0.5)
     preferred = "flash" if torch_allows("flash", dtype, head_dim, has_bias) else "efficient"
     assert called == [preferred]
     if dtype in HALF and not has_bias and preferred != "flash":  # recorded, named
@@ -70,7 +70,7 @@ def test_the_explicit_path_at_head_dim_512_matches_a_plain_softmax(dtype):
     visible = torch.rand(1, 1, 6, 40, generator=gen) > 0.3
     visible[..., 0] = True
     bias = torch.where(visible, 0.0, torch.finfo(dtype).min).to(dtype)
-    out, lse = attention._attend_explicit(q, k, v, bias, 512**-0.5)
+    out, lse = lse_kernels.attend_explicit(q, k, v, bias, 512**-0.5)
     scores = (q.double() @ k.double().transpose(-1, -2)) * 512**-0.5
     scores = scores.masked_fill(~visible, float("-inf"))
     expected = torch.softmax(scores, dim=-1) @ v.double()

@@ -14,6 +14,7 @@ from helpers.engine_reference import assert_matches_reference, random_ids
 from torch.nn.attention.flex_attention import create_mask
 from torch.profiler import ProfilerActivity, profile
 
+import nudgeability.engine.attention.lse_kernels as lse_kernels
 import nudgeability.engine.attention.shared_prefix_attention as attention
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.engine.attention import static_decode
@@ -107,14 +108,14 @@ def _lse_padded(lse, m):
 
 
 def test_the_cuda_kernels_branch_gives_the_solo_tokens(monkeypatch):
-    """`_attend_cuda` forced on CPU with stand-ins of the two CUDA kernels' signatures and outputs
+    """`lse_kernels.attend_cuda` forced on CPU with stand-ins of the two CUDA kernels' signatures and outputs
     (flash: no mask, half precision only; memory-efficient: a 4-D aligned bias, a padded lse):
     the branch's bias alignment, expansion and lse slicing keep every arm equal to its solo run."""
     seen = collections.Counter()
 
     def flash(q, k, v, dropout, causal, debug, *, scale):
         seen["flash"] += 1
-        out, lse = attention._attend_explicit(q, k, v, None, scale)
+        out, lse = lse_kernels.attend_explicit(q, k, v, None, scale)
         return out, lse
 
     def efficient(q, k, v, bias, compute_lse, dropout, causal, *, scale):
@@ -122,12 +123,12 @@ def test_the_cuda_kernels_branch_gives_the_solo_tokens(monkeypatch):
         if bias is not None:
             assert bias.dim() == 4 and bias.shape[2] == q.shape[2]
             assert bias.stride(-2) % 16 == 0 or bias.stride(-2) == 0  # aligned rows
-        out, lse = attention._attend_explicit(q, k, v, bias, scale)
+        out, lse = lse_kernels.attend_explicit(q, k, v, bias, scale)
         return out, _lse_padded(lse, q.shape[2])
 
-    monkeypatch.setitem(attention.CUDA_KERNELS, "flash", flash)
-    monkeypatch.setitem(attention.CUDA_KERNELS, "efficient", efficient)
-    monkeypatch.setattr(attention, "_attend", attention._attend_cuda)
+    monkeypatch.setitem(lse_kernels.CUDA_KERNELS, "flash", flash)
+    monkeypatch.setitem(lse_kernels.CUDA_KERNELS, "efficient", efficient)
+    monkeypatch.setattr(attention, "_attend", lse_kernels.attend_cuda)
     monkeypatch.setattr(attention, "fixed_shape_cpu", lambda t: False)
     for arch, dtype in (("gemma4", torch.float32), ("llama", torch.bfloat16)):
         model = tiny_model(arch, seed=9).to(dtype)

@@ -128,3 +128,27 @@ def test_the_products_use_as_many_cores_as_torch_had_threads(cores):
         assert torch.get_num_threads() == 3 and CORES.count == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_shared_work_runs_each_item_once_and_nested_work_stays_on_its_core():
+    cores = Cores(3)
+    done, inner_spans, threads = [], [], set()
+    lock = threading.Lock()
+
+    def item(i):
+        def run():
+            with lock:
+                done.append(i)
+                threads.add(threading.get_ident())
+                inner_spans.append(cores.spans(64))  # what a product inside would split
+            cores.run([lambda: None, lambda: None])  # nested: on this thread, no deadlock
+
+        return run
+
+    costs = [5.0, 1.0, 1.0, 1.0, 4.0, 2.0, 3.0]
+    cores.share([item(i) for i in range(len(costs))], costs)
+    assert sorted(done) == list(range(len(costs)))
+    assert all(s == [(0, 64)] for s in inner_spans)
+    assert 1 < len(threads) <= 3
+    assert cores.spans(64) == [(0, 21), (21, 42), (42, 64)]  # outside, every core again
+    cores.resize(1)
