@@ -24,7 +24,6 @@ from nudgeability.engine.attention.fixed_shape import (
     SHARED_BLOCK,
     lowest,
     own_keys_attention,
-    own_keys_bias,
     pad_keys,
     shared_keys_attention,
 )
@@ -165,29 +164,59 @@ def own_keys(
 ):
     """Part `index`'s row tokens (of `rows` [n, kv, g, D]) against their own rows' slots: o and
     lse in the part's token order (its padding dropped)."""
+    return keep_real(part, *own_keys_rows(rows, handle, layout, part, index, scaling, window))
+
+
+def own_keys_rows(
+    rows: torch.Tensor,
+    handle: LayerKV,
+    layout: StepLayout,
+    part: SuffixPart,
+    index: int,
+    scaling: float,
+    window: int | None,
+    span: tuple[int, int] | None = None,
+):
+    """Rows [a, b) of part `index` (`span`; None: all) against their own slots: o
+    [(b - a) * width, kv, g, D] and lse in the part's padded token order. Each row's
+    computation is the same whatever the span, so rows may be split between cores.
+
+    The (kv head, row) pairs go kv-major: a gather from the pool `[kv, slots, D]` is then
+    already `[kv * rows, hw, D]`, with no second copy to reorder it."""
     _, kv, g, d = rows.shape
     assert part.hw % OWN_BLOCK == 0, part.hw
-    q = rows.index_select(0, part.tokens.view(-1)).view(part.rows, part.width, kv, g, d)
-    keys = handle.k.index_select(1, part.gather).view(kv, part.rows, part.hw, d).transpose(0, 1)
-    values = handle.v.index_select(1, part.gather).view(kv, part.rows, part.hw, d).transpose(0, 1)
-    bias = _own_bias(layout, part, index, window, kv, rows.dtype)
+    a, b = span if span is not None else (0, part.rows)
+    n, width, hw = b - a, part.width, part.hw
+    q = rows.index_select(0, part.tokens[a:b].reshape(-1)).view(n, width, kv, g, d)
+    q = q.permute(2, 0, 1, 3, 4).reshape(kv * n, width, g, d)
+    gather = part.gather[a * hw : b * hw]
+    keys = handle.k.index_select(1, gather).view(kv * n, 1, hw, d)
+    values = handle.v.index_select(1, gather).view(kv * n, 1, hw, d)
+    bias = _own_bias(layout, part, index, window, kv, rows.dtype, a, b)
     o, lse = own_keys_attention(q, keys, values, bias, scaling)
-    o = o.reshape(part.rows * part.width, kv, g, d)
-    lse = lse.reshape(part.rows * part.width, kv, g)
-    if part.width > 1:
-        o, lse = o.index_select(0, part.real), lse.index_select(0, part.real)
+    o = o.view(kv, n, width, g, d).permute(1, 2, 0, 3, 4).reshape(n * width, kv, g, d)
+    lse = lse.view(kv, n, width, g).permute(1, 2, 0, 3).reshape(n * width, kv, g)
     return o, lse
 
 
-def _own_bias(layout: StepLayout, part: SuffixPart, index: int, window, kv, dtype):
+def keep_real(part: SuffixPart, o: torch.Tensor, lse: torch.Tensor):
+    """The part's real tokens of its padded order (a prefill part pads its rows to one width)."""
+    if part.width > 1:
+        return o.index_select(0, part.real), lse.index_select(0, part.real)
+    return o, lse
+
+
+def _own_bias(layout: StepLayout, part: SuffixPart, index: int, window, kv, dtype, a, b):
     """Query i of row k, at slot first_slot[k] + i, sees key slot j when j <= its slot (and
-    within the window): as `own_keys_bias` lays it out."""
-    key = ("own", index, window, kv, dtype)
+    within the window): `[kv * (b - a), width, 1, hw]` for rows [a, b), kv-major."""
+    key = ("own", index, window, kv, dtype, a, b)
     if key not in layout.per_call:
-        i = part.first_slot[:, None] + torch.arange(part.width, device=part.first_slot.device)
+        i = part.first_slot[a:b, None] + torch.arange(part.width, device=part.first_slot.device)
         j = torch.arange(part.hw, device=i.device)
         visible = j[None, None, :] <= i[:, :, None]
         if window is not None:
             visible &= (i[:, :, None] - j[None, None, :]) < window
-        layout.per_call[key] = own_keys_bias(visible, kv, dtype)
+        bias = torch.where(visible, 0.0, lowest(dtype)).to(dtype)
+        n, width, hw = bias.shape
+        layout.per_call[key] = bias[None].expand(kv, n, width, hw).reshape(kv * n, width, 1, hw)
     return layout.per_call[key]

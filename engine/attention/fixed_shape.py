@@ -95,14 +95,6 @@ def shared_keys_attention(
     return out, lse
 
 
-def own_keys_bias(visible: torch.Tensor, kv: int, dtype: torch.dtype) -> torch.Tensor:
-    """The additive bias `own_keys_attention` takes, [rows * kv, width, 1, hw], from `visible`
-    [rows, width, hw] (bool); built once per step and shared by the layers."""
-    rows, width, hw = visible.shape
-    bias = torch.where(visible, 0.0, lowest(dtype)).to(dtype)
-    return bias[:, None].expand(rows, kv, width, hw).reshape(rows * kv, width, 1, hw)
-
-
 def own_keys_attention(
     q: torch.Tensor,
     keys: torch.Tensor,
@@ -110,50 +102,29 @@ def own_keys_attention(
     bias: torch.Tensor,
     scaling: float,
 ):
-    """Each token of each row against its own row's keys: q [rows, width, kv, g, D], keys/values
-    [rows, kv, hw, D] (hw a multiple of OWN_BLOCK), `bias` from `own_keys_bias`. Returns o
-    [rows, width, kv, g, D] and lse [rows, width, kv, g] (fp32)."""
-    rows, width, kv, g, d = q.shape
+    """Each token of each row against its own row's keys, one token's g query heads per kernel
+    item: q [n, width, g, D], keys/values [n, 1, hw, D] (hw a multiple of OWN_BLOCK), the
+    additive `bias` [n, width, 1, hw], where n counts (kv head, row) pairs in any order (the
+    caller's layout: kv-major, so that keys gathered from the pool are already in it). Returns
+    o [n, width, g, D] and the fp32 lse [n, width, g]. Keys go in calls of exactly OWN_BLOCK,
+    merged left to right through their log-sum-exps."""
+    n, width, g, d = q.shape
     hw = keys.shape[2]
     assert hw % OWN_BLOCK == 0, hw
-    spans = CORES.spans(rows)
-    if len(spans) > 1:  # whole rows to each core (models/invariant.Cores): the same calls per row
-        parts: list = [None] * len(spans)
-
-        def job(i: int, a: int, b: int):
-            rows_bias = bias[a * kv : b * kv]
-            return lambda: parts.__setitem__(
-                i, _own_keys(q[a:b], keys[a:b], values[a:b], rows_bias, scaling)
-            )
-
-        CORES.run([job(i, a, b) for i, (a, b) in enumerate(spans)])
-        return torch.cat([o for o, _ in parts]), torch.cat([x for _, x in parts])
-    return _own_keys(q, keys, values, bias, scaling)
-
-
-def _own_keys(q, keys, values, bias, scaling):
-    rows, width, kv, g, d = q.shape
-    hw = keys.shape[2]
-    qb = q.permute(0, 2, 1, 3, 4).reshape(rows * kv, width, g, d)
-    kb = keys.reshape(rows * kv, 1, hw, d)
-    vb = values.reshape(rows * kv, 1, hw, d)
     merged = None
     for b0 in range(0, hw, OWN_BLOCK):
         b1 = b0 + OWN_BLOCK
         o, lse = _flash(
-            qb,
-            kb[:, :, b0:b1].expand(rows * kv, width, OWN_BLOCK, d),
-            vb[:, :, b0:b1].expand(rows * kv, width, OWN_BLOCK, d),
+            q,
+            keys[:, :, b0:b1].expand(n, width, OWN_BLOCK, d),
+            values[:, :, b0:b1].expand(n, width, OWN_BLOCK, d),
             0.0,
             False,
             attn_mask=bias[..., b0:b1],
             scale=scaling,
         )[:2]
         merged = (o, lse) if merged is None else merge(*merged, o, lse, with_lse=True)
-    o, lse = merged
-    o = o.view(rows, kv, width, g, d).permute(0, 2, 1, 3, 4)
-    lse = lse.view(rows, kv, width, g).permute(0, 2, 1, 3)
-    return o, lse
+    return merged
 
 
 def merge(o_a, lse_a, o_b, lse_b, with_lse: bool = False):

@@ -130,27 +130,45 @@ def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -
 
 def _row_parts_on_cores(rows, handle: LayerKV, layout: StepLayout, scaling, window):
     """`_suffix_attention` and each group's `_prefix_attention`, dealt whole to the cores
-    (models/invariant.Cores.share): each is the very sequence of calls it is on one core, so
-    how they are dealt changes no bit, while a step of many small groups (a fork's arms, each
-    one 16-row tile) keeps every core busy instead of one. Costs are query rows x keys."""
+    (models/invariant.Cores.share): the own-keys parts in spans of rows, the groups one each.
+    Each piece is the very sequence of calls it is on one core (a row's own-keys items do not
+    depend on which rows share its call), so how they are dealt changes no bit, while a step of
+    many small groups (a fork's arms, each one 16-row tile) or of long own keys keeps every core
+    busy. Costs are query rows x keys."""
     g = rows.shape[2]
-    suffix: list = [None]
+    pieces: dict = {}
     parts: list = [None] * len(layout.groups)
-    work = [lambda: suffix.__setitem__(0, _suffix_attention(rows, handle, layout, scaling, window))]
-    costs = [float(sum(p.rows * p.width * g * p.hw for p in layout.parts))]
+    work, costs = [], []
+
+    def own(index: int, part: SuffixPart, span: tuple[int, int]):
+        return lambda: pieces.__setitem__(
+            (index, span),
+            cpu_parts.own_keys_rows(rows, handle, layout, part, index, scaling, window, span),
+        )
 
     def group(i: int, span: GroupSpan):
         return lambda: parts.__setitem__(
             i, _prefix_attention(rows, handle, layout, span, i, scaling, window)
         )
 
+    spans = [CORES.spans(part.rows) for part in layout.parts]
+    for index, part in enumerate(layout.parts):
+        for a, b in spans[index]:
+            work.append(own(index, part, (a, b)))
+            costs.append(float((b - a) * part.width * g * part.hw))
     for i, span in enumerate(layout.groups):
         work.append(group(i, span))
         tiles = -(-(span.a1 - span.a0) * g // QUERY_TILE)
         keys = sum(-(-length // SHARED_BLOCK) * SHARED_BLOCK for _, length, _ in span.segments)
         costs.append(float(tiles * QUERY_TILE * keys))
     CORES.share(work, costs)
-    return suffix[0], parts
+    computed = []
+    for index, part in enumerate(layout.parts):
+        got = [pieces[(index, span)] for span in spans[index]]
+        o = torch.cat([o for o, _ in got]) if len(got) > 1 else got[0][0]
+        lse = torch.cat([x for _, x in got]) if len(got) > 1 else got[0][1]
+        computed.append(cpu_parts.keep_real(part, o, lse))
+    return _suffix_attention(rows, handle, layout, scaling, window, computed), parts
 
 
 def _prefix_attention(
@@ -212,11 +230,16 @@ def _rows(o, lse, kv: int, n: int, g: int, d: int):
     return o.view(kv, n, g, d).permute(1, 0, 2, 3), lse.view(kv, n, g).permute(1, 0, 2)
 
 
-def _suffix_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window):
-    """(output, lse) of every row token over its own row's slots up to its own, in row-token order."""
+def _suffix_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window, computed=None):
+    """(output, lse) of every row token over its own row's slots up to its own, in row-token
+    order (`computed`: each part's, already computed on the cores)."""
     n_tok, kv, g, d = rows.shape
     outs, lses = [], []
     for index, part in enumerate(layout.parts):
+        if computed is not None:
+            outs.append(computed[index][0])
+            lses.append(computed[index][1])
+            continue
         if fixed_shape_cpu(rows):
             o, lse = cpu_parts.own_keys(rows, handle, layout, part, index, scaling, window)
             outs.append(o)
