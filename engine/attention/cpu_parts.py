@@ -8,7 +8,8 @@ that no query's kernel call depends on what else runs in the step:
   blocks aligned to the run's position 0: a query sees the same tiles and blocks whatever the
   chunking (a block outside its reach is all hidden, which changes nothing);
 - `prefix_segment`: a group's row tokens against one prefix segment, folded into 16-row tiles;
-- `own_keys`: each row token against its own row's slots, one token per kernel item.
+- `own_keys_rows`: each row token against its own row's slots, one token per kernel item, in spans
+  of rows that the cores share (`keep_real` then drops a prefill part's padding).
 
 Masks are built once per step and window and cached in `layout.per_call`, shared by every layer.
 """
@@ -151,20 +152,6 @@ def _segment_bias(layout, span, cache_key, first_position, keys, padded, g, wind
             visible = visible.view(1, total // QUERY_TILE, QUERY_TILE, padded)
         layout.per_call[key] = torch.where(visible, 0.0, lowest(dtype)).to(dtype)
     return layout.per_call[key]
-
-
-def own_keys(
-    rows: torch.Tensor,
-    handle: LayerKV,
-    layout: StepLayout,
-    part: SuffixPart,
-    index: int,
-    scaling: float,
-    window: int | None,
-):
-    """Part `index`'s row tokens (of `rows` [n, kv, g, D]) against their own rows' slots: o and
-    lse in the part's token order (its padding dropped)."""
-    return keep_real(part, *own_keys_rows(rows, handle, layout, part, index, scaling, window))
 
 
 def own_keys_rows(

@@ -241,7 +241,9 @@ def _suffix_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window
             lses.append(computed[index][1])
             continue
         if fixed_shape_cpu(rows):
-            o, lse = cpu_parts.own_keys(rows, handle, layout, part, index, scaling, window)
+            o, lse = cpu_parts.keep_real(
+                part, *cpu_parts.own_keys_rows(rows, handle, layout, part, index, scaling, window)
+            )
             outs.append(o)
             lses.append(lse)
             continue
