@@ -105,6 +105,9 @@ def prefix_segment(
     return shared_keys_attention(folded, k, v, bias, scaling)
 
 
+IN_PLACE_DTYPES = (torch.float32, torch.bfloat16)  # whose lowest finite value absorbs a score
+
+
 def _segment_keys(handle: LayerKV, pool_start: int, keys: int, window: int | None):
     """The segment's keys and values padded to whole SHARED_BLOCKs: read in place from the
     pool where the pool reaches that far, else copied and zero-padded.
@@ -127,9 +130,6 @@ def _segment_keys(handle: LayerKV, pool_start: int, keys: int, window: int | Non
     k = pad_keys(handle.k[:, pool_start : pool_start + keys], SHARED_BLOCK)
     v = pad_keys(handle.v[:, pool_start : pool_start + keys], SHARED_BLOCK)
     return k, v
-
-
-IN_PLACE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _segment_bias(layout, span, cache_key, first_position, keys, padded, g, window, dtype):
