@@ -7,21 +7,36 @@ GEMM. MKL's kernels keep it on every code branch measured (benchmarks/kernel_bra
 nothing documents it, so a run that depends on it (the stream, a resume, a replay of one unit)
 asks the machine first: vLLM's needle test on the run's own model, one prompt alone against the
 same prompt at several places among 1-39 short others, every step's logits compared bit for bit.
-About 7 s on SmolLM2 at 2 cores (most of it the 20 forwards of 5 short generations). Where it fails, the runner takes the by-unit schedule and the manifest says
-why (splice/run/runner.py).
+About 7 s on SmolLM2 at 2 cores (most of it the 20 forwards of 5 short generations). Where it
+fails, the runner takes the by-unit schedule and the manifest says why (splice/run/runner.py).
+
+The answer is a property of the kernels a forward calls, and those are chosen by shapes and
+dtypes, the CPU, the libraries and their settings, and this package's code, never by the values
+in the tensors. So `cached_check` keeps each answer on disk (`<cache root>/needle/`,
+util/cache.py) under a key of exactly those: the model's config, parameter shapes and dtypes; the
+thread count; the CPU's model and flags; torch's version and build configuration; every MKL_,
+OMP_, KMP_, ATEN_, DNNL_ and ONEDNN_ setting; and a hash of this package's engine and models
+sources. The same run on the same machine then pays for the needle once; anything that could
+pick another kernel path is another key, and checks again.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
+import os
+import platform
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 
 from nudgeability.engine.engine import Engine
 from nudgeability.engine.sampling.sampling_params import SamplingParams
+from nudgeability.util.cache import cache_root
 from nudgeability.util.heap import release_freed_heap
 
 BATCHES = (2, 5, 17, 40)
@@ -44,13 +59,14 @@ class InvarianceCheck:
     batches: tuple[int, ...]
     differing: tuple[int, ...]
     seconds: float
+    cached: bool = False  # read from `cached_check`'s file rather than run in this process
 
     def to_manifest(self) -> dict:
         """As the manifest records it: without `seconds`, so that two runs of the same work
         write the same manifest."""
         out = asdict(self)
         out["batches"], out["differing"] = list(self.batches), list(self.differing)
-        del out["seconds"]
+        del out["seconds"], out["cached"]
         return out
 
 
@@ -100,3 +116,84 @@ def _differing(model, batches, seed: int, batch_invariant: bool) -> list[int]:
         if not torch.equal(outs[at].logits, alone):
             differing.append(n)
     return differing
+
+
+CACHE_FORMAT = 1
+_SETTINGS = ("MKL_", "OMP_", "KMP_", "ATEN_", "DNNL_", "ONEDNN_")
+
+
+def cached_check(model: torch.nn.Module) -> InvarianceCheck:
+    """`check_invariance(model)`, read from disk when this machine already answered it for the
+    same key (module docstring), else run and kept. A file that cannot be read is run again and
+    rewritten; one that cannot be written leaves the run's own answer in force."""
+    key = invariance_key(model)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    path = cache_root() / "needle" / f"{digest[:32]}.json"
+    try:
+        kept = json.loads(path.read_text())
+        if kept["key"] == key:
+            got = kept["check"]
+            return InvarianceCheck(
+                holds=bool(got["holds"]),
+                threads=int(got["threads"]),
+                batches=tuple(got["batches"]),
+                differing=tuple(got["differing"]),
+                seconds=0.0,
+                cached=True,
+            )
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    check = check_invariance(model)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"key": key, "check": check.to_manifest()}, indent=1))
+        partial.replace(path)  # whole or not at all
+    except OSError:
+        pass
+    return replace(check, cached=False)
+
+
+def invariance_key(model: torch.nn.Module) -> dict:
+    """Everything that chooses the kernels the needle runs (module docstring), as JSON values."""
+    config = getattr(model, "config", None)
+    return {
+        "format": CACHE_FORMAT,
+        "batches": list(BATCHES),
+        "model": json.loads(config.to_json_string()) if config is not None else None,
+        "parameters": [
+            [name, list(p.shape), str(p.dtype), p.device.type]
+            for name, p in model.named_parameters()
+        ],
+        "threads": torch.get_num_threads(),
+        "cpu": _cpu(),
+        "torch": [
+            torch.__version__,
+            torch.__config__.show(),
+            torch.backends.cpu.get_cpu_capability(),
+        ],
+        "settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_SETTINGS)},
+        "code": _code_hash(),
+    }
+
+
+def _cpu() -> list[str]:
+    """The CPU's vendor, family, model, stepping and flags (Linux), else what `platform` says."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return [platform.machine(), platform.processor()]
+    first = text.split("\n\n")[0]
+    wanted = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags", "Features")
+    return [line.strip() for line in first.splitlines() if line.split(":")[0].strip() in wanted]
+
+
+def _code_hash() -> str:
+    """sha256 over this package's engine/ and models/ sources (the kernels' layout is theirs)."""
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for folder in ("engine", "models"):
+        for path in sorted((package / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(package)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()

@@ -9,9 +9,11 @@ how any one of them is summed.
 
 The construction: every product runs as calls of exactly `TILE_ROWS` rows (the last tile padded
 with zero rows), batched through `torch.bmm` over the tiles, so that the kernel only ever sees
-one shape per weight, `[TILE_ROWS, K] x [K, N_slice]`, whatever M is. Wide weights (the LM head)
-run in column slices of `SLICE_COLUMNS`, fixed by the weight's shape alone (a slice's weight
-stays in cache across the tiles). What is left is where a row sits inside its tile; measured,
+one shape per weight, `[TILE_ROWS, K] x [K, N_slice]`, whatever M is. Weights run in column
+slices fixed by their shape alone (`column_slices`): wide ones (the LM head) in slices of
+`SLICE_COLUMNS` (a slice's weight stays in cache across the tiles), others of at least
+`HALVED_COLUMNS` in two halves, so that a decode step of one tile still gives every core of two
+a share of each product. What is left is where a row sits inside its tile; measured,
 16-row tiles keep a row's bits at every position under every MKL branch (COMPATIBLE, SSE4_2,
 AVX, AVX2, AVX512) and at 1, 2 and 4 threads, while 8-row tiles do not under AVX2 and 32-row
 tiles do not under AVX2 either. That is a property of the library's kernel, not of this code,
@@ -34,6 +36,7 @@ import torch.nn.functional as F
 
 TILE_ROWS = 16
 SLICE_COLUMNS = 4096  # columns per call of a wide weight; fixed per weight shape
+HALVED_COLUMNS = 512  # a weight at least this wide runs in two column halves (`column_slices`)
 _torch_linear = torch.nn.functional.linear  # the library's own, called for what is not ours
 
 
@@ -129,9 +132,22 @@ def _in_mode(job: Callable[[], None], inference: bool, grad: bool) -> None:
 CORES = Cores()  # the process's cores; `invariant_products` sizes them to torch's thread count
 
 
+def column_slices(n: int) -> list[tuple[int, int]]:
+    """The column slices `[(s0, s1)]` a weight of `n` output columns runs in, fixed by `n` alone:
+    a wide weight (the LM head) in slices of SLICE_COLUMNS, one of at least HALVED_COLUMNS in two
+    halves (cut at a multiple of 16), so that even one tile's product is work for two cores; a
+    narrow one whole."""
+    if n > SLICE_COLUMNS:
+        return [(s0, min(s0 + SLICE_COLUMNS, n)) for s0 in range(0, n, SLICE_COLUMNS)]
+    if n >= HALVED_COLUMNS:
+        half = -(-(n // 2) // 16) * 16
+        return [(0, half), (half, n)]
+    return [(0, n)]
+
+
 def tiled_matmul(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
-    """`x @ weight_t` for x [M, K] and weight_t [K, N] (any strides) in fixed 16-row tiles,
-    the tiles (or, for a wide weight, its column slices) shared between the `CORES`."""
+    """`x @ weight_t` for x [M, K] and weight_t [K, N] (any strides) in fixed 16-row tiles and the
+    weight's `column_slices`, the (tiles, slice) pieces shared between the `CORES`."""
     m, k = x.shape
     n = weight_t.shape[1]
     tiles = -(-m // TILE_ROWS)
@@ -139,30 +155,22 @@ def tiled_matmul(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     if padded != m:
         x = F.pad(x, (0, 0, 0, padded - m))
     xt = x.contiguous().view(tiles, TILE_ROWS, k)
+    slices = column_slices(n)
     spans = CORES.spans(tiles)
-    if n <= SLICE_COLUMNS and len(spans) == 1:
-        out = torch.bmm(xt, weight_t.expand(tiles, k, n))
-    elif n <= SLICE_COLUMNS:
-        out = x.new_empty(tiles, TILE_ROWS, n)
+    if len(slices) == 1 and len(spans) == 1:
+        return torch.bmm(xt, weight_t.expand(tiles, k, n)).view(padded, n)[:m]
+    outs = [x.new_empty(tiles, TILE_ROWS, s1 - s0) for s0, s1 in slices]
+    work, costs = [], []
 
-        def tile_job(a: int, b: int) -> Callable[[], None]:
-            return lambda: torch.bmm(xt[a:b], weight_t.expand(b - a, k, n), out=out[a:b])
+    def piece(out: torch.Tensor, part: torch.Tensor, a: int, b: int) -> Callable[[], None]:
+        return lambda: torch.bmm(xt[a:b], part.expand(b - a, k, part.shape[1]), out=out[a:b])
 
-        CORES.run([tile_job(a, b) for a, b in spans])
-    else:
-        out = x.new_empty(tiles, TILE_ROWS, n)
-        starts = range(0, n, SLICE_COLUMNS)
-
-        def slice_job(i0: int, i1: int) -> Callable[[], None]:
-            def job() -> None:
-                for s0 in starts[i0:i1]:
-                    part = weight_t[:, s0 : s0 + SLICE_COLUMNS]
-                    width = part.shape[1]
-                    out[:, :, s0 : s0 + width] = torch.bmm(xt, part.expand(tiles, k, width))
-
-            return job
-
-        CORES.run([slice_job(a, b) for a, b in CORES.spans(len(starts))])
+    for out, (s0, s1) in zip(outs, slices):
+        for a, b in spans:
+            work.append(piece(out, weight_t[:, s0:s1], a, b))
+            costs.append(float((b - a) * (s1 - s0)))
+    CORES.share(work, costs)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     return out.view(padded, n)[:m]
 
 

@@ -7,7 +7,8 @@ that no query's kernel call depends on what else runs in the step:
   rows are (token, head) pairs in 16-row tiles aligned to the run's start, the keys 512-key
   blocks aligned to the run's position 0: a query sees the same tiles and blocks whatever the
   chunking (a block outside its reach is all hidden, which changes nothing);
-- `prefix_segment`: a group's row tokens against one prefix segment, folded into 16-row tiles;
+- `prefix_segment`: row tokens against one prefix segment, folded into 16-row tiles (the groups
+  that share the segment in one call: `cpu_rows.py`);
 - `own_keys_rows`: each row token against its own row's slots, one token per kernel item, in spans
   of rows that the cores share (`keep_real` then drops a prefill part's padding).
 
@@ -26,6 +27,7 @@ from nudgeability.engine.attention.fixed_shape import (
     lowest,
     own_keys_attention,
     pad_keys,
+    segment_width,
     shared_keys_attention,
 )
 from nudgeability.engine.kv.kv_cache import LayerKV
@@ -93,12 +95,12 @@ def prefix_segment(
     keys: int,
     scaling: float,
     window: int | None,
+    g: int,
 ):
-    """A group's folded row tokens [kv, n * g, D] against `keys` prefix keys from pool slot
-    `pool_start` (position `first_position`): o [kv, n * g, D], lse [kv, n * g]."""
+    """Folded row tokens [kv, R, D] (R = tokens x g: a group's, or on a layer with no window,
+    any groups' whole tiles) against `keys` prefix keys from pool slot `pool_start` (position
+    `first_position`): o [kv, R, D], lse [kv, R]. On a sliding layer the rows are `span`'s."""
     k, v = _segment_keys(handle, pool_start, keys, window)
-    rows = folded.shape[1]
-    g = rows // (span.a1 - span.a0)
     bias = _segment_bias(
         layout, span, cache_key, first_position, keys, k.shape[1], g, window, folded.dtype
     )
@@ -109,7 +111,7 @@ IN_PLACE_DTYPES = (torch.float32, torch.bfloat16)  # whose lowest finite value a
 
 
 def _segment_keys(handle: LayerKV, pool_start: int, keys: int, window: int | None):
-    """The segment's keys and values padded to whole SHARED_BLOCKs: read in place from the
+    """The segment's keys and values padded to its `segment_width`: read in place from the
     pool where the pool reaches that far, else copied and zero-padded.
 
     In place, the slots after the segment stand for the padding. They are hidden by the bias
@@ -120,15 +122,15 @@ def _segment_keys(handle: LayerKV, pool_start: int, keys: int, window: int | Non
     both give the same bits (tests/engine/test_fixed_shape_attention.py), and the in-place read
     saves copying a long prefix's keys in every layer of every step. Sliding layers and fp16
     (whose lowest finite value absorbs nothing) take the copy."""
-    padded = -(-keys // SHARED_BLOCK) * SHARED_BLOCK
+    padded = segment_width(keys)
     pool = handle.k.shape[1]
     if window is None and handle.k.dtype in IN_PLACE_DTYPES and pool_start + padded <= pool:
         return (
             handle.k[:, pool_start : pool_start + padded],
             handle.v[:, pool_start : pool_start + padded],
         )
-    k = pad_keys(handle.k[:, pool_start : pool_start + keys], SHARED_BLOCK)
-    v = pad_keys(handle.v[:, pool_start : pool_start + keys], SHARED_BLOCK)
+    k = pad_keys(handle.k[:, pool_start : pool_start + keys], padded)
+    v = pad_keys(handle.v[:, pool_start : pool_start + keys], padded)
     return k, v
 
 

@@ -12,7 +12,9 @@ shaped so that the kernel's blocking is fixed by the part of the step alone:
   queries): query rows in tiles of exactly `QUERY_TILE` (16; the tiles are the call's heads,
   the keys a stride-0 view shared by all), keys padded to a multiple of `SHARED_BLOCK` (512, so
   the kernel's key blocks are always exactly 512, aligned to a place fixed by the group or the
-  run). Every GEMM is [16, D] x [D, 512] or [16, 512] x [512, D];
+  run), or a short prefix segment to one block of `segment_width` (64, 128 or 256, fixed by the
+  segment's length alone: a base's prompt after the shared start, a stem). Every GEMM is
+  [16, D] x [D, W] or [16, W] x [W, D], W fixed by the keys' length;
 - **a row's own keys** (each token of a row against its row's gathered slots): one token's g
   query heads per (batch, head) item, so M = g, fixed by the model; the keys in calls of exactly
   `OWN_BLOCK` (128), merged left to right through their log-sum-exps. A decode token and the
@@ -35,6 +37,7 @@ from nudgeability.models.invariant import CORES, TILE_ROWS
 
 QUERY_TILE = TILE_ROWS
 SHARED_BLOCK = 512
+SEGMENT_WIDTHS = (64, 128, 256)  # a short prefix segment's one key block (`segment_width`)
 OWN_BLOCK = 128
 LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)
 
@@ -51,6 +54,16 @@ def pad_keys(keys: torch.Tensor, block: int) -> torch.Tensor:
     return F.pad(keys, (0, 0, 0, -(-s // block) * block - s))
 
 
+def segment_width(keys: int) -> int:
+    """The keys a prefix segment of `keys` keys is padded to, fixed by its length alone: the
+    first of SEGMENT_WIDTHS that holds it (one key block of that width: a 40-token segment does
+    not pay for 512 keys), else whole SHARED_BLOCKs."""
+    for width in SEGMENT_WIDTHS:
+        if keys <= width:
+            return width
+    return -(-keys // SHARED_BLOCK) * SHARED_BLOCK
+
+
 def shared_keys_attention(
     folded: torch.Tensor,
     keys: torch.Tensor,
@@ -59,14 +72,15 @@ def shared_keys_attention(
     scaling: float,
     lead: int = 0,
 ):
-    """Queries `folded` [kv, R, D] against keys/values [kv, S, D] (S a multiple of SHARED_BLOCK)
+    """Queries `folded` [kv, R, D] against keys/values [kv, S, D] (S a multiple of SHARED_BLOCK,
+    or one of SEGMENT_WIDTHS)
     that every query shares, with an additive `bias` [1, T, QUERY_TILE, S] over the tiles (None:
     every key visible). `lead` pad rows go before the first query so that tiles start at a
     place fixed by the run (a prefix chunk's absolute position). Returns o [kv, R, D] and the fp32
     log-sum-exp [kv, R]."""
     kv, r, d = folded.shape
     s = keys.shape[1]
-    assert s % SHARED_BLOCK == 0, s
+    assert s % SHARED_BLOCK == 0 or s in SEGMENT_WIDTHS, s
     total = -(-(lead + r) // QUERY_TILE) * QUERY_TILE
     q = F.pad(folded, (0, 0, lead, total - lead - r)).view(kv, total // QUERY_TILE, QUERY_TILE, d)
     tiles = q.shape[1]

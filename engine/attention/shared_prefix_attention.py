@@ -30,13 +30,12 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from nudgeability.engine.attention import cpu_parts
-from nudgeability.engine.attention.fixed_shape import QUERY_TILE, SHARED_BLOCK, merge
+from nudgeability.engine.attention import cpu_parts, cpu_rows
+from nudgeability.engine.attention.fixed_shape import merge
 from nudgeability.engine.attention.lse_kernels import attend_cuda, attend_explicit
 from nudgeability.engine.attention.static_decode import StaticDecode, flex_decode_attention
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import GroupSpan, StepLayout, SuffixPart
-from nudgeability.models.invariant import CORES
 
 NAME = "nudge_fork"
 PREFILL_QUERY_BLOCK = 64  # queries per SDPA call in a prefix chunk
@@ -99,8 +98,9 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
 
 def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -> torch.Tensor:
     """Every row token against its group's prefix and its own row's slots, merged: [n, kv, g, D]."""
-    if fixed_shape_cpu(rows) and CORES.count > 1:
-        (o_s, lse_s), parts = _row_parts_on_cores(rows, handle, layout, scaling, window)
+    if fixed_shape_cpu(rows):  # segments read once for all groups, pieces on the cores
+        computed, parts = cpu_rows.row_parts(rows, handle, layout, scaling, window)
+        o_s, lse_s = _suffix_attention(rows, handle, layout, scaling, window, computed)
     else:
         o_s, lse_s = _suffix_attention(rows, handle, layout, scaling, window)
         parts = [
@@ -128,54 +128,12 @@ def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -
     return merge(o_s, lse_s, o_p, lse_p)[0]
 
 
-def _row_parts_on_cores(rows, handle: LayerKV, layout: StepLayout, scaling, window):
-    """`_suffix_attention` and each group's `_prefix_attention`, dealt whole to the cores
-    (models/invariant.Cores.share): the own-keys parts in spans of rows, the groups one each.
-    Each piece is the very sequence of calls it is on one core (a row's own-keys items do not
-    depend on which rows share its call), so how they are dealt changes no bit, while a step of
-    many small groups (a fork's arms, each one 16-row tile) or of long own keys keeps every core
-    busy. Costs are query rows x keys."""
-    g = rows.shape[2]
-    pieces: dict = {}
-    parts: list = [None] * len(layout.groups)
-    work, costs = [], []
-
-    def own(index: int, part: SuffixPart, span: tuple[int, int]):
-        return lambda: pieces.__setitem__(
-            (index, span),
-            cpu_parts.own_keys_rows(rows, handle, layout, part, index, scaling, window, span),
-        )
-
-    def group(i: int, span: GroupSpan):
-        return lambda: parts.__setitem__(
-            i, _prefix_attention(rows, handle, layout, span, i, scaling, window)
-        )
-
-    spans = [CORES.spans(part.rows) for part in layout.parts]
-    for index, part in enumerate(layout.parts):
-        for a, b in spans[index]:
-            work.append(own(index, part, (a, b)))
-            costs.append(float((b - a) * part.width * g * part.hw))
-    for i, span in enumerate(layout.groups):
-        work.append(group(i, span))
-        tiles = -(-(span.a1 - span.a0) * g // QUERY_TILE)
-        keys = sum(-(-length // SHARED_BLOCK) * SHARED_BLOCK for _, length, _ in span.segments)
-        costs.append(float(tiles * QUERY_TILE * keys))
-    CORES.share(work, costs)
-    computed = []
-    for index, part in enumerate(layout.parts):
-        got = [pieces[(index, span)] for span in spans[index]]
-        o = torch.cat([o for o, _ in got]) if len(got) > 1 else got[0][0]
-        lse = torch.cat([x for _, x in got]) if len(got) > 1 else got[0][1]
-        computed.append(cpu_parts.keep_real(part, o, lse))
-    return _suffix_attention(rows, handle, layout, scaling, window, computed), parts
-
-
 def _prefix_attention(
     rows, handle: LayerKV, layout: StepLayout, span: GroupSpan, index, scaling, window
 ):
     """(output [n, kv, g, D], lse [n, kv, g]) of one group's row tokens over its prefix
-    segments, or None when it has none; the tokens folded into the query rows."""
+    segments, or None when it has none; the tokens folded into the query rows. Off CPU: on CPU
+    `cpu_rows.row_parts` reads each segment once for every group that shares it."""
     n = span.a1 - span.a0
     if not span.segments:
         return None
@@ -189,25 +147,6 @@ def _prefix_attention(
         lo = 0 if window is None else max(0, span.prefix_len - window + 1 - offset)
         if lo >= length:
             continue  # the window hides the whole segment from every query
-        if fixed_shape_cpu(rows):
-            o, lse = cpu_parts.prefix_segment(
-                folded[0],
-                handle,
-                layout,
-                span,
-                (index, j),
-                start + lo,
-                offset + lo,
-                length - lo,
-                scaling,
-                window,
-            )
-            o, lse = o[None], lse[None]
-            if merged is not None:
-                merged = merge(*merged, *_rows(o, lse, kv, n, g, d), with_lse=True)
-            else:
-                merged = _rows(o, lse, kv, n, g, d)
-            continue
         keys = handle.k[:, start + lo : start + length].unsqueeze(0)
         values = handle.v[:, start + lo : start + length].unsqueeze(0)
         bias = None
@@ -232,20 +171,13 @@ def _rows(o, lse, kv: int, n: int, g: int, d: int):
 
 def _suffix_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window, computed=None):
     """(output, lse) of every row token over its own row's slots up to its own, in row-token
-    order (`computed`: each part's, already computed on the cores)."""
+    order (`computed`: each part's, already computed on the cores; always given on CPU)."""
     n_tok, kv, g, d = rows.shape
     outs, lses = [], []
     for index, part in enumerate(layout.parts):
         if computed is not None:
             outs.append(computed[index][0])
             lses.append(computed[index][1])
-            continue
-        if fixed_shape_cpu(rows):
-            o, lse = cpu_parts.keep_real(
-                part, *cpu_parts.own_keys_rows(rows, handle, layout, part, index, scaling, window)
-            )
-            outs.append(o)
-            lses.append(lse)
             continue
         if part.width == 1:
             q = rows if layout.part_index is None else rows.index_select(0, part.tokens.view(-1))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nudgeability.engine.invariance_check import InvarianceCheck, check_invariance
+from nudgeability.engine.invariance_check import InvarianceCheck, cached_check
 from nudgeability.splice.run.prepare import Prepared
 
 STREAM, UNITS = "stream", "units"
@@ -63,8 +63,9 @@ def choose_schedule(prepared: Prepared, asked: str | None = None) -> Schedule:
 
 
 def needle(model: torch.nn.Module) -> InvarianceCheck:
-    """The needle of `model` at torch's current thread count, run once per process."""
+    """The needle of `model` at torch's current thread count, run once per process, and once per
+    machine, libraries and code (engine/invariance_check.py, `cached_check`)."""
     key = (id(model), torch.get_num_threads())
     if key not in _CHECKS:
-        _CHECKS[key] = check_invariance(model)
+        _CHECKS[key] = cached_check(model)
     return _CHECKS[key]

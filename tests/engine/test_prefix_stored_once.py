@@ -6,26 +6,28 @@ from __future__ import annotations
 import pytest
 from helpers.engine_reference import random_ids
 
-import nudgeability.engine.attention.shared_prefix_attention as attention
+import nudgeability.engine.attention.cpu_rows as cpu_rows
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 
 
 @pytest.fixture
 def prefix_reads(monkeypatch):
-    """Every prefix-part attention call of the row tokens: (step layout, keys' data pointer, key
-    count, folded query rows), in order (the layouts are kept, so that their ids stay unique)."""
+    """Every prefix read of the row tokens' attention: (step layout, keys' data pointer, key
+    count, row tokens reading them), in order (the layouts are kept, so that their ids stay
+    unique). On CPU the reads are `cpu_rows.segment_calls`, one per segment for every group
+    that shares it; recorded as `row_parts` plans them, with the layer's own pool handle."""
     calls = []
-    original = attention._prefix_attention
+    original = cpu_rows.row_parts
 
-    def recording(rows, handle, layout, span, index, scaling, window):
-        for start, length, _ in span.segments:
-            lo = 0 if window is None else max(0, span.prefix_len - window + 1)
-            view = handle.k[:, start + lo : start + length]
-            calls.append((layout, view.data_ptr(), view.shape[1], span.a1 - span.a0))
-        return original(rows, handle, layout, span, index, scaling, window)
+    def recording(rows, handle, layout, scaling, window):
+        for call in cpu_rows.segment_calls(layout, window):
+            view = handle.k[:, call.start : call.start + call.keys]
+            tokens = sum(layout.groups[i].a1 - layout.groups[i].a0 for i, _ in call.members)
+            calls.append((layout, view.data_ptr(), view.shape[1], tokens))
+        return original(rows, handle, layout, scaling, window)
 
-    monkeypatch.setattr(attention, "_prefix_attention", recording)
+    monkeypatch.setattr(cpu_rows, "row_parts", recording)
     return calls
 
 
@@ -112,3 +114,22 @@ def test_a_sliding_layer_reads_only_the_last_window_of_the_prefix(prefix_reads):
     engine = Engine(tiny_model("gemma4"))
     engine.fork(random_ids(100, seed=2), [random_ids(3, seed=3)], SamplingParams(max_new_tokens=2))
     assert {keys for _, _, keys, _ in prefix_reads} == {15, 100}
+
+
+def test_groups_sharing_a_start_read_it_once_per_step_for_all_their_rows(prefix_reads):
+    """Three prompts with a common `shared` start are three groups; on a layer with no window
+    the start is one read per step for the three rows together (tests/engine/test_shared_start.py
+    shows that this changes no bit against each prompt alone)."""
+    engine = Engine(tiny_model("qwen3", num_layers=2))
+    start = random_ids(100, seed=11)
+    prompts = [start + random_ids(n, seed=n) for n in (4, 9, 17)]
+    engine.generate(prompts, SamplingParams(max_new_tokens=5, ignore_eos=True), shared=100)
+    steps: dict = {}
+    for step, pointer, keys, tokens in prefix_reads:
+        steps.setdefault(id(step), []).append((pointer, keys, tokens))
+    decode = [calls for calls in steps.values() if sum(t for _, _, t in calls) <= 2 * 3 * 2]
+    assert decode  # steps of one token per row
+    for calls in decode:
+        starts = [(pointer, tokens) for pointer, keys, tokens in calls if keys == 100]
+        assert len(starts) == 2  # one per layer
+        assert {tokens for _, tokens in starts} == {3}  # all three rows in the one read

@@ -23,8 +23,9 @@ def cores():
 
 
 def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
-    """The reference schedule: every 16-row tile (zero-padded) and every 4096-column slice
-    computed alone, one after another, on this thread."""
+    """The reference schedule: every 16-row tile (zero-padded) and every column slice of the
+    weight (`invariant.column_slices`, fixed by its width) computed alone, one after another, on
+    this thread."""
     m, k = x.shape
     n = weight_t.shape[1]
     rows = invariant.TILE_ROWS
@@ -33,13 +34,13 @@ def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     out = torch.empty(padded, n)
     for t in range(0, padded, rows):
         tile = xp[t : t + rows].unsqueeze(0)
-        for s0 in range(0, n, invariant.SLICE_COLUMNS):
-            part = weight_t[:, s0 : s0 + invariant.SLICE_COLUMNS]
-            out[t : t + rows, s0 : s0 + part.shape[1]] = torch.bmm(tile, part.unsqueeze(0))[0]
+        for s0, s1 in invariant.column_slices(n):
+            part = weight_t[:, s0:s1]
+            out[t : t + rows, s0:s1] = torch.bmm(tile, part.unsqueeze(0))[0]
     return out[:m]
 
 
-@pytest.mark.parametrize("n", [64, 576, 4096 + 300])
+@pytest.mark.parametrize("n", [64, 576, 1000, 4096 + 300])
 @pytest.mark.parametrize("m", [1, 15, 16, 17, 40, 97])
 def test_every_core_count_gives_the_bits_of_one_thread(m, n, cores):
     torch.manual_seed(m * 7 + n)
@@ -152,3 +153,15 @@ def test_shared_work_runs_each_item_once_and_nested_work_stays_on_its_core():
     assert 1 < len(threads) <= 3
     assert cores.spans(64) == [(0, 21), (21, 42), (42, 64)]  # outside, every core again
     cores.resize(1)
+
+
+@pytest.mark.parametrize("n", [1, 200, 511, 512, 576, 1000, 1536, 4096, 4097, 49152])
+def test_column_slices_cover_the_weight_once_in_order(n):
+    slices = invariant.column_slices(n)
+    assert slices[0][0] == 0 and slices[-1][1] == n
+    assert all(a1 == b0 for (_, a1), (b0, _) in zip(slices, slices[1:]))
+    assert all(s1 > s0 for s0, s1 in slices)
+    assert all(s0 % 16 == 0 for s0, _ in slices)
+    assert max(s1 - s0 for s0, s1 in slices) <= invariant.SLICE_COLUMNS
+    # a weight of two tiles' worth of work or more splits, so one tile is work for two cores
+    assert (len(slices) >= 2) == (n >= invariant.HALVED_COLUMNS)
