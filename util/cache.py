@@ -1,8 +1,9 @@
 """Where the project keeps what it computes once per machine: $NUDGE_CACHE, else
 $XDG_CACHE_HOME/nudgeability, else ~/.cache/nudgeability.
 
-Two users, two layers: the SmolLM2 conversion (models/smollm2.py) and the file-hash cache of the
-run manifest (splice/rundir/manifest.py). Standard library only.
+Three users: the SmolLM2 conversion (models/smollm2.py), the file-hash cache of the run manifest
+(splice/rundir/manifest.py) and the needle's answers (engine/invariance_check.py, `needle/`).
+Standard library only.
 """
 
 from __future__ import annotations
