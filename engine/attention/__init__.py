@@ -2,4 +2,3 @@
 tokens through `cpu_rows.py`, its fixed-shape calls through `cpu_parts.py` and `fixed_shape.py`),
 the CUDA static decode over FlexAttention (`static_decode.py`) and its CUDA-graph replay
 (`graphed_decode.py`)."""
-
