@@ -85,11 +85,11 @@ def row_parts(rows: torch.Tensor, handle: LayerKV, layout: StepLayout, scaling, 
             costs.append(float((b - a) * part.width * g * part.hw))
 
     calls = segment_calls(layout, window)
-    read: dict = {}  # (call, first tile) -> (o, lse) of those tiles' rows
+    read: list[dict] = [{} for _ in calls]  # per call: first row of a piece -> its (o, lse)
 
     def segment_piece(c, call, folded, span, r0, r1):
-        return lambda: read.__setitem__(
-            (c, r0),
+        return lambda: read[c].__setitem__(
+            r0,
             cpu_parts.prefix_segment(
                 folded[:, r0:r1],
                 handle,
@@ -105,11 +105,9 @@ def row_parts(rows: torch.Tensor, handle: LayerKV, layout: StepLayout, scaling, 
             ),
         )
 
-    folds = []
     for c, call in enumerate(calls):
         groups = [layout.groups[i] for i, _ in call.members]
         folded = _fold(rows, groups)
-        folds.append(folded)
         total = folded.shape[1]
         tiles = -(-total // QUERY_TILE)
         padded = segment_width(call.keys)
@@ -149,12 +147,12 @@ def _merge_groups(layout: StepLayout, calls, read, kv: int, g: int, d: int) -> l
     does not pay a dozen small ops per group and layer on one core)."""
     segments: dict[int, list] = {}  # group -> [(segment, o, lse)] in the row view
     for c, call in enumerate(calls):
-        starts = sorted(r0 for cc, r0 in read if cc == c)
-        if len(starts) > 1:
-            o = torch.cat([read[(c, r0)][0] for r0 in starts], dim=1)
-            lse = torch.cat([read[(c, r0)][1] for r0 in starts], dim=1)
+        pieces = [read[c][r0] for r0 in sorted(read[c])]
+        if len(pieces) > 1:
+            o = torch.cat([o for o, _ in pieces], dim=1)
+            lse = torch.cat([x for _, x in pieces], dim=1)
         else:
-            o, lse = read[(c, starts[0])]
+            o, lse = pieces[0]
         at = 0
         for i, j in call.members:
             span = layout.groups[i]
