@@ -8,17 +8,21 @@ this machine's own AVX-512 branch below 16 rows. So the rows a step computes mus
 how any one of them is summed.
 
 The construction: every product runs as calls of exactly `TILE_ROWS` rows (the last tile padded
-with zero rows), batched through `torch.bmm` over the tiles, so that the kernel only ever sees
-one shape per weight, `[TILE_ROWS, K] x [K, N_slice]`, whatever M is. Weights run in column
-slices fixed by their shape alone (`column_slices`): wide ones (the LM head) in slices of
-`SLICE_COLUMNS` (a slice's weight stays in cache across the tiles), others of at least
+with zero rows), so that the kernel only ever sees one shape per weight, `[TILE_ROWS, K] x
+[K, N_slice]`, whatever M is. An fp32 product calls oneDNN's matmul once per tile (the kernel
+inductor uses for a CPU linear, the model's weights reordered once into its blocked layout:
+`_packed_slices`); measured, 1.4-1.9x faster than MKL's GEMM at these shapes on this AMD machine
+(RESULTS.md, oneDNN products). Other dtypes go through `torch.bmm` over the tiles. Weights run
+in column slices fixed by their shape alone (`column_slices`): wide ones (the LM head) in slices
+of `SLICE_COLUMNS` (a slice's weight stays in cache across the tiles), others of at least
 `HALVED_COLUMNS` in two halves, so that a decode step of one tile still gives every core of two
-a share of each product. What is left is where a row sits inside its tile; measured,
-16-row tiles keep a row's bits at every position under every MKL branch (COMPATIBLE, SSE4_2,
-AVX, AVX2, AVX512) and at 1, 2 and 4 threads, while 8-row tiles do not under AVX2 and 32-row
-tiles do not under AVX2 either. That is a property of the library's kernel, not of this code,
-so the engine checks it on the machine it runs on (`engine/invariance_check.py`) before it relies
-on it.
+a share of each product. What is left is where a row sits inside its tile; measured, 16-row
+tiles keep a row's bits at every position under every MKL branch (COMPATIBLE, SSE4_2, AVX,
+AVX2, AVX512), oneDNN's under every ISA it can be held to (ONEDNN_MAX_CPU_ISA SSE41, AVX, AVX2,
+AVX512_CORE and up), at 1, 2 and 4 threads, while MKL's 8-row tiles do not under AVX2 and
+32-row tiles do not under AVX2 either. That is a property of the library's kernel, not of this
+code, so the engine checks it on the machine it runs on (`engine/invariance_check.py`) before
+it relies on it.
 
 `invariant_products()` routes `torch.nn.functional.linear` (every `nn.Linear`, the LM head, the
 exact path of the quantised linears) through `linear` for its duration; `in_row_tiles` is what a
@@ -145,9 +149,65 @@ def column_slices(n: int) -> list[tuple[int, int]]:
     return [(0, n)]
 
 
-def tiled_matmul(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
+def _onednn_matmul_available() -> bool:
+    try:
+        return torch.backends.mkldnn.is_available() and hasattr(
+            torch.ops.mkldnn, "_linear_pointwise"
+        )
+    except (AttributeError, RuntimeError):
+        return False
+
+
+ONEDNN = _onednn_matmul_available()  # products by oneDNN's matmul where torch was built with it
+
+
+def _onednn_tile(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """One [TILE_ROWS, K] tile times `weight` [N, K] (dense, or packed by `_packed_slices`) by
+    oneDNN's matmul: the very kernel inductor calls for a CPU linear."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+
+
+def _dense_slices(weight_t: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """Each slice's weight rows [s1 - s0, K], contiguous, as oneDNN's matmul takes them."""
+    return [weight_t[:, s0:s1].t().contiguous() for s0, s1 in slices]
+
+
+def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """The slices of a model weight (a Parameter) reordered once into oneDNN's blocked layout
+    for TILE_ROWS-row calls (what inductor does for a frozen CPU linear: a dense weight is
+    reordered inside every call), kept on the Parameter beside it and remade when its data
+    changes (a new storage, or an in-place write that bumps its version). A weight made for one
+    call (a dequantised one) is not worth a reorder and goes dense. The packed copy costs the
+    weight's size again in memory (RESULTS.md, oneDNN products)."""
+    if not isinstance(weight, torch.nn.Parameter) or weight.dtype != torch.float32:
+        return _dense_slices(weight.t(), slices)
+    try:
+        version = weight._version
+    except RuntimeError:  # an inference tensor: no version counter, and no write outside it
+        version = None
+    key = (weight.data_ptr(), version, tuple(slices))
+    kept = getattr(weight, "_nudge_onednn", None)
+    if kept is None or kept[0] != key:
+        with torch.inference_mode(False), torch.no_grad():
+            rows = weight.detach()
+            parts = [
+                torch.ops.mkldnn._reorder_linear_weight(rows[s0:s1].contiguous(), TILE_ROWS)
+                for s0, s1 in slices
+            ]
+        kept = (key, parts)
+        weight._nudge_onednn = kept
+    return kept[1]
+
+
+def tiled_matmul(
+    x: torch.Tensor, weight_t: torch.Tensor, parts: list[torch.Tensor] | None = None
+) -> torch.Tensor:
     """`x @ weight_t` for x [M, K] and weight_t [K, N] (any strides) in fixed 16-row tiles and the
-    weight's `column_slices`, the (tiles, slice) pieces shared between the `CORES`."""
+    weight's `column_slices`, the (tiles, slice) pieces shared between the `CORES`.
+
+    An fp32 product runs each piece as one oneDNN matmul per tile (`parts`: the slices' weights
+    as `_onednn_tile` takes them; made dense here when not given), everything else as one
+    `torch.bmm` over the piece's tiles. Either way every call is [16, K] x [K, slice]."""
     m, k = x.shape
     n = weight_t.shape[1]
     tiles = -(-m // TILE_ROWS)
@@ -157,17 +217,30 @@ def tiled_matmul(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     xt = x.contiguous().view(tiles, TILE_ROWS, k)
     slices = column_slices(n)
     spans = CORES.spans(tiles)
-    if len(slices) == 1 and len(spans) == 1:
+    onednn = ONEDNN and x.dtype == torch.float32 and weight_t.dtype == torch.float32
+    if onednn and parts is None:
+        parts = _dense_slices(weight_t, slices)
+    if not onednn and len(slices) == 1 and len(spans) == 1:
         return torch.bmm(xt, weight_t.expand(tiles, k, n)).view(padded, n)[:m]
     outs = [x.new_empty(tiles, TILE_ROWS, s1 - s0) for s0, s1 in slices]
     work, costs = [], []
 
-    def piece(out: torch.Tensor, part: torch.Tensor, a: int, b: int) -> Callable[[], None]:
+    def bmm_piece(out: torch.Tensor, part: torch.Tensor, a: int, b: int) -> Callable[[], None]:
         return lambda: torch.bmm(xt[a:b], part.expand(b - a, k, part.shape[1]), out=out[a:b])
 
-    for out, (s0, s1) in zip(outs, slices):
+    def onednn_piece(out: torch.Tensor, part: torch.Tensor, a: int, b: int) -> Callable[[], None]:
+        def run() -> None:
+            for t in range(a, b):
+                out[t].copy_(_onednn_tile(xt[t], part))
+
+        return run
+
+    for i, (s0, s1) in enumerate(slices):
         for a, b in spans:
-            work.append(piece(out, weight_t[:, s0:s1], a, b))
+            if onednn:
+                work.append(onednn_piece(outs[i], parts[i], a, b))
+            else:
+                work.append(bmm_piece(outs[i], weight_t[:, s0:s1], a, b))
             costs.append(float((b - a) * (s1 - s0)))
     CORES.share(work, costs)
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
@@ -179,7 +252,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.device.type != "cpu" or not x.is_floating_point() or x.dim() == 0 or weight.dim() != 2:
         return _torch_linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
-    out = tiled_matmul(flat, weight.t())
+    parts = None
+    if ONEDNN and x.dtype == torch.float32 and weight.dtype == torch.float32:
+        parts = _packed_slices(weight, column_slices(weight.shape[0]))
+    out = tiled_matmul(flat, weight.t(), parts)
     if bias is not None:
         out = out + bias
     return out.view(*x.shape[:-1], weight.shape[0])

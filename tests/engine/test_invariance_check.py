@@ -2,8 +2,9 @@
 machine's: vLLM's needle test (one prompt alone against the same prompt at several places among
 2-40 others, every step's logits bit for bit) at 1, 2 and 4 torch threads, with its negative
 control; the same logits at every thread count; and the schedule-invariance tests run again under
-each of MKL's code branches (`MKL_CBWR`), which is how this machine stands in for an AMD or an
-older Intel (engine/README.md, batch invariance)."""
+each of MKL's code branches (`MKL_CBWR`) with oneDNN held to the same generation's ISA
+(`ONEDNN_MAX_CPU_ISA`), which is how this machine stands in for an AMD or an older Intel
+(engine/README.md, batch invariance)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,18 @@ def test_the_logits_are_the_same_bits_at_one_two_and_four_threads(threads):
         assert all(torch.equal(a, b) for a, b in zip(one, _logits_at(count)))
 
 
+# Each MKL branch beside the oneDNN ISA of the same CPU generation: the fp32 products go to
+# oneDNN's matmul (models/invariant.py), the attention's GEMMs to MKL's, so an older CPU is both
+# held back together.
+ONEDNN_ISA = {
+    "COMPATIBLE": "SSE41",
+    "SSE4_2": "SSE41",
+    "AVX": "AVX",
+    "AVX2": "AVX2",
+    "AVX512": "AVX512_CORE",
+}
+
+
 def _branches() -> list[str]:
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     branches = ["COMPATIBLE", "SSE4_2", "AVX", "AVX2"]
@@ -90,7 +103,7 @@ UNDER_BRANCHES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("branch", _branches())
 def test_the_invariance_tests_pass_under_every_mkl_branch(branch):
-    env = {**os.environ, "MKL_CBWR": branch}
+    env = {**os.environ, "MKL_CBWR": branch, "ONEDNN_MAX_CPU_ISA": ONEDNN_ISA[branch]}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider"]
         + ["-k", "not bfloat16 and not gemma4 and not glm4"]

@@ -24,8 +24,8 @@ def cores():
 
 def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     """The reference schedule: every 16-row tile (zero-padded) and every column slice of the
-    weight (`invariant.column_slices`, fixed by its width) computed alone, one after another, on
-    this thread."""
+    weight (`invariant.column_slices`, fixed by its width) computed alone by the library's
+    kernel, one after another, on this thread."""
     m, k = x.shape
     n = weight_t.shape[1]
     rows = invariant.TILE_ROWS
@@ -33,10 +33,15 @@ def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     xp = torch.cat([x, x.new_zeros(padded - m, k)])
     out = torch.empty(padded, n)
     for t in range(0, padded, rows):
-        tile = xp[t : t + rows].unsqueeze(0)
+        tile = xp[t : t + rows]
         for s0, s1 in invariant.column_slices(n):
             part = weight_t[:, s0:s1]
-            out[t : t + rows, s0:s1] = torch.bmm(tile, part.unsqueeze(0))[0]
+            if invariant.ONEDNN:  # the library kernel an fp32 tile goes to
+                rows_of = part.t().contiguous()
+                got = torch.ops.mkldnn._linear_pointwise(tile, rows_of, None, "none", [], "")
+            else:
+                got = torch.bmm(tile.unsqueeze(0), part.unsqueeze(0))[0]
+            out[t : t + rows, s0:s1] = got
     return out[:m]
 
 
@@ -72,6 +77,37 @@ def test_a_row_keeps_its_bits_whatever_else_shares_the_call(cores):
         for others in (1, 15, 16, 31, 80):
             batch = torch.cat([needle, torch.randn(others, 576)])
             assert torch.equal(torch.nn.functional.linear(batch, weight)[:1], alone), others
+
+
+def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
+    """A Parameter's slices are kept in oneDNN's layout between calls: an in-place write to the
+    weight, or new data under it, must be seen by the next product (a stale copy would give the
+    old weight's numbers), checked against a float64 matmul each time."""
+    cores(2)
+    torch.manual_seed(3)
+    weight = torch.nn.Parameter(torch.randn(1000, 96), requires_grad=False)
+    x = torch.randn(20, 96)
+
+    def exact() -> torch.Tensor:
+        return (x.double() @ weight.detach().double().t()).float()
+
+    with invariant_products():
+        first = torch.nn.functional.linear(x, weight)
+        torch.testing.assert_close(first, exact(), rtol=1e-5, atol=1e-4)
+        assert torch.equal(torch.nn.functional.linear(x, weight), first)
+        if invariant.ONEDNN:
+            kept = weight._nudge_onednn
+            torch.nn.functional.linear(x, weight)
+            assert weight._nudge_onednn is kept  # reused, not reordered again
+        with torch.no_grad():
+            weight.mul_(-2.0)
+        torch.testing.assert_close(
+            torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
+        )
+        weight.data = torch.randn(1000, 96)
+        torch.testing.assert_close(
+            torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
+        )
 
 
 def test_the_other_cores_run_in_the_callers_inference_mode(cores):
