@@ -217,34 +217,48 @@ def tiled_matmul(
     xt = x.contiguous().view(tiles, TILE_ROWS, k)
     slices = column_slices(n)
     spans = CORES.spans(tiles)
-    onednn = ONEDNN and x.dtype == torch.float32 and weight_t.dtype == torch.float32
-    if onednn and parts is None:
-        parts = _dense_slices(weight_t, slices)
-    if not onednn and len(slices) == 1 and len(spans) == 1:
+    if ONEDNN and x.dtype == torch.float32 and weight_t.dtype == torch.float32:
+        if parts is None:
+            parts = _dense_slices(weight_t, slices)
+        return _onednn_tiles(xt, parts, spans)[:m]
+    if len(slices) == 1 and len(spans) == 1:
         return torch.bmm(xt, weight_t.expand(tiles, k, n)).view(padded, n)[:m]
     outs = [x.new_empty(tiles, TILE_ROWS, s1 - s0) for s0, s1 in slices]
     work, costs = [], []
 
-    def bmm_piece(out: torch.Tensor, part: torch.Tensor, a: int, b: int) -> Callable[[], None]:
+    def piece(out: torch.Tensor, part: torch.Tensor, a: int, b: int) -> Callable[[], None]:
         return lambda: torch.bmm(xt[a:b], part.expand(b - a, k, part.shape[1]), out=out[a:b])
 
-    def onednn_piece(out: torch.Tensor, part: torch.Tensor, a: int, b: int) -> Callable[[], None]:
-        def run() -> None:
-            for t in range(a, b):
-                out[t].copy_(_onednn_tile(xt[t], part))
-
-        return run
-
-    for i, (s0, s1) in enumerate(slices):
+    for out, (s0, s1) in zip(outs, slices):
         for a, b in spans:
-            if onednn:
-                work.append(onednn_piece(outs[i], parts[i], a, b))
-            else:
-                work.append(bmm_piece(outs[i], weight_t[:, s0:s1], a, b))
+            work.append(piece(out, weight_t[:, s0:s1], a, b))
             costs.append(float((b - a) * (s1 - s0)))
     CORES.share(work, costs)
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     return out.view(padded, n)[:m]
+
+
+def _onednn_tiles(xt: torch.Tensor, parts: list[torch.Tensor], spans) -> torch.Tensor:
+    """[tiles * 16, N] from tiles xt [tiles, 16, K]: one oneDNN call per (tile, slice), the
+    (span of tiles, slice) pieces dealt to the cores, the outputs joined by `cat` (one tile of
+    one slice: the call's own output)."""
+    got: list[list] = [[None] * xt.shape[0] for _ in parts]
+    work, costs = [], []
+
+    def piece(i: int, a: int, b: int) -> Callable[[], None]:
+        def run() -> None:
+            for t in range(a, b):
+                got[i][t] = _onednn_tile(xt[t], parts[i])
+
+        return run
+
+    for i, part in enumerate(parts):
+        for a, b in spans:
+            work.append(piece(i, a, b))
+            costs.append(float((b - a) * part.shape[0]))
+    CORES.share(work, costs)
+    columns = [tiles[0] if len(tiles) == 1 else torch.cat(tiles) for tiles in got]
+    return columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

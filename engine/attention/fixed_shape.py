@@ -16,9 +16,11 @@ shaped so that the kernel's blocking is fixed by the part of the step alone:
   segment's length alone: a base's prompt after the shared start, a stem). Every GEMM is
   [16, D] x [D, W] or [16, W] x [W, D], W fixed by the keys' length;
 - **a row's own keys** (each token of a row against its row's gathered slots): one token's g
-  query heads per (batch, head) item, so M = g, fixed by the model; the keys in calls of exactly
-  `OWN_BLOCK` (128), merged left to right through their log-sum-exps. A decode token and the
-  same token inside a prefill chunk of any width run the same GEMMs.
+  query heads per (batch, head) item, so M = g, fixed by the model; a token at row slot s
+  against the first ceil((s + 1) / OWN_BLOCK) * OWN_BLOCK keys of its row in one call, the rows
+  of a step grouped by that width (`step_layout._by_key_width`), so the kernel's key blocks
+  (min(512, keys), then 512s) are set by the token's slot alone. A decode token and the same
+  token inside a prefill chunk of any width run the same GEMMs.
 
 Padding is exact: a padded or hidden key gets the dtype's lowest finite bias, so its weight
 exp(s - max) is exactly 0 and a block that is all hidden leaves the running sums unchanged (its
@@ -120,25 +122,23 @@ def own_keys_attention(
     item: q [n, width, g, D], keys/values [n, 1, hw, D] (hw a multiple of OWN_BLOCK), the
     additive `bias` [n, width, 1, hw], where n counts (kv head, row) pairs in any order (the
     caller's layout: kv-major, so that keys gathered from the pool are already in it). Returns
-    o [n, width, g, D] and the fp32 lse [n, width, g]. Keys go in calls of exactly OWN_BLOCK,
-    merged left to right through their log-sum-exps."""
+    o [n, width, g, D] and the fp32 lse [n, width, g].
+
+    One call over all hw keys: the kernel's blocks are then set by (g, hw), and the caller gives
+    every token the hw its own slot sets (`step_layout._by_key_width`), whatever else shares the
+    call."""
     n, width, g, d = q.shape
     hw = keys.shape[2]
     assert hw % OWN_BLOCK == 0, hw
-    merged = None
-    for b0 in range(0, hw, OWN_BLOCK):
-        b1 = b0 + OWN_BLOCK
-        o, lse = _flash(
-            q,
-            keys[:, :, b0:b1].expand(n, width, OWN_BLOCK, d),
-            values[:, :, b0:b1].expand(n, width, OWN_BLOCK, d),
-            0.0,
-            False,
-            attn_mask=bias[..., b0:b1],
-            scale=scaling,
-        )[:2]
-        merged = (o, lse) if merged is None else merge(*merged, o, lse, with_lse=True)
-    return merged
+    return _flash(
+        q,
+        keys.expand(n, width, hw, d),
+        values.expand(n, width, hw, d),
+        0.0,
+        False,
+        attn_mask=bias,
+        scale=scaling,
+    )[:2]
 
 
 def merge(o_a, lse_a, o_b, lse_b, with_lse: bool = False):

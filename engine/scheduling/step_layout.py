@@ -24,9 +24,9 @@ import torch
 
 from nudgeability.engine.scheduling.step_plan import StepPlan
 
-# A row's gathered keys are padded to a multiple of this: on CPU its attention runs in calls of
-# exactly this many keys (engine/attention/fixed_shape.py, OWN_BLOCK), so that the kernel's
-# blocking never depends on the longest row of the step (engine/README.md, batch invariance).
+# A row's gathered keys are padded to a multiple of this: on CPU a token's own keys run in one
+# call over the multiple that holds its slot (`_by_key_width`), so that the kernel's shape never
+# depends on the longest row of the step (engine/README.md, batch invariance).
 KEY_ALIGN = 128
 
 
@@ -132,7 +132,10 @@ class StepLayout:
         pos += [0] * pads
         slots += [i % block_size for i in range(pads)]  # the scratch block (kv_pool.SCRATCH_BLOCK)
 
-        parts = [p for p in (decode, prefill) if p]
+        if torch.device(device).type == "cpu":  # one part per own-key width (`_by_key_width`)
+            parts = _by_key_width(decode) + _by_key_width(prefill)
+        else:
+            parts = [p for p in (decode, prefill) if p]
         pack = _Pack()
         built = [_suffix_part(p, block_size, pack) for p in parts]
         part_index = None
@@ -177,6 +180,24 @@ class StepLayout:
 def _span(group, a0: int, a1: int) -> GroupSpan:
     segments = tuple((s.start, s.length, s.offset) for s in group.segments if s.length)
     return GroupSpan(a0, a1, segments, group.prefix_len)
+
+
+def _by_key_width(pieces: list) -> list[list]:
+    """Row pieces `(first row token, row, s0, s1)` cut at multiples of KEY_ALIGN slots and grouped
+    into parts of one own-key width each (narrowest first; step order within a part).
+
+    On CPU a token at row slot s attends to its row's keys [0, w) in one kernel call, with
+    w = ceil((s + 1) / KEY_ALIGN) * KEY_ALIGN fixed by s alone (fixed_shape.own_keys_attention):
+    so the kernel's shape for a token never depends on the longest row of the step, nor on
+    whether the token is fed alone (decode) or inside a prefill chunk of any width."""
+    parts: dict[int, list] = {}
+    for first, row, s0, s1 in pieces:
+        a = s0
+        while a < s1:
+            b = min(s1, (a // KEY_ALIGN + 1) * KEY_ALIGN)
+            parts.setdefault(-(-b // KEY_ALIGN), []).append((first + a - s0, row, a, b))
+            a = b
+    return [parts[width] for width in sorted(parts)]
 
 
 def _in_order(part, count: int) -> bool:
