@@ -157,7 +157,9 @@ def install(probe: Probe) -> None:
         setattr(module, name, wrapped)
 
     around(prepare, "load_model", "load", "prepare", lambda out: setattr(probe, "model", out.model))
-    around(schedule, "check_invariance", "needle", "prepare")
+    # the needle: `cached_check` since 80a1120 (read from disk when kept), `check_invariance` before
+    needle = "cached_check" if hasattr(schedule, "cached_check") else "check_invariance"
+    around(schedule, needle, "needle", "prepare")
     around(runner, "_streamed", "run", "records")
     around(runner, "_by_unit", "run", "records")
     make_context = runner.unit_context

@@ -11,7 +11,7 @@ The construction: every product runs as calls of exactly `TILE_ROWS` rows (the l
 with zero rows), so that the kernel only ever sees one shape per weight, `[TILE_ROWS, K] x
 [K, N_slice]`, whatever M is. An fp32 product calls oneDNN's matmul once per tile (the kernel
 inductor uses for a CPU linear, the model's weights reordered once into its blocked layout:
-`_packed_slices`); measured, 1.4-1.9x faster than MKL's GEMM at these shapes on this AMD machine
+`_packed_slices`); measured, 1.5-3.1x faster than MKL's GEMM at these shapes on this AMD machine
 (RESULTS.md, oneDNN products). Other dtypes go through `torch.bmm` over the tiles. Weights run
 in column slices fixed by their shape alone (`column_slices`): wide ones (the LM head) in slices
 of `SLICE_COLUMNS` (a slice's weight stays in cache across the tiles), others of at least
