@@ -31,6 +31,7 @@ quantised layer's fused kernel runs in (models/quant/compute.py).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -172,13 +173,17 @@ def _dense_slices(weight_t: torch.Tensor, slices: list[tuple[int, int]]) -> list
     return [weight_t[:, s0:s1].t().contiguous() for s0, s1 in slices]
 
 
+_PACKED: dict[int, tuple] = {}  # id(Parameter) -> (what it was made from, its reordered slices)
+
+
 def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
     """The slices of a model weight (a Parameter) reordered once into oneDNN's blocked layout
     for TILE_ROWS-row calls (what inductor does for a frozen CPU linear: a dense weight is
-    reordered inside every call), kept on the Parameter beside it and remade when its data
-    changes (a new storage, or an in-place write that bumps its version). A weight made for one
-    call (a dequantised one) is not worth a reorder and goes dense. The packed copy costs the
-    weight's size again in memory (RESULTS.md, oneDNN products)."""
+    reordered inside every call), kept while the Parameter lives and remade when its data
+    changes (a new storage, or an in-place write that bumps its version). Kept here, not on the
+    Parameter, so that a model still pickles whole (oneDNN's layout has no storage to save). A
+    weight made for one call (a dequantised one) is not worth a reorder and goes dense. The
+    reordered copy costs the weight's size again in memory (RESULTS.md, oneDNN products)."""
     if not isinstance(weight, torch.nn.Parameter) or weight.dtype != torch.float32:
         return _dense_slices(weight.t(), slices)
     try:
@@ -186,7 +191,7 @@ def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[
     except RuntimeError:  # an inference tensor: no version counter, and no write outside it
         version = None
     key = (weight.data_ptr(), version, tuple(slices))
-    kept = getattr(weight, "_nudge_onednn", None)
+    kept = _PACKED.get(id(weight))
     if kept is None or kept[0] != key:
         with torch.inference_mode(False), torch.no_grad():
             rows = weight.detach()
@@ -194,8 +199,9 @@ def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[
                 torch.ops.mkldnn._reorder_linear_weight(rows[s0:s1].contiguous(), TILE_ROWS)
                 for s0, s1 in slices
             ]
-        kept = (key, parts)
-        weight._nudge_onednn = kept
+        if kept is None:  # dropped with the Parameter, before its id can be reused
+            weakref.finalize(weight, _PACKED.pop, id(weight), None)
+        kept = _PACKED[id(weight)] = (key, parts)
     return kept[1]
 
 

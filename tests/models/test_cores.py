@@ -5,6 +5,8 @@ float64 matmul computed here."""
 
 from __future__ import annotations
 
+import gc
+import io
 import threading
 
 import pytest
@@ -96,9 +98,9 @@ def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
         torch.testing.assert_close(first, exact(), rtol=1e-5, atol=1e-4)
         assert torch.equal(torch.nn.functional.linear(x, weight), first)
         if invariant.ONEDNN:
-            kept = weight._nudge_onednn
+            kept = invariant._PACKED[id(weight)]
             torch.nn.functional.linear(x, weight)
-            assert weight._nudge_onednn is kept  # reused, not reordered again
+            assert invariant._PACKED[id(weight)] is kept  # reused, not reordered again
         with torch.no_grad():
             weight.mul_(-2.0)
         torch.testing.assert_close(
@@ -108,6 +110,24 @@ def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
         torch.testing.assert_close(
             torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
         )
+
+
+def test_a_model_used_by_the_products_still_pickles_and_its_copies_go_with_it():
+    layer = torch.nn.Linear(96, 600)
+    with invariant_products(), torch.inference_mode():
+        expected = layer(torch.ones(2, 96))
+    buffer = io.BytesIO()
+    torch.save(layer, buffer)
+    buffer.seek(0)
+    again = torch.load(buffer, weights_only=False)
+    with invariant_products(), torch.inference_mode():
+        assert torch.equal(again(torch.ones(2, 96)), expected)
+    if invariant.ONEDNN:
+        key = id(layer.weight)
+        assert key in invariant._PACKED
+        del layer
+        gc.collect()
+        assert key not in invariant._PACKED  # dropped with its Parameter
 
 
 def test_the_other_cores_run_in_the_callers_inference_mode(cores):
