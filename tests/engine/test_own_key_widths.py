@@ -7,6 +7,7 @@ the arms are still HF's greedy runs."""
 
 from __future__ import annotations
 
+import pytest
 from helpers.engine_reference import assert_matches_reference, random_ids
 
 import nudgeability.engine.scheduling.step_layout as layout_module
@@ -14,15 +15,21 @@ from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 
 
-def test_every_token_attends_in_a_call_as_wide_as_its_own_slot_sets(monkeypatch):
-    layouts = []
+@pytest.fixture
+def layouts(monkeypatch) -> list:
+    """Every StepLayout the engine builds while the test runs."""
+    made = []
     build = layout_module.StepLayout.of.__func__
 
     def of(cls, *args, **kwargs):
-        layouts.append(build(cls, *args, **kwargs))
-        return layouts[-1]
+        made.append(build(cls, *args, **kwargs))
+        return made[-1]
 
     monkeypatch.setattr(layout_module.StepLayout, "of", classmethod(of))
+    return made
+
+
+def test_every_token_attends_in_a_call_as_wide_as_its_own_slot_sets(layouts):
     model = tiny_model("llama", num_layers=2, seed=5)
     # prefill chunks of 48 tokens cross multiples of 128 slots; the arms' own lengths differ by
     # hundreds of slots, so a step's rows span several widths
@@ -51,17 +58,9 @@ def test_every_token_attends_in_a_call_as_wide_as_its_own_slot_sets(monkeypatch)
         assert_matches_reference(model, arm, prefix + suffix, 12, engine.eos_ids)
 
 
-def test_a_step_with_rows_of_one_width_keeps_one_part(monkeypatch):
+def test_a_step_with_rows_of_one_width_keeps_one_part(layouts):
     """The common decode step (every row under 128 own keys) is still one call per layer."""
-    seen = []
-    build = layout_module.StepLayout.of.__func__
-
-    def of(cls, *args, **kwargs):
-        seen.append(build(cls, *args, **kwargs))
-        return seen[-1]
-
-    monkeypatch.setattr(layout_module.StepLayout, "of", classmethod(of))
     engine = Engine(tiny_model("llama", num_layers=1, seed=5))
     engine.fork(random_ids(30, seed=2), [[5], [6, 7], [8]], SamplingParams(max_new_tokens=4))
-    decode_steps = [lay for lay in seen if lay.parts and all(p.width == 1 for p in lay.parts)]
+    decode_steps = [lay for lay in layouts if lay.parts and all(p.width == 1 for p in lay.parts)]
     assert decode_steps and all(len(lay.parts) == 1 for lay in decode_steps)
