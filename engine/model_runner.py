@@ -21,7 +21,7 @@ import torch
 from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
 from nudgeability.engine.kv.kv_cache import PoolCache
-from nudgeability.models.invariant import TILE_ROWS, invariant_products
+from nudgeability.models.invariant import TILE_ROWS, forget_reordered, invariant_products
 from nudgeability.util.heap import release_freed_heap
 
 MIN_ROWS = 16
@@ -48,6 +48,7 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, batch_invariant: bool = True):
         self.model = model
         self.batch_invariant = batch_invariant
+        forget_reordered(model.parameters())  # weights written since a copy was made are seen
         self.min_rows = MIN_ROWS if batch_invariant else 1
         self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()

@@ -9,9 +9,9 @@ how any one of them is summed.
 
 The construction: every product runs as calls of exactly `TILE_ROWS` rows (the last tile padded
 with zero rows), so that the kernel only ever sees one shape per weight, `[TILE_ROWS, K] x
-[K, N_slice]`, whatever M is. An fp32 product calls oneDNN's matmul once per tile (the kernel
-inductor uses for a CPU linear, the model's weights reordered once into its blocked layout:
-`_packed_slices`); measured, 1.5-3.1x faster than MKL's GEMM at these shapes on this AMD machine
+[K, N_slice]`, whatever M is. An fp32 product calls oneDNN's matmul once per tile (the op
+inductor calls for a packed bf16 CPU linear, `torch.ops.mkldnn._linear_pointwise`; the model's
+weights reordered once into its blocked layout: `_packed_slices`); measured, 1.5-3.1x faster than MKL's GEMM at these shapes on this AMD machine
 (RESULTS.md, oneDNN products). Other dtypes go through `torch.bmm` over the tiles. Weights run
 in column slices fixed by their shape alone (`column_slices`): wide ones (the LM head) in slices
 of `SLICE_COLUMNS` (a slice's weight stays in cache across the tiles), others of at least
@@ -164,7 +164,7 @@ ONEDNN = _onednn_matmul_available()  # products by oneDNN's matmul where torch w
 
 def _onednn_tile(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """One [TILE_ROWS, K] tile times `weight` [N, K] (dense, or packed by `_packed_slices`) by
-    oneDNN's matmul: the very kernel inductor calls for a CPU linear."""
+    oneDNN's matmul (`mkldnn::_linear_pointwise`, the op inductor calls for a packed linear)."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
@@ -178,19 +178,22 @@ _PACKED: dict[int, tuple] = {}  # id(Parameter) -> (what it was made from, its r
 
 def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
     """The slices of a model weight (a Parameter) reordered once into oneDNN's blocked layout
-    for TILE_ROWS-row calls (what inductor does for a frozen CPU linear: a dense weight is
-    reordered inside every call), kept while the Parameter lives and remade when its data
-    changes (a new storage, or an in-place write that bumps its version). Kept here, not on the
-    Parameter, so that a model still pickles whole (oneDNN's layout has no storage to save). A
-    weight made for one call (a dequantised one) is not worth a reorder and goes dense. The
-    reordered copy costs the weight's size again in memory (RESULTS.md, oneDNN products)."""
+    for TILE_ROWS-row calls (as inductor packs a frozen linear's weight; a dense weight runs a
+    kernel on its plain layout, slower: RESULTS.md, oneDNN products), kept while the Parameter
+    lives and remade when it changes: a new storage, shape or strides, or an in-place write that
+    bumps its version. A write the version counter cannot see (through `.data`, or into an
+    inference tensor) is not seen: `forget_reordered` drops a model's copies, and every
+    `ModelRunner` calls it when it takes a model. Kept here, not on the Parameter, so that a
+    model still pickles whole (oneDNN's layout has no storage to save). A weight made for one
+    call (a dequantised one) is not worth a reorder and goes dense. The reordered copy costs
+    the weight's size again in memory."""
     if not isinstance(weight, torch.nn.Parameter) or weight.dtype != torch.float32:
         return _dense_slices(weight.t(), slices)
     try:
         version = weight._version
-    except RuntimeError:  # an inference tensor: no version counter, and no write outside it
+    except RuntimeError:  # an inference tensor has no version counter (`forget_reordered`)
         version = None
-    key = (weight.data_ptr(), version, tuple(slices))
+    key = (weight.data_ptr(), version, tuple(weight.shape), weight.stride(), tuple(slices))
     kept = _PACKED.get(id(weight))
     if kept is None or kept[0] != key:
         with torch.inference_mode(False), torch.no_grad():
@@ -203,6 +206,13 @@ def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[
             weakref.finalize(weight, _PACKED.pop, id(weight), None)
         kept = _PACKED[id(weight)] = (key, parts)
     return kept[1]
+
+
+def forget_reordered(parameters: Iterator[torch.Tensor]) -> None:
+    """Drop the reordered copies of `parameters` (a model's): the next product makes them again
+    from the weights as they are now."""
+    for parameter in parameters:
+        _PACKED.pop(id(parameter), None)
 
 
 def tiled_matmul(

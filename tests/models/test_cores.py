@@ -68,17 +68,55 @@ def test_every_core_count_gives_the_bits_of_one_thread(m, n, cores):
     torch.testing.assert_close(expected, exact, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("n", [64, 1000, 4096 + 300])
+@pytest.mark.parametrize("m", [1, 17, 97])
+def test_a_model_weight_gives_the_bits_of_one_thread_at_every_core_count(m, n, cores):
+    """The same for a Parameter, whose slices go to the kernel reordered once (the path every
+    model weight takes): against a one-thread tile loop of the library's calls on copies
+    reordered here."""
+    torch.manual_seed(m * 5 + n)
+    k = 192
+    x = torch.randn(m, k)
+    weight = torch.nn.Parameter(torch.randn(n, k), requires_grad=False)
+    padded = -(-m // invariant.TILE_ROWS) * invariant.TILE_ROWS
+    xp = torch.cat([x, x.new_zeros(padded - m, k)])
+    expected = torch.empty(padded, n)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for s0, s1 in invariant.column_slices(n):
+            if invariant.ONEDNN:
+                part = torch.ops.mkldnn._reorder_linear_weight(weight.detach()[s0:s1].clone(), 16)
+            for t in range(0, padded, invariant.TILE_ROWS):
+                tile = xp[t : t + invariant.TILE_ROWS]
+                if invariant.ONEDNN:
+                    got = torch.ops.mkldnn._linear_pointwise(tile, part, None, "none", [], "")
+                else:
+                    got = tile @ weight.detach()[s0:s1].t()
+                expected[t : t + invariant.TILE_ROWS, s0:s1] = got
+    finally:
+        torch.set_num_threads(before)
+    for count in (1, 2, 3):
+        cores(count)
+        with invariant_products():
+            assert torch.equal(torch.nn.functional.linear(x, weight), expected[:m]), (m, n, count)
+    exact = (x.double() @ weight.detach().double().t()).float()
+    torch.testing.assert_close(expected[:m], exact, rtol=1e-5, atol=1e-4)
+
+
 def test_a_row_keeps_its_bits_whatever_else_shares_the_call(cores):
-    """The needle in miniature: row 0 alone against row 0 among 1-80 others, at 2 cores."""
+    """The needle in miniature: row 0 alone against row 0 among 1-80 others, at 2 cores, through
+    a model weight (reordered) and a plain tensor (dense)."""
     cores(2)
     torch.manual_seed(1)
-    weight = torch.randn(1536, 576)
+    weight = torch.nn.Parameter(torch.randn(1536, 576), requires_grad=False)
     needle = torch.randn(1, 576)
     with invariant_products():
-        alone = torch.nn.functional.linear(needle, weight)
-        for others in (1, 15, 16, 31, 80):
-            batch = torch.cat([needle, torch.randn(others, 576)])
-            assert torch.equal(torch.nn.functional.linear(batch, weight)[:1], alone), others
+        for w in (weight, weight.detach().clone()):
+            alone = torch.nn.functional.linear(needle, w)
+            for others in (1, 15, 16, 31, 80):
+                batch = torch.cat([needle, torch.randn(others, 576)])
+                assert torch.equal(torch.nn.functional.linear(batch, w)[:1], alone), others
 
 
 def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
@@ -107,6 +145,13 @@ def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
             torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
         )
         weight.data = torch.randn(1000, 96)
+        torch.testing.assert_close(
+            torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
+        )
+        # a write the version counter cannot see is seen once the copies are forgotten (as
+        # every ModelRunner does when it takes a model)
+        weight.data.mul_(3.0)
+        invariant.forget_reordered([weight])
         torch.testing.assert_close(
             torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
         )
