@@ -162,6 +162,17 @@ def _onednn_matmul_available() -> bool:
 ONEDNN = _onednn_matmul_available()  # products by oneDNN's matmul where torch was built with it
 
 
+def _onednn_for(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a product goes to oneDNN: fp32, eager. Under torch.compile the graph's own GEMM
+    runs instead (inductor lowers `_linear_pointwise` only for a frozen, constant weight)."""
+    return (
+        ONEDNN
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and not torch.compiler.is_compiling()
+    )
+
+
 def _onednn_tile(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """One [TILE_ROWS, K] tile times `weight` [N, K] (dense, or packed by `_packed_slices`) by
     oneDNN's matmul (`mkldnn::_linear_pointwise`, the op inductor calls for a packed linear)."""
@@ -233,7 +244,7 @@ def tiled_matmul(
     xt = x.contiguous().view(tiles, TILE_ROWS, k)
     slices = column_slices(n)
     spans = CORES.spans(tiles)
-    if ONEDNN and x.dtype == torch.float32 and weight_t.dtype == torch.float32:
+    if _onednn_for(x, weight_t):
         if parts is None:
             parts = _dense_slices(weight_t, slices)
         return _onednn_tiles(xt, parts, spans)[:m]
@@ -283,7 +294,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return _torch_linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
     parts = None
-    if ONEDNN and x.dtype == torch.float32 and weight.dtype == torch.float32:
+    if _onednn_for(x, weight):
         parts = _packed_slices(weight, column_slices(weight.shape[0]))
     out = tiled_matmul(flat, weight.t(), parts)
     if bias is not None:
