@@ -19,7 +19,8 @@ run's engine (`Engine.step`). Not timed: memory does not depend on what else the
 - **The parts at the peak**: the libraries (the resident size just before the model loads: the
   interpreter, torch, transformers and what `nudge run` imports), the weights (the bytes of
   every distinct parameter and buffer storage: SmolLM2's LM head is its embedding table, counted
-  once; they are file pages of the safetensors cache, mapped), the KV pool's resident pages, of
+  once; file pages of the safetensors cache, mapped, until a run holds its linears in oneDNN's
+  layout, models/reordered.py, counted then at their fp32 size), the KV pool's resident pages, of
   which the blocks in use, the step's own temporaries (its peak less what is resident after it),
   and the rest (freed heap that malloc kept, Python objects, the tokenizer, the records).
 
@@ -207,14 +208,22 @@ def child(n: int) -> dict:
     model = probe.model
     for t in [*model.parameters(), *model.buffers()]:
         storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    # a linear kept only in oneDNN's layout (models/reordered.py) has no storage to count: its
+    # fp32 weight's own size, as loaded (its blocked copy's padding, if any, is in "the rest")
+    reordered = sum(
+        m.in_features * m.out_features * 4
+        for m in model.modules()
+        if isinstance(getattr(m, "parts", None), list) and hasattr(m, "in_features")
+    )
+    head = getattr(model.get_output_embeddings(), "weight", None)
+    tied = head is model.get_input_embeddings().weight
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "cpu": [usage.ru_utime, usage.ru_stime, usage.ru_minflt],
         "end": end,
         "phases": probe.phases,
         "steps": probe.steps,
-        "weights": sum(storages.values()),
+        "weights": sum(storages.values()) + reordered,
         "tied": tied,
         "md5": md5,
         "modules": [m for m in NOTABLE if m in sys.modules],
@@ -298,7 +307,11 @@ def report(results: dict[str, dict], n: int) -> str:
             "",
             *head,
             row("interpreter + libraries (resident before the model loads)", size("libraries")),
-            row("weights (distinct parameter and buffer storages; LM head tied)", size("weights")),
+            row(
+                "weights (distinct parameter and buffer storages, and the linears held in "
+                "oneDNN's layout at their fp32 size; LM head tied)",
+                size("weights"),
+            ),
             row("KV pool, resident pages (mincore)", size("pool")),
             row("… of which blocks in use at that step", size("in_use")),
             row("the rest (freed heap kept, Python objects, tokenizer, records)", size("rest")),

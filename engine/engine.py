@@ -114,7 +114,7 @@ class Engine:
         self.progress = progress
         self.eos_ids = req.eos_ids(model, tokenizer)
         self.pad_id = req.pad_id(model, tokenizer, self.eos_ids)
-        self.vocab_size = self.runner.lm_head.weight.shape[0]
+        self.vocab_size = self.runner.vocab_size
         self.stats = EngineStats(trace=[] if trace else None)
         self.static_dispatch = StaticDecodeDispatch(
             self.runner, block_size, static_decode, cuda_graphs

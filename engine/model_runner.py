@@ -53,6 +53,10 @@ class ModelRunner:
         self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()
         self.lm_head = model.get_output_embeddings()
+        # a head kept in oneDNN's layout has no `weight` (models/reordered.py)
+        self.vocab_size = (
+            getattr(self.lm_head, "out_features", None) or self.lm_head.weight.shape[0]
+        )
         config = model.config
         self.softcap = getattr(config, "final_logit_softcapping", None)
         if getattr(config, "attn_logit_softcapping", None):

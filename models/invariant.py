@@ -11,7 +11,8 @@ The construction: every product runs as calls of exactly `TILE_ROWS` rows (the l
 with zero rows), so that the kernel only ever sees one shape per weight, `[TILE_ROWS, K] x
 [K, N_slice]`, whatever M is. An fp32 product calls oneDNN's matmul once per tile (the op
 inductor calls for a packed bf16 CPU linear, `torch.ops.mkldnn._linear_pointwise`; the model's
-weights reordered once into its blocked layout: `_packed_slices`); measured, 1.5-3.1x faster than MKL's GEMM at these shapes on this AMD machine
+weights up to REORDER_MAX_COLUMNS wide reordered once into its blocked layout: `_packed_slices`,
+or, in a run that owns its model, models/reordered.py); measured, 1.5-3.1x faster than MKL's GEMM at these shapes on this AMD machine
 (RESULTS.md, oneDNN products). Other dtypes go through `torch.bmm` over the tiles. Weights run
 in column slices fixed by their shape alone (`column_slices`): wide ones (the LM head) in slices
 of `SLICE_COLUMNS` (a slice's weight stays in cache across the tiles), others of at least
@@ -42,6 +43,11 @@ import torch.nn.functional as F
 TILE_ROWS = 16
 SLICE_COLUMNS = 4096  # columns per call of a wide weight; fixed per weight shape
 HALVED_COLUMNS = 512  # a weight at least this wide runs in two column halves (`column_slices`)
+# The widest weight reordered into oneDNN's layout (`reorderable`): in the supported models only
+# the LM head is wider, and its table is the embedding's in tied models, which must stay dense
+# for the lookups, so a reordered head would hold the largest weight twice (SmolLM2: 108 MiB of
+# 513; RESULTS.md, Demo memory). The head runs from the plain layout instead, in every path.
+REORDER_MAX_COLUMNS = SLICE_COLUMNS
 _torch_linear = torch.nn.functional.linear  # the library's own, called for what is not ours
 
 
@@ -196,9 +202,10 @@ def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[
     inference tensor) is not seen: `forget_reordered` drops a model's copies, and every
     `ModelRunner` calls it when it takes a model. Kept here, not on the Parameter, so that a
     model still pickles whole (oneDNN's layout has no storage to save). A weight made for one
-    call (a dequantised one) is not worth a reorder and goes dense. The reordered copy costs
-    the weight's size again in memory."""
-    if not isinstance(weight, torch.nn.Parameter) or weight.dtype != torch.float32:
+    call (a dequantised one) is not worth a reorder and goes dense, and so does a weight that is
+    not `reorderable` (the LM head). The reordered copy costs the weight's size again in memory,
+    which a run that owns its model does not pay (models/reordered.py)."""
+    if not isinstance(weight, torch.nn.Parameter) or not reorderable(weight):
         return _dense_slices(weight.t(), slices)
     try:
         version = weight._version
@@ -207,16 +214,30 @@ def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[
     key = (weight.data_ptr(), version, tuple(weight.shape), weight.stride(), tuple(slices))
     kept = _PACKED.get(id(weight))
     if kept is None or kept[0] != key:
-        with torch.inference_mode(False), torch.no_grad():
-            rows = weight.detach()
-            parts = [
-                torch.ops.mkldnn._reorder_linear_weight(rows[s0:s1].contiguous(), TILE_ROWS)
-                for s0, s1 in slices
-            ]
+        parts = reorder_slices(weight, slices)
         if kept is None:  # dropped with the Parameter, before its id can be reused
             weakref.finalize(weight, _PACKED.pop, id(weight), None)
         kept = _PACKED[id(weight)] = (key, parts)
     return kept[1]
+
+
+def reorderable(weight: torch.Tensor) -> bool:
+    """Whether a model weight [N, K] runs from slices reordered into oneDNN's layout: fp32 and at
+    most REORDER_MAX_COLUMNS wide (the LM head runs from its plain layout: why at the constant).
+    The rule is the shape's alone, the same for a kept copy and for models/reordered.py, so a
+    weight's calls never depend on who holds the model."""
+    return weight.dtype == torch.float32 and weight.shape[0] <= REORDER_MAX_COLUMNS
+
+
+def reorder_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """The rows [s0:s1] of an fp32 weight [N, K], each reordered into oneDNN's blocked layout for
+    TILE_ROWS-row calls (`_reorder_linear_weight`), as `_onednn_tile` takes them."""
+    with torch.inference_mode(False), torch.no_grad():
+        rows = weight.detach()
+        return [
+            torch.ops.mkldnn._reorder_linear_weight(rows[s0:s1].contiguous(), TILE_ROWS)
+            for s0, s1 in slices
+        ]
 
 
 def forget_reordered(parameters: Iterator[torch.Tensor]) -> None:
@@ -237,17 +258,13 @@ def tiled_matmul(
     `torch.bmm` over the piece's tiles. Either way every call is [16, K] x [K, slice]."""
     m, k = x.shape
     n = weight_t.shape[1]
-    tiles = -(-m // TILE_ROWS)
-    padded = tiles * TILE_ROWS
-    if padded != m:
-        x = F.pad(x, (0, 0, 0, padded - m))
-    xt = x.contiguous().view(tiles, TILE_ROWS, k)
     slices = column_slices(n)
-    spans = CORES.spans(tiles)
     if _onednn_for(x, weight_t):
-        if parts is None:
-            parts = _dense_slices(weight_t, slices)
-        return _onednn_tiles(xt, parts, spans)[:m]
+        return onednn_product(x, parts if parts is not None else _dense_slices(weight_t, slices))
+    xt = _in_tiles(x)
+    tiles = xt.shape[0]
+    padded = tiles * TILE_ROWS
+    spans = CORES.spans(tiles)
     if len(slices) == 1 and len(spans) == 1:
         return torch.bmm(xt, weight_t.expand(tiles, k, n)).view(padded, n)[:m]
     outs = [x.new_empty(tiles, TILE_ROWS, s1 - s0) for s0, s1 in slices]
@@ -263,6 +280,23 @@ def tiled_matmul(
     CORES.share(work, costs)
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     return out.view(padded, n)[:m]
+
+
+def _in_tiles(x: torch.Tensor) -> torch.Tensor:
+    """x [M, K] as [ceil(M / 16), 16, K], the last tile padded with zero rows."""
+    m, k = x.shape
+    tiles = -(-m // TILE_ROWS)
+    if tiles * TILE_ROWS != m:
+        x = F.pad(x, (0, 0, 0, tiles * TILE_ROWS - m))
+    return x.contiguous().view(tiles, TILE_ROWS, k)
+
+
+def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
+    """x [M, K] (fp32) times a weight given as its column slices' `parts` (dense [s1 - s0, K], or
+    reordered by `reorder_slices`): [M, N], one oneDNN call per 16-row tile and slice, shared
+    between the `CORES`."""
+    xt = _in_tiles(x)
+    return _onednn_tiles(xt, parts, CORES.spans(xt.shape[0]))[: x.shape[0]]
 
 
 def _onednn_tiles(xt: torch.Tensor, parts: list[torch.Tensor], spans) -> torch.Tensor:

@@ -22,6 +22,7 @@ from nudgeability.backends.base import Backend
 from nudgeability.models.families import Family, detect_family
 from nudgeability.models.loader import LoadedModel, ModelSource, load_model
 from nudgeability.models.quant.compute import DEFAULT_COMPUTE
+from nudgeability.models.reordered import reorder_linears
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
 from nudgeability.splice.experiment.conditions import ORACLE_BASE, Condition
@@ -47,6 +48,7 @@ from nudgeability.splice.rundir.manifest import (
 from nudgeability.splice.rundir.plan import Plan
 from nudgeability.splice.tasks import Problem, Task, get_task, sample_problems
 from nudgeability.splice.tasks.tools import Toolbox
+from nudgeability.util.heap import release_freed_heap
 
 
 @dataclass
@@ -191,6 +193,10 @@ def _open_model(
             )
         except EmbeddedModelMissing as exc:
             raise ConfigError(f"--model {requested.model}: {exc}") from None
+        # the run owns the model it loaded: its fp32 CPU linears kept only in oneDNN's layout,
+        # the weights' memory once (models/reordered.py); the same bits as the kept copy's
+        if reorder_linears(loaded.model):
+            release_freed_heap()
     family = detect_family(loaded.source.directory, loaded.tokenizer, override=requested.family)
     quant_compute = _quant_compute(requested, loaded.source)
     return _Model(spec, family, loaded.source, loaded=loaded, quant_compute=quant_compute)

@@ -1,0 +1,108 @@
+"""A model's fp32 linears held only in oneDNN's layout: the weights' memory once, not twice.
+
+The invariant products (models/invariant.py) run a Parameter's product from a copy of its column
+slices reordered into oneDNN's blocked layout, kept beside the Parameter: 1.5-3.1x faster per
+call than the plain layout (RESULTS.md, oneDNN products), at the cost of the weights' size again
+(SmolLM2: +400 MiB on a 1.5 GiB demo; RESULTS.md, Demo memory). A run that loaded its model itself
+and hands it to nobody else (splice/run/prepare.py) needs only the copy: `reorder_linears`
+replaces each fp32 `nn.Linear` on the CPU by a `ReorderedLinear` holding just the reordered
+slices, and the dense weight is freed. Its products are the very calls `invariant.linear` makes
+from the kept copy (`reorder_slices`, `onednn_product`), so the bits are the same by
+construction (tests/models/test_reordered.py), at any core count.
+
+What is given up: the module has no `weight` to read, write, save or move; it runs on the CPU in
+fp32 only, and not under `torch.compile` (inductor lowers oneDNN's matmul only for a frozen
+constant weight). A linear whose weight is shared with an embedding stays as it is, since the
+embedding's lookups need the dense table, and so does one wider than the invariant products
+reorder (`invariant.reorderable`: the LM head, tied or not, runs from its plain layout).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nudgeability.models.invariant import (
+    ONEDNN,
+    column_slices,
+    invariant_products,
+    onednn_product,
+    reorder_slices,
+    reorderable,
+)
+
+
+class ReorderedLinear(torch.nn.Module):
+    """`nn.Linear` of an fp32 CPU weight kept only as its `column_slices` in oneDNN's layout."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        # a plain attribute, not a buffer: oneDNN's layout has no storage to save or share
+        self.parts = reorder_slices(linear.weight, column_slices(linear.out_features))
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dtype != torch.float32:
+            raise TypeError(
+                f"ReorderedLinear runs fp32 on the CPU (models/reordered.py); got {x.dtype} on {x.device}"
+            )
+        # on one torch thread with the cores as `invariant.linear` has them (re-entrant: free
+        # inside the engine's forward), so that a call outside the engine gives the same bits
+        with invariant_products():
+            out = onednn_product(x.reshape(-1, self.in_features), self.parts)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN layout"
+
+
+def _applies(model: torch.nn.Module) -> bool:
+    """Whether `reorder_linears` applies: oneDNN's matmul is in this torch build and the model's
+    floating-point weights are fp32 on the CPU."""
+    weights = [p for p in model.parameters() if p.is_floating_point()]
+    return ONEDNN and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in weights)
+
+
+def reorder_linears(model: torch.nn.Module) -> int:
+    """Replace, in place, every fp32 CPU `nn.Linear` of `model` whose weight is `reorderable` and
+    shared with no embedding by a `ReorderedLinear` (module docstring); the dense weights are freed once nothing else holds
+    them. Returns how many were replaced: 0 without oneDNN, or where the model's floating-point
+    weights are not all fp32 on the CPU."""
+    if not _applies(model):
+        return 0
+    shared = {
+        id(module.weight) for module in model.modules() if isinstance(module, torch.nn.Embedding)
+    }
+    targets = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is torch.nn.Linear
+        and id(child.weight) not in shared
+        and reorderable(child.weight)
+    ]
+    for parent, name, child in targets:
+        setattr(parent, name, ReorderedLinear(child))
+    if targets:
+        _own_copies(model)
+    return len(targets)
+
+
+def _own_copies(model: torch.nn.Module) -> None:
+    """Copy the weights left (embeddings, norms, biases) out of whatever memory they share. A
+    safetensors load maps the whole file and every tensor is a view of that mapping, which
+    stays resident while any one of them lives: measured on SmolLM2, the freed linears' 400 MiB
+    stayed resident beside their reordered copies until the embedding and norms were copied."""
+    copies: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for parameter in model.parameters():  # each once: a tied table is one Parameter
+            parameter.data = parameter.data.clone()
+        for module in model.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    if id(buffer) not in copies:
+                        copies[id(buffer)] = buffer.clone()
+                    module._buffers[name] = copies[id(buffer)]
