@@ -16,14 +16,6 @@ from nudgeability.models import invariant
 from nudgeability.models.invariant import CORES, Cores, invariant_products, tiled_matmul
 
 
-@pytest.fixture
-def cores():
-    before, threads = CORES.count, torch.get_num_threads()
-    yield CORES.resize
-    CORES.resize(before)
-    torch.set_num_threads(threads)
-
-
 def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     """The reference schedule: every 16-row tile (zero-padded) and every column slice of the
     weight (`invariant.column_slices`, fixed by its width) computed alone by the library's

@@ -14,19 +14,11 @@ import pytest
 import torch
 
 from nudgeability.models import invariant
-from nudgeability.models.invariant import CORES, invariant_products
+from nudgeability.models.invariant import invariant_products
 from nudgeability.models.reordered import ReorderedLinear, reorder_linears
 from nudgeability.models.testing.tiny import ARCHITECTURES, tiny_model
 
 pytestmark = pytest.mark.skipif(not invariant.ONEDNN, reason="torch built without oneDNN")
-
-
-@pytest.fixture
-def cores():
-    before, threads = CORES.count, torch.get_num_threads()
-    yield CORES.resize
-    CORES.resize(before)
-    torch.set_num_threads(threads)
 
 
 def _library_loop(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
