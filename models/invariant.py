@@ -231,13 +231,23 @@ def reorderable(weight: torch.Tensor) -> bool:
 
 def reorder_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
     """The rows [s0:s1] of an fp32 weight [N, K], each reordered into oneDNN's blocked layout for
-    TILE_ROWS-row calls (`_reorder_linear_weight`), as `_onednn_tile` takes them."""
-    with torch.inference_mode(False), torch.no_grad():
-        rows = weight.detach()
-        return [
-            torch.ops.mkldnn._reorder_linear_weight(rows[s0:s1].contiguous(), TILE_ROWS)
-            for s0, s1 in slices
-        ]
+    TILE_ROWS-row calls (`_reorder_linear_weight`), as `_onednn_tile` takes them. On one torch
+    thread, as every call that reads them runs: oneDNN picks the block width of the layout by
+    the thread count (its brgemm inner product's `get_adjusted_oc_block`), so a copy made at
+    two threads would not be the one a kept copy, made inside `invariant_products`, is."""
+    threads = torch.get_num_threads()
+    if threads != 1:
+        torch.set_num_threads(1)
+    try:
+        with torch.inference_mode(False), torch.no_grad():
+            rows = weight.detach()
+            return [
+                torch.ops.mkldnn._reorder_linear_weight(rows[s0:s1].contiguous(), TILE_ROWS)
+                for s0, s1 in slices
+            ]
+    finally:
+        if threads != 1:
+            torch.set_num_threads(threads)
 
 
 def forget_reordered(parameters: Iterator[torch.Tensor]) -> None:

@@ -60,17 +60,22 @@ class ReorderedLinear(torch.nn.Module):
 
 
 def _applies(model: torch.nn.Module) -> bool:
-    """Whether `reorder_linears` applies: oneDNN's matmul is in this torch build and the model's
-    floating-point weights are fp32 on the CPU."""
-    weights = [p for p in model.parameters() if p.is_floating_point()]
-    return ONEDNN and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in weights)
+    """Whether `reorder_linears` applies: oneDNN's matmul is in this torch build, and the model is
+    fp32 on the CPU, not quantised: every floating-point parameter and buffer fp32 on the CPU,
+    and no integer buffer of two or more dimensions (the packed weights of models/quant/)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return ONEDNN and all(
+        t.device.type == "cpu"
+        and (t.dtype == torch.float32 if t.is_floating_point() else t.dim() < 2)
+        for t in tensors
+    )
 
 
 def reorder_linears(model: torch.nn.Module) -> int:
     """Replace, in place, every fp32 CPU `nn.Linear` of `model` whose weight is `reorderable` and
     shared with no embedding by a `ReorderedLinear` (module docstring); the dense weights are freed once nothing else holds
-    them. Returns how many were replaced: 0 without oneDNN, or where the model's floating-point
-    weights are not all fp32 on the CPU."""
+    them. Returns how many were replaced: 0 without oneDNN, or where the model is not fp32 on the
+    CPU, or is quantised (`_applies`)."""
     if not _applies(model):
         return 0
     shared = {

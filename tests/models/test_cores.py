@@ -91,8 +91,9 @@ def test_a_model_weight_gives_the_bits_of_one_thread_at_every_core_count(m, n, c
     finally:
         torch.set_num_threads(before)
     for count in (1, 2, 3):
-        cores(count)
+        torch.set_num_threads(count)  # `invariant_products` gives the cores torch's threads
         with invariant_products():
+            assert CORES.count == count
             assert torch.equal(torch.nn.functional.linear(x, weight), expected[:m]), (m, n, count)
     exact = (x.double() @ weight.detach().double().t()).float()
     torch.testing.assert_close(expected[:m], exact, rtol=1e-5, atol=1e-4)

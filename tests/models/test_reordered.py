@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import gc
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from nudgeability.models import invariant
 from nudgeability.models.invariant import invariant_products
 from nudgeability.models.reordered import ReorderedLinear, reorder_linears
 from nudgeability.models.testing.tiny import ARCHITECTURES, tiny_model
+from nudgeability.models.testing.tiny_tokenizers import tiny_tokenizer
 
 pytestmark = pytest.mark.skipif(not invariant.ONEDNN, reason="torch built without oneDNN")
 
@@ -57,19 +59,22 @@ def test_a_reordered_linear_gives_the_bits_of_the_library_loop_at_every_core_cou
     with torch.no_grad():
         weight = dense.weight.detach().clone()
         b = dense.bias.detach().clone() if bias else None
-        layer = ReorderedLinear(dense)
         expected = _library_loop(x.reshape(-1, k), weight)
         if bias:
             expected = expected + b
         expected = expected.view(2, m, n)
         for count in (1, 2, 3):
-            cores(count)
+            # the products' cores are torch's threads (`invariant_products`); the layer is made
+            # at that thread count too (its reorder must not depend on it)
+            torch.set_num_threads(count)
+            layer = ReorderedLinear(dense)
             assert torch.equal(layer(x), expected), count  # outside the engine's products
             with invariant_products():
+                assert invariant.CORES.count == count
                 assert torch.equal(layer(x), expected), count
-                assert torch.equal(
-                    torch.nn.functional.linear(x, dense.weight, dense.bias), expected
-                )
+                if invariant.reorderable(dense.weight):  # the kept copy: the same calls
+                    got = torch.nn.functional.linear(x, dense.weight, dense.bias)
+                    assert torch.equal(got, expected), count
     exact = x.double() @ weight.double().t() + (0 if b is None else b.double())
     torch.testing.assert_close(expected, exact.float(), rtol=1e-5, atol=1e-4)
 
@@ -109,10 +114,32 @@ def test_every_family_keeps_its_logits_and_greedy_tokens_and_frees_the_dense_wei
     torch.testing.assert_close(expected, dense, rtol=1e-4, atol=1e-4)
 
 
-def test_a_model_not_wholly_fp32_on_the_cpu_is_left_as_it_is():
+def test_a_model_not_wholly_fp32_on_the_cpu_or_quantised_is_left_as_it_is():
     model = tiny_model("llama", dtype=torch.bfloat16)
     assert reorder_linears(model) == 0
     assert any(type(m) is torch.nn.Linear for m in model.modules())
+    quantised = tiny_model("llama")  # a packed integer weight beside fp32 linears (models/quant/)
+    quantised.model.layers[0].mlp.register_buffer("packed", torch.zeros(4, 8, dtype=torch.int32))
+    assert reorder_linears(quantised) == 0
+
+
+def test_a_run_s_load_lets_go_of_the_checkpoint_file(tmp_path):
+    """The safetensors file stays mapped while any tensor loaded from it lives (module
+    docstring): after `reorder_linears` no mapping of it is left (Linux's /proc/self/maps)."""
+    from nudgeability.models.loader import load_model
+
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        pytest.skip("no /proc/self/maps on this system")
+    tiny_model("qwen3", seed=2).save_pretrained(tmp_path, safe_serialization=True)
+    tiny_tokenizer("qwen3").save_pretrained(tmp_path)
+    files = sorted(str(f.resolve()) for f in tmp_path.glob("*.safetensors"))
+    loaded = load_model(tmp_path)
+    mapped = [f for f in files if f in maps.read_text()]
+    assert reorder_linears(loaded.model) > 0
+    gc.collect()
+    assert mapped == files  # the load maps the file, else this test shows nothing
+    assert not [f for f in files if f in maps.read_text()]
 
 
 def test_a_weight_wider_than_the_rule_reorders_stays_dense_in_every_path():
