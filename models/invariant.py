@@ -268,9 +268,11 @@ def tiled_matmul(
     `torch.bmm` over the piece's tiles. Either way every call is [16, K] x [K, slice]."""
     m, k = x.shape
     n = weight_t.shape[1]
+    if _onednn_for(x, weight_t):  # `parts` given: the slices were cut by the caller
+        if parts is None:
+            parts = _dense_slices(weight_t, column_slices(n))
+        return onednn_product(x, parts)
     slices = column_slices(n)
-    if _onednn_for(x, weight_t):
-        return onednn_product(x, parts if parts is not None else _dense_slices(weight_t, slices))
     xt = _in_tiles(x)
     tiles = xt.shape[0]
     padded = tiles * TILE_ROWS
