@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from nudgeability.backends.names import APIS, BACKENDS, CONTINUE_FLAGS, PROMPT_FORMATS
@@ -25,6 +26,7 @@ from nudgeability.splice.run.config import (
     RunConfig,
     default_n,
     default_out,
+    resumed_chunk_size,
 )
 
 _DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
@@ -159,9 +161,10 @@ def register(subparsers) -> None:
     run.add_argument(
         "--workers",
         type=int,
-        default=1,
-        help="CPU runs: N single-threaded processes, each a shard of the run, merged into OUT "
-        "(records byte for byte the one-process run's; N copies of the model in memory)",
+        help="CPU runs: N single-threaded processes, each a shard of the run, forked after the "
+        "model loads (one copy of the weights) and merged into OUT; records byte for byte the "
+        "one-process run's (default: one per core on a CPU run without --threads; 1: one "
+        "process on every core)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument(
@@ -298,8 +301,10 @@ def _run(args: argparse.Namespace) -> int:
 
     requested = config_from_args(args)
     remote = remote_from_args(args)
-    if args.workers != 1 and remote is None:
-        return _run_workers(args, requested)
+    requested = resumed_chunk_size(requested, _out(args, requested))
+    workers = _workers(args, requested, remote)
+    if workers != 1:
+        return _run_workers(args, requested, workers)
     set_threads(getattr(args, "threads", None))  # before prepare: the manifest records it
     with _quiet_transformers(args.quiet):
         prepared = prepare(requested, remote=remote)
@@ -319,12 +324,37 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_workers(args: argparse.Namespace, requested) -> int:
+def _workers(args: argparse.Namespace, requested, remote) -> int:
+    """`--workers` as given, else splice/run/workers.py's `automatic_count` (one process for a
+    server run or under --threads: that count is the user's)."""
+    if args.workers is not None:
+        return args.workers
+    if remote is not None or getattr(args, "threads", None) is not None:
+        return 1
+    import torch
+
+    from nudgeability.splice.run.workers import automatic_count
+
+    return automatic_count(requested, _out(args, requested), torch.get_num_threads())
+
+
+def _out(args: argparse.Namespace, requested) -> Path:
+    """--out, else where the one-process run would go (`default_out` of the resolved config)."""
+    if args.out:
+        return Path(args.out)
+    from nudgeability.splice.run.prepare import model_label
+
+    label = requested.model_label or model_label(requested.model)
+    return default_out(replace(requested, model_label=label))
+
+
+def _run_workers(args: argparse.Namespace, requested, workers: int) -> int:
     from nudgeability.splice.run.workers import run_workers
 
-    out = Path(args.out) if args.out else default_out(requested)
-    result = run_workers(requested, out, args.workers, progress=not args.quiet)
-    print(f"nudge run: {result.records} records in {out} ({args.workers} workers)", file=sys.stderr)
+    out = _out(args, requested)
+    with _quiet_transformers(args.quiet):
+        result = run_workers(requested, out, workers, progress=not args.quiet)
+    print(f"nudge run: {result.records} records in {out} ({workers} workers)", file=sys.stderr)
     if not args.no_report:
         from .report import report_run
 

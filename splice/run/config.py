@@ -19,10 +19,11 @@ run against the same `--out` must resolve to the same config (splice/rundir/mani
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from nudgeability.models.smollm2 import ALIAS as DEFAULT_MODEL  # the embedded model
+from nudgeability.splice.rundir.layout import MANIFEST
 
 DECODINGS = ("greedy", "sampled")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -159,6 +160,24 @@ def default_out(config: RunConfig) -> Path:
     if config.shard is not None:
         name += f"-shard{config.shard[0]}of{config.shard[1]}"
     return Path("runs") / name
+
+
+def resumed_chunk_size(config: RunConfig, out: Path) -> RunConfig:
+    """`config` with the chunk size of the run `out` already holds, when none was asked for: a
+    workers run chooses a smaller one (splice/run/workers.py), so the same command, run again,
+    resumes it whether it takes workers or one process. Records do not depend on the chunk size;
+    the parts do. A missing or unreadable manifest leaves `config` as it is (the run directory's
+    own checks name the file)."""
+    if config.chunk_size is not None:
+        return config
+    try:
+        stored = json.loads((Path(out) / MANIFEST).read_text(encoding="utf-8"))["config"]
+        chunk_size = stored["chunk_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return config
+    if isinstance(chunk_size, int) and not isinstance(chunk_size, bool) and chunk_size > 0:
+        return replace(config, chunk_size=chunk_size)
+    return config
 
 
 def resolve_decoding(

@@ -184,22 +184,28 @@ def _open_model(
         return _Model(spec, family, source, backend=backend, tokenizer=tokenizer)
     spec = _model_spec(requested.model)
     if loaded is None:
-        try:
-            loaded = load_model(
-                spec,
-                device=device,
-                dtype=getattr(torch, requested.dtype),
-                quant_compute=requested.quant_compute or DEFAULT_COMPUTE,
-            )
-        except EmbeddedModelMissing as exc:
-            raise ConfigError(f"--model {requested.model}: {exc}") from None
-        # the run owns the model it loaded: its fp32 CPU linears kept only in oneDNN's layout,
-        # the weights' memory once (models/reordered.py); the same bits as the kept copy's
-        if reorder_linears(loaded.model):
-            release_freed_heap()
+        loaded = load_run_model(requested, device)
     family = detect_family(loaded.source.directory, loaded.tokenizer, override=requested.family)
     quant_compute = _quant_compute(requested, loaded.source)
     return _Model(spec, family, loaded.source, loaded=loaded, quant_compute=quant_compute)
+
+
+def load_run_model(requested: RunConfig, device: str) -> LoadedModel:
+    """Load the checkpoint `requested.model` names, owned by the run: its fp32 CPU linears kept
+    only in oneDNN's layout, the weights' memory once (models/reordered.py; the same bits as the
+    kept copy a model handed to `prepare` gets). Workers share the parent's (workers.py)."""
+    try:
+        loaded = load_model(
+            _model_spec(requested.model),
+            device=device,
+            dtype=getattr(torch, requested.dtype),
+            quant_compute=requested.quant_compute or DEFAULT_COMPUTE,
+        )
+    except EmbeddedModelMissing as exc:
+        raise ConfigError(f"--model {requested.model}: {exc}") from None
+    if reorder_linears(loaded.model):
+        release_freed_heap()
+    return loaded
 
 
 def _quant_compute(requested: RunConfig, source: ModelSource) -> str | None:

@@ -2,30 +2,39 @@
 
 The engine's CPU forward already uses every core of one process (models/invariant.Cores: whole
 fixed-shape calls shared between threads, which keeps a row's bits independent of the batch and
-of the thread count). Workers are the other way round: `nudge run --workers N` starts N
-processes, each computing shard k/N of the
-run (whole chunks of problems, `RunConfig.shard`) at one thread, on the schedule its own needle
-chooses (schedule.py), and
-joins them with `nudge merge`'s `merge`, whose records are byte for byte the unsharded run's
-(tests/splice/rundir/test_merge.py). A worker is this module run as a program on a pickled
-`RunConfig`; its log goes to `<out>.workers/shard-K.log`, and a failed worker's last line is the
-error. Run the same command again to resume: each shard resumes its own directory.
+of the thread count). But the Python around those calls is serial, so one process leaves its
+other cores idle for part of every step. Workers are the other way round: N processes, each
+computing shard k/N of the run (whole chunks of problems, `RunConfig.shard`) at one thread, on
+the schedule its own needle chooses (schedule.py), joined by `nudge merge`'s `merge`, whose
+records are byte for byte the unsharded run's (tests/splice/rundir/test_merge.py).
 
-Each worker loads its own copy of the model, so N workers need N times the weights' memory.
+The model is loaded once, here, at one thread, and the workers are forked from this process:
+they share its weights page for page (copy-on-write pages nobody writes), so N workers hold the
+weights once, not N times; each adds only its own KV pool and temporaries. One thread before the
+fork, because a forked child cannot use an OpenMP thread pool its parent started (GNU libgomp
+is not fork-safe); at one thread torch, MKL and oneDNN never start one.
+
+`automatic_count` is what `nudge run` does without `--workers`: one worker per core on a CPU
+run, one process where workers cannot help or would change how a run resumes. A worker's log
+goes to `<out>.workers/shard-K.log`, and a failed worker's last line is the error. Run the same
+command again to resume: each shard resumes its own directory, with the count it began with.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import pickle
-import subprocess
+import re
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
+from nudgeability.splice.rundir.layout import PART_SUFFIX, PARTS
 from nudgeability.splice.rundir.merge import MergeResult, merge
+from nudgeability.util.progress import progress_bar
+
+_SHARD_DIR = re.compile(r"shard-\d+-of-(\d+)")
 
 
 class WorkerError(RuntimeError):
@@ -59,71 +68,129 @@ def worker_chunk_size(config: RunConfig, count: int) -> int:
     return max(1, min(asked, per_worker))
 
 
+def automatic_count(config: RunConfig, out: Path, cores: int) -> int:
+    """The workers `nudge run` uses when `--workers` is not given: the count an interrupted
+    workers run began with (its shards resume); one process for a device other than the CPU, a
+    shard, or an `out` that already holds a one-process run (it resumes as it began); else one
+    worker per core, at most one per problem."""
+    layout = Workers(Path(out).absolute(), 1)
+    begun = sorted(
+        {int(m.group(1)) for d in _listing(layout.root) if (m := _SHARD_DIR.fullmatch(d.name))}
+    )
+    if len(begun) == 1 and not _listing(layout.out):
+        return begun[0]
+    import torch
+
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device != "cpu" or config.shard is not None or _listing(layout.out):
+        return 1
+    return max(1, min(cores, config.n or cores))
+
+
+def _listing(directory: Path) -> list[Path]:
+    return list(directory.iterdir()) if directory.is_dir() else []
+
+
 def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True) -> MergeResult:
-    """Run `config` as `count` single-threaded shard workers into `out` (module docstring)."""
+    """Run `config` as `count` single-threaded shard workers into `out`, forked from this process
+    after it loads the model (module docstring); the merged run's result."""
     if count < 1:
         raise ValueError(f"--workers {count}: must be at least 1")
     if config.shard is not None:
         raise ValueError("--workers with --shard: a shard runs in one process")
     import torch
 
-    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    from nudgeability.splice.run.prepare import prepare
+    from nudgeability.splice.run.validation import validate
+
+    device = validate(config).device
     if device != "cpu":
         raise ValueError(f"--workers: CPU runs only (device {device})")
     layout = Workers(Path(out).absolute(), count)
-    if layout.out.exists() and any(layout.out.iterdir()):
+    if _listing(layout.out):
         raise ValueError(
             f"{out}: already holds a run; the workers merge into a new directory "
             f"(their shards stay in {layout.root})"
         )
-    layout.root.mkdir(parents=True, exist_ok=True)
     config = replace(config, chunk_size=worker_chunk_size(config, count))
-    spec = layout.root / "config.pickle"
-    spec.write_bytes(pickle.dumps(config))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    procs = []
-    for k in range(1, count + 1):
-        with open(layout.log(k), "w") as log:
-            command = [sys.executable, "-m", __name__, str(spec), str(k), str(count)]
-            command.append(str(layout.shard_dir(k)))
-            procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
-    _wait(procs, layout, progress)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # before anything computes: no OpenMP pool for the children to inherit
+    os.environ.setdefault(
+        "TOKENIZERS_PARALLELISM", "false"
+    )  # the Rust pool is not fork-safe either
+    try:
+        # the whole run prepared here first: a bad input fails once, before any worker starts
+        whole = prepare(config)
+        loaded, units = whole.loaded, len(whole.plan.units())
+        del whole
+        layout.root.mkdir(parents=True, exist_ok=True)
+        fork = multiprocessing.get_context("fork")
+        procs = []
+        for k in range(1, count + 1):
+            args = (config, k, count, layout.shard_dir(k), layout.log(k), loaded)
+            procs.append(fork.Process(target=_worker, args=args, name=f"nudge-worker-{k}"))
+            procs[-1].start()
+        del loaded  # the children hold it; this process only waits
+        _wait(procs, layout, units, progress)
+    finally:
+        torch.set_num_threads(threads)
     return merge(out, [layout.shard_dir(k) for k in range(1, count + 1)])
 
 
-def _wait(procs: list[subprocess.Popen], layout: Workers, progress: bool) -> None:
-    start = time.monotonic()
-    while any(p.poll() is None for p in procs):
-        time.sleep(2.0)
-        if progress:
-            done = sum(p.poll() == 0 for p in procs)
-            parts = sum(
-                len(list(layout.shard_dir(k).glob("*.part*"))) for k in range(1, 1 + len(procs))
-            )
-            print(
-                f"\rnudge run: {len(procs)} workers, {done} finished, {parts} units stored, "
-                f"{time.monotonic() - start:.0f} s",
-                end="",
-                file=sys.stderr,
-            )
-    if progress:
-        print(file=sys.stderr)
+def _wait(procs: list, layout: Workers, units: int, progress: bool) -> None:
+    """Wait for the workers, the bar counting the units their shards have stored."""
+    bar = progress_bar(units, "units", "unit", enabled=progress)
+    try:
+        while any(p.is_alive() for p in procs):
+            for p in procs:
+                p.join(timeout=1.0 / len(procs))
+            bar.update(_stored(layout, len(procs)) - bar.n)
+        bar.update(_stored(layout, len(procs)) - bar.n)
+    except BaseException:  # Ctrl-C or an error here: no worker outlives the run
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join()
+        raise
+    finally:
+        bar.close()
     for k, p in enumerate(procs, 1):
-        if p.returncode != 0:
+        if p.exitcode != 0:
             lines = layout.log(k).read_text().strip().splitlines() or ["(no output)"]
             raise WorkerError(f"worker {k}/{len(procs)} failed (see {layout.log(k)}): {lines[-1]}")
 
 
-def _worker(spec: str, k: int, count: int, out: str) -> None:
-    """One worker: shard k of `count` of the pickled config, at one torch thread."""
+def _stored(layout: Workers, count: int) -> int:
+    """The finished units in the shards' directories (a part file each, splice/rundir/layout.py)."""
+    return sum(
+        len(list((layout.shard_dir(k) / PARTS).glob("*" + PART_SUFFIX)))
+        for k in range(1, count + 1)
+    )
+
+
+def _worker(config: RunConfig, k: int, count: int, out: Path, log: Path, loaded) -> None:
+    """One forked worker: shard k of `count` of `config`, on the parent's model, at one thread,
+    its output in its log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    file = open(log, "w", buffering=1)  # noqa: SIM115 (open for the worker's whole life)
+    os.dup2(file.fileno(), 1)  # C libraries' output
+    os.dup2(file.fileno(), 2)
+    sys.stdout = sys.stderr = file  # Python's, whatever the parent had bound them to
     from nudgeability.splice.run.prepare import prepare
     from nudgeability.splice.run.runner import run
     from nudgeability.util.threads import set_threads
 
-    config = replace(pickle.loads(Path(spec).read_bytes()), shard=(k, count))
     set_threads(1)
-    run(prepare(config), out, progress=False)
+    try:
+        # the worker's own phase lines go to its log (plain lines: not a terminal)
+        progress = "ipykernel" not in sys.modules  # a notebook's bars would draw widgets
+        run(prepare(replace(config, shard=(k, count)), loaded=loaded), out, progress=progress)
+    except BaseException as exc:  # the log's last line is the error, as `_wait` quotes it
+        import traceback
 
-
-if __name__ == "__main__":
-    _worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        traceback.print_exc()
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()

@@ -99,13 +99,17 @@ def nudge_run_args(
     max_new_tokens: str | None = "16,8",
     quiet: bool = True,
     report: bool = False,
+    workers: int | None = 1,
     **flags,
 ) -> list[str]:
     """The argument list of `nudge run`, as every test writes it: the tests' defaults (StrategyQA,
     budgets 16,8, --quiet, --no-report: the runner's tests leave the stats to tests/stats, and
-    `report=True` keeps the report) and each flag given, `chunk_size=1` -> `--chunk-size 1` (True: the flag
+    `report=True` keeps the report; `--workers 1`: one process, whose units the tests name, on
+    any core count; `workers=None` takes the automatic count, tests/splice/run/test_workers.py)
+    and each flag given, `chunk_size=1` -> `--chunk-size 1` (True: the flag
     alone; None or False: left out). `model` None runs the embedded SmolLM2."""
-    named = {"model": model, "task": task, "max_new_tokens": max_new_tokens, **flags, "out": out}
+    named = {"model": model, "task": task, "max_new_tokens": max_new_tokens, **flags}
+    named.update(workers=workers, out=out)
     argv = ["run"]
     for name, value in named.items():
         if value is None or value is False:

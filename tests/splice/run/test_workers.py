@@ -4,13 +4,18 @@ byte those of the same run in one process (splice/run/workers.py)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from dataclasses import replace
 
 import pytest
+from helpers.tiny_runs import nudge_run_args, run_nudge, run_verify
 
+from nudgeability.models.loader import ModelLoadError
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.runner import run
-from nudgeability.splice.run.workers import WorkerError, run_workers
+from nudgeability.splice.run.workers import WorkerError, automatic_count, run_workers
 
 TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="cpu")
 
@@ -29,8 +34,116 @@ def test_two_workers_give_the_records_of_one_process(tiny_checkpoint, tmp_path):
     assert manifest["config"]["shard"] is None
 
 
-def test_a_failing_worker_names_its_log_and_its_error(tmp_path):
+def test_the_model_loads_once_and_the_workers_share_it(tiny_checkpoint, tmp_path, monkeypatch):
+    # the workers are forked after the parent loads: a load in a worker would append a line here
+    from nudgeability.splice.run import prepare as prepare_module
+
+    loads = tmp_path / "loads.txt"
+    real = prepare_module.load_model
+
+    def counted(*args, **kwargs):
+        with open(loads, "a") as file:
+            file.write(f"{os.getpid()}\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prepare_module, "load_model", counted)
+    config = RunConfig(model=str(tiny_checkpoint("gemma4", close_boost=2.6)), n=4, **TINY)
+    run_workers(config, tmp_path / "out", 2, progress=False)
+    assert loads.read_text().split() == [str(os.getpid())]
+    for k in (1, 2):
+        shard = tmp_path / "out.workers" / f"shard-{k}-of-2" / "manifest.json"
+        assert json.loads(shard.read_text())["threads"] == 1
+
+
+def test_a_model_that_does_not_load_fails_before_any_worker_starts(tmp_path):
     config = RunConfig(model=str(tmp_path / "no-such-model"), n=2, **TINY)
-    with pytest.raises(WorkerError, match=r"worker 1/2 failed \(see .*shard-1\.log\)"):
+    with pytest.raises(ModelLoadError, match="no-such-model: no such file or directory"):
+        run_workers(config, tmp_path / "out", 2, progress=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.workers").exists()
+
+
+def test_a_failing_worker_names_its_log_and_its_error(tiny_checkpoint, tmp_path):
+    config = RunConfig(model=str(tiny_checkpoint("qwen3", close_boost=2.6)), n=4, **TINY)
+    (tmp_path / "out.workers").mkdir()
+    (tmp_path / "out.workers" / "shard-2-of-2").write_text(
+        "a file where the shard's directory goes"
+    )
+    with pytest.raises(WorkerError, match=r"worker 2/2 failed \(see .*shard-2\.log\): \w+Error"):
         run_workers(config, tmp_path / "out", 2, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_automatic_count(tmp_path):
+    cpu = RunConfig(model="m", n=8, **TINY)
+    assert automatic_count(cpu, tmp_path / "fresh", cores=2) == 2
+    assert automatic_count(cpu, tmp_path / "fresh", cores=16) == 8  # one problem each at most
+    assert automatic_count(replace(cpu, n=None), tmp_path / "fresh", cores=4) == 4
+    assert automatic_count(replace(cpu, device="cuda"), tmp_path / "fresh", cores=2) == 1
+    assert automatic_count(replace(cpu, shard=(1, 2)), tmp_path / "fresh", cores=2) == 1
+    # a one-process run begun in `out` resumes as one process
+    (tmp_path / "single").mkdir()
+    (tmp_path / "single" / "manifest.json").write_text("{}")
+    assert automatic_count(cpu, tmp_path / "single", cores=2) == 1
+    # an interrupted workers run resumes with the count it began with, on any machine
+    (tmp_path / "begun.workers" / "shard-1-of-3").mkdir(parents=True)
+    (tmp_path / "begun.workers" / "shard-3-of-3").mkdir()
+    assert automatic_count(cpu, tmp_path / "begun", cores=2) == 3
+    # ... until it is merged: then `out` holds it, and one process finds it complete
+    (tmp_path / "begun").mkdir()
+    (tmp_path / "begun" / "records.jsonl").write_text("")
+    assert automatic_count(cpu, tmp_path / "begun", cores=2) == 1
+
+
+@pytest.fixture
+def two_cores():
+    """torch at two threads in this process, so `nudge run`'s automatic count is 2 on any
+    machine (it reads torch's thread count); restored after."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_default_run_takes_workers_and_resumes_as_it_began(
+    tiny_checkpoint, tmp_path, two_cores
+):
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    args = dict(n=4, max_new_tokens="12,6", conditions="primary")
+    status, err = run_nudge(nudge_run_args(model, tmp_path / "one", **args))  # --workers 1
+    assert status == 0, err
+    one = (tmp_path / "one" / "records.jsonl").read_bytes()
+    default = nudge_run_args(model, tmp_path / "out", workers=None, **args)
+    status, err = run_nudge(default)
+    assert status == 0, err
+    assert "(2 workers)" in err
+    assert (tmp_path / "out" / "records.jsonl").read_bytes() == one
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["config"]["chunk_size"] == 1  # 4 problems, 2 workers, two chunks each
+    # the same command again: `out` holds the merged run; one process finds every unit stored
+    status, err = run_nudge(default)
+    assert status == 0, err
+    assert "0 units computed" in err and "(2 workers)" not in err
+    assert (tmp_path / "out" / "records.jsonl").read_bytes() == one
+    # a workers run killed before its merge: no `out`, a shard missing a unit; the same
+    # command resumes both shards with the count they began with and merges the same bytes
+    shutil.rmtree(tmp_path / "out")
+    parts = sorted((tmp_path / "out.workers" / "shard-1-of-2" / "parts").glob("*.jsonl"))
+    parts[-1].unlink()
+    status, err = run_nudge(default)
+    assert status == 0, err
+    assert "(2 workers)" in err
+    assert (tmp_path / "out" / "records.jsonl").read_bytes() == one
+    # and the merged run passes the audit, every unit replayed in one process
+    status, lines = run_verify(tmp_path / "out", "--all")
+    assert status == 0 and lines[-1] == "verdict: PASS", lines
+
+
+def test_threads_or_workers_one_keep_one_process(tiny_checkpoint, tmp_path, two_cores):
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    for name, flags in (("threads", dict(threads=2)), ("one", dict(workers=1))):
+        flags.setdefault("workers", None)
+        status, err = run_nudge(nudge_run_args(model, tmp_path / name, n=4, **flags))
+        assert status == 0, err
+        assert "units computed" in err and not (tmp_path / f"{name}.workers").exists()
