@@ -5,7 +5,8 @@
     python benchmarks/demo_memory.py --before 1e555ab    # an earlier commit's code first, then today's
 
 Each measured variant is one child process that runs `nudge run --task strategyqa --n N
---no-report --quiet --out TMP` in-process (`nudgeability.cli.main`), with probes put around the
+--no-report --quiet --workers 1 --out TMP` in-process (one process: the default forks a worker
+per core, sharing the weights, which `whole_runs.py` measures by their proportional set sizes) (`nudgeability.cli.main`), with probes put around the
 runner's own functions: the model's load (`prepare.load_model`), the needle
 (`schedule.check_invariance`), the work (`runner._streamed` / `_by_unit`) and every step of the
 run's engine (`Engine.step`). Not timed: memory does not depend on what else the machine runs.
@@ -192,7 +193,10 @@ def child(n: int) -> dict:
     install(probe)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
+        # one process: the probes see only their own (the default's forked workers share its
+        # weights; whole_runs.py sums their proportional sizes)
         argv = ["run", "--task", "strategyqa", "--n", str(n), "--no-report", "--quiet"]
+        argv += ["--workers", "1"]
         code = main([*argv, "--out", str(out)])
         if code:
             raise SystemExit(f"nudge run exited {code}")

@@ -4,10 +4,13 @@
 
 Each variant is a fresh process running `nudge run <args> --out <tmp>`: an earlier commit's own
 code (extracted with `git archive`, run through a one-line `nudgeability` package whose `__path__`
-is that tree, as bench/former.py does for the engine), today's default, and today's
-`--workers 2`. The variants alternate round by round; the table gives the median wall time, the
-peak resident memory of the whole process tree (sampled every 0.2 s with psutil: the sum over a
-run's processes, so the workers' copies of the model count), and the md5 of records.jsonl.
+is that tree, as bench/former.py does for the engine), today's default (one forked worker per
+core, splice/run/workers.py), and today's `--workers 1` (one process on every core). The
+variants alternate round by round; the table gives the median wall time, the peak memory of
+the whole process tree sampled every 0.2 s, two ways: the sum of the processes' resident sizes
+(RSS: a page shared by forked workers counts once per process) and the sum of their
+proportional set sizes (PSS, /proc/PID/smaps_rollup: a shared page split between the processes
+that map it, so the tree's PSS is what it holds in RAM), and the md5 of records.jsonl.
 Run it alone on the machine (timed figures). Writes its section of RESULTS.md.
 """
 
@@ -47,25 +50,38 @@ def old_tree(commit: str, root: Path) -> Path:
     return root / commit / "path"
 
 
-def timed(command: list[str], env: dict | None, cwd: Path) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes, summed over the process tree) of `command`."""
+def pss(pid: int) -> int:
+    """A process's proportional set size in bytes (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def timed(command: list[str], env: dict | None, cwd: Path) -> tuple[float, int, int]:
+    """Wall seconds, peak RSS and peak PSS (bytes, each summed over the process tree) of
+    `command`."""
     start = time.monotonic()
     proc = subprocess.Popen(
         command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     top = psutil.Process(proc.pid)
-    peak = 0
+    peak = peak_pss = 0
     while proc.poll() is None:
         try:
             procs = [top, *top.children(recursive=True)]
             peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            peak_pss = max(peak_pss, sum(pss(p.pid) for p in procs))
         except psutil.Error:
             pass
         time.sleep(0.2)
     seconds = time.monotonic() - start
     if proc.returncode:
         raise RuntimeError(f"{command[:3]}… failed: {proc.stderr.read().decode()[-800:]}")
-    return seconds, peak
+    return seconds, peak, peak_pss
 
 
 def main() -> None:
@@ -82,7 +98,7 @@ def main() -> None:
         help="COMMIT:FLAG,...: flags an earlier commit does not know (it had no report step)",
     )
     parser.add_argument(
-        "--no-workers", action="store_true", help="leave out the `--workers 2` variant"
+        "--no-single", action="store_true", help="leave out today's `--workers 1` variant"
     )
     parser.add_argument("args", nargs=argparse.REMAINDER, help="after --: the nudge run flags")
     options = parser.parse_args()
@@ -105,14 +121,14 @@ def main() -> None:
             )
             dropped[f"{commit} (its default)"] = drop.get(commit, set())
         variants["today, default"] = ([sys.executable, "-c", NEW_MAIN], None)
-        if not options.no_workers:
-            variants["today, --workers 2"] = ([sys.executable, "-c", NEW_MAIN], None)
-        results: dict[str, list[tuple[float, int]]] = {name: [] for name in variants}
+        if not options.no_single:
+            variants["today, --workers 1"] = ([sys.executable, "-c", NEW_MAIN], None)
+        results: dict[str, list[tuple[float, int, int]]] = {name: [] for name in variants}
         digests: dict[str, str] = {}
         for r in range(-1 if options.warmup else 0, options.rounds):
             for i, (name, (prefix, env)) in enumerate(variants.items()):
                 out = root / f"out-{r}-{i}"
-                extra = ["--workers", "2"] if "workers" in name else []
+                extra = ["--workers", "1"] if "workers" in name else []
                 own = [a for a in args if a not in dropped.get(name, set())]
                 command = [*prefix, "run", *own, *extra, "--out", str(out)]
                 measured = timed(command, env, root)
@@ -121,17 +137,18 @@ def main() -> None:
                 results[name].append(measured)
                 digests[name] = hashlib.md5((out / "records.jsonl").read_bytes()).hexdigest()
                 print(name, results[name][-1], digests[name], file=sys.stderr)
-    reference = statistics.median(s for s, _ in results[next(iter(variants))])
+    reference = statistics.median(run[0] for run in results[next(iter(variants))])
     table = [
-        "| variant | median wall s | runs | × the first row | peak RSS GB | records.jsonl md5 |",
-        "|---|---|---|---|---|---|",
+        "| variant | median wall s | runs | × the first row | peak RSS GB (sum) | peak PSS GB (sum) "
+        "| records.jsonl md5 |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, runs in results.items():
-        wall = statistics.median(s for s, _ in runs)
-        peak = max(p for _, p in runs) / 1e9
+        wall = statistics.median(run[0] for run in runs)
+        peak, peak_pss = (max(run[i] for run in runs) / 1e9 for i in (1, 2))
         table.append(
             f"| {name} | {wall:.1f} | {len(runs)} | {reference / wall:.2f}× | {peak:.2f} | "
-            f"`{digests[name]}` |"
+            f"{peak_pss:.2f} | `{digests[name]}` |"
         )
     body = "\n".join(
         [

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from nudgeability.backends.names import APIS, BACKENDS, CONTINUE_FLAGS, PROMPT_FORMATS
@@ -26,7 +25,6 @@ from nudgeability.splice.run.config import (
     RunConfig,
     default_n,
     default_out,
-    resumed_chunk_size,
 )
 
 _DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
@@ -296,12 +294,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def _run(args: argparse.Namespace) -> int:
     from nudgeability.splice.run.prepare import prepare
-    from nudgeability.splice.run.runner import run
+    from nudgeability.splice.run.runner import resumed_chunk_size, run
     from nudgeability.util.threads import set_threads
 
     requested = config_from_args(args)
     remote = remote_from_args(args)
-    requested = resumed_chunk_size(requested, _out(args, requested))
+    requested = resumed_chunk_size(requested, _out(args, requested))  # splice/run/runner.py
     workers = _workers(args, requested, remote)
     if workers != 1:
         return _run_workers(args, requested, workers)
@@ -339,13 +337,7 @@ def _workers(args: argparse.Namespace, requested, remote) -> int:
 
 
 def _out(args: argparse.Namespace, requested) -> Path:
-    """--out, else where the one-process run would go (`default_out` of the resolved config)."""
-    if args.out:
-        return Path(args.out)
-    from nudgeability.splice.run.prepare import model_label
-
-    label = requested.model_label or model_label(requested.model)
-    return default_out(replace(requested, model_label=label))
+    return Path(args.out) if args.out else default_out(requested)
 
 
 def _run_workers(args: argparse.Namespace, requested, workers: int) -> int:

@@ -19,11 +19,10 @@ run against the same `--out` must resolve to the same config (splice/rundir/mani
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from nudgeability.models.smollm2 import ALIAS as DEFAULT_MODEL  # the embedded model
-from nudgeability.splice.rundir.layout import MANIFEST
 
 DECODINGS = ("greedy", "sampled")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -153,31 +152,23 @@ def default_n(task: str) -> int:
     return DEFAULT_N_OF_TASK.get(task, DEFAULT_N)
 
 
+def model_label(spec: str) -> str:
+    """The experiment's model name: 'smollm2', a repo id, or a directory's / GGUF file's name."""
+    path = Path(spec)
+    if spec == DEFAULT_MODEL or not path.exists():
+        return spec
+    return path.stem if path.is_file() else path.resolve().name
+
+
 def default_out(config: RunConfig) -> Path:
-    """Where a resolved run goes when no --out is given: runs/<model>-<task>-<decoding>, with
-    -shardKofN for a shard; '/' in a repo id becomes '--'."""
-    name = f"{config.model_label.replace('/', '--')}-{config.task}-{config.decoding}"
+    """Where a run goes when no --out is given: runs/<model>-<task>-<decoding>, with -shardKofN
+    for a shard; '/' in a repo id becomes '--'. The model's label is the config's, else the one
+    `prepare` will resolve (`model_label`), so a requested config names the same directory."""
+    label = config.model_label or model_label(config.model)
+    name = f"{label.replace('/', '--')}-{config.task}-{config.decoding}"
     if config.shard is not None:
         name += f"-shard{config.shard[0]}of{config.shard[1]}"
     return Path("runs") / name
-
-
-def resumed_chunk_size(config: RunConfig, out: Path) -> RunConfig:
-    """`config` with the chunk size of the run `out` already holds, when none was asked for: a
-    workers run chooses a smaller one (splice/run/workers.py), so the same command, run again,
-    resumes it whether it takes workers or one process. Records do not depend on the chunk size;
-    the parts do. A missing or unreadable manifest leaves `config` as it is (the run directory's
-    own checks name the file)."""
-    if config.chunk_size is not None:
-        return config
-    try:
-        stored = json.loads((Path(out) / MANIFEST).read_text(encoding="utf-8"))["config"]
-        chunk_size = stored["chunk_size"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return config
-    if isinstance(chunk_size, int) and not isinstance(chunk_size, bool) and chunk_size > 0:
-        return replace(config, chunk_size=chunk_size)
-    return config
 
 
 def resolve_decoding(

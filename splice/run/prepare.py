@@ -29,7 +29,13 @@ from nudgeability.splice.experiment.conditions import ORACLE_BASE, Condition
 from nudgeability.splice.experiment.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.experiment.sentences import Sentences, load_sentences
 from nudgeability.splice.experiment.shared_start import SharedStarts, shared_starts
-from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, SERVER, ConfigError, RunConfig
+from nudgeability.splice.run.config import (
+    DEFAULT_CHUNK_SIZE,
+    SERVER,
+    ConfigError,
+    RunConfig,
+    model_label,
+)
 from nudgeability.splice.run.device_batching import batches_from_pool
 from nudgeability.splice.run.remote import (
     RemoteSpec,
@@ -85,14 +91,6 @@ class _Model:
     backend: Backend | None = None
     tokenizer: RemoteTokenizer | None = None
     quant_compute: str | None = None  # the mode a quantised checkpoint's linears took
-
-
-def model_label(spec: str) -> str:
-    """The experiment's model name: 'smollm2', a repo id, or a directory's / GGUF file's name."""
-    path = Path(spec)
-    if spec == SMOLLM2 or not path.exists():
-        return spec
-    return path.stem if path.is_file() else path.resolve().name
 
 
 def prepare(

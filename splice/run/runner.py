@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nudgeability.backends.base import EngineBackend
@@ -153,6 +153,17 @@ def settle_chunk_size(
     ctx = unit_context(prepared, progress=progress)
     settled = with_chunk_size(prepared, _pool_rows(ctx.backend.engine, prepared.config))
     return settled, UnitContext(settled, ctx.backend)
+
+
+def resumed_chunk_size(config: RunConfig, out: str | os.PathLike) -> RunConfig:
+    """`config` with the chunk size the run in `out` recorded, when none was asked for: workers
+    choose a smaller one than one process would (splice/run/workers.py), so the same command, run
+    again, resumes that run whether it takes workers or one process. Records do not depend on
+    the chunk size; the parts do."""
+    if config.chunk_size is not None:
+        return config
+    recorded = _recorded_chunk_size(out)
+    return config if recorded is None else replace(config, chunk_size=recorded)
 
 
 def _recorded_chunk_size(out: str | os.PathLike) -> int | None:

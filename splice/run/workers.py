@@ -71,8 +71,8 @@ def worker_chunk_size(config: RunConfig, count: int) -> int:
 def automatic_count(config: RunConfig, out: Path, cores: int) -> int:
     """The workers `nudge run` uses when `--workers` is not given: the count an interrupted
     workers run began with (its shards resume); one process for a device other than the CPU, a
-    shard, or an `out` that already holds a one-process run (it resumes as it began); else one
-    worker per core, at most one per problem."""
+    shard, an `out` that already holds a one-process run (it resumes as it began), or a system
+    other than Linux; else one worker per core, at most one per problem."""
     layout = Workers(Path(out).absolute(), 1)
     begun = sorted(
         {int(m.group(1)) for d in _listing(layout.root) if (m := _SHARD_DIR.fullmatch(d.name))}
@@ -83,6 +83,10 @@ def automatic_count(config: RunConfig, out: Path, cores: int) -> int:
 
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device != "cpu" or config.shard is not None or _listing(layout.out):
+        return 1
+    if not sys.platform.startswith(
+        "linux"
+    ):  # fork after torch loads is Linux's only (macOS: unsafe)
         return 1
     return max(1, min(cores, config.n or cores))
 
@@ -101,6 +105,7 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
     import torch
 
     from nudgeability.splice.run.prepare import prepare
+    from nudgeability.splice.run.schedule import choose_schedule
     from nudgeability.splice.run.validation import validate
 
     device = validate(config).device
@@ -121,6 +126,8 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
     try:
         # the whole run prepared here first: a bad input fails once, before any worker starts
         whole = prepare(config)
+        # the needle too, once, at the workers' one thread: they inherit its result (schedule.py)
+        choose_schedule(whole)
         loaded, units = whole.loaded, len(whole.plan.units())
         del whole
         layout.root.mkdir(parents=True, exist_ok=True)

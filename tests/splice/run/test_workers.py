@@ -7,11 +7,13 @@ import json
 import os
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from helpers.tiny_runs import nudge_run_args, run_nudge, run_verify
 
 from nudgeability.models.loader import ModelLoadError
+from nudgeability.splice.run import schedule
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.runner import run
@@ -34,25 +36,35 @@ def test_two_workers_give_the_records_of_one_process(tiny_checkpoint, tmp_path):
     assert manifest["config"]["shard"] is None
 
 
-def test_the_model_loads_once_and_the_workers_share_it(tiny_checkpoint, tmp_path, monkeypatch):
-    # the workers are forked after the parent loads: a load in a worker would append a line here
-    from nudgeability.splice.run import prepare as prepare_module
-
-    loads = tmp_path / "loads.txt"
-    real = prepare_module.load_model
+def _counted(real, calls: Path):
+    """`real`, appending the calling process's pid to `calls` each time (a forked worker too)."""
 
     def counted(*args, **kwargs):
-        with open(loads, "a") as file:
+        with open(calls, "a") as file:
             file.write(f"{os.getpid()}\n")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(prepare_module, "load_model", counted)
+    return counted
+
+
+def test_the_model_loads_once_and_the_workers_share_it(tiny_checkpoint, tmp_path, monkeypatch):
+    # the workers are forked after the parent loads the model and runs the needle: a load or a
+    # needle in a worker would write another pid
+    from nudgeability.splice.run import prepare as prepare_module
+
+    loads, needles = tmp_path / "loads.txt", tmp_path / "needles.txt"
+    monkeypatch.setattr(prepare_module, "load_model", _counted(prepare_module.load_model, loads))
+    monkeypatch.setattr(schedule, "cached_check", _counted(schedule.cached_check, needles))
+    monkeypatch.setattr(schedule, "_CHECKS", {})
     config = RunConfig(model=str(tiny_checkpoint("gemma4", close_boost=2.6)), n=4, **TINY)
     run_workers(config, tmp_path / "out", 2, progress=False)
     assert loads.read_text().split() == [str(os.getpid())]
+    assert needles.read_text().split() == [str(os.getpid())]
     for k in (1, 2):
-        shard = tmp_path / "out.workers" / f"shard-{k}-of-2" / "manifest.json"
-        assert json.loads(shard.read_text())["threads"] == 1
+        shard = json.loads(
+            (tmp_path / "out.workers" / f"shard-{k}-of-2" / "manifest.json").read_text()
+        )
+        assert shard["threads"] == 1 and shard["schedule"]["name"] == "stream"
 
 
 def test_a_model_that_does_not_load_fails_before_any_worker_starts(tmp_path):
