@@ -60,19 +60,21 @@ class Workers:
 
 
 def worker_chunk_size(config: RunConfig, count: int) -> int:
-    """Problems per unit so that each worker gets work: at most the config's (the CPU default when
-    it gives none), and small enough that `count` workers share the chunks (records do not depend
-    on the chunk size)."""
-    asked = config.chunk_size or DEFAULT_CHUNK_SIZE
-    per_worker = -(-config.n // (count * 2)) if config.n else asked
-    return max(1, min(asked, per_worker))
+    """Problems per unit: the config's when it asks for one (`--chunk-size`), else small enough
+    that `count` workers get two chunks each, at most the CPU default (records do not depend on
+    the chunk size)."""
+    if config.chunk_size is not None:
+        return config.chunk_size
+    per_worker = -(-config.n // (count * 2)) if config.n else DEFAULT_CHUNK_SIZE
+    return max(1, min(DEFAULT_CHUNK_SIZE, per_worker))
 
 
 def automatic_count(config: RunConfig, out: Path, cores: int) -> int:
     """The workers `nudge run` uses when `--workers` is not given: the count an interrupted
     workers run began with (its shards resume); one process for a device other than the CPU, a
     shard, an `out` that already holds a one-process run (it resumes as it began), or a system
-    other than Linux; else one worker per core, at most one per problem."""
+    other than Linux; else one worker per core, at most one per problem (per chunk, when a chunk
+    size is asked for)."""
     layout = Workers(Path(out).absolute(), 1)
     begun = sorted(
         {int(m.group(1)) for d in _listing(layout.root) if (m := _SHARD_DIR.fullmatch(d.name))}
@@ -84,11 +86,13 @@ def automatic_count(config: RunConfig, out: Path, cores: int) -> int:
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device != "cpu" or config.shard is not None or _listing(layout.out):
         return 1
-    if not sys.platform.startswith(
-        "linux"
-    ):  # fork after torch loads is Linux's only (macOS: unsafe)
+    # forking a process that loaded torch is safe on Linux only (macOS: its system libraries)
+    if not sys.platform.startswith("linux"):
         return 1
-    return max(1, min(cores, config.n or cores))
+    most = config.n or cores
+    if config.chunk_size is not None and config.n:  # a chunk size asked for: one worker a chunk
+        most = -(-config.n // config.chunk_size)
+    return max(1, min(cores, most))
 
 
 def _listing(directory: Path) -> list[Path]:
@@ -119,10 +123,10 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
         )
     config = replace(config, chunk_size=worker_chunk_size(config, count))
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # before anything computes: no OpenMP pool for the children to inherit
-    os.environ.setdefault(
-        "TOKENIZERS_PARALLELISM", "false"
-    )  # the Rust pool is not fork-safe either
+    # one thread before anything computes: no OpenMP pool for the children to inherit, and no
+    # tokenizers' Rust pool either (neither is fork-safe)
+    torch.set_num_threads(1)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         # the whole run prepared here first: a bad input fails once, before any worker starts
         whole = prepare(config)

@@ -17,7 +17,12 @@ from nudgeability.splice.run import schedule
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.runner import run
-from nudgeability.splice.run.workers import WorkerError, automatic_count, run_workers
+from nudgeability.splice.run.workers import (
+    WorkerError,
+    automatic_count,
+    run_workers,
+    worker_chunk_size,
+)
 
 TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="cpu")
 
@@ -92,6 +97,10 @@ def test_the_automatic_count(tmp_path):
     assert automatic_count(replace(cpu, n=None), tmp_path / "fresh", cores=4) == 4
     assert automatic_count(replace(cpu, device="cuda"), tmp_path / "fresh", cores=2) == 1
     assert automatic_count(replace(cpu, shard=(1, 2)), tmp_path / "fresh", cores=2) == 1
+    # a chunk size asked for is kept: one worker per chunk at most
+    assert automatic_count(replace(cpu, chunk_size=4), tmp_path / "fresh", cores=16) == 2
+    assert worker_chunk_size(replace(cpu, chunk_size=4), 2) == 4
+    assert worker_chunk_size(cpu, 2) == 2 and worker_chunk_size(replace(cpu, n=1000), 2) == 32
     # a one-process run begun in `out` resumes as one process
     (tmp_path / "single").mkdir()
     (tmp_path / "single" / "manifest.json").write_text("{}")
