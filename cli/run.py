@@ -154,7 +154,7 @@ def register(subparsers) -> None:
         "--threads",
         type=int,
         help="torch CPU threads (default: torch's choice); give each process sharing a machine "
-        "its own share of the cores (README: Sharding)",
+        "its own share of the cores (README: Sharding); one process then, not the default workers",
     )
     run.add_argument(
         "--workers",
@@ -323,17 +323,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _workers(args: argparse.Namespace, requested, remote) -> int:
-    """`--workers` as given, else splice/run/workers.py's `automatic_count` (one process for a
-    server run or under --threads: that count is the user's)."""
+    """`--workers` as given, else splice/run/workers.py's `automatic_count` on the cores this
+    process may use (one process for a server run, or under --threads: that count is the user's)."""
+    if remote is not None:
+        if args.workers not in (None, 1):
+            raise ConfigError(f"--workers {args.workers}: a run on a server is one process")
+        return 1
     if args.workers is not None:
         return args.workers
-    if remote is not None or getattr(args, "threads", None) is not None:
+    if getattr(args, "threads", None) is not None:
         return 1
-    import torch
-
     from nudgeability.splice.run.workers import automatic_count
+    from nudgeability.util.threads import usable_cores
 
-    return automatic_count(requested, _out(args, requested), torch.get_num_threads())
+    return automatic_count(requested, _out(args, requested), usable_cores())
 
 
 def _out(args: argparse.Namespace, requested) -> Path:

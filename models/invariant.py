@@ -32,6 +32,7 @@ quantised layer's fused kernel runs in (models/quant/compute.py).
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -69,6 +70,11 @@ class Cores:
         self._threads = 0
         self._running = False  # inside `run`: nested calls stay on their own core
         self.resize(count)
+
+    def forget_threads(self) -> None:
+        """After a fork: the child has none of the parent's threads; the next `resize` above one
+        core starts its own (splice/run/workers.py forks its workers)."""
+        self._pool, self._threads, self._running, self.count = None, 0, False, 1
 
     def resize(self, count: int) -> None:
         """Use `count` cores from now on (threads are started on first need, never stopped)."""
@@ -141,6 +147,8 @@ def _in_mode(job: Callable[[], None], inference: bool, grad: bool) -> None:
 
 
 CORES = Cores()  # the process's cores; `invariant_products` sizes them to torch's thread count
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=CORES.forget_threads)
 
 
 def column_slices(n: int) -> list[tuple[int, int]]:

@@ -22,10 +22,14 @@ command again to resume: each shard resumes its own directory, with the count it
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import multiprocessing
 import os
 import re
+import signal
 import sys
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,10 +39,15 @@ from nudgeability.splice.rundir.merge import MergeResult, merge
 from nudgeability.util.progress import progress_bar
 
 _SHARD_DIR = re.compile(r"shard-\d+-of-(\d+)")
+# forking a process that loaded torch is safe on Linux only (macOS: its system libraries; Windows
+# has no fork)
+_FORKS = sys.platform.startswith("linux")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-class WorkerError(RuntimeError):
-    """A worker failed; the message names its log and quotes its last line."""
+class WorkerError(ValueError):
+    """A worker failed; the message names its log, its exit, and quotes its log's last line (a
+    ValueError: the CLI prints it as its one-line error)."""
 
 
 @dataclass(frozen=True)
@@ -75,19 +84,18 @@ def automatic_count(config: RunConfig, out: Path, cores: int) -> int:
     shard, an `out` that already holds a one-process run (it resumes as it began), or a system
     other than Linux; else one worker per core, at most one per problem (per chunk, when a chunk
     size is asked for)."""
+    import torch
+
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device != "cpu" or config.shard is not None or not _FORKS:
+        return 1
     layout = Workers(Path(out).absolute(), 1)
     begun = sorted(
         {int(m.group(1)) for d in _listing(layout.root) if (m := _SHARD_DIR.fullmatch(d.name))}
     )
     if len(begun) == 1 and not _listing(layout.out):
         return begun[0]
-    import torch
-
-    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device != "cpu" or config.shard is not None or _listing(layout.out):
-        return 1
-    # forking a process that loaded torch is safe on Linux only (macOS: its system libraries)
-    if not sys.platform.startswith("linux"):
+    if _listing(layout.out):
         return 1
     most = config.n or cores
     if config.chunk_size is not None and config.n:  # a chunk size asked for: one worker a chunk
@@ -106,6 +114,8 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
         raise ValueError(f"--workers {count}: must be at least 1")
     if config.shard is not None:
         raise ValueError("--workers with --shard: a shard runs in one process")
+    if not _FORKS:
+        raise ValueError(f"--workers {count}: workers are forked, on Linux only ({sys.platform})")
     import torch
 
     from nudgeability.splice.run.prepare import prepare
@@ -126,7 +136,11 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
     # one thread before anything computes: no OpenMP pool for the children to inherit, and no
     # tokenizers' Rust pool either (neither is fork-safe)
     torch.set_num_threads(1)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    tokenizers = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    terminate = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():  # a batch system's kill: as Ctrl-C
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         # the whole run prepared here first: a bad input fails once, before any worker starts
         whole = prepare(config)
@@ -136,15 +150,32 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
         del whole
         layout.root.mkdir(parents=True, exist_ok=True)
         fork = multiprocessing.get_context("fork")
-        procs = []
-        for k in range(1, count + 1):
-            args = (config, k, count, layout.shard_dir(k), layout.log(k), loaded)
-            procs.append(fork.Process(target=_worker, args=args, name=f"nudge-worker-{k}"))
-            procs[-1].start()
-        del loaded  # the children hold it; this process only waits
-        _wait(procs, layout, units, progress)
+        procs: list = []
+        gc.freeze()  # the children's collector then leaves the parent's objects' pages shared
+        try:
+            for k in range(1, count + 1):
+                args = (config, k, count, layout.shard_dir(k), layout.log(k), loaded, os.getpid())
+                procs.append(fork.Process(target=_worker, args=args, name=f"nudge-worker-{k}"))
+                procs[-1].start()
+            del loaded  # the children hold it; this process only waits
+            _wait(procs, layout, units, progress)
+        except BaseException:  # Ctrl-C, a kill, a failed fork: no worker outlives the run
+            for p in procs:
+                if p.pid is not None:
+                    p.terminate()
+            for p in procs:
+                if p.pid is not None:
+                    p.join()
+            raise
     finally:
+        gc.unfreeze()
         torch.set_num_threads(threads)
+        if tokenizers is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = tokenizers
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, terminate)
     return merge(out, [layout.shard_dir(k) for k in range(1, count + 1)])
 
 
@@ -157,18 +188,34 @@ def _wait(procs: list, layout: Workers, units: int, progress: bool) -> None:
                 p.join(timeout=1.0 / len(procs))
             bar.update(_stored(layout, len(procs)) - bar.n)
         bar.update(_stored(layout, len(procs)) - bar.n)
-    except BaseException:  # Ctrl-C or an error here: no worker outlives the run
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.join()
-        raise
     finally:
         bar.close()
     for k, p in enumerate(procs, 1):
         if p.exitcode != 0:
-            lines = layout.log(k).read_text().strip().splitlines() or ["(no output)"]
-            raise WorkerError(f"worker {k}/{len(procs)} failed (see {layout.log(k)}): {lines[-1]}")
+            raise WorkerError(
+                f"worker {k}/{len(procs)} failed (see {layout.log(k)}; {_exit(p.exitcode)}): "
+                f"{_last_line(layout.log(k))}"
+            )
+
+
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _exit(code: int) -> str:
+    """How a worker ended: its exit status, or the signal that killed it (-9: the kernel's OOM
+    killer, most often)."""
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError as exc:
+        return f"(its log could not be read: {exc})"
+    return lines[-1] if lines else "(no output)"
 
 
 def _stored(layout: Workers, count: int) -> int:
@@ -179,9 +226,16 @@ def _stored(layout: Workers, count: int) -> int:
     )
 
 
-def _worker(config: RunConfig, k: int, count: int, out: Path, log: Path, loaded) -> None:
+def _worker(
+    config: RunConfig, k: int, count: int, out: Path, log: Path, loaded, parent: int
+) -> None:
     """One forked worker: shard k of `count` of `config`, on the parent's model, at one thread,
-    its output in its log."""
+    its output in its log. It dies with its parent (a kill -9 of `nudge run` leaves no worker
+    holding its shard's lock): PR_SET_PDEATHSIG."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.stdout.flush()
     sys.stderr.flush()
     file = open(log, "w", buffering=1)  # noqa: SIM115 (open for the worker's whole life)

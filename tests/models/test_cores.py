@@ -261,3 +261,26 @@ def test_column_slices_cover_the_weight_once_in_order(n):
     assert max(s1 - s0 for s0, s1 in slices) <= invariant.SLICE_COLUMNS
     # a weight of two tiles' worth of work or more splits, so one tile is work for two cores
     assert (len(slices) >= 2) == (n >= invariant.HALVED_COLUMNS)
+
+
+def test_a_forked_child_starts_its_own_threads():
+    # the parent's pool threads do not exist in a fork; the child's Cores must not submit to them
+    import os
+
+    from nudgeability.models.invariant import CORES
+
+    CORES.resize(2)
+    CORES.run([lambda: None, lambda: None])  # the parent's pool started
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: two cores again, on threads of its own
+        ok = CORES.count == 1
+        CORES.resize(2)
+        got = []
+        CORES.run([lambda: got.append(1), lambda: got.append(2)])
+        os.write(write, b"ok" if ok and sorted(got) == [1, 2] else b"no")
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 2) == b"ok" and status == 0
+    CORES.resize(1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,7 +86,9 @@ def test_a_failing_worker_names_its_log_and_its_error(tiny_checkpoint, tmp_path)
     (tmp_path / "out.workers" / "shard-2-of-2").write_text(
         "a file where the shard's directory goes"
     )
-    with pytest.raises(WorkerError, match=r"worker 2/2 failed \(see .*shard-2\.log\): \w+Error"):
+    with pytest.raises(
+        WorkerError, match=r"worker 2/2 failed \(see .*shard-2\.log; exit status 1\): \w+Error"
+    ):
         run_workers(config, tmp_path / "out", 2, progress=False)
     assert not (tmp_path / "out").exists()
 
@@ -168,3 +171,84 @@ def test_threads_or_workers_one_keep_one_process(tiny_checkpoint, tmp_path, two_
         status, err = run_nudge(nudge_run_args(model, tmp_path / name, n=4, **flags))
         assert status == 0, err
         assert "units computed" in err and not (tmp_path / f"{name}.workers").exists()
+
+
+def test_a_worker_killed_by_a_signal_is_named_so(tiny_checkpoint, tmp_path, monkeypatch):
+    # the fork inherits this patch: worker 2 dies as the kernel's OOM killer would kill it
+    from nudgeability.splice.run import runner
+
+    real = runner.run
+
+    def run_or_die(prepared, out, **kwargs):
+        if prepared.config.shard == (2, 2):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(prepared, out, **kwargs)
+
+    monkeypatch.setattr(runner, "run", run_or_die)
+    config = RunConfig(model=str(tiny_checkpoint("qwen3", close_boost=2.6)), n=4, **TINY)
+    with pytest.raises(
+        WorkerError, match=r"worker 2/2 failed \(see .*shard-2\.log; killed by SIGKILL\)"
+    ):
+        run_workers(config, tmp_path / "out", 2, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) children of `pid`, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_workers_die_with_their_parent(tiny_checkpoint, tmp_path):
+    # `nudge run` killed with SIGKILL (no handler of its own runs): the kernel sends its workers
+    # SIGTERM (PR_SET_PDEATHSIG), so none runs on, orphaned, holding its shard's lock; they are
+    # killed just after they start, so none has finished its shard
+    import subprocess
+    import sys
+    import time
+
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    argv = nudge_run_args(model, tmp_path / "out", n=8, max_new_tokens="400,200", workers=2)
+    parent = subprocess.Popen([sys.executable, "-m", "nudgeability.cli", *argv])
+    deadline = time.monotonic() + 600
+    while len(_children(parent.pid)) < 2 and parent.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    workers = _children(parent.pid)
+    assert len(workers) == 2, "the workers did not start"
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers)
+    shards = (tmp_path / "out.workers").glob("shard-*-of-2")
+    assert not any((shard / "records.jsonl").exists() for shard in shards)
+
+
+def test_usable_cores_honours_the_cgroup_quota_and_the_affinity(tmp_path):
+    import torch
+
+    from nudgeability.util.threads import usable_cores
+
+    quota = tmp_path / "cpu.max"
+    quota.write_text("max 100000\n")
+    unlimited = usable_cores(quota)
+    assert unlimited == min(torch.get_num_threads(), len(os.sched_getaffinity(0)))
+    quota.write_text("150000 100000\n")  # docker --cpus 1.5: one whole core
+    assert usable_cores(quota) == 1
+    assert usable_cores(tmp_path / "no-such-file") == unlimited
