@@ -1,6 +1,7 @@
 """The campaign's shape on CPU: bases, then arms forked from each base's cut, four ways side by side.
 
     python benchmarks/campaign.py [--problems 64] [--arms 8] [--rows 32] [--threads 2] [--small]
+        [--skip hf_batch,llama] [--section NAME]
 
 SmolLM2-135M-Instruct fp32 on the shipped StrategyQA prompts (the with-tool prompt, rendered as a
 run renders it), greedy, natural lengths (the family's stop tokens end a sequence).
@@ -98,6 +99,9 @@ def row(name: str, run: Run, max_rows: int | None, reference: Run | None) -> str
     )
 
 
+SECTION = "Campaign: continuous batching (benchmarks/campaign.py)"
+
+
 def table(title: str, runs: dict[str, Run], rows: int) -> list[str]:
     engine = runs["(a) engine"]
     lines = [
@@ -134,6 +138,11 @@ def main():
         "--small", action="store_true", help="8 problems, 2 arms, 4 rows: a quick check"
     )
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument(
+        "--section",
+        default=SECTION,
+        help="the RESULTS.md section to write (a partial rerun, --skip, gets its own name)",
+    )
     args = ap.parse_args()
     if args.small:
         args.problems, args.arms, args.rows = 8, 2, 4
@@ -223,7 +232,7 @@ def main():
     body = report(
         args, runs1, runs2, runs3, groups, budgets, (base_kv, arm_kv, hf_arm_kv, heavy_kv), start
     )
-    publish("Campaign: continuous batching (benchmarks/campaign.py)", body, write=not args.no_write)
+    publish(args.section, body, write=not args.no_write)
 
 
 def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:
