@@ -9,7 +9,9 @@ import sys
 from helpers.tiny_runs import nudge_run_args
 
 
-def test_a_run_logged_to_a_file_prints_plain_progress_lines(tiny_checkpoint, tmp_path):
+def _logged_run(tiny_checkpoint, tmp_path, workers: int) -> str:
+    """`nudge run` on n = 2 in chunks of 1 with stderr to a file; the file's text, after checking
+    the run succeeded and wrote no cursor codes."""
     log = tmp_path / "run.log"
     with log.open("w") as handle:
         done = subprocess.run(
@@ -22,7 +24,7 @@ def test_a_run_logged_to_a_file_prints_plain_progress_lines(tiny_checkpoint, tmp
                 conditions="primary",
                 max_new_tokens="8,4",
                 quiet=False,
-                workers=1,
+                workers=workers,
             ),
             stdout=subprocess.DEVNULL,
             stderr=handle,
@@ -30,34 +32,19 @@ def test_a_run_logged_to_a_file_prints_plain_progress_lines(tiny_checkpoint, tmp
     text = log.read_text()
     assert done.returncode == 0, text
     assert "\x1b[" not in text and "\r" not in text, repr(text[:400])
-    lines = text.splitlines()
+    return text
+
+
+def test_a_run_logged_to_a_file_prints_plain_progress_lines(tiny_checkpoint, tmp_path):
+    lines = _logged_run(tiny_checkpoint, tmp_path, workers=1).splitlines()
     for phase in ("NT", "B", "arms"):
-        assert any(line.lstrip().startswith(phase) and "2/2" in line for line in lines), text
+        assert any(line.lstrip().startswith(phase) and "2/2" in line for line in lines), lines
 
 
 def test_workers_logged_to_a_file_print_plain_lines_of_the_units_stored(tiny_checkpoint, tmp_path):
     # the parent's bar counts the units the workers have stored; each worker's phase lines go to
     # its own log
-    log = tmp_path / "run.log"
-    with log.open("w") as handle:
-        done = subprocess.run(
-            [sys.executable, "-m", "nudgeability.cli"]
-            + nudge_run_args(
-                tiny_checkpoint("qwen3", close_boost=2.6),
-                tmp_path / "out",
-                n=2,
-                chunk_size=1,
-                conditions="primary",
-                max_new_tokens="8,4",
-                quiet=False,
-                workers=2,
-            ),
-            stdout=subprocess.DEVNULL,
-            stderr=handle,
-        )
-    text = log.read_text()
-    assert done.returncode == 0, text
-    assert "\x1b[" not in text and "\r" not in text, repr(text[:400])
+    text = _logged_run(tiny_checkpoint, tmp_path, workers=2)
     # n = 2 in chunks of 1: NT, B and arms of two chunks
     assert any(line.startswith("units: 6/6 unit (100%)") for line in text.splitlines()), text
     for k in (1, 2):
