@@ -5,9 +5,9 @@
     python benchmarks/demo_memory.py --before 1e555ab    # an earlier commit's code first, then today's
 
 Each measured variant is one child process that runs `nudge run --task strategyqa --n N
---no-report --quiet --workers 1 --out TMP` in-process (one process: the default forks a worker
-per core, sharing the weights, which `whole_runs.py` measures by their proportional set sizes) (`nudgeability.cli.main`), with probes put around the
-runner's own functions: the model's load (`prepare.load_model`), the needle
+--no-report --quiet --workers 1 --out TMP` in-process (`nudgeability.cli.main`; one process:
+the default forks a worker per core, sharing the weights, which `workers_memory.py` measures
+through these probes), with probes put around the runner's own functions: the model's load (`prepare.load_model`), the needle
 (`schedule.check_invariance`), the work (`runner._streamed` / `_by_unit`) and every step of the
 run's engine (`Engine.step`). Not timed: memory does not depend on what else the machine runs.
 
@@ -184,6 +184,22 @@ def install(probe: Probe) -> None:
     engine_module.Engine.step = probed_step
 
 
+def weight_bytes(model) -> int:
+    """The bytes of every distinct parameter and buffer storage (a tied LM head counted once),
+    and of each linear kept only in oneDNN's layout (models/reordered.py: no storage to count)
+    at its fp32 weight's own size, as loaded (its blocked copy's padding, if any, is not
+    weights)."""
+    storages = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    reordered = sum(
+        m.in_features * m.out_features * 4
+        for m in model.modules()
+        if isinstance(getattr(m, "parts", None), list) and hasattr(m, "in_features")
+    )
+    return sum(storages.values()) + reordered
+
+
 def child(n: int) -> dict:
     import torch  # noqa: F401  (imported by the CLI too: the libraries' share, not the run's)
 
@@ -194,7 +210,7 @@ def child(n: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         # one process: the probes see only their own (the default's forked workers share its
-        # weights; whole_runs.py sums their proportional sizes)
+        # weights; workers_memory.py sums their proportional sizes)
         argv = ["run", "--task", "strategyqa", "--n", str(n), "--no-report", "--quiet"]
         argv += ["--workers", "1"]
         code = main([*argv, "--out", str(out)])
@@ -208,17 +224,7 @@ def child(n: int) -> dict:
     end.append(status()["VmRSS"])
     _LIBC.malloc_trim(0)
     end.append(status()["VmRSS"])
-    storages = {}
     model = probe.model
-    for t in [*model.parameters(), *model.buffers()]:
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    # a linear kept only in oneDNN's layout (models/reordered.py) has no storage to count: its
-    # fp32 weight's own size, as loaded (its blocked copy's padding, if any, is in "the rest")
-    reordered = sum(
-        m.in_features * m.out_features * 4
-        for m in model.modules()
-        if isinstance(getattr(m, "parts", None), list) and hasattr(m, "in_features")
-    )
     head = getattr(model.get_output_embeddings(), "weight", None)
     tied = head is model.get_input_embeddings().weight
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -227,7 +233,7 @@ def child(n: int) -> dict:
         "end": end,
         "phases": probe.phases,
         "steps": probe.steps,
-        "weights": sum(storages.values()) + reordered,
+        "weights": weight_bytes(model),
         "tied": tied,
         "md5": md5,
         "modules": [m for m in NOTABLE if m in sys.modules],
