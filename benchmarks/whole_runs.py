@@ -61,6 +61,25 @@ def pss(pid: int) -> int:
     return 0
 
 
+def tree_peaks(proc: subprocess.Popen, every: float) -> dict[str, int]:
+    """Until `proc` ends, sampled each `every` seconds: the peaks of its process tree's summed
+    RSS and summed PSS (bytes), the most processes in the tree, and how many held the PSS peak."""
+    top = psutil.Process(proc.pid)
+    out = {"rss": 0, "pss": 0, "processes": 0, "at_peak": 0}
+    while proc.poll() is None:
+        try:
+            procs = [top, *top.children(recursive=True)]
+            out["rss"] = max(out["rss"], sum(p.memory_info().rss for p in procs if p.is_running()))
+            now = sum(pss(p.pid) for p in procs)
+            if now > out["pss"]:  # how many processes held the peak: before or after a fork
+                out["pss"], out["at_peak"] = now, len(procs)
+            out["processes"] = max(out["processes"], len(procs))
+        except psutil.Error:
+            pass
+        time.sleep(every)
+    return out
+
+
 def timed(command: list[str], env: dict | None, cwd: Path) -> tuple[float, int, int]:
     """Wall seconds, peak RSS and peak PSS (bytes, each summed over the process tree) of
     `command`."""
@@ -68,16 +87,8 @@ def timed(command: list[str], env: dict | None, cwd: Path) -> tuple[float, int, 
     proc = subprocess.Popen(
         command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    top = psutil.Process(proc.pid)
-    peak = peak_pss = 0
-    while proc.poll() is None:
-        try:
-            procs = [top, *top.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
-            peak_pss = max(peak_pss, sum(pss(p.pid) for p in procs))
-        except psutil.Error:
-            pass
-        time.sleep(0.2)
+    peaks = tree_peaks(proc, 0.2)
+    peak, peak_pss = peaks["rss"], peaks["pss"]
     seconds = time.monotonic() - start
     if proc.returncode:
         raise RuntimeError(f"{command[:3]}… failed: {proc.stderr.read().decode()[-800:]}")

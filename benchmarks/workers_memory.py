@@ -30,16 +30,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import psutil
 
 from nudgeability.bench.results import publish
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from demo_memory import RATIO, Probe, install, mib, reset_peak, weight_bytes  # noqa: E402
-from whole_runs import pss  # noqa: E402
+from whole_runs import tree_peaks  # noqa: E402
 
 
 # ---- the child ---------------------------------------------------------------------------------
@@ -96,24 +93,12 @@ def measure(n: int, workers: str) -> dict:
         proc = subprocess.Popen(
             [*command, "--dump", dump], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        top = psutil.Process(proc.pid)
-        peak_pss = peak_rss = processes = at_peak = 0
-        while proc.poll() is None:
-            try:
-                procs = [top, *top.children(recursive=True)]
-                now = sum(pss(p.pid) for p in procs)
-                if now > peak_pss:  # how many processes held the peak: before or after the fork
-                    peak_pss, at_peak = now, len(procs)
-                peak_rss = max(peak_rss, sum(p.memory_info().rss for p in procs))
-                processes = max(processes, len(procs))
-            except psutil.Error:
-                pass
-            time.sleep(0.1)
+        peaks = tree_peaks(proc, 0.1)
         out, err = proc.communicate()
         if proc.returncode:
             raise RuntimeError(f"the child ({workers}) failed:\n{err[-3000:]}")
     result = json.loads(out.strip().splitlines()[-1])
-    return {**result, "pss": peak_pss, "rss": peak_rss, "processes": processes, "at_peak": at_peak}
+    return {**result, **peaks}
 
 
 def report(results: dict[str, dict], n: int) -> str:
