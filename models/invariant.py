@@ -316,6 +316,16 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
     reordered by `reorder_slices`): [M, N], one oneDNN call per 16-row tile and slice, shared
     between the `CORES`."""
     xt = _in_tiles(x)
+    if CORES.count == 1 or CORES._running:
+        # One core: the same calls in turn, without the pieces `_onednn_tiles` deals (a decode
+        # step runs two hundred products of one tile, where that bookkeeping would cost more
+        # than a third of the product's own time)
+        columns = []
+        for part in parts:
+            tiles = [_onednn_tile(tile, part) for tile in xt]
+            columns.append(tiles[0] if len(tiles) == 1 else torch.cat(tiles))
+        out = columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
+        return out[: x.shape[0]]
     return _onednn_tiles(xt, parts, CORES.spans(xt.shape[0]))[: x.shape[0]]
 
 
@@ -347,10 +357,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.device.type != "cpu" or not x.is_floating_point() or x.dim() == 0 or weight.dim() != 2:
         return _torch_linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
-    parts = None
     if _onednn_for(x, weight):
-        parts = _packed_slices(weight, column_slices(weight.shape[0]))
-    out = tiled_matmul(flat, weight.t(), parts)
+        out = onednn_product(flat, _packed_slices(weight, column_slices(weight.shape[0])))
+    else:
+        out = tiled_matmul(flat, weight.t())
     if bias is not None:
         out = out + bias
     return out.view(*x.shape[:-1], weight.shape[0])

@@ -22,11 +22,12 @@ import torch.nn.functional as F
 
 from nudgeability.engine.attention.fixed_shape import (
     OWN_BLOCK,
+    PREFIX_BLOCK,
     QUERY_TILE,
-    SHARED_BLOCK,
     lowest,
     own_keys_attention,
     pad_keys,
+    prefix_block_attention,
     segment_width,
     shared_keys_attention,
 )
@@ -37,6 +38,7 @@ from nudgeability.engine.scheduling.step_layout import (
     StepLayout,
     SuffixPart,
 )
+from nudgeability.models.invariant import CORES
 
 
 def prefix_chunk(
@@ -48,7 +50,16 @@ def prefix_chunk(
     scaling: float,
     window: int | None,
 ) -> torch.Tensor:
-    """Chunk `index` of the step, q [1, H, T, D] (the step's): its [1, L, H, D] output."""
+    """Chunk `index` of the step, q [1, H, T, D] (the step's): its [1, L, H, D] output.
+
+    The chunk's positions run in blocks of PREFIX_BLOCK positions aligned to the run's position
+    0; a block at [b0, b1) is one kernel call of its g * PREFIX_BLOCK folded query rows against
+    the keys [first, b1) its rows can reach, `first` fixed by b0 (0, or the window's start), with
+    a causal bias. Every shape of the call is then fixed by b0 alone, whatever the chunking: a
+    block that the chunk starts or ends inside is padded to its full rows (zero queries, whose
+    outputs are dropped) and its keys past the chunk zero-padded and hidden, which changes no
+    visible row's sums (`fixed_shape.py`: a hidden key's weight is exactly 0). The blocks are
+    dealt to the cores whole (`models/invariant.Cores.share`)."""
     kv = handle.k.shape[0]
     _, h, _, d = q.shape
     g = h // kv
@@ -56,31 +67,72 @@ def prefix_chunk(
     # HF's head h reads kv head h // g: the rows are (token, head) in token order
     qc = q[0, :, chunk.t0 : chunk.t1].reshape(kv, g, length, d)
     folded = qc.permute(0, 2, 1, 3).reshape(kv, length * g, d)
-    lead = (chunk.c0 * g) % QUERY_TILE
-    first = 0 if window is None else max(0, chunk.c0 - window + 1)
-    k0 = first // SHARED_BLOCK * SHARED_BLOCK
-    k1 = -(-chunk.c1 // SHARED_BLOCK) * SHARED_BLOCK
-    keys = F.pad(handle.k[:, chunk.start + k0 : chunk.start + chunk.c1], (0, 0, 0, k1 - chunk.c1))
-    values = F.pad(handle.v[:, chunk.start + k0 : chunk.start + chunk.c1], (0, 0, 0, k1 - chunk.c1))
-    bias = _chunk_bias(layout, index, chunk, g, lead, k0, k1, window, q.dtype)
-    out, _ = shared_keys_attention(folded, keys, values, bias, scaling, lead)
-    return out.view(kv, length, g, d).permute(1, 0, 2, 3).reshape(1, length, h, d)
+    lead = chunk.c0 % PREFIX_BLOCK
+    blocks = range(chunk.c0 - lead, chunk.c1, PREFIX_BLOCK)
+    tail = blocks[-1] + PREFIX_BLOCK - chunk.c1
+    rows = F.pad(folded, (0, 0, lead * g, tail * g))
+    pool = chunk.start  # the run's position 0 in the pool
+    outs: list = [None] * len(blocks)
+    work, costs = [], []
+    for i, b0 in enumerate(blocks):
+        b1 = b0 + PREFIX_BLOCK
+        first = prefix_block_first(b0, window)
+        real = min(b1, chunk.c1)
+        keys, values = (
+            handle.k[:, pool + first : pool + real],
+            handle.v[:, pool + first : pool + real],
+        )
+        if real < b1:  # the chunk ends inside the block: its later keys are hidden zeros
+            keys, values = pad_keys(keys, b1 - first), pad_keys(values, b1 - first)
+        bias = prefix_block_bias(layout, b0, window, g, q.dtype, q.device)
+        r0 = (b0 - blocks[0]) * g
+        block_q = rows[:, r0 : r0 + PREFIX_BLOCK * g]
+        work.append(_block_job(outs, i, block_q, keys, values, bias, scaling))
+        costs.append(float(b1 - first))
+    CORES.share(work, costs)
+    out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
+    out = out[:, lead * g : (lead + length) * g]
+    return out.reshape(kv, length, g, d).permute(1, 0, 2, 3).reshape(1, length, h, d)
 
 
-def _chunk_bias(layout, index, chunk, g, lead, k0, k1, window, dtype) -> torch.Tensor:
-    """[1, tiles, 16, k1 - k0]: folded row r (position (c0 * g - lead + r) // g) sees key
-    position p when p <= its position (and within the window)."""
-    key = ("chunk", index, window, g, dtype)
+def _block_job(outs, i, block_q, keys, values, bias, scaling):
+    def job():
+        outs[i] = prefix_block_attention(block_q, keys, values, bias, scaling)
+
+    return job
+
+
+def prefix_block_first(b0: int, window: int | None) -> int:
+    """The first key position a prefix block starting at `b0` reads: 0, or on a sliding layer
+    the first its first row can see (later rows hide more through the bias)."""
+    return 0 if window is None else max(0, b0 - window + 1)
+
+
+def prefix_block_bias(layout, b0, window, g, dtype, device) -> torch.Tensor:
+    """[1, 1, g * PREFIX_BLOCK, b0 + PREFIX_BLOCK - first]: folded row r (position b0 + r // g)
+    sees key position p when p <= its position (and within the window).
+
+    With no window the bias of every block is a column slice (a view) of one causal pattern,
+    zeros before the block's own positions; cached per step in `layout.per_call`."""
+    first = prefix_block_first(b0, window)
+    b1 = b0 + PREFIX_BLOCK
+    if window is None:
+        key = ("prefix block", g, dtype)
+        pattern = layout.per_call.get(key)
+        if pattern is None or pattern.shape[-1] < b1:
+            width = max(b1, 2 * (0 if pattern is None else pattern.shape[-1]))
+            qpos = width - PREFIX_BLOCK + torch.arange(PREFIX_BLOCK * g, device=device) // g
+            visible = torch.arange(width, device=device)[None, :] <= qpos[:, None]
+            pattern = torch.where(visible, 0.0, lowest(dtype)).to(dtype)[None, None]
+            layout.per_call[key] = pattern
+        return pattern[..., pattern.shape[-1] - b1 :]
+    key = ("prefix block", b0, window, g, dtype)
     if key not in layout.per_call:
-        device = layout.slots.device
-        total = -(-(lead + (chunk.c1 - chunk.c0) * g) // QUERY_TILE) * QUERY_TILE
-        qpos = (chunk.c0 * g - lead + torch.arange(total, device=device)) // g
-        kpos = torch.arange(k0, k1, device=device)
-        visible = kpos[None, :] <= qpos[:, None]
-        if window is not None:
-            visible &= (qpos[:, None] - kpos[None, :]) < window
+        qpos = b0 + torch.arange(PREFIX_BLOCK * g, device=device)[:, None] // g
+        kpos = torch.arange(first, b1, device=device)[None, :]
+        visible = (kpos <= qpos) & ((qpos - kpos) < window)
         bias = torch.where(visible, 0.0, lowest(dtype)).to(dtype)
-        layout.per_call[key] = bias.view(1, total // QUERY_TILE, QUERY_TILE, k1 - k0)
+        layout.per_call[key] = bias[None, None]
     return layout.per_call[key]
 
 

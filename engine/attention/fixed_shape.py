@@ -8,13 +8,21 @@ min(512, keys); a short trailing block is a GEMM of another shape, and measured
 call, under every MKL branch. So a query's result depended on the batch. Here the calls are
 shaped so that the kernel's blocking is fixed by the part of the step alone:
 
-- **shared keys** (a group's prefix for its folded row tokens, a prefix chunk's run for its own
-  queries): query rows in tiles of exactly `QUERY_TILE` (16; the tiles are the call's heads,
-  the keys a stride-0 view shared by all), keys padded to a multiple of `SHARED_BLOCK` (512, so
-  the kernel's key blocks are always exactly 512, aligned to a place fixed by the group or the
-  run), or a short prefix segment to one block of `segment_width` (64, 128 or 256, fixed by the
-  segment's length alone: a base's prompt after the shared start, a stem). Every GEMM is
-  [16, D] x [D, W] or [16, W] x [W, D], W fixed by the keys' length;
+- **shared keys** (a group's prefix for its folded row tokens): query rows in tiles of exactly
+  `QUERY_TILE` (16; the tiles are the call's heads, the keys a stride-0 view shared by all),
+  keys padded to a multiple of `SHARED_BLOCK` (512, so the kernel's key blocks are always
+  exactly 512, aligned to a place fixed by the group), or a short prefix segment to one block of
+  `segment_width` (64, 128 or 256, fixed by the segment's length alone: a base's prompt after
+  the shared start, a stem). Every GEMM is [16, D] x [D, W] or [16, W] x [W, D], W fixed by the
+  keys' length;
+- **a prefix chunk's run** (a prompt's own tokens against the run before them): blocks of
+  `PREFIX_BLOCK` positions aligned to the run's position 0, each one call of its g *
+  PREFIX_BLOCK folded query rows against the keys it can reach (`prefix_block_attention`), so
+  that every shape of the call, and a row's place in it, is fixed by the block's position
+  alone, whatever the chunking or the rest of the step (`cpu_parts.prefix_chunk`). These rows
+  are never compared with a row token's (which merges two key sets), only with themselves in
+  another chunking, so their blocks need not be the row tokens' 16-row tiles: a block reads
+  only the keys before its end, as a causal kernel would, instead of whole 512-key blocks;
 - **a row's own keys** (each token of a row against its row's gathered slots): one token's g
   query heads per (batch, head) item, so M = g, fixed by the model; a token at row slot s
   against the first ceil((s + 1) / OWN_BLOCK) * OWN_BLOCK keys of its row in one call, the rows
@@ -39,6 +47,7 @@ from nudgeability.models.invariant import CORES, TILE_ROWS
 
 QUERY_TILE = TILE_ROWS
 SHARED_BLOCK = 512
+PREFIX_BLOCK = 64  # positions per call of a prefix chunk (`prefix_block_attention`)
 SEGMENT_WIDTHS = (64, 128, 256)  # a short prefix segment's one key block (`segment_width`)
 OWN_BLOCK = 128
 LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)
@@ -72,19 +81,16 @@ def shared_keys_attention(
     values: torch.Tensor,
     bias: torch.Tensor | None,
     scaling: float,
-    lead: int = 0,
 ):
     """Queries `folded` [kv, R, D] against keys/values [kv, S, D] (S a multiple of SHARED_BLOCK,
     or one of SEGMENT_WIDTHS)
     that every query shares, with an additive `bias` [1, T, QUERY_TILE, S] over the tiles (None:
-    every key visible). `lead` pad rows go before the first query so that tiles start at a
-    place fixed by the run (a prefix chunk's absolute position). Returns o [kv, R, D] and the fp32
-    log-sum-exp [kv, R]."""
+    every key visible). Returns o [kv, R, D] and the fp32 log-sum-exp [kv, R]."""
     kv, r, d = folded.shape
     s = keys.shape[1]
     assert s % SHARED_BLOCK == 0 or s in SEGMENT_WIDTHS, s
-    total = -(-(lead + r) // QUERY_TILE) * QUERY_TILE
-    q = F.pad(folded, (0, 0, lead, total - lead - r)).view(kv, total // QUERY_TILE, QUERY_TILE, d)
+    total = -(-r // QUERY_TILE) * QUERY_TILE
+    q = F.pad(folded, (0, 0, 0, total - r)).view(kv, total // QUERY_TILE, QUERY_TILE, d)
     tiles = q.shape[1]
     k = keys[:, None].expand(kv, tiles, s, d)
     v = values[:, None].expand(kv, tiles, s, d)
@@ -106,9 +112,28 @@ def shared_keys_attention(
         CORES.run([job(i, a, b) for i, (a, b) in enumerate(spans)])
         out = torch.cat([o for o, _ in parts], dim=1)
         lse = torch.cat([x for _, x in parts], dim=1)
-    out = out.reshape(kv, total, d)[:, lead : lead + r]
-    lse = lse.reshape(kv, total)[:, lead : lead + r]
+    out = out.reshape(kv, total, d)[:, :r]
+    lse = lse.reshape(kv, total)[:, :r]
     return out, lse
+
+
+def prefix_block_attention(
+    block_q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    bias: torch.Tensor,
+    scaling: float,
+) -> torch.Tensor:
+    """One block of a prefix chunk: folded query rows [kv, g * PREFIX_BLOCK, D] against the
+    keys/values [kv, S, D] it reads, under the additive `bias` [1, 1, g * PREFIX_BLOCK, S]
+    (which may be a column slice of a wider pattern). Returns o [kv, g * PREFIX_BLOCK, D].
+
+    One kernel call: the kernel cuts the rows into query blocks by their count (fixed by g) and
+    the keys into blocks of min(512, S) from the first (S fixed by the block's position), so the
+    call's every GEMM is fixed by the block's position."""
+    return _flash(
+        block_q[None], keys[None], values[None], 0.0, False, attn_mask=bias, scale=scaling
+    )[0][0]
 
 
 def own_keys_attention(
