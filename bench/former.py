@@ -13,8 +13,10 @@ loads the checkpoint itself, times only the engine's work, and sends back a `Run
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -42,6 +44,9 @@ def commit_tree(commit: str, repo: Path = REPO) -> Path:
     first on a child's PYTHONPATH to run that commit's code unchanged; RuntimeError saying why
     not (a shallow clone lacks the commit)."""
     root = Path(tempfile.mkdtemp(prefix=f"nudge-{commit}-"))
+    # removed when this process exits (a fork of it, which inherits the hook, leaves it)
+    owner = os.getpid()
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(root, ignore_errors=True))
     archive = root / "tree.tar"
     try:
         with open(archive, "wb") as out:

@@ -322,7 +322,7 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
         # than a third of the product's own time)
         columns = []
         for part in parts:
-            tiles = [_onednn_tile(tile, part) for tile in xt]
+            tiles = [_onednn_tile(xt[t], part) for t in range(xt.shape[0])]
             columns.append(tiles[0] if len(tiles) == 1 else torch.cat(tiles))
         out = columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
         return out[: x.shape[0]]
