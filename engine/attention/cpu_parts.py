@@ -4,9 +4,10 @@
 that no query's kernel call depends on what else runs in the step:
 
 - `prefix_chunk`: a prefix chunk's queries against their run, causal (and windowed). The query
-  rows are (token, head) pairs in 16-row tiles aligned to the run's start, the keys 512-key
-  blocks aligned to the run's position 0: a query sees the same tiles and blocks whatever the
-  chunking (a block outside its reach is all hidden, which changes nothing);
+  rows are (token, head) pairs in blocks of 64 positions aligned to the run's position 0, each
+  block one call against the keys before its end: a query sees the same call whatever the
+  chunking (padding rows and hidden zero keys fill a block the chunk cuts, which changes
+  nothing);
 - `prefix_segment`: row tokens against one prefix segment, folded into 16-row tiles (the groups
   that share the segment in one call: `cpu_rows.py`);
 - `own_keys_rows`: each row token against its own row's slots, one token per kernel item, in spans
