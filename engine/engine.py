@@ -67,7 +67,8 @@ class Engine:
     activations of the largest step, allocated up front and never grown (`kv/reservation.py`). `max_rows` caps the rows that decode
     together (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and
     contexts are prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when
-    `prefill_tokens` is smaller, which changes the prefixes' last bits). `progress` shows a bar with prefill
+    `prefill_tokens` is smaller: on CPU the same bits, `attention/cpu_parts.prefix_chunk`; on
+    CUDA the prefixes' last bits change). `progress` shows a bar with prefill
     and decode tokens/s per call. `compile_decode` runs the forward through
     `torch.compile(dynamic=True)` (minutes of compiling on CPU). `trace` keeps a `StepRecord`
     per step in `stats.trace`. `batch_invariant` pads every forward and LM-head call to the rows
