@@ -320,12 +320,8 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
         # One core: the same calls in turn, without the pieces `_onednn_tiles` deals (a decode
         # step runs two hundred products of one tile, where that bookkeeping would cost more
         # than a third of the product's own time)
-        columns = []
-        for part in parts:
-            tiles = [_onednn_tile(xt[t], part) for t in range(xt.shape[0])]
-            columns.append(tiles[0] if len(tiles) == 1 else torch.cat(tiles))
-        out = columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
-        return out[: x.shape[0]]
+        got = [[_onednn_tile(xt[t], part) for t in range(xt.shape[0])] for part in parts]
+        return _joined(got)[: x.shape[0]]
     return _onednn_tiles(xt, parts, CORES.spans(xt.shape[0]))[: x.shape[0]]
 
 
@@ -348,6 +344,12 @@ def _onednn_tiles(xt: torch.Tensor, parts: list[torch.Tensor], spans) -> torch.T
             work.append(piece(i, a, b))
             costs.append(float((b - a) * part.shape[0]))
     CORES.share(work, costs)
+    return _joined(got)
+
+
+def _joined(got: list[list[torch.Tensor]]) -> torch.Tensor:
+    """[tiles * 16, N] from each slice's tile outputs `got[slice][tile]` (one tile of one slice:
+    the call's own output, no copy)."""
     columns = [tiles[0] if len(tiles) == 1 else torch.cat(tiles) for tiles in got]
     return columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
 
