@@ -7,7 +7,9 @@ once into oneDNN's layout (`_reorder_linear_weight`), and whether oneDNN keeps a
 Timed, on one torch thread (each core of `models/invariant.Cores` runs one): every weight slice
 SmolLM2's forward calls (models/invariant.column_slices), for 1 and 13 tiles, with the weight
 cold (one of 32 copies in turn, as a forward walks through 30 layers): the three kernels
-alternated round by round, median per call. Run it alone on the machine.
+alternated round by round, median per call; beside them `F.linear` on the tiles' real rows in
+one call (one row for one tile: a decode step of one arm; all 208 rows for 13 tiles), what the
+fixed tiles cost over the library's own call. Run it alone on the machine.
 
 Not timed, in a fresh process per oneDNN ISA (`ONEDNN_MAX_CPU_ISA`, read once when oneDNN
 starts: how this machine stands in for older CPUs): a row at each of the 16 places of a tile
@@ -90,15 +92,23 @@ def _kernels(x: torch.Tensor, weights: list, packed: list) -> dict:
         w = pick(weights)
         torch.bmm(x, w.t().expand(tiles, k, w.shape[0]))
 
-    return {"bmm": bmm, "dense": onednn(weights), "packed": onednn(packed)}
+    # What the fixed tiles cost over one library call on the real rows: one tile stands for one
+    # row (a decode step of one arm, P4 at N = 1), 13 tiles for 208 rows (a prefill chunk)
+    rows = x[0, :1] if tiles == 1 else x.reshape(tiles * TILE_ROWS, k)
+
+    def library() -> None:
+        torch.nn.functional.linear(rows, pick(weights))
+
+    kernels = {"bmm": bmm, "dense": onednn(weights), "packed": onednn(packed)}
+    return kernels | {"library": library}
 
 
 def timings(rounds: int) -> list[str]:
     torch.set_num_threads(1)
     lines = [
         "| weight (slice × K) | tiles | MKL bmm µs | oneDNN dense µs | oneDNN packed µs "
-        "| bmm / packed |",
-        "|---|---|---|---|---|---|",
+        "| bmm / packed | `F.linear` on the real rows in one call µs | packed / `F.linear` |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, cols, k in _slices():
         weights = [torch.randn(cols, k) for _ in range(COPIES)]
@@ -114,7 +124,8 @@ def timings(rounds: int) -> list[str]:
             med = {key: statistics.median(v) * 1e6 for key, v in got.items()}
             lines.append(
                 f"| {name} ({cols} × {k}) | {tiles} | {med['bmm']:.0f} | {med['dense']:.0f} "
-                f"| {med['packed']:.0f} | {med['bmm'] / med['packed']:.2f}× |"
+                f"| {med['packed']:.0f} | {med['bmm'] / med['packed']:.2f}× "
+                f"| {med['library']:.0f} | {med['packed'] / med['library']:.2f}× |"
             )
     return lines
 
