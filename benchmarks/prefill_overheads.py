@@ -112,9 +112,9 @@ def child(forks: int) -> dict:
         out["floor before"] = _measured(floor, forks)
         engine = Engine(lm.model, lm.tokenizer)
         run_fork(engine, w, 1)
-        recorder, record = None, None
+        recorder, folder = None, tempfile.mkdtemp(prefix="nudge-perf-")
+        record = os.path.join(folder, "prefill.perf")
         if shutil.which("perf"):
-            record = tempfile.mktemp(suffix=".perf")
             recorder = subprocess.Popen(
                 ["perf", "record", "-F", "499", "-p", str(os.getpid()), "-o", record],
                 stdout=subprocess.DEVNULL,
@@ -125,11 +125,10 @@ def child(forks: int) -> dict:
         if recorder is not None:
             recorder.send_signal(signal.SIGINT)
             recorder.wait()
-            if os.path.exists(record):  # perf exits non-zero on the interrupt it is stopped by
+            # perf exits non-zero on the interrupt that stops it: what it wrote decides
+            if os.path.exists(record) and os.path.getsize(record) > 0:
                 out["split"] = _perf_split(record)
-            for leftover in (record, record + ".old"):
-                if os.path.exists(leftover):
-                    os.unlink(leftover)
+        shutil.rmtree(folder, ignore_errors=True)
         out["floor after"] = _measured(floor, forks)
         out["ops"] = _op_counts(lambda: run_fork(engine, w, 1))
     out["call"] = _call_cost(torch)
