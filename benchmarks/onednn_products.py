@@ -99,8 +99,7 @@ def _kernels(x: torch.Tensor, weights: list, packed: list) -> dict:
     def library() -> None:
         torch.nn.functional.linear(rows, pick(weights))
 
-    kernels = {"bmm": bmm, "dense": onednn(weights), "packed": onednn(packed)}
-    return kernels | {"library": library}
+    return {"bmm": bmm, "dense": onednn(weights), "packed": onednn(packed), "library": library}
 
 
 def timings(rounds: int) -> list[str]:
