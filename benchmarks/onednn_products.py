@@ -4,7 +4,7 @@ once into oneDNN's layout (`_reorder_linear_weight`), and whether oneDNN keeps a
 
     python benchmarks/onednn_products.py [--rounds 5]
 
-Timed, on one torch thread (each core of `models/invariant.Cores` runs one): every weight slice
+Timed, on one torch thread (each core of `models/cores.Cores` runs one): every weight slice
 SmolLM2's forward calls (models/invariant.column_slices), for 1 and 13 tiles, with the weight
 cold (one of 32 copies in turn, as a forward walks through 30 layers): the three kernels
 alternated round by round, median per call; beside them `F.linear` on the tiles' real rows in

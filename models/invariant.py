@@ -25,6 +25,18 @@ AVX512_CORE and up), at 1, 2 and 4 threads, while MKL's 8-row tiles do not under
 code, so the engine checks it on the machine it runs on (`engine/invariance_check.py`) before
 it relies on it.
 
+*Blocks.* A 16-row call pays oneDNN's setup (its descriptors made and freed, a fresh output:
+about 16 us where the arithmetic is nothing) once per 16 rows, which a prefill of a thousand
+rows pays some 28,000 times (RESULTS.md, *P1 prefill: where today's engine spends beyond its
+kernels*). So an fp32 product of many rows runs whole `BLOCK_ROWS`-row blocks from row 0 and
+tiles for the rest (`row_blocks`), but only where a block gives every row the very bits a tile
+gives it: `blocks_agree` measures that once per kind of weight slice (shape, layout, dtype,
+thread count) on this machine, and where it does not hold the product stays in tiles. Either
+way a row's bits are its tile's, so no record depends on the answer, on M, or on the core count
+that decides where blocks are worth taking; measured here, blocks of 32 to 256 rows agree with
+tiles under every oneDNN ISA (SSE41, AVX, AVX2, AVX512_CORE), and 64-row calls cost 20-35% less
+per row than 16-row ones on SmolLM2's shapes.
+
 `invariant_products()` routes `torch.nn.functional.linear` (every `nn.Linear`, the LM head, the
 exact path of the quantised linears) through `linear` for its duration; `in_row_tiles` is what a
 quantised layer's fused kernel runs in (models/quant/compute.py).
@@ -32,16 +44,17 @@ quantised layer's fused kernel runs in (models/quant/compute.py).
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
+from nudgeability.models.cores import CORES
+
 TILE_ROWS = 16
+BLOCK_ROWS = 64  # the larger call a product takes where it gives a tile's bits (`blocks_agree`)
 SLICE_COLUMNS = 4096  # columns per call of a wide weight; fixed per weight shape
 HALVED_COLUMNS = 512  # a weight at least this wide runs in two column halves (`column_slices`)
 # The widest weight reordered into oneDNN's layout (`reorderable`): in the supported models only
@@ -50,105 +63,6 @@ HALVED_COLUMNS = 512  # a weight at least this wide runs in two column halves (`
 # 513; RESULTS.md, Demo memory). The head runs from the plain layout instead, in every path.
 REORDER_MAX_COLUMNS = SLICE_COLUMNS
 _torch_linear = torch.nn.functional.linear  # the library's own, called for what is not ours
-
-
-class Cores:
-    """`count` cores for independent fixed-shape kernel calls: the calling thread and
-    `count - 1` persistent threads, each running torch on one thread.
-
-    This is how the invariant forward uses every core without letting the core count into the
-    sums: a product's tiles (or a wide weight's column slices) are split between the cores,
-    and each core runs the very calls a single thread would, on the same shapes, one sequential
-    kernel each (torch releases the GIL inside its kernels). Which core computes a tile decides
-    nothing about its bits, so the records do not depend on the core count
-    (tests/models/test_cores.py). `invariant_products` sets the count for its duration and
-    back to 1 after it; the threads stay, idle, for the next forward."""
-
-    def __init__(self, count: int = 1):
-        self.count = 1
-        self._pool: ThreadPoolExecutor | None = None
-        self._threads = 0
-        self._running = False  # inside `run`: nested calls stay on their own core
-        self.resize(count)
-
-    def forget_threads(self) -> None:
-        """After a fork: the child has none of the parent's threads; the next `resize` above one
-        core starts its own (splice/run/workers.py forks its workers)."""
-        self._pool, self._threads, self._running, self.count = None, 0, False, 1
-
-    def resize(self, count: int) -> None:
-        """Use `count` cores from now on (threads are started on first need, never stopped)."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"cores must be a positive integer, got {count!r}")
-        if count - 1 > self._threads:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-            self._pool = ThreadPoolExecutor(count - 1, "nudge-core")
-            self._threads = count - 1
-        self.count = count
-
-    def run(self, jobs: list[Callable[[], None]]) -> None:
-        """Run every job once: the first on the calling thread, the rest on the others; returns
-        when all have finished (the first job's exception, if any, is raised here). A job that
-        itself shares work (a product inside a group's attention) runs it on its own core."""
-        if self.count == 1 or len(jobs) == 1 or self._running:
-            for job in jobs:
-                job()
-            return
-        # grad and inference mode are per thread: the others run their jobs in the caller's
-        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
-        self._running = True
-        try:
-            futures = [self._pool.submit(_in_mode, job, inference, grad) for job in jobs[1:]]
-            try:
-                jobs[0]()
-            finally:
-                wait(futures)  # every job has finished before anything is raised or returned
-        finally:
-            self._running = False
-        for future in futures:
-            future.result()
-
-    def share(self, work: list[Callable[[], None]], costs: list[float]) -> None:
-        """Run every callable of `work` once, whole, dealt to the cores by their `costs` (the
-        costliest first, each to the least loaded core). How they are dealt decides no bit:
-        each is the same sequence of calls on whichever core runs it."""
-        if self.count == 1 or self._running or len(work) < 2:
-            for item in work:
-                item()
-            return
-        bins: list[list[Callable[[], None]]] = [[] for _ in range(self.count)]
-        loads = [0.0] * self.count
-        for i in sorted(range(len(work)), key=lambda i: -costs[i]):
-            core = loads.index(min(loads))
-            bins[core].append(work[i])
-            loads[core] += costs[i]
-
-        def job(items: list[Callable[[], None]]) -> Callable[[], None]:
-            return lambda: [item() for item in items]
-
-        self.run([job(items) for items in bins if items])
-
-    def spans(self, n: int) -> list[tuple[int, int]]:
-        """`range(n)` cut into at most `count` contiguous, nearly equal spans (one span inside
-        `run`, where the caller already has its core)."""
-        parts = 1 if self._running else min(self.count, n)
-        bounds = [n * i // parts for i in range(parts + 1)]
-        return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
-
-
-def _in_mode(job: Callable[[], None], inference: bool, grad: bool) -> None:
-    # A thread starts with OpenMP's and MKL's default thread counts, not the caller's one:
-    # pinned here, so that every kernel a core runs is one sequential call.
-    if torch.get_num_threads() != 1:
-        torch.set_num_threads(1)
-    with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-        job()
-
-
-CORES = Cores()  # the process's cores; `invariant_products` sizes them to torch's thread count
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=CORES.forget_threads)
 
 
 def column_slices(n: int) -> list[tuple[int, int]]:
@@ -313,38 +227,100 @@ def _in_tiles(x: torch.Tensor) -> torch.Tensor:
 
 def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
     """x [M, K] (fp32) times a weight given as its column slices' `parts` (dense [s1 - s0, K], or
-    reordered by `reorder_slices`): [M, N], one oneDNN call per 16-row tile and slice, shared
-    between the `CORES`."""
-    xt = _in_tiles(x)
+    reordered by `reorder_slices`): [M, N], one oneDNN call per block of rows (`row_blocks`) and
+    slice, shared between the `CORES`."""
+    m = x.shape[0]
+    flat = _in_tiles(x).view(-1, x.shape[1])
+    rows = flat.shape[0]
+    # blocks only where every core gets at least one: which calls a row goes through decides
+    # none of its bits (`blocks_agree`), so the choice may follow the core count
+    large = rows >= BLOCK_ROWS * CORES.count and all(blocks_agree(part) for part in parts)
+    blocks = row_blocks(rows, large)
     if CORES.count == 1 or CORES._running:
-        # One core: the same calls in turn, without the pieces `_onednn_tiles` deals (a decode
+        # One core: the same calls in turn, without the pieces `_onednn_blocks` deals (a decode
         # step runs two hundred products of one tile, where that bookkeeping would cost more
         # than a third of the product's own time)
-        got = [[_onednn_tile(xt[t], part) for t in range(xt.shape[0])] for part in parts]
-        return _joined(got)[: x.shape[0]]
-    return _onednn_tiles(xt, parts, CORES.spans(xt.shape[0]))[: x.shape[0]]
+        got = [[_onednn_tile(flat[a:b], part) for a, b in blocks] for part in parts]
+        return _joined(got)[:m]
+    return _onednn_blocks(flat, parts, blocks)[:m]
 
 
-def _onednn_tiles(xt: torch.Tensor, parts: list[torch.Tensor], spans) -> torch.Tensor:
-    """[tiles * 16, N] from tiles xt [tiles, 16, K]: one oneDNN call per (tile, slice), the
-    (span of tiles, slice) pieces dealt to the cores, the outputs joined by `cat` (one tile of
-    one slice: the call's own output)."""
-    got: list[list] = [[None] * xt.shape[0] for _ in parts]
+def row_blocks(rows: int, large: bool) -> list[tuple[int, int]]:
+    """The calls a product of `rows` rows (a multiple of TILE_ROWS) runs in: with `large`, whole
+    BLOCK_ROWS blocks from row 0 and 16-row tiles for the rest, else 16-row tiles only."""
+    edge = rows - rows % BLOCK_ROWS if large else 0
+    return [(a, a + BLOCK_ROWS) for a in range(0, edge, BLOCK_ROWS)] + [
+        (a, a + TILE_ROWS) for a in range(edge, rows, TILE_ROWS)
+    ]
+
+
+_AGREE: dict[tuple, bool] = {}  # (the part's kind, shape, dtype, threads) -> `blocks_agree`
+
+
+def blocks_agree(part: torch.Tensor) -> bool:
+    """Whether a BLOCK_ROWS-row call with the weight slice `part` gives every row the very bits
+    a 16-row tile gives it, measured once per kind of slice and kept: BLOCK_ROWS rows drawn at
+    random through one call, against the same rows shuffled into four tiles. Where it holds,
+    a block is only a cheaper way to run four tiles (a row's bits do not depend on which of the
+    two shapes computed it, nor where it sat); where it does not, the product runs in tiles
+    only, so that no record depends on the answer (module docstring, *Blocks*). The answer is the
+    kernel's, chosen by the shapes, the dtype, the thread count and the machine, not by values,
+    which is why the slice's kind is the key."""
+    layout = "packed" if part.is_mkldnn else tuple(part.stride())
+    key = (layout, tuple(part.shape), part.dtype, torch.get_num_threads())
+    agrees = _AGREE.get(key)
+    if agrees is None:
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(BLOCK_ROWS, part.shape[1], generator=generator)
+        order = torch.randperm(BLOCK_ROWS, generator=generator)
+        with torch.no_grad():
+            block = _onednn_tile(x, part)[order]
+            shuffled = x[order]
+            tiles = [_onednn_tile(shuffled[t : t + TILE_ROWS], part) for t in _TILE_STARTS]
+        agrees = _AGREE[key] = torch.equal(block, torch.cat(tiles))
+    return agrees
+
+
+_TILE_STARTS = range(0, BLOCK_ROWS, TILE_ROWS)
+
+
+def _onednn_blocks(
+    flat: torch.Tensor, parts: list[torch.Tensor], blocks: list[tuple[int, int]]
+) -> torch.Tensor:
+    """[rows, N] from flat [rows, K]: one oneDNN call per (block, slice), the (run of blocks,
+    slice) pieces dealt to the cores by rows, the outputs joined by `cat`."""
+    got: list[list] = [[None] * len(blocks) for _ in parts]
     work, costs = [], []
 
     def piece(i: int, a: int, b: int) -> Callable[[], None]:
         def run() -> None:
-            for t in range(a, b):
-                got[i][t] = _onednn_tile(xt[t], parts[i])
+            for j in range(a, b):
+                got[i][j] = _onednn_tile(flat[blocks[j][0] : blocks[j][1]], parts[i])
 
         return run
 
-    for i, part in enumerate(parts):
-        for a, b in spans:
+    for a, b in _runs(blocks, CORES.count):
+        rows = blocks[b - 1][1] - blocks[a][0]
+        for i, part in enumerate(parts):
             work.append(piece(i, a, b))
-            costs.append(float((b - a) * part.shape[0]))
+            costs.append(float(rows * part.shape[0]))
     CORES.share(work, costs)
     return _joined(got)
+
+
+def _runs(blocks: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
+    """`blocks` cut into at most `count` contiguous runs of nearly equal rows (index ranges): a
+    block goes to the run its middle row falls in."""
+    total = blocks[-1][1]
+    runs, start = [], 0
+    for c in range(1, count + 1):
+        end = start
+        while end < len(blocks) and (c == count or sum(blocks[end]) <= 2 * total * c / count):
+            end += 1
+        if end > start:
+            runs.append((start, end))
+        start = end
+    return runs
 
 
 def _joined(got: list[list[torch.Tensor]]) -> torch.Tensor:
@@ -391,7 +367,7 @@ def invariant_products() -> Iterator[None]:
     MKL's AVX2 branch at 2 threads, a 16-row tile of [16, 128] x [128, 64] changes a row's bits
     with its position, and so do the attention kernel's GEMMs. The threads torch was given
     become `CORES` instead: whole tiles and slices, each one sequential kernel, shared between
-    threads (`Cores`), so the records depend on the thread count no more than on the batch.
+    threads (models/cores.py), so the records depend on the thread count no more than on the batch.
     Not thread-safe: one forward at a time per process, as the engine runs them. Re-entrant."""
     if torch.nn.functional.linear is linear:
         yield

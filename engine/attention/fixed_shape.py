@@ -43,7 +43,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nudgeability.models.invariant import CORES, TILE_ROWS
+from nudgeability.models.cores import CORES
+from nudgeability.models.invariant import TILE_ROWS
 
 QUERY_TILE = TILE_ROWS
 SHARED_BLOCK = 512
@@ -97,7 +98,7 @@ def shared_keys_attention(
     spans = CORES.spans(tiles)
     if len(spans) == 1:
         out, lse = _flash(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)[:2]
-    else:  # the tiles are the call's heads: each core takes whole ones (models/invariant.Cores)
+    else:  # the tiles are the call's heads: each core takes whole ones (models/cores.Cores)
         parts: list = [None] * len(spans)
 
         def job(i: int, a: int, b: int):

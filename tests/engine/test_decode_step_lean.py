@@ -65,7 +65,7 @@ def test_a_step_sends_its_inputs_to_the_device_in_one_copy(monkeypatch):
 
 def _tiny_ops(layers: int):
     """Counted on one core: on several, the fixed-shape calls are shared between threads
-    (models/invariant.Cores) and each shared attention call adds the `cat` of its parts."""
+    (models/cores.Cores) and each shared attention call adds the `cat` of its parts."""
     model = tiny_model("llama", num_layers=layers)
     prefix = random_ids(150, seed=2)
     suffixes = [random_ids(n, seed=10 + n) for n in (3, 7, 12, 5)]

@@ -90,13 +90,15 @@ def _branches() -> list[str]:
 
 
 # The schedule-invariance tests whose assertions must hold under every branch: the needle, the
-# budgets and row caps, stems reused or computed, the shared start (a subset of architectures,
-# to keep the five runs within the suite's time).
+# budgets and row caps, stems reused or computed, the shared start, the products' 64-row
+# blocks against their tiles (a subset of architectures, to keep the five runs within the
+# suite's time).
 UNDER_BRANCHES = [
     "tests/engine/test_batch_invariance.py",
     "tests/engine/test_batching_under_budget.py::test_budgets_and_row_caps_change_the_schedule_not_one_bit",
     "tests/engine/test_streaming.py",
     "tests/engine/test_shared_start.py",
+    "tests/models/test_row_blocks.py",
 ]
 
 

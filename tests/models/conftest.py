@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nudgeability.models.invariant import CORES
+from nudgeability.models.cores import CORES
 
 
 @pytest.fixture

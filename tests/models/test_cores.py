@@ -1,4 +1,4 @@
-"""The invariant products on several cores (models/invariant.py `Cores`): a product's tiles and
+"""The invariant products on several cores (models/cores.py `Cores`): a product's tiles and
 a wide weight's slices shared between threads give the very bits one thread gives, at every row
 count, whatever runs beside them; and they are the product, to float32's rounding, against a
 float64 matmul computed here."""
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from nudgeability.models import invariant
-from nudgeability.models.invariant import CORES, Cores, invariant_products, tiled_matmul
+from nudgeability.models.cores import CORES, Cores
+from nudgeability.models.invariant import invariant_products, tiled_matmul
 
 
 def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
@@ -267,7 +268,7 @@ def test_a_forked_child_starts_its_own_threads():
     # the parent's pool threads do not exist in a fork; the child's Cores must not submit to them
     import os
 
-    from nudgeability.models.invariant import CORES
+    from nudgeability.models.cores import CORES
 
     CORES.resize(2)
     CORES.run([lambda: None, lambda: None])  # the parent's pool started

@@ -1,0 +1,112 @@
+"""A product's 64-row blocks (models/invariant.py, *Blocks*): where they are taken, every row has
+the bits the library's kernel gives it in a 16-row tile, checked against a tile loop written here
+on SmolLM2's weight shapes, packed and dense, at one and two cores; and where a block would not
+give a tile's bits, the guard keeps the product in tiles (the negative control: a block kernel
+that changes one row's last bit)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nudgeability.models import invariant
+from nudgeability.models.invariant import (
+    BLOCK_ROWS,
+    TILE_ROWS,
+    blocks_agree,
+    onednn_product,
+    reorder_slices,
+    row_blocks,
+)
+
+pytestmark = pytest.mark.skipif(not invariant.ONEDNN, reason="torch built without oneDNN")
+
+# SmolLM2-135M's linears: q and o [576, 576], k and v [192, 576], gate and up [1536, 576],
+# down [576, 1536]
+SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536)]
+
+
+def _tile_loop(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
+    """Every 16-row tile (zero-padded) times every slice, one library call each, in turn."""
+    m, k = x.shape
+    padded = -(-m // TILE_ROWS) * TILE_ROWS
+    xp = torch.cat([x, x.new_zeros(padded - m, k)])
+    columns = []
+    for part in parts:
+        tiles = [
+            torch.ops.mkldnn._linear_pointwise(xp[t : t + TILE_ROWS], part, None, "none", [], "")
+            for t in range(0, padded, TILE_ROWS)
+        ]
+        columns.append(torch.cat(tiles))
+    return torch.cat(columns, dim=1)[:m]
+
+
+def _parts(weight: torch.Tensor, packed: bool) -> list[torch.Tensor]:
+    slices = invariant.column_slices(weight.shape[0])
+    if packed:
+        return reorder_slices(weight, slices)
+    return [weight[s0:s1].contiguous() for s0, s1 in slices]
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "dense"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_a_product_in_blocks_gives_every_row_its_tile_bits(shape, packed, cores):
+    n, k = shape
+    torch.manual_seed(n + k)
+    weight = torch.randn(n, k) * 0.05
+    parts = _parts(weight, packed)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for m in (BLOCK_ROWS, 2 * BLOCK_ROWS + 5, 5 * BLOCK_ROWS - 3):
+            x = torch.randn(m, k)
+            expected = _tile_loop(x, parts)
+            for count in (1, 2):
+                cores(count)
+                assert torch.equal(onednn_product(x, parts), expected), (m, count)
+            # a row alone (one tile) has the bits it has inside the blocks
+            assert torch.equal(onednn_product(x[m // 2 : m // 2 + 1], parts)[0], expected[m // 2])
+    finally:
+        torch.set_num_threads(before)
+    exact = (x.double() @ weight.double().t()).float()
+    torch.testing.assert_close(expected, exact, rtol=1e-5, atol=1e-4)
+
+
+def test_where_a_block_would_change_a_bit_the_product_stays_in_tiles(monkeypatch, cores):
+    """The negative control: a block kernel that changes the last bit of one row. The guard sees
+    it and the product keeps the tile loop's bits; forced into blocks, it does not."""
+    cores(1)
+    real = invariant._onednn_tile
+
+    def off_by_a_bit(x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        out = real(x, part)
+        if x.shape[0] == BLOCK_ROWS:
+            out[7] = torch.nextafter(out[7], torch.full_like(out[7], torch.inf))
+        return out
+
+    monkeypatch.setattr(invariant, "_onednn_tile", off_by_a_bit)
+    monkeypatch.setattr(invariant, "_AGREE", {})
+    torch.manual_seed(0)
+    weight = torch.randn(192, 576) * 0.05
+    parts = _parts(weight, packed=True)
+    x = torch.randn(3 * BLOCK_ROWS, 576)
+    expected = _tile_loop(x, parts)
+    assert not blocks_agree(parts[0])
+    assert torch.equal(onednn_product(x, parts), expected)
+    monkeypatch.setattr(invariant, "blocks_agree", lambda part: True)
+    assert not torch.equal(onednn_product(x, parts), expected)
+
+
+@pytest.mark.parametrize("rows", [16, 48, 64, 80, 1296])
+@pytest.mark.parametrize("large", [True, False])
+def test_the_calls_cover_every_row_once_and_the_runs_every_call_once(rows, large):
+    blocks = row_blocks(rows, large)
+    covered = [r for a, b in blocks for r in range(a, b)]
+    assert covered == list(range(rows))
+    assert all(b - a in ((BLOCK_ROWS, TILE_ROWS) if large else (TILE_ROWS,)) for a, b in blocks)
+    if large:  # whole blocks first, as many as fit
+        assert sum(b - a == BLOCK_ROWS for a, b in blocks) == rows // BLOCK_ROWS
+    for count in (1, 2, 3, 4):
+        runs = invariant._runs(blocks, count)
+        assert [i for a, b in runs for i in range(a, b)] == list(range(len(blocks)))
+        assert len(runs) <= count
