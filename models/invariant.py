@@ -35,7 +35,11 @@ thread count) on this machine, and where it does not hold the product stays in t
 way a row's bits are its tile's, so no record depends on the answer, on M, or on the core count
 that decides where blocks are worth taking; measured here, blocks of 32 to 256 rows agree with
 tiles under every oneDNN ISA (SSE41, AVX, AVX2, AVX512_CORE), and 64-row calls cost 20-35% less
-per row than 16-row ones on SmolLM2's shapes.
+per row than 16-row ones on SmolLM2's shapes. The column halves are the same kind of case: they
+exist to give a one-tile product to two cores, and on one core (every worker of `nudge run`'s
+default, and the P1 benchmark) they only double the calls, so there a reordered weight runs
+whole (`product_slices`) where `whole_agrees` finds that the whole gives every column the
+halves' bits.
 
 `invariant_products()` routes `torch.nn.functional.linear` (every `nn.Linear`, the LM head, the
 exact path of the quantised linears) through `linear` for its duration; `in_row_tiles` is what a
@@ -78,6 +82,37 @@ def column_slices(n: int) -> list[tuple[int, int]]:
     return [(0, n)]
 
 
+def product_slices(n: int, k: int, cores: int) -> list[tuple[int, int]]:
+    """The slices a reordered weight [n, k] runs in on `cores` cores: its `column_slices`, or
+    on one core, where halves only add calls (a tenth of a one-tile decode step's products,
+    measured on SmolLM2), the weight whole, if `whole_agrees` (module docstring, *Blocks*)."""
+    slices = column_slices(n)
+    if cores == 1 and len(slices) == 2 and whole_agrees(n, k):
+        return [(0, n)]
+    return slices
+
+
+_WHOLE: dict[tuple, bool] = {}  # (n, k, threads) -> `whole_agrees`
+
+
+def whole_agrees(n: int, k: int) -> bool:
+    """Whether a weight [n, k] reordered whole gives every column of a 16-row tile the very bits
+    its two `column_slices` halves give, measured once per shape and thread count on a random
+    weight and tile (the kernel's answer is the shapes', not the values'). Where it holds, the
+    whole weight is only a cheaper way to run the halves; where not, the halves run."""
+    key = (n, k, torch.get_num_threads())
+    agrees = _WHOLE.get(key)
+    if agrees is None:
+        generator = torch.Generator().manual_seed(1)
+        weight = torch.randn(n, k, generator=generator)
+        x = torch.randn(TILE_ROWS, k, generator=generator)
+        with torch.no_grad():
+            whole = _onednn_tile(x, reorder_slices(weight, [(0, n)])[0])
+            halves = [_onednn_tile(x, part) for part in reorder_slices(weight, column_slices(n))]
+        agrees = _WHOLE[key] = torch.equal(whole, torch.cat(halves, dim=1))
+    return agrees
+
+
 def _onednn_matmul_available() -> bool:
     try:
         return torch.backends.mkldnn.is_available() and hasattr(
@@ -115,8 +150,8 @@ def _dense_slices(weight_t: torch.Tensor, slices: list[tuple[int, int]]) -> list
 _PACKED: dict[int, tuple] = {}  # id(Parameter) -> (what it was made from, its reordered slices)
 
 
-def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
-    """The slices of a model weight (a Parameter) reordered once into oneDNN's blocked layout
+def _packed_slices(weight: torch.Tensor) -> list[torch.Tensor]:
+    """The `product_slices` of a model weight (a Parameter) at the cores in use, reordered once into oneDNN's blocked layout
     for TILE_ROWS-row calls (as inductor packs a frozen linear's weight; a dense weight runs a
     kernel on its plain layout, slower: RESULTS.md, oneDNN products), kept while the Parameter
     lives and remade when it changes: a new storage, shape or strides, or an in-place write that
@@ -127,8 +162,10 @@ def _packed_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[
     call (a dequantised one) is not worth a reorder and goes dense, and so does a weight that is
     not `reorderable` (the LM head). The reordered copy costs the weight's size again in memory,
     which a run that owns its model does not pay (models/reordered.py)."""
+    n, k = weight.shape
     if not isinstance(weight, torch.nn.Parameter) or not reorderable(weight):
-        return _dense_slices(weight.t(), slices)
+        return _dense_slices(weight.t(), column_slices(n))
+    slices = product_slices(n, k, CORES.count)
     try:
         version = weight._version
     except RuntimeError:  # an inference tensor has no version counter (`forget_reordered`)
@@ -336,7 +373,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return _torch_linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
     if _onednn_for(x, weight):
-        out = onednn_product(flat, _packed_slices(weight, column_slices(weight.shape[0])))
+        out = onednn_product(flat, _packed_slices(weight))
     else:
         out = tiled_matmul(flat, weight.t())
     if bias is not None:

@@ -23,23 +23,26 @@ import torch
 
 from nudgeability.models.invariant import (
     ONEDNN,
-    column_slices,
     invariant_products,
     onednn_product,
+    product_slices,
     reorder_slices,
     reorderable,
 )
 
 
 class ReorderedLinear(torch.nn.Module):
-    """`nn.Linear` of an fp32 CPU weight kept only as its `column_slices` in oneDNN's layout."""
+    """`nn.Linear` of an fp32 CPU weight kept only as its `product_slices` in oneDNN's layout."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         # a plain attribute, not a buffer: oneDNN's layout has no storage to save or share
-        self.parts = reorder_slices(linear.weight, column_slices(linear.out_features))
+        # sliced for the cores this process's products will use (`invariant_products` gives
+        # them torch's threads); at any other count the bits are the same (`product_slices`)
+        slices = product_slices(linear.out_features, linear.in_features, torch.get_num_threads())
+        self.parts = reorder_slices(linear.weight, slices)
         self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

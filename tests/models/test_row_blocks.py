@@ -1,8 +1,9 @@
-"""A product's 64-row blocks (models/invariant.py, *Blocks*): where they are taken, every row has
-the bits the library's kernel gives it in a 16-row tile, checked against a tile loop written here
-on SmolLM2's weight shapes, packed and dense, at one and two cores; and where a block would not
-give a tile's bits, the guard keeps the product in tiles (the negative control: a block kernel
-that changes one row's last bit)."""
+"""The products' cheaper calls (models/invariant.py, *Blocks*): a product's 64-row blocks, and on
+one core a weight whole instead of its two column halves. Where they are taken, every row has the
+bits the library's kernel gives it in a 16-row tile of a half, checked against a loop written
+here on SmolLM2's weight shapes, packed and dense, at one and two cores; and where a block or
+the whole weight would not give those bits, the guard keeps the tiles and halves (the negative
+controls: a kernel that changes one last bit)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from nudgeability.models.invariant import (
     BLOCK_ROWS,
     TILE_ROWS,
     blocks_agree,
+    invariant_products,
     onednn_product,
     reorder_slices,
     row_blocks,
@@ -110,3 +112,63 @@ def test_the_calls_cover_every_row_once_and_the_runs_every_call_once(rows, large
         runs = invariant._runs(blocks, count)
         assert [i for a, b in runs for i in range(a, b)] == list(range(len(blocks)))
         assert len(runs) <= count
+
+
+def _halves_loop(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The weight's two `column_slices` halves, each reordered here by oneDNN's own op, tile by
+    tile: the canonical bits."""
+    halves = [
+        torch.ops.mkldnn._reorder_linear_weight(weight[s0:s1].contiguous(), TILE_ROWS)
+        for s0, s1 in invariant.column_slices(weight.shape[0])
+    ]
+    return _tile_loop(x, halves)
+
+
+@pytest.mark.parametrize("shape", [(576, 576), (1536, 576), (576, 1536)], ids=str)
+def test_on_one_core_a_weight_runs_whole_with_the_bits_of_its_halves(shape, cores):
+    n, k = shape
+    torch.manual_seed(n * 3 + k)
+    weight = torch.nn.Parameter(torch.randn(n, k) * 0.05, requires_grad=False)
+    expected = {}
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for m in (1, 12, 3 * BLOCK_ROWS + 7):
+            x = torch.randn(m, k)
+            expected[m] = (x, _halves_loop(x, weight.detach()))
+    finally:
+        torch.set_num_threads(before)
+    for count in (1, 2):
+        torch.set_num_threads(count)
+        try:
+            with invariant_products():
+                for m, (x, want) in expected.items():
+                    assert torch.equal(torch.nn.functional.linear(x, weight), want), (m, count)
+                slices = invariant._PACKED[id(weight)][0][-1]
+        finally:
+            torch.set_num_threads(before)
+        whole = count == 1 and invariant.whole_agrees(n, k)
+        assert slices == (((0, n),) if whole else tuple(invariant.column_slices(n)))
+
+
+def test_where_the_whole_weight_would_change_a_bit_the_halves_run(monkeypatch):
+    """The negative control: a kernel that changes one column's last bit when it is given the
+    whole weight. The guard sees it and one core keeps the halves."""
+    real = invariant._onednn_tile
+    n, k = 576, 576
+
+    def off_by_a_bit(x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        out = real(x, part)
+        if part.shape[0] == n:
+            out[:, 3] = torch.nextafter(out[:, 3], torch.full_like(out[:, 3], torch.inf))
+        return out
+
+    monkeypatch.setattr(invariant, "_onednn_tile", off_by_a_bit)
+    monkeypatch.setattr(invariant, "_WHOLE", {})
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert not invariant.whole_agrees(n, k)
+        assert invariant.product_slices(n, k, 1) == invariant.column_slices(n)
+    finally:
+        torch.set_num_threads(before)
