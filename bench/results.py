@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import platform
 import re
@@ -55,3 +56,14 @@ def publish(name: str, body: str, *, write: bool = True) -> None:
     print(body)
     if write:
         write_section(name, body)
+
+
+def rounds_parser(description: str, rounds: int = 5) -> argparse.ArgumentParser:
+    """A timing script's parser: --rounds (alternated rounds, `rounds` by default) and --no-write
+    (print the section, leave RESULTS.md alone: `publish`'s `write`)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=rounds, help="alternated rounds")
+    parser.add_argument(
+        "--no-write", action="store_true", help="print only; leave RESULTS.md alone"
+    )
+    return parser

@@ -16,22 +16,18 @@ benchmarks/RESULTS.md. Run it alone on the machine.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
 
-from nudgeability.bench.results import publish
+from nudgeability.bench.isa_probe import under_each_isa
+from nudgeability.bench.results import publish, rounds_parser
 from nudgeability.models.invariant import BLOCK_ROWS, TILE_ROWS, column_slices
 
 # SmolLM2-135M's reordered linears ([out, in]); the LM head runs dense and is left out
 WEIGHTS = {"q, o": (576, 576), "k, v": (192, 576), "gate, up": (1536, 576), "down": (576, 1536)}
-ISAS = ("", "AVX512_CORE", "AVX2", "AVX", "SSE41")
 COPIES = 32
 
 PROBE = r"""
@@ -134,20 +130,14 @@ def bits() -> list[str]:
         "| rows differing: blocks | whole | whole in blocks |",
         "|---|---|---|---|---|---|",
     ]
-    for isa in ISAS:
-        env = {key: v for key, v in os.environ.items() if key != "ONEDNN_MAX_CPU_ISA"}
-        if isa:
-            env["ONEDNN_MAX_CPU_ISA"] = isa
-        done = subprocess.run(
-            [sys.executable, "-c", PROBE, shapes], env=env, capture_output=True, text=True
-        )
-        if done.returncode:
-            lines.append(f"| {isa or '(native)'} | failed: {done.stderr.strip()[-200:]} | | | | |")
+    for isa, result in under_each_isa(PROBE, shapes).items():
+        if isinstance(result, str):
+            lines.append(f"| {isa} | failed: {result} | | | | |")
             continue
-        got = json.loads(done.stdout).values()
+        got = result.values()
         halved = [v["guard_whole"] for v in got if v["guard_whole"] is not None]
         lines.append(
-            f"| {isa or '(native)'} | {'yes' if all(v['guard_blocks'] for v in got) else 'NO'} "
+            f"| {isa} | {'yes' if all(v['guard_blocks'] for v in got) else 'NO'} "
             f"| {'yes' if all(halved) else 'NO'} | {sum(v['rows_blocks'] for v in got)} "
             f"| {sum(v['rows_whole'] for v in got)} | {sum(v['rows_whole_blocks'] for v in got)} |"
         )
@@ -155,10 +145,7 @@ def bits() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args(argv)
+    args = rounds_parser(__doc__.splitlines()[0]).parse_args(argv)
     body = "\n".join(
         [
             f"`python benchmarks/cheaper_calls.py --rounds {args.rounds}`: one torch thread, "

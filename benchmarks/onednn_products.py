@@ -19,23 +19,19 @@ against 16; packed against dense. Writes its section of benchmarks/RESULTS.md.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
 
-from nudgeability.bench.results import publish
+from nudgeability.bench.isa_probe import under_each_isa
+from nudgeability.bench.results import publish, rounds_parser
 from nudgeability.models.invariant import TILE_ROWS, column_slices
 
 # SmolLM2-135M: q/o, k/v, gate/up, down, the LM head ([out, in])
 WEIGHTS = {"q, o": (576, 576), "k, v": (192, 576), "gate, up": (1536, 576), "down": (576, 1536)}
 WEIGHTS["LM head"] = (49152, 576)
-ISAS = ("", "AVX512_CORE", "AVX2", "AVX", "SSE41")
 COPIES = 32
 
 PROBE = r"""
@@ -136,29 +132,20 @@ def invariance() -> list[str]:
         "calls of 8 or 32 rows differing | packed ≠ dense |",
         "|---|---|---|---|---|",
     ]
-    for isa in ISAS:
-        env = {key: v for key, v in os.environ.items() if key != "ONEDNN_MAX_CPU_ISA"}
-        if isa:
-            env["ONEDNN_MAX_CPU_ISA"] = isa
-        done = subprocess.run(
-            [sys.executable, "-c", PROBE, shapes], env=env, capture_output=True, text=True
-        )
-        if done.returncode:
-            lines.append(f"| {isa or '(native)'} | failed: {done.stderr.strip()[-200:]} | | | |")
+    for isa, result in under_each_isa(PROBE, shapes).items():
+        if isinstance(result, str):
+            lines.append(f"| {isa} | failed: {result} | | | |")
             continue
-        got = json.loads(done.stdout)
+        got = result
         lines.append(
-            f"| {isa or '(native)'} | {len(got)} | {sum(v['places'] for v in got.values())} "
+            f"| {isa} | {len(got)} | {sum(v['places'] for v in got.values())} "
             f"| {sum(v['other_m'] for v in got.values())} | {sum(v['dense'] for v in got.values())} |"
         )
     return lines
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--no-write", action="store_true")
-    args = parser.parse_args(argv)
+    args = rounds_parser(__doc__.splitlines()[0]).parse_args(argv)
     body = "\n".join(
         [
             f"`python benchmarks/onednn_products.py --rounds {args.rounds}`: one torch thread, "
