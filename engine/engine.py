@@ -261,8 +261,15 @@ class Engine:
         return self.scheduler.busy
 
     def peek(self, ref: SequenceRef) -> list[int]:
-        """The tokens a sequence has generated so far (it may still be running)."""
-        return list(self._rows[ref.id].token_ids)
+        """The tokens a sequence has generated so far (it may still be running). A sequence that
+        finished without `retain` is gone: its tokens are in the completion `step` returned."""
+        row = self._rows.get(ref.id)
+        if row is None:
+            raise EngineInputError(
+                f"peek: {ref} is not running or retained here (a finished sequence's tokens are "
+                "in the completion step() returned; submit with retain=True to keep it)"
+            )
+        return list(row.token_ids)
 
     def release(self, ref: SequenceRef) -> None:
         """Let go of a finished sequence's retained KV."""

@@ -22,6 +22,7 @@ def _floor_cell(model, sizes, rows: int, graphs: bool, bandwidth: float) -> str:
     engine = make_engine(
         model,
         max_batch_tokens=sizes["kv_floor"],
+        max_rows=rows,  # every row decodes in each timed step
         block_size=sizes["block"],
         static_decode=graphs,
         cuda_graphs=graphs and device.type == "cuda",
@@ -37,24 +38,32 @@ def _timed_steps(engine, model, sizes, rows, groups, per_group, bandwidth) -> st
 
     vocab, device = model.config.vocab_size, model.device
     refs = []
+    # The groups' prefills take several steps (a step prefills at most `prefill_tokens`, less the
+    # rows already decoding in it), during which the first groups decode: every row must still be
+    # running when the timed steps end, so each generates enough tokens to outlast both.
+    per_step = max(1, engine.prefill_tokens - rows)
+    prefill_steps = -(-groups * (sizes["prefix"] + 8 * per_group) // per_step)
+    new = sizes["steps"] + 2 * prefill_steps + 8
     for g in range(groups):
         suffixes = [random_ids(8, 1000 * g + a, vocab) for a in range(per_group)]
-        new = sizes["steps"] + 8
         request = ForkRequest(
             random_ids(sizes["prefix"], 50 + g, vocab), suffixes, greedy_params(new)
         )
         refs += engine.submit_fork(request)
     while any(len(engine.peek(r)) < 4 for r in refs):  # prefill, first steps, capture
         engine.step()
+    oldest = max(len(engine.peek(r)) for r in refs)
+    if oldest + sizes["steps"] >= new:
+        raise RuntimeError(f"rows would finish during the timed steps ({oldest} of {new} made)")
     times = []
     for _ in range(sizes["steps"]):
         t0 = time.perf_counter()
         engine.step()
         sync(device)
         times.append(time.perf_counter() - t0)
+    made = sum(len(engine.peek(r)) for r in refs) - rows * (sizes["steps"] // 2)  # mid-timing
     step = statistics.median(times)
-    generated = len(engine.peek(refs[0]))
-    slots = groups * sizes["prefix"] + rows * (8 + generated)  # the prefix read once per group
+    slots = groups * sizes["prefix"] + rows * 8 + made  # the prefix read once per group
     floor = step_floor_s(model, slots, rows, bandwidth)
     while engine.busy:
         engine.step()
@@ -82,31 +91,70 @@ def decode_floor(model, sizes) -> list[Row]:
 
 
 def prefill(model, sizes) -> list[Row]:
-    """One prompt's prefill (the engine, then HF's forward of the same ids), tokens/s."""
+    """One prompt's prefill, the engine's and HF's forward of the same ids, each timed on its first
+    call at that length and again warm (tokens/s): a first call can pay for plans and workspaces
+    made per shape (cuDNN's attention built one per key length: 7.5 s, first H200 run)."""
     ids = random_ids(sizes["prefill"], 77, model.config.vocab_size)
     engine = make_engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
-    engine.generate([ids[:64]], greedy_params(1))  # warm-up
-    engine.stats = type(engine.stats)()
-    t0 = time.perf_counter()
-    engine.generate([ids], greedy_params(1))
-    sync(model.device)
-    ours = time.perf_counter() - t0
+    engine.generate([ids[:64]], greedy_params(1))  # the engine's own start-up, at another length
+
+    def ours() -> float:
+        t0 = time.perf_counter()
+        engine.generate([ids], greedy_params(1))
+        sync(model.device)
+        return time.perf_counter() - t0
+
     x = torch.tensor([ids], device=model.device)
+
+    def hf() -> float:
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            model(input_ids=x, logits_to_keep=1)
+            sync(model.device)
+        return time.perf_counter() - t0
+
     with torch.inference_mode():
         model(input_ids=x[:, :64], logits_to_keep=1)
         sync(model.device)
-        t0 = time.perf_counter()
-        model(input_ids=x, logits_to_keep=1)
-        sync(model.device)
-    hf = time.perf_counter() - t0
+    first = (ours(), hf())
+    warm = (min(ours(), ours()), min(hf(), hf()))
     n = len(ids)
     return [
         (
-            f"prefill of {n} tokens",
-            f"engine {n / ours:.0f} tok/s, HF forward {n / hf:.0f} tok/s: engine / HF "
-            f"{hf / ours:.2f}x",
+            f"prefill of {n} tokens, {when}",
+            f"engine {n / e:.0f} tok/s, HF forward {n / h:.0f} tok/s: engine / HF {h / e:.2f}x",
         )
+        for when, (e, h) in (("first call at that length", first), ("warm", warm))
     ]
+
+
+def hf_batching_options(config_class, **wanted) -> dict:
+    """`wanted` as `config_class`'s constructor names them: transformers before 5.25 called the
+    page size `block_size` (5.25 takes both); an option the class does not know is an error."""
+    import inspect
+
+    known = inspect.signature(config_class.__init__).parameters
+    if "page_size" in wanted and "page_size" not in known:
+        wanted["block_size"] = wanted.pop("page_size")
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        raise TypeError(f"{config_class.__name__} takes none of {unknown}")
+    return wanted
+
+
+def hf_complete(outputs: dict, requests: int, new: int) -> None:
+    """Raise unless HF's `generate_batch` returned every request with `new` tokens and no error:
+    a failed request costs no time, so a timing that counted one would flatter HF."""
+    bad = [
+        o.request_id
+        for o in outputs.values()
+        if getattr(o, "error", None) or len(o.generated_tokens) != new
+    ]
+    if len(outputs) != requests or bad:
+        raise RuntimeError(
+            f"HF generate_batch returned {len(outputs)} of {requests} requests, "
+            f"{len(bad)} failed or short (e.g. {bad[:3]})"
+        )
 
 
 def campaign(model, sizes) -> list[Row]:
@@ -147,17 +195,24 @@ def campaign(model, sizes) -> list[Row]:
             max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0
         )
         cb = ContinuousBatchingConfig(
-            page_size=sizes["hf_page"],
-            num_blocks=-(-sizes["kv"] // sizes["hf_page"]) + 1,
-            max_requests_per_batch=sizes["max_rows"],
-            allow_block_sharing=True,
+            **hf_batching_options(
+                ContinuousBatchingConfig,
+                page_size=sizes["hf_page"],
+                num_blocks=-(-sizes["kv"] // sizes["hf_page"]) + 1,
+                max_requests_per_batch=sizes["max_rows"],
+                allow_block_sharing=True,
+            )
         )
         t = time.perf_counter()
-        with torch.inference_mode():
-            model.generate_batch(
+        # no_grad, not inference_mode: transformers 5.17's generation thread updates its static
+        # tensors in place outside inference mode and fails every request (first H200 run)
+        with torch.no_grad():
+            outputs = model.generate_batch(
                 inputs, generation_config=config, continuous_batching_config=cb, progress_bar=False
             )
-        return time.perf_counter() - t
+        elapsed = time.perf_counter() - t
+        hf_complete(outputs, len(inputs), new)
+        return elapsed
 
     h_bases = hf(prompts, sizes["base_new"])
     h_arms = hf([r.prefix_ids + s for r in requests for s in r.suffixes], sizes["arm_new"])

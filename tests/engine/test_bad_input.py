@@ -90,3 +90,15 @@ def test_attention_soft_capping_is_refused_with_a_typed_error():
     model.config.attn_logit_softcapping = 50.0
     with pytest.raises(UnsupportedModelError, match="attention logit soft-capping"):
         Engine(model)
+
+
+def test_peeking_at_a_finished_sequence_says_where_its_tokens_are(engine):
+    """A sequence that finished without `retain` is no longer held: peek names the completion
+    (the GPU check's decode cell once peeked at such a row and died on a bare KeyError: 0)."""
+    (ref,) = engine.submit_fork(ForkRequest([5, 6, 7], [[8]], SamplingParams(max_new_tokens=1)))
+    finished = []
+    while engine.busy:
+        finished += engine.step()
+    assert [r for r, _ in finished] == [ref]
+    with pytest.raises(EngineInputError, match="not running or retained.*retain=True"):
+        engine.peek(ref)
