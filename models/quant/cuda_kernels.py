@@ -15,11 +15,17 @@ and a kernel that disagrees or raises is replaced for good by the next one, reco
   for layers tinygemm does not take, this project's Triton kernel (`triton_w4a16`) reads the
   layer's own compressed-tensors words (no copy; only the zero points, as int8, are its own).
   A non-bf16 activation on a tinygemm layer runs the exact path, recorded as a fallback.
-- **FP8 blocks** (`fp8_path`): the Triton weight-only kernel (`triton_fp8`, the FP8 weight decoded
-  in registers); from `SCALED_MM_MIN_ROWS` rows of bf16/fp16 activations on SM90 with CUDA >=
-  12.9, `torch._scaled_mm` with blockwise scales first (`scaled_mm.py`: activations quantised to
-  e4m3 per 1x128 block, the checkpoint's 128x128 scales passed as torch requires them). If it
-  raises or disagrees, Triton, recorded.
+- **FP8 blocks** (`fp8_path`): on SM90 with CUDA >= 12.9, for bf16/fp16 activations,
+  `torch._scaled_mm` with blockwise scales (`scaled_mm.py`: activations quantised to e4m3 per
+  1x128 block, the checkpoint's `activation_scheme: dynamic`, the checkpoint's 128x128 scales
+  passed as torch requires them) at every row count; elsewhere, or if it raises or disagrees,
+  the Triton weight-only kernel (`triton_fp8`, the FP8 weight decoded in registers), recorded.
+  The choice never depends on how many rows share the call: until 2026-12-04 calls under 128
+  rows took Triton, so a token's activations were quantised when it was prefilled and not when
+  it was decoded. (That was not what kept the fp8-fused arms far from HF's forward on the first
+  H200 run: they agree at 78 and 97 of 256 argmaxes in two runs after the change, 88 before, where HF against itself
+  in two calls agrees at 131/256; on a random-init 36-layer model an activation one ulp away
+  can take the next e4m3 code, and W8A8 amplifies rounding. benchmarks/RESULTS.md, GPU.)
 - **NF4 / FP4** (`nf4_path`): bitsandbytes' CUDA `gemm_4bit` op when bitsandbytes has a CUDA
   library. That op itself picks, by rows and the GPU, its fused kernel or a dequantise + F.linear
   (`backends/cuda/ops.py`); `bnb_kernel` asks bitsandbytes' own rule, so the name says which:
@@ -41,7 +47,6 @@ from nudgeability.models.quant.self_check import Kernel
 from nudgeability.util import fallbacks
 
 TINYGEMM_GROUPS = (32, 64, 128, 256)
-SCALED_MM_MIN_ROWS = 128  # below this, the weight-only Triton kernel (published: faster at M <= 64)
 E4M3_UNIT = 2.0**-4  # e4m3 keeps 3 fraction bits: relative rounding error <= 2^-4
 E4M3_FLOOR = 2.0**-10 / scaled_mm.E4M3_MAX  # half e4m3's subnormal step, per block amax
 
@@ -180,8 +185,9 @@ def fp8_path(
     block: tuple[int, int],
     facts: tuple | None = None,
 ) -> FusedPath | str:
-    """The Triton weight-only kernel, and `_scaled_mm` first from 128 rows where torch takes the
-    layer. `facts` = (capability, CUDA version) (default: the weight's device's)."""
+    """`_scaled_mm` at every row count where torch takes the layer, else the Triton weight-only
+    kernel (module docstring). `facts` = (capability, CUDA version) (default: the weight's
+    device's)."""
     if not triton_kernels.available():
         return "no Triton (pip install '.[gpu]')"
     n, k = weight.shape
@@ -198,8 +204,7 @@ def fp8_path(
 
     def choose(x: torch.Tensor) -> list[Kernel]:
         triton = _triton_kernel("triton_fp8", x.shape[0], n, k, call)
-        big = x.shape[0] >= SCALED_MM_MIN_ROWS and x.dtype in (torch.bfloat16, torch.float16)
-        if not (use_scaled_mm and big):
+        if not (use_scaled_mm and x.dtype in (torch.bfloat16, torch.float16)):
             return [triton]
         fast = Kernel("scaled_mm_blockwise", blockwise, E4M3_UNIT, E4M3_FLOOR)
         return [fast, triton]

@@ -141,3 +141,29 @@ def test_the_scaled_mm_path_passes_its_self_check_with_torch_layout(monkeypatch,
         run(torch.randn(128, k).to(torch.float16))
         assert run.ran == {"scaled_mm_blockwise": {128}}, run.ran
     assert fallbacks.taken() == []
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs the interpreter")
+def test_a_rows_fp8_product_does_not_depend_on_how_many_rows_share_the_call(monkeypatch, checked):
+    """Where `_scaled_mm` takes the layer it runs at every row count: a row computed alone, among
+    12 or among 300 gets the same activation quantisation (the reference quantises each row's
+    1x128 blocks on its own). Until the H200 run of 2026-12-04 calls under 128 rows took the
+    weight-only Triton kernel: a decoded token then missed the quantisation its prefill had."""
+    pytest.importorskip("triton")
+    from nudgeability.models.quant.compute import self_checked
+
+    monkeypatch.setattr(torch, "_scaled_mm", scaled_mm_as_torch_reads_it)
+    weight, scale_inv = _layer(256, 384)
+    layer = FP8BlockLinear(weight, scale_inv, (128, 128))
+    path = cuda_kernels.fp8_path(weight, scale_inv, (128, 128), facts=((9, 0), (12, 9)))
+    run = self_checked(path, layer).run
+    x = torch.randn(300, 384, generator=torch.Generator().manual_seed(7)).to(torch.float16)
+    ref = _reference(x, weight, scale_inv)
+    for rows in (1, 12, 300):
+        y = run(x[:rows])
+        # the fp16 output's rounding only: a weight-only product misses the e4m3 steps of x
+        assert bool(
+            ((y.double() - ref[:rows]).abs() <= 2.0**-11 * ref[:rows].abs() + 2.0**-25).all()
+        )
+    assert set(run.ran) == {"scaled_mm_blockwise"}, run.ran
+    assert fallbacks.taken() == []
