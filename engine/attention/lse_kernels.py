@@ -72,7 +72,24 @@ def attend_cuda(q, k, v, bias, scaling: float):
     return out[0], out[1][..., :m]
 
 
-# The CUDA kernels behind `attend_cuda`, by name: the tests put CPU stand-ins with the same
+def causal_cuda(q, k, v, scaling: float) -> torch.Tensor | None:
+    """Causal attention of the last L of S positions over all S keys in one flash call, q
+    `[1, H, L, D]`, k/v `[1, Hk, S, D]` (Hk dividing H: query head h reads key head h // (H/Hk),
+    as SDPA's `enable_gqa`) -> `[1, H, L, D]`; None where flash cannot take it (`cuda_kernel`).
+
+    The flash op's `is_causal` aligns the diagonal to the bottom right, so query i sees keys
+    j <= i + S - L: a prefill chunk's queries at positions [c0, c1) against keys [0, c1)
+    (torch/nn/attention/bias.py, `CausalBias._dispatch`, calls it so for its lower-right variant;
+    flash's own check only asks that Hk divide H). One call per chunk replaces one SDPA call per
+    64 queries, whose masks cost more host time than the kernels on the first H200 run, and
+    whose key lengths, new at each block, had SDPA build a cuDNN plan each (7.5 s for the first
+    4096-token prefill)."""
+    if cuda_kernel(q, k, v, None) != "flash":
+        return None
+    return CUDA_KERNELS["flash"](q, k, v, 0.0, True, False, scale=scaling)[0]
+
+
+# The CUDA kernels behind `attend_cuda` and `causal_cuda`, by name: the tests put CPU stand-ins with the same
 # signatures here to check the branch's logic.
 CUDA_KERNELS = {
     "flash": lambda *a, **kw: torch.ops.aten._scaled_dot_product_flash_attention(*a, **kw),

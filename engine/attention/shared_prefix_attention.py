@@ -3,8 +3,10 @@
 Registered with transformers' `AttentionInterface` as `nudge_fork`. A step's tokens come in three
 kinds (`step_layout`):
 
-- **prefix chunks** attend causally to their own run, read in place from the pool (SDPA's fused
-  kernels);
+- **prefix chunks** attend causally to their own run, read in place from the pool: on CUDA one
+  flash call per chunk with the diagonal at the bottom right (`lse_kernels.causal_cuda`; a
+  sliding-window layer keeps the blocks), elsewhere SDPA's fused kernel on fixed blocks of
+  PREFILL_QUERY_BLOCK queries;
 - **row tokens** attend to two key sets, computed separately and merged exactly through their
   log-sum-exps:
   1. their group's prefix segments, read in place once per group for all its row tokens: the
@@ -32,7 +34,7 @@ from transformers import AttentionInterface
 
 from nudgeability.engine.attention import cpu_parts, cpu_rows
 from nudgeability.engine.attention.fixed_shape import merge
-from nudgeability.engine.attention.lse_kernels import attend_cuda, attend_explicit
+from nudgeability.engine.attention.lse_kernels import attend_cuda, attend_explicit, causal_cuda
 from nudgeability.engine.attention.static_decode import StaticDecode, flex_decode_attention
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import GroupSpan, StepLayout, SuffixPart
@@ -62,6 +64,13 @@ def fixed_shape_cpu(t: torch.Tensor) -> bool:
     return t.device.type == "cpu"
 
 
+def whole_chunk(t: torch.Tensor, window: int | None) -> bool:
+    """Whether a prefix chunk runs as one causal flash call (`lse_kernels.causal_cuda`): on CUDA,
+    with no sliding window (the flash op takes no window). The tests of the branch turn it on to
+    run it with CPU stand-ins."""
+    return t.device.type == "cuda" and window is None
+
+
 def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> torch.Tensor:
     """[1, H, T, D] -> [1, T, H, D] for every token of the step (module docstring)."""
     layout = handle.layout
@@ -86,6 +95,10 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
         keys = handle.k[:, chunk.start + k0 : chunk.start + chunk.c1].unsqueeze(0)
         values = handle.v[:, chunk.start + k0 : chunk.start + chunk.c1].unsqueeze(0)
         qc = q[:, :, chunk.t0 : chunk.t1]
+        whole = causal_cuda(qc, keys, values, scaling) if whole_chunk(q, window) else None
+        if whole is not None:  # one flash call for the chunk (lse_kernels.causal_cuda)
+            out[:, chunk.t0 : chunk.t1] = whole.transpose(1, 2)
+            continue
         out[:, chunk.t0 : chunk.t1] = _causal_self_attention(
             qc, keys, values, scaling, window, chunk.c0, k0
         )
