@@ -46,8 +46,9 @@ DEFAULT_SAMPLE = 2  # units a local run's audit replays when not told otherwise
 
 # compare_manifests ignores where the inputs are (manifest_keys.LOCATION_KEYS); replaying on another
 # device than the run's (--device) changes the config's device too, and leaves out the stored
-# device's share of free memory for the KV pool (refused on a CPU; the new device's default)
-_DEVICE_KEYS = ("config.device", "config.gpu_memory_utilization")
+# device's share of free memory for the KV pool and its fixed-shape decode (both refused on a CPU;
+# the new device's defaults)
+_DEVICE_KEYS = ("config.device", "config.gpu_memory_utilization", "config.static_decode")
 
 
 class ReplayError(ValueError):
@@ -169,8 +170,8 @@ def _requested(config: dict, overrides: dict[str, str | None], remote: bool) -> 
     stored = RunConfig.from_dict(config)
     if remote:
         stored = replace(stored, dtype=RunConfig.dtype, device=RunConfig.device)
-    if overrides.get("device") is not None:  # another device: its own default share (_DEVICE_KEYS)
-        stored = replace(stored, gpu_memory_utilization=None)
+    if overrides.get("device") is not None:  # another device: its own defaults (_DEVICE_KEYS)
+        stored = replace(stored, gpu_memory_utilization=None, static_decode=False)
     return replace(stored, **{k: v for k, v in overrides.items() if v is not None})
 
 

@@ -183,6 +183,7 @@ def engine_options(config: RunConfig) -> dict:
     return {
         "max_batch_tokens": config.max_batch_tokens,
         "gpu_memory_utilization": config.gpu_memory_utilization,
+        "static_decode": config.static_decode,
     }
 
 

@@ -115,6 +115,11 @@ def _check_pool_settings(requested: RunConfig, device: str) -> None:
                 f"--gpu-memory-utilization: the KV pool's share of free CUDA memory; on {device} "
                 "the pool grows with the work; leave it out"
             )
+    if requested.static_decode and not from_pool:
+        raise ConfigError(
+            f"--static-decode: the fixed-shape decode with CUDA graphs runs on CUDA; on {device} "
+            "leave it out"
+        )
     if requested.shard is not None and requested.chunk_size is None and from_pool:
         raise ConfigError(
             f"--chunk-size: a --shard run on {device} must give it: its default is what the KV "
@@ -155,6 +160,10 @@ def _check_remote(requested: RunConfig, remote: RemoteSpec) -> None:
     if requested.gpu_memory_utilization is not None:
         raise ConfigError(
             "--gpu-memory-utilization: the engine's KV pool; a server batches on its own"
+        )
+    if requested.static_decode:
+        raise ConfigError(
+            "--static-decode: the in-process engine's setting; a server decodes on its own"
         )
 
 

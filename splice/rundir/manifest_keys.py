@@ -57,6 +57,7 @@ WORK_KEYS = (
     ("config", "chunk_size"),
     ("config", "max_batch_tokens"),
     ("config", "gpu_memory_utilization"),  # the KV pool's share of free CUDA memory
+    ("config", "static_decode"),  # CUDA's fixed-shape decode: how a step computes, not what
     ("config", "device"),
     ("seeds",),
     ("experiment", "seeds"),

@@ -30,6 +30,8 @@ def test_the_default_run_is_the_strategyqa_demo_with_a_report():
     assert config.conditions == ("all",) and not _parsed().no_report
     assert run_cli.config_from_args(_parsed("--task", "musique")).n == 3
     assert run_cli.config_from_args(_parsed("--task", "musique", "--n", "5")).n == 5
+    assert not run_cli.config_from_args(_parsed()).static_decode  # the eager cascade
+    assert run_cli.config_from_args(_parsed("--static-decode")).static_decode
 
 
 def test_report_run_writes_the_report_beside_the_run_and_prints_it(tmp_path, capsys):

@@ -25,3 +25,8 @@ def test_the_pool_memory_share_is_written_only_when_given():
     given = RunConfig(chunk_size=32, gpu_memory_utilization=0.5)
     assert given.to_dict()["gpu_memory_utilization"] == 0.5
     assert RunConfig.from_dict(given.to_dict()) == given
+    # likewise the fixed-shape decode: off (every run before it existed) is not written
+    assert "static_decode" not in RunConfig(chunk_size=32).to_dict()
+    graphs = RunConfig(chunk_size=32, static_decode=True)
+    assert graphs.to_dict()["static_decode"] is True
+    assert RunConfig.from_dict(graphs.to_dict()) == graphs

@@ -91,10 +91,12 @@ def test_the_memory_share_reaches_the_engine(fake_cuda):
     assert runner.engine_options(RunConfig(gpu_memory_utilization=0.5)) == {
         "max_batch_tokens": None,
         "gpu_memory_utilization": 0.5,
+        "static_decode": False,
     }
     assert runner.engine_options(RunConfig(max_batch_tokens=4096)) == {
         "max_batch_tokens": 4096,
         "gpu_memory_utilization": None,
+        "static_decode": False,
     }
     budgets = {"max_new_tokens": 256, "max_new_tokens_arm": 128}
     half = runner.unit_context(
@@ -188,3 +190,12 @@ def test_the_cpu_default_chunk_size_is_unchanged(tiny_checkpoint):
     prepared = prepare(RunConfig(model=str(model_dir), task="strategyqa", n=2, device="cpu"))
     assert prepared.config.chunk_size == DEFAULT_CHUNK_SIZE == 32
     assert prepared.manifest["config"]["chunk_size"] == 32 and prepared.plan.chunk_size == 32
+
+
+def test_the_fixed_shape_decode_reaches_the_run_s_engine(fake_cuda):
+    """`--static-decode` (RunConfig.static_decode) is the engine's `static_decode`: the run's
+    engine decodes on fixed shapes (with CUDA graphs where the model is on CUDA)."""
+    on = runner.unit_context(_prepared(RunConfig(static_decode=True)), progress=False)
+    off = runner.unit_context(_prepared(RunConfig()), progress=False)
+    assert on.backend.engine.static_decode is True
+    assert off.backend.engine.static_decode is False

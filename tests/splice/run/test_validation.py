@@ -193,3 +193,22 @@ def test_a_kv_budget_one_group_could_exceed_names_the_group_and_its_need():
     check_fits(_workload("NT", {}), None, 13)
     with pytest.raises(ConfigError, match="problem q7's NT can need 13 KV token slots"):
         check_fits(_workload("NT", {}), None, 12)
+
+
+def test_the_fixed_shape_decode_is_a_cuda_setting(cuda_pool):
+    """`--static-decode` (CUDA graphs of fixed-shape decode steps) where the pool is sized from
+    device memory, as on CUDA; refused on a CPU and on a server, naming the flag."""
+    assert validate(RunConfig(device="cpu", static_decode=True)).device == "cpu"
+
+
+def test_the_fixed_shape_decode_is_refused_off_cuda():
+    with pytest.raises(ConfigError) as error:
+        validate(RunConfig(device="cpu", static_decode=True))
+    assert str(error.value) == (
+        "--static-decode: the fixed-shape decode with CUDA graphs runs on CUDA; on cpu leave it out"
+    )
+    with pytest.raises(ConfigError) as error:
+        validate(RunConfig(static_decode=True), RemoteSpec("http://x/v1"))
+    assert str(error.value) == (
+        "--static-decode: the in-process engine's setting; a server decodes on its own"
+    )
