@@ -16,7 +16,10 @@ BlockWise128x128)` branch):
   torch tests `scale_b.t()` against `b.t()` [N, K], which must be row-major [ceil(N/128),
   ceil(K/128)], i.e. strides (ceil(K/128), 1);
 - no `use_fast_accum` (cuBLASLt's blockwise modes refuse it, `CUDABlas.cpp`), SM90 only and
-  cuBLASLt >= 12.9 (`_check_deepseek_support`); cuBLAS also wants M a multiple of 4.
+  cuBLASLt >= 12.9 (`_check_deepseek_support`); cuBLAS also wants M a multiple of 4, and the
+  128x128 scales in [L4, N/128] with L4 = ceil(K/128) rounded up to 4 (NVIDIA's cuBLAS docs,
+  "1D and 128x128 2D block scaling for FP8", as torch's tests pad them): a layer whose K/128
+  is not a multiple of 4 is left to the Triton kernel (`scaled_mm_reason`).
 
 A checkpoint's `weight_scale_inv` for `weight` [N, K] is [N/128, K/128] (row-major): for `b =
 weight.t()` the scale is `weight_scale_inv.t()` (a view: strides (1, K/128) as required). Its
@@ -80,6 +83,11 @@ def scaled_mm_reason(weight: torch.Tensor, block: tuple[int, int], capability, c
         return f"blocks {tuple(block)}, not 128x128"
     if n % 128 or k % 128:
         return f"[{n}, {k}] not in whole 128-blocks"
+    if (k // 128) % 4:
+        # cuBLAS reads 128x128 scales as [L4, N/128] with L4 = K/128 rounded up to 4 (torch's
+        # own tests pad them so: test/test_scaled_matmul_cuda.py `_pad_128x128_scales`); torch's
+        # size check does not ask for it, so an unpadded layer would pass and be misread
+        return f"K {k}: {k // 128} scale blocks, cuBLAS wants a multiple of 4"
     return None
 
 

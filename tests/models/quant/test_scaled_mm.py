@@ -38,6 +38,9 @@ def scaled_mm_as_torch_reads_it(a, b, scale_a, scale_b, bias=None, out_dtype=Non
     assert a.dtype == b.dtype == torch.float8_e4m3fn
     assert a.stride(1) == 1 and b.stride(0) == 1, "row-major a, column-major b (SM90 cuBLASLt)"
     assert k % 16 == 0 and n % 16 == 0 and m % 4 == 0
+    # cuBLAS reads 128x128 scales as [L4, N/128], L4 = ceil(K/128) rounded up to 4 (its docs,
+    # "1D and 128x128 2D block scaling for FP8"; torch's tests pad to it)
+    assert _cdiv(k, 128) % 4 == 0, f"K {k}: {_cdiv(k, 128)} scale blocks, not a multiple of 4"
     assert not kw.get("use_fast_accum", False) and kw.get("scale_result") is None and bias is None
     # _meta_registrations: scale_a (M, ceil(K/128)), scale_b (ceil(K/128), ceil(N/128))
     assert tuple(scale_a.shape) == (m, _cdiv(k, 128)), f"scale_a shape {tuple(scale_a.shape)}"
@@ -58,9 +61,10 @@ def scaled_mm_as_torch_reads_it(a, b, scale_a, scale_b, bias=None, out_dtype=Non
 
 
 def _layer(n, k):
-    """A weight whose 128x128 blocks differ in scale by factors of 4 (a mirrored scale shows)."""
+    """A weight whose 128x128 blocks differ in scale by powers of 2 (block (i, j) by 2 ** ((i *
+    blocks + j) % 5): block (j, i) differs from it for i != j, so a mirrored scale shows)."""
     gen = torch.Generator().manual_seed(n + k)
-    factor = 4.0 ** torch.arange(_cdiv(n, 128) * _cdiv(k, 128), dtype=torch.float32)
+    factor = 2.0 ** (torch.arange(_cdiv(n, 128) * _cdiv(k, 128), dtype=torch.float32) % 5)
     grid = factor.view(_cdiv(n, 128), _cdiv(k, 128)).repeat_interleave(128, 0)
     w = torch.randn(n, k, generator=gen) * grid.repeat_interleave(128, 1)[:n, :k] * 1e-3
     return quantize_fp8_block(w, (128, 128), torch.float32)
@@ -78,7 +82,7 @@ def _reference(x, weight, scale_inv):
     return xq @ w.T
 
 
-@pytest.mark.parametrize("n,k", [(256, 384), (256, 256)])  # non-square, square (q/o_proj)
+@pytest.mark.parametrize("n,k", [(256, 512), (512, 512)])  # non-square, square (q/o_proj)
 def test_blockwise_scaled_mm_gets_the_layout_torch_reads(monkeypatch, n, k):
     monkeypatch.setattr(torch, "_scaled_mm", scaled_mm_as_torch_reads_it)
     weight, scale_inv = _layer(n, k)
@@ -111,16 +115,16 @@ def test_scaled_mm_that_raises_falls_back_to_triton_recorded(monkeypatch, checke
         raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED")
 
     monkeypatch.setattr(torch, "_scaled_mm", refuses)
-    weight, scale_inv = _layer(256, 384)
+    weight, scale_inv = _layer(256, 512)
     layer = FP8BlockLinear(weight, scale_inv, (128, 128))
     path = cuda_kernels.fp8_path(weight, scale_inv, (128, 128), facts=((9, 0), (12, 9)))
     assert path.name == "triton_fp8+scaled_mm_blockwise"
     run = self_checked(path, layer).run
-    x = torch.randn(128, 384, generator=torch.Generator().manual_seed(5)).to(torch.float16)
+    x = torch.randn(128, 512, generator=torch.Generator().manual_seed(5)).to(torch.float16)
     y = run(x)
     taken, *more = fallbacks.taken()
     assert more == [], fallbacks.taken()
-    assert taken.path.startswith("scaled_mm_blockwise fp8 [256, 384]")
+    assert taken.path.startswith("scaled_mm_blockwise fp8 [256, 512]")
     assert taken.used.startswith("triton_fp8[") and "CUBLAS_STATUS_NOT_SUPPORTED" in taken.reason
     assert list(run.ran) == [taken.used]
     ref = x.double() @ layer.dequantize().double().T
@@ -133,7 +137,7 @@ def test_the_scaled_mm_path_passes_its_self_check_with_torch_layout(monkeypatch,
     from nudgeability.models.quant.compute import self_checked
 
     monkeypatch.setattr(torch, "_scaled_mm", scaled_mm_as_torch_reads_it)
-    for n, k in [(256, 384), (256, 256)]:
+    for n, k in [(256, 512), (512, 512)]:
         weight, scale_inv = _layer(n, k)
         layer = FP8BlockLinear(weight, scale_inv, (128, 128))
         path = cuda_kernels.fp8_path(weight, scale_inv, (128, 128), facts=((9, 0), (12, 9)))
@@ -153,11 +157,11 @@ def test_a_rows_fp8_product_does_not_depend_on_how_many_rows_share_the_call(monk
     from nudgeability.models.quant.compute import self_checked
 
     monkeypatch.setattr(torch, "_scaled_mm", scaled_mm_as_torch_reads_it)
-    weight, scale_inv = _layer(256, 384)
+    weight, scale_inv = _layer(256, 512)
     layer = FP8BlockLinear(weight, scale_inv, (128, 128))
     path = cuda_kernels.fp8_path(weight, scale_inv, (128, 128), facts=((9, 0), (12, 9)))
     run = self_checked(path, layer).run
-    x = torch.randn(300, 384, generator=torch.Generator().manual_seed(7)).to(torch.float16)
+    x = torch.randn(300, 512, generator=torch.Generator().manual_seed(7)).to(torch.float16)
     ref = _reference(x, weight, scale_inv)
     for rows in (1, 12, 300):
         y = run(x[:rows])
@@ -167,3 +171,17 @@ def test_a_rows_fp8_product_does_not_depend_on_how_many_rows_share_the_call(monk
         )
     assert set(run.ran) == {"scaled_mm_blockwise"}, run.ran
     assert fallbacks.taken() == []
+
+
+def test_a_layer_whose_scale_blocks_cublas_would_misread_is_left_to_triton():
+    """K = 384 gives 3 scale blocks along K, which cuBLAS reads as 4 (the stand-in's rule):
+    `_scaled_mm` is never offered for it, whatever the rows."""
+    from nudgeability.models.quant import scaled_mm
+
+    weight, scale_inv = _layer(256, 384)
+    facts = ((9, 0), (12, 9))
+    assert "3 scale blocks" in scaled_mm.scaled_mm_reason(weight, (128, 128), *facts)
+    assert scaled_mm.scaled_mm_reason(_layer(256, 512)[0], (128, 128), *facts) is None
+    pytest.importorskip("triton")
+    path = cuda_kernels.fp8_path(weight, scale_inv, (128, 128), facts=facts)
+    assert path.name == "triton_fp8"
