@@ -30,10 +30,12 @@ from nudgeability.splice.audit.check import FAIL, OK, SKIPPED, Check
 from nudgeability.splice.audit.record_diff import first_difference
 from nudgeability.splice.audit.stored_run import StoredRun
 from nudgeability.splice.run.config import RunConfig
+from nudgeability.splice.run.device_batching import batches_from_pool
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.remote import RemoteSpec, remote_spec_of
 from nudgeability.splice.run.runner import compute_unit, unit_context
 from nudgeability.splice.run.units import UnitContext
+from nudgeability.splice.run.validation import resolve_device
 from nudgeability.splice.rundir.layout import MANIFEST, side_file
 from nudgeability.splice.rundir.manifest import Manifest
 from nudgeability.splice.rundir.manifest_keys import compare_manifests
@@ -170,8 +172,12 @@ def _requested(config: dict, overrides: dict[str, str | None], remote: bool) -> 
     stored = RunConfig.from_dict(config)
     if remote:
         stored = replace(stored, dtype=RunConfig.dtype, device=RunConfig.device)
-    if overrides.get("device") is not None:  # another device: its own defaults (_DEVICE_KEYS)
-        stored = replace(stored, gpu_memory_utilization=None, static_decode=False)
+    device = overrides.get("device")
+    if device is not None:  # another device: its own memory share (_DEVICE_KEYS), and the
+        # fixed-shape decode kept only where it runs (CUDA), so that a CUDA replay computes as
+        # the run did
+        graphs = stored.static_decode and batches_from_pool(resolve_device(device))
+        stored = replace(stored, gpu_memory_utilization=None, static_decode=graphs)
     return replace(stored, **{k: v for k, v in overrides.items() if v is not None})
 
 

@@ -19,6 +19,7 @@ from helpers.tiny_runs import forge_record, nudge_run_args, run_nudge, save_tiny
 from helpers.tiny_runs import run_verify as verify
 
 from nudgeability.splice.experiment.sentences import DEFAULT_SENTENCES_PATH
+from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.tasks import get_task
 
 RUN_ARGS = {"n": 3, "chunk_size": 2, "conditions": "primary"}
@@ -222,6 +223,36 @@ def test_a_cuda_run_with_a_memory_share_replays_on_the_cpu(made, tmp_path):
     status, lines = verify(run, "--sample", 1, "--device", "cpu")
     assert status == 0 and lines[-1] == "verdict: PASS", lines
     assert line_of(lines, "replay").startswith("replay: ok:")
+
+
+def test_a_cuda_static_decode_run_replays_on_the_cpu_eagerly(made, tmp_path):
+    """`--static-decode` is CUDA's: `--device cpu` replays such a run with the eager decode
+    (where the flag is refused), as it replays its memory share."""
+    run = copy_run(made, tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"] |= {"device": "cuda", "static_decode": True}
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    status, lines = verify(run, "--sample", 1, "--device", "cpu")
+    assert status == 0 and lines[-1] == "verdict: PASS", lines
+
+
+def test_a_replay_on_another_cuda_device_keeps_the_fixed_shape_decode(monkeypatch):
+    """Replayed with `--device cuda:1`, a static-decode run computes as it ran (the graphs);
+    with `--device cpu` eagerly. (The devices are named here, not used: this machine's CUDA is
+    not asked.)"""
+    from nudgeability.splice.audit import replay
+
+    monkeypatch.setattr(replay, "resolve_device", lambda device: device)
+    monkeypatch.setattr(replay, "batches_from_pool", lambda device: device.startswith("cuda"))
+    stored = RunConfig(device="cuda", static_decode=True, gpu_memory_utilization=0.8).to_dict()
+    on_cuda = replay._requested(stored, {"device": "cuda:1"}, remote=False)
+    on_cpu = replay._requested(stored, {"device": "cpu"}, remote=False)
+    assert (on_cuda.static_decode, on_cuda.device, on_cuda.gpu_memory_utilization) == (
+        True,
+        "cuda:1",
+        None,
+    )
+    assert (on_cpu.static_decode, on_cpu.device) == (False, "cpu")
 
 
 def test_a_run_without_a_seal_is_reported_unsealed_not_failed(made, tmp_path):
