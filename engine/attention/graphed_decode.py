@@ -21,8 +21,8 @@ from nudgeability.util import fallbacks
 # bound was 0.05 until the first H200 run (2026-12-04), where two correct paths on a random-init
 # Qwen3-8B shape (36 layers) differed by 0.051-0.059 and every bucket but one fell back to the
 # eager step, 5x slower (63.7 ms against the graph's 12.2 ms at 12 rows). Measured on CPU
-# (tests/engine/test_graph_self_check_bound.py): correct paths 0.02-0.03 at 12 and 36 layers, a
-# step whose rows read each other's own keys 0.16-0.38.
+# (tests/engine/test_graph_self_check_bound.py, the first decode step after a fork): correct
+# paths 0.02-0.03 at 12 and 36 layers, a step whose rows read each other's own keys 0.37-0.72.
 SELF_CHECK_BOUND = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 1e-1}
 EAGER = "eager cascade (step_attention)"
 

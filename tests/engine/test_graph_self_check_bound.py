@@ -1,9 +1,19 @@
-"""The CUDA-graph self-check's bound (engine/attention/graphed_decode.py) against what it must
-tell apart, measured on CPU in bf16: the engine's arms against HF's own forward of the same
-sequences (two correct paths that sum in other orders) must stay under it, and a step whose rows
-read each other's own keys (a stale slot table, the fault it exists for) must exceed it, at 12
-and 36 layers (Qwen3-8B's depth). The metric is the check's own `relative_difference`, on the
-logits of every new token."""
+"""The CUDA-graph self-check's bf16 bound (engine/attention/graphed_decode.py) against what it
+must tell apart, measured on CPU in bf16 with the check's own `relative_difference`, at the first
+decode step after a fork (the step the self-check compares: one token per row):
+
+- two correct paths that sum in other orders, the engine's eager step against HF's own forward
+  of the same sequence, must stay under it;
+- a decode step whose rows each read another row's own keys (a stale or shifted slot table in
+  the captured step, the fault the check exists for), injected in decode steps only, must
+  exceed it;
+
+at 12 and 36 layers (Qwen3-8B's depth). The injection wraps `cpu_rows.row_parts`, which every
+layer calls once for all the step's rows, so it does not depend on how rows are split between
+cores. Limits: the metric is on logits, not the final hidden states the check reads (logits are
+a linear map of the normed states); the correct paths here differ by 0.01-0.03, where the H200's
+graph and eager steps of a random-init Qwen3-8B differed by 0.051-0.059 (benchmarks/RESULTS.md,
+GPU); a single stale key among a row's 40 is a subtler fault than this one and is not claimed."""
 
 from __future__ import annotations
 
@@ -11,39 +21,50 @@ import pytest
 import torch
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.engine.attention import cpu_parts
+from nudgeability.engine.attention import cpu_rows, shared_prefix_attention
 from nudgeability.engine.attention.graphed_decode import SELF_CHECK_BOUND, relative_difference
 from nudgeability.models.testing.tiny import tiny_model
 
 PREFIX = list(range(5, 45))
-SUFFIXES = [[50, 51, 52], [60, 61]]
+SUFFIXES = [[50, 51, 52], [60, 61], [70]]
 
 
-def _largest_difference(model) -> float:
+def _first_decode_step_difference(model) -> float:
+    """Largest relative logit difference at each arm's first decode step, engine against HF."""
     engine = Engine(model)
     arms = engine.fork(
-        PREFIX, SUFFIXES, SamplingParams(max_new_tokens=4, ignore_eos=True), return_logits=True
+        PREFIX, SUFFIXES, SamplingParams(max_new_tokens=2, ignore_eos=True), return_logits=True
     )
     worst = 0.0
     for suffix, arm in zip(SUFFIXES, arms):
-        ids = torch.tensor([PREFIX + suffix + arm.token_ids[:-1]])
+        ids = torch.tensor([PREFIX + suffix + arm.token_ids[:1]])
         with torch.inference_mode():
-            ref = model(input_ids=ids).logits[0, len(PREFIX) + len(suffix) - 1 :].float()
-        worst = max(worst, relative_difference(arm.logits.float(), ref))
+            ref = model(input_ids=ids).logits[0, -1].float()
+        worst = max(worst, relative_difference(arm.logits[1].float(), ref))
     return worst
 
 
 @pytest.mark.parametrize("layers", [12, 36])
-def test_the_bf16_bound_passes_correct_paths_and_refuses_a_stale_slot_table(monkeypatch, layers):
+def test_the_bf16_bound_passes_correct_paths_and_refuses_rows_reading_each_others_keys(
+    monkeypatch, layers
+):
+    assert shared_prefix_attention.fixed_shape_cpu(torch.zeros(1))  # the path wrapped below
     model = tiny_model("qwen3", num_layers=layers, dtype=torch.bfloat16)
     bound = SELF_CHECK_BOUND[torch.bfloat16]
-    correct = _largest_difference(model)
-    own_keys = cpu_parts.own_keys_rows
+    correct = _first_decode_step_difference(model)
+    row_parts = cpu_rows.row_parts
+    swapped = []
 
-    def rows_swapped(*args):
-        out, lse = own_keys(*args)
-        return out.roll(1, dims=0), lse  # each row gets its neighbour's attention to own keys
+    def rows_read_each_others_keys(rows, handle, layout, scaling, window):
+        computed, parts = row_parts(rows, handle, layout, scaling, window)
+        for index, part in enumerate(layout.parts):
+            if part.width == 1 and part.rows > 1:  # a decode part: each row takes the next's
+                o, lse = computed[index]
+                computed[index] = (o.roll(1, dims=0), lse.roll(1, dims=0))
+                swapped.append(part.rows)
+        return computed, parts
 
-    monkeypatch.setattr(cpu_parts, "own_keys_rows", rows_swapped)
-    faulty = _largest_difference(model)
+    monkeypatch.setattr(cpu_rows, "row_parts", rows_read_each_others_keys)
+    faulty = _first_decode_step_difference(model)
+    assert swapped and set(swapped) == {len(SUFFIXES)}, swapped  # decode steps only, every row
     assert correct < bound < faulty, (correct, bound, faulty)
