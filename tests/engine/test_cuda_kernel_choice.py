@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.cuda_standins import lse_padded
 
 import nudgeability.engine.attention.lse_kernels as lse_kernels
 from nudgeability.util import fallbacks
@@ -44,7 +45,7 @@ def test_the_kernel_called_is_one_torch_allows_for_the_shape(
         called.append("efficient")
         assert torch_allows("efficient", q.dtype, q.shape[-1], bias is not None)
         out, lse = lse_kernels.attend_explicit(q, k, v, bias, scale)
-        return out, torch.nn.functional.pad(lse, (0, -(-lse.shape[-1] // 32) * 32 - lse.shape[-1]))
+        return out, lse_padded(lse, lse.shape[-1])
 
     monkeypatch.setitem(lse_kernels.CUDA_KERNELS, "flash", flash)
     monkeypatch.setitem(lse_kernels.CUDA_KERNELS, "efficient", efficient)

@@ -21,12 +21,13 @@ import collections
 
 import pytest
 import torch
+from helpers.cuda_standins import lse_padded
+from helpers.engine_reference import random_ids
 
 import nudgeability.engine.attention.lse_kernels as lse_kernels
 import nudgeability.engine.attention.shared_prefix_attention as attention
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
-from tests.helpers.engine_reference import random_ids
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -55,8 +56,7 @@ def flash_as_torch_computes_it(lower_right: bool, seen: collections.Counter):
 def efficient_standin(q, k, v, bias, compute_lse, dropout, causal, *, scale):
     """The row tokens' kernel (not under test here): its output and lse, padded to 32 queries."""
     out, lse = lse_kernels.attend_explicit(q, k, v, bias, scale)
-    width = -(-q.shape[2] // 32) * 32
-    return out, torch.nn.functional.pad(lse, (0, width - q.shape[2]))
+    return out, lse_padded(lse, q.shape[2])
 
 
 def _engine_against_hf(monkeypatch, lower_right: bool):

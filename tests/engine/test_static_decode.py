@@ -10,6 +10,7 @@ import collections
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.cuda_standins import lse_padded
 from helpers.engine_reference import assert_matches_reference, random_ids
 from torch.nn.attention.flex_attention import create_mask
 from torch.profiler import ProfilerActivity, profile
@@ -101,12 +102,6 @@ def test_fixed_shape_steps_keep_their_buffers_and_shapes_and_read_the_device_onc
     assert [dict(c) for c in host_reads[first:]] == [{"tolist": 1}] * 11
 
 
-def _lse_padded(lse, m):
-    """The efficient kernel's log-sum-exp comes padded to a multiple of 32 queries."""
-    width = -(-m // 32) * 32
-    return torch.cat([lse, lse.new_zeros(*lse.shape[:-1], width - m)], dim=-1)
-
-
 def test_the_cuda_kernels_branch_gives_the_solo_tokens(monkeypatch):
     """`lse_kernels.attend_cuda` forced on CPU with stand-ins of the two CUDA kernels' signatures and outputs
     (flash: no mask, half precision only; memory-efficient: a 4-D aligned bias, a padded lse):
@@ -124,7 +119,7 @@ def test_the_cuda_kernels_branch_gives_the_solo_tokens(monkeypatch):
             assert bias.dim() == 4 and bias.shape[2] == q.shape[2]
             assert bias.stride(-2) % 16 == 0 or bias.stride(-2) == 0  # aligned rows
         out, lse = lse_kernels.attend_explicit(q, k, v, bias, scale)
-        return out, _lse_padded(lse, q.shape[2])
+        return out, lse_padded(lse, q.shape[2])
 
     monkeypatch.setitem(lse_kernels.CUDA_KERNELS, "flash", flash)
     monkeypatch.setitem(lse_kernels.CUDA_KERNELS, "efficient", efficient)
