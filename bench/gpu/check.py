@@ -3,7 +3,8 @@
 The runner, which benchmarks/gpu_check.py calls once it has made the package importable.
 
 Each section is a module of this folder (quant.py, engine.py) and exposes
-`section(deadline, dry_run=False) -> list[Row]`, the rows it measured; `deadline` is a
+`section(deadline, dry_run=False, progress=None) -> list[Row]`, the rows it measured (a section
+that takes `progress` calls it with its rows so far after each part); `deadline` is a
 `time.monotonic()` value (the one clock of every section), after which a section stops and says,
 in a row, what it skipped. The budget is split evenly among the sections still to run, so that a
 slow first section cannot starve the next. The last rows list every fallback the run took
@@ -22,6 +23,8 @@ import importlib.util
 import os
 import time
 import traceback
+from functools import partial
+from inspect import signature
 from pathlib import Path
 
 # name -> module; each section's module owns its own measurements.
@@ -76,8 +79,14 @@ def run(names: list[str], budget_s: float, *, dry_run: bool = False, how: str = 
         left = budget_s - (time.monotonic() - start)
         deadline = time.monotonic() + left / (len(names) - index)
         began = time.monotonic()
+
+        progress = partial(_save_progress, head, tuple(rows), name)
+        module = importlib.import_module(SECTIONS[name])
+        options = (
+            {"progress": progress} if "progress" in signature(module.section).parameters else {}
+        )
         try:
-            got = importlib.import_module(SECTIONS[name]).section(deadline, dry_run=dry_run)
+            got = module.section(deadline, dry_run=dry_run, **options)
         except Exception:  # a failing section must not cost the others their figures
             got = [("section", "failed: " + traceback.format_exc().strip().splitlines()[-1])]
         rows += [(name, check, result) for check, result in got]
@@ -87,6 +96,13 @@ def run(names: list[str], budget_s: float, *, dry_run: bool = False, how: str = 
     text = "\n".join(head) + "\n" + table(rows)
     _save_partial(text)
     return text
+
+
+def _save_progress(head: list[str], before: tuple, name: str, part_rows: list[Row]) -> None:
+    """The table so far, with section `name`'s rows up to its last part: saved in case the run
+    is cut short inside a later part."""
+    rows = list(before) + [(name, check, result) for check, result in part_rows]
+    _save_partial("\n".join(head) + "\n" + table(rows))
 
 
 def _save_partial(text: str) -> None:

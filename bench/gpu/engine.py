@@ -12,13 +12,17 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
    `dense` and `fused`;
 2. **batch invariance**: one prompt alone against the same prompt at a random position among
    2, 16 and 64 others (vLLM's needle test): bitwise-equal logits or not, and the largest gap;
+   then **graph replay**: each captured decode step of a fork against the same fixed-shape
+   forward called directly on the same buffers (bitwise equal or not; CUDA only);
 3. **decode steps against the bandwidth floor**: the median step at 1, 12, 64 and 256 rows (groups
    of up to 16 arms on 1,024-token prefixes), with and without static decode / CUDA graphs,
    against the bytes the step reads over the measured copy bandwidth (engine/decode_floor.py, the
    one floor); a row that fails says so and the others still run;
 4. **prefill**: one prompt's prefill through the engine against HF's forward of it, tokens/s;
 5. **the campaign workload against HF `generate_batch`**: bases (prompts of 1,024 random tokens,
-   128 new tokens, EOS ignored), then 8 arms forked from each base's 64th token, 64 new tokens.
+   128 new tokens, EOS ignored), then 8 arms forked from each base's 64th token, 64 new tokens;
+   the engine with static decode and CUDA graphs (`nudge run --static-decode`) and eagerly, each
+   one's tokens compared with HF's.
 
 Parts 1 and 2 are here, the timed parts 3 to 5 in engine_speed.py, the inputs they share in
 engine_inputs.py. `section(deadline, dry_run=False)` returns rows `(check, result)` for check.py's
@@ -163,6 +167,55 @@ def needle(model, sizes) -> list[Row]:
     return rows
 
 
+def graph_replay(model, sizes) -> list[Row]:
+    """Every captured decode step of a fork (static decode + CUDA graphs) against the same
+    fixed-shape forward called directly on the same buffers right after the replay: a graph
+    replays the kernels its capture recorded, so the hidden states must be bitwise equal (the
+    direct call rewrites the step's K/V slots with what the replay wrote, if they agree)."""
+    name = "CUDA graph replay against the uncaptured forward"
+    if model.device.type != "cuda":
+        return [(name, "skipped: CUDA graphs need a CUDA device")]
+    from nudgeability.engine.attention import graphed_decode
+
+    steps: list[tuple[int, bool, float]] = []
+    original = graphed_decode.GraphedDecode.run
+
+    def replay_then_direct(self, cache, static):
+        hidden = original(self, cache, static)
+        replayed = hidden.clone()
+        direct = self.forward(cache, static.input_ids, static.positions)
+        gap = (replayed.float() - direct.float()).abs().max().item()
+        steps.append((static.rows, torch.equal(replayed, direct), gap))
+        return hidden
+
+    vocab = model.config.vocab_size
+    prefix = random_ids(sizes["prefix"], 1, vocab)
+    suffixes = [random_ids(5 + 2 * i, 10 + i, vocab) for i in range(sizes["arms"])]
+    engine = make_engine(
+        model,
+        max_batch_tokens=sizes["kv"],
+        block_size=sizes["block"],
+        static_decode=True,
+        cuda_graphs=True,
+    )
+    graphed_decode.GraphedDecode.run = replay_then_direct
+    try:
+        engine.fork(prefix, suffixes, greedy_params(sizes["new"]))
+    finally:
+        graphed_decode.GraphedDecode.run = original
+        engine.runner.disengage()
+    equal = sum(same for _, same, _ in steps)
+    buckets = sorted({rows for rows, _, _ in steps})
+    worst = max((gap for _, _, gap in steps), default=float("nan"))
+    return [
+        (
+            f"{name} ({sizes['arms']} arms, prefix {sizes['prefix']}, {sizes['new']} new tokens)",
+            f"bitwise equal at {equal}/{len(steps)} graphed steps (buckets {buckets}); "
+            f"largest gap {worst:.3e}",
+        )
+    ]
+
+
 GPU_SIZES = dict(
     prefix=1024,
     arms=8,
@@ -214,6 +267,7 @@ DRY_SHAPE = QUANT_PACKABLE_QWEN3
 PARTS = (
     ("arm ≡ solo", arm_equals_solo),
     ("batch invariance", needle),
+    ("CUDA graph replay", graph_replay),
     ("decode steps against the bandwidth floor", decode_floor),
     ("prefill", prefill),
     ("the campaign workload against HF generate_batch", campaign),
@@ -226,9 +280,12 @@ def _dry_model():
     return tiny_model("qwen3", dtype=torch.bfloat16, **DRY_SHAPE)
 
 
-def section(deadline: float, *, dry_run: bool = False, sizes: dict | None = None) -> list[Row]:
+def section(
+    deadline: float, *, dry_run: bool = False, sizes: dict | None = None, progress=None
+) -> list[Row]:
     """The section's rows; parts that would start after `deadline` (time.monotonic()) say they
-    were skipped."""
+    were skipped. `progress(rows)`, if given, gets the rows so far after each part, so that a run
+    cut short inside a part still returns the parts before it."""
     if not dry_run and not torch.cuda.is_available():
         return [("engine on CUDA", "skipped: no CUDA device (use --dry-run on CPU)")]
     sizes = sizes or (DRY_SIZES if dry_run else GPU_SIZES)
@@ -254,6 +311,8 @@ def section(deadline: float, *, dry_run: bool = False, sizes: dict | None = None
         except Exception as exc:
             rows.append((name, f"failed: {type(exc).__name__}: {exc}"))
             _disengage(model)
+        if progress is not None:
+            progress(rows)
     return rows
 
 

@@ -157,11 +157,84 @@ def hf_complete(outputs: dict, requests: int, new: int) -> None:
         )
 
 
-def campaign(model, sizes) -> list[Row]:
+def _engine_campaign(model, sizes, prompts, arms, **options):
+    """The engine's bases, then its arms forked from each base's `cut`-th token: (seconds for the
+    bases, seconds for the arms, the bases' tokens, the arms' tokens in request order)."""
     from nudgeability.engine import ForkRequest
 
+    engine = make_engine(
+        model,
+        max_batch_tokens=sizes["kv"],
+        max_rows=sizes["max_rows"],
+        block_size=sizes["block"],
+        **options,
+    )
     try:
-        from transformers import ContinuousBatchingConfig, GenerationConfig
+        t0 = time.perf_counter()
+        bases = engine.generate(prompts, greedy_params(sizes["base_new"]))
+        sync(model.device)
+        t_bases = time.perf_counter() - t0
+        cut = sizes["cut"]
+        requests = [
+            ForkRequest(p + b.token_ids[:cut], arms, greedy_params(sizes["arm_new"]))
+            for p, b in zip(prompts, bases)
+        ]
+        t0 = time.perf_counter()
+        done = engine.fork_many(requests)
+        sync(model.device)
+        t_arms = time.perf_counter() - t0
+    finally:
+        engine.runner.disengage()
+    arm_tokens = [c.token_ids for group in done for c in group]
+    return t_bases, t_arms, [b.token_ids for b in bases], arm_tokens
+
+
+def _hf_generate_batch(model, sizes, inputs: list[list[int]], new: int):
+    """HF's `generate_batch` over `inputs`, greedy, EOS ignored: (seconds, tokens per input)."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    config = GenerationConfig(
+        max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    cb = ContinuousBatchingConfig(
+        **hf_batching_options(
+            ContinuousBatchingConfig,
+            page_size=sizes["hf_page"],
+            num_blocks=-(-sizes["kv"] // sizes["hf_page"]) + 1,
+            max_requests_per_batch=sizes["max_rows"],
+            allow_block_sharing=True,
+        )
+    )
+    t = time.perf_counter()
+    # no_grad, not inference_mode: transformers 5.17's generation thread updates its static
+    # tensors in place outside inference mode and fails every request (first H200 run)
+    with torch.no_grad():
+        outputs = model.generate_batch(
+            inputs, generation_config=config, continuous_batching_config=cb, progress_bar=False
+        )
+    sync(model.device)
+    elapsed = time.perf_counter() - t
+    hf_complete(outputs, len(inputs), new)
+    # generate_batch returns its outputs in the order of `inputs` (it reorders them by request id)
+    return elapsed, [list(o.generated_tokens) for o in outputs.values()]
+
+
+def _same(ours: list[list[int]], theirs: list[list[int]]) -> str:
+    """How many rows' tokens are identical, and the tokens that agree position by position."""
+    rows = sum(a == b for a, b in zip(ours, theirs))
+    agree = sum(x == y for a, b in zip(ours, theirs) for x, y in zip(a, b))
+    total = sum(len(a) for a in ours)
+    return f"{rows}/{len(ours)} rows identical, {agree}/{total} tokens"
+
+
+def campaign(model, sizes) -> list[Row]:
+    """The campaign workload, timed for the engine (with static decode and CUDA graphs on CUDA,
+    as `nudge run --static-decode`, and eagerly) and for HF's `generate_batch` (its first call
+    on the model, so its time includes whatever it sets up per model). Each engine's tokens are
+    compared with HF's: in bf16 they may part after a near tie, so identity is a figure here,
+    not a pass or fail."""
+    try:
+        from transformers import ContinuousBatchingConfig  # noqa: F401
     except ImportError as exc:
         import transformers
 
@@ -174,62 +247,42 @@ def campaign(model, sizes) -> list[Row]:
 
     vocab = model.config.vocab_size
     prompts = [random_ids(sizes["prompt"], 7000 + i, vocab) for i in range(sizes["bases"])]
-    engine = make_engine(
-        model, max_batch_tokens=sizes["kv"], max_rows=sizes["max_rows"], block_size=sizes["block"]
-    )
-    t0 = time.perf_counter()
-    bases = engine.generate(prompts, greedy_params(sizes["base_new"]))
-    t_bases = time.perf_counter() - t0
-    cut = sizes["cut"]
     arms = [random_ids(6 + a, 9000 + a, vocab) for a in range(sizes["arms"])]
-    requests = [
-        ForkRequest(p + b.token_ids[:cut], arms, greedy_params(sizes["arm_new"]))
-        for p, b in zip(prompts, bases)
-    ]
-    t0 = time.perf_counter()
-    engine.fork_many(requests)
-    t_arms = time.perf_counter() - t0
-
-    def hf(inputs, new):
-        config = GenerationConfig(
-            max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0
-        )
-        cb = ContinuousBatchingConfig(
-            **hf_batching_options(
-                ContinuousBatchingConfig,
-                page_size=sizes["hf_page"],
-                num_blocks=-(-sizes["kv"] // sizes["hf_page"]) + 1,
-                max_requests_per_batch=sizes["max_rows"],
-                allow_block_sharing=True,
-            )
-        )
-        t = time.perf_counter()
-        # no_grad, not inference_mode: transformers 5.17's generation thread updates its static
-        # tensors in place outside inference mode and fails every request (first H200 run)
-        with torch.no_grad():
-            outputs = model.generate_batch(
-                inputs, generation_config=config, continuous_batching_config=cb, progress_bar=False
-            )
-        elapsed = time.perf_counter() - t
-        hf_complete(outputs, len(inputs), new)
-        return elapsed
-
-    h_bases = hf(prompts, sizes["base_new"])
-    h_arms = hf([r.prefix_ids + s for r in requests for s in r.suffixes], sizes["arm_new"])
-    n_base, n_arm = len(prompts) * sizes["base_new"], len(requests) * len(arms) * sizes["arm_new"]
+    modes = [("eager", {})]
+    if model.device.type == "cuda":
+        modes.insert(0, ("static decode + graphs", dict(static_decode=True, cuda_graphs=True)))
+    ours = {name: _engine_campaign(model, sizes, prompts, arms, **o) for name, o in modes}
+    first = ours[modes[0][0]]
+    h_bases, hf_base_tokens = _hf_generate_batch(model, sizes, prompts, sizes["base_new"])
+    cut = sizes["cut"]
+    arm_inputs = [p + b[:cut] + s for p, b in zip(prompts, first[2]) for s in arms]
+    h_arms, hf_arm_tokens = _hf_generate_batch(model, sizes, arm_inputs, sizes["arm_new"])
+    n_base = len(prompts) * sizes["base_new"]
+    n_arm = len(prompts) * len(arms) * sizes["arm_new"]
     what = (
         f"{len(prompts)} bases of {sizes['prompt']} tokens, {sizes['base_new']} new; "
         f"{len(arms)} arms at token {cut}, {sizes['arm_new']} new; {sizes['max_rows']} rows"
     )
-    return [
+    rows = [
         (
-            f"campaign bases against generate_batch ({what})",
-            f"engine {n_base / t_bases:.0f} tok/s, HF {n_base / h_bases:.0f} tok/s: "
-            f"{h_bases / t_bases:.2f}x",
-        ),
-        (
-            "campaign arms against generate_batch",
-            f"engine {n_arm / t_arms:.0f} tok/s, HF {n_arm / h_arms:.0f} tok/s: "
-            f"{h_arms / t_arms:.2f}x",
-        ),
+            f"campaign, HF generate_batch ({what})",
+            f"bases {n_base / h_bases:.0f} tok/s ({h_bases:.1f} s), "
+            f"arms {n_arm / h_arms:.0f} tok/s ({h_arms:.1f} s)",
+        )
     ]
+    for name, (t_bases, t_arms, base_tokens, arm_tokens) in ours.items():
+        # arms are compared where the engine forked from the same base tokens as HF was given
+        rows.append(
+            (
+                f"campaign, engine {name}",
+                f"bases {n_base / t_bases:.0f} tok/s ({t_bases:.1f} s, {h_bases / t_bases:.2f}x HF; "
+                f"tokens against HF: {_same(base_tokens, hf_base_tokens)}); "
+                f"arms {n_arm / t_arms:.0f} tok/s ({t_arms:.1f} s, {h_arms / t_arms:.2f}x HF"
+                + (
+                    f"; tokens against HF: {_same(arm_tokens, hf_arm_tokens)})"
+                    if base_tokens == first[2]
+                    else "; forked from other base tokens than HF's arms)"
+                ),
+            )
+        )
+    return rows

@@ -78,6 +78,13 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         if c == "nf4 layers and decode":  # bitsandbytes is missing, as on the GPU image
             assert r.startswith("skipped: bitsandbytes does not import"), r
             continue
+        if c == "campaign, engine eager":  # the engine's tokens are HF generate_batch's
+            for part in r.split("tokens against HF: ")[1:]:
+                same, rows_of = part.split(" rows identical")[0].split("/")
+                assert same == rows_of, r
+        if c.startswith("CUDA graph replay"):  # graphs exist on CUDA only
+            assert r == "skipped: CUDA graphs need a CUDA device", r
+            continue
         assert not r.startswith(("skipped", "failed")), (s, c, r)
     wanted = [
         "quant: fp8 [256, 128] fused against exact, 64 rows",
@@ -90,8 +97,8 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         "engine: arm ≡ solo, fp8 fused",
         "engine: needle",
         "engine: prefill of",
-        "engine: campaign bases against generate_batch",
-        "engine: campaign arms against generate_batch",
+        "engine: campaign, HF generate_batch",
+        "engine: campaign, engine eager",
         "fallbacks: ",
     ]
     wanted += [
@@ -108,3 +115,29 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
             assert int(agree) == int(total), (c, r)
         if c.startswith(("arm ≡ solo, w4a16 fused", "arm ≡ solo, fp8 fused")):
             assert "simd" in r, r
+
+
+def test_a_sections_parts_are_saved_as_they_finish(tmp_path, monkeypatch):
+    """A device run cut at its limit inside a part must still bring back the parts before it:
+    the section's `progress` writes the table so far to $OUT/gpu_check.md (the first H200 run's
+    campaign part was cut inside HF's generate_batch, and the section's other rows were lost)."""
+    import sys
+    import types
+
+    from nudgeability.bench.gpu import check
+
+    seen = []
+
+    def section(deadline, *, dry_run=False, progress=None):
+        progress([("first part", "done")])
+        seen.append((tmp_path / "gpu_check.md").read_text())
+        raise KeyboardInterrupt  # the device tool's kill, as far as this section knows
+
+    fake = types.ModuleType("fake_section")
+    fake.section = section
+    monkeypatch.setitem(sys.modules, "fake_section", fake)
+    monkeypatch.setattr(check, "SECTIONS", {"fake": "fake_section"})
+    monkeypatch.setenv("OUT", str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        check.run(["fake"], 60.0, dry_run=True)
+    assert "| fake | first part | done |" in seen[0]
