@@ -1,16 +1,16 @@
-"""The products' cheaper calls (models/invariant.py, *Blocks*): a 64-row block against four 16-row
-tiles, and on one core a weight reordered whole against its two column halves, timed, and whether
-each gives the tiles' and halves' bits under every oneDNN ISA.
+"""The products' cheaper calls (models/invariant.py, *Blocks*): a block of 64 (or `--block`) rows
+against its 16-row tiles, and on one core a weight reordered whole against its two column halves,
+timed, and whether each gives the tiles' and halves' bits under every oneDNN ISA.
 
-    python benchmarks/cheaper_calls.py [--rounds 5]
+    python benchmarks/cheaper_calls.py [--rounds 5] [--block 256]
 
 Timed, on one torch thread, on SmolLM2's weights reordered into oneDNN's layout as the engine
 holds them, cold (one of 32 copies in turn, as a forward walks through its layers), the two ways
-alternated round by round, median per 64 rows (blocks) or per tile (whole): what
+alternated round by round, median per block's rows (blocks) or per tile (whole): what
 `row_blocks` and `product_slices` save per call. Not timed, in a fresh process per
 `ONEDNN_MAX_CPU_ISA` (read once when oneDNN starts: how this machine stands in for older CPUs):
 the engine's own guards, `blocks_agree` on each slice shape and `whole_agrees` on each halved
-weight, and the same comparisons on every row of 64 random rows. Writes its section of
+weight, and the same comparisons on every row of a block of random rows. Writes its section of
 benchmarks/RESULTS.md. Run it alone on the machine.
 """
 
@@ -24,7 +24,7 @@ import torch
 
 from nudgeability.bench.isa_probe import under_each_isa
 from nudgeability.bench.results import publish, rounds_parser
-from nudgeability.models.invariant import BLOCK_ROWS, TILE_ROWS, column_slices
+from nudgeability.models.invariant import BLOCK_SIZES, TILE_ROWS, column_slices
 
 # SmolLM2-135M's reordered linears ([out, in]); the LM head runs dense and is left out
 WEIGHTS = {"q, o": (576, 576), "k, v": (192, 576), "gate, up": (1536, 576), "down": (576, 1536)}
@@ -36,18 +36,20 @@ from nudgeability.models import invariant
 torch.set_num_threads(1); torch.manual_seed(0)
 f = lambda x, w: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
 out = {}
-for n, k in json.loads(sys.argv[1]):
+asked = json.loads(sys.argv[1])
+B = asked["block"]
+for n, k in asked["shapes"]:
     w = torch.randn(n, k)
     slices = invariant.column_slices(n)
     halves = invariant.reorder_slices(w, slices)
     whole = invariant.reorder_slices(w, [(0, n)])[0]
-    x = torch.randn(invariant.BLOCK_ROWS, k)
+    x = torch.randn(B, k)
     def tiles(part):
-        return torch.cat([f(x[t:t + 16], part) for t in range(0, invariant.BLOCK_ROWS, 16)])
+        return torch.cat([f(x[t:t + 16], part) for t in range(0, B, 16)])
     canonical = torch.cat([tiles(p) for p in halves], dim=1)
     blocks = torch.cat([f(x, p) for p in halves], dim=1)
     out[f"{n}x{k}"] = {
-        "guard_blocks": all(invariant.blocks_agree(p) for p in halves + [whole]),
+        "guard_blocks": all(invariant.blocks_agree(p, B) for p in halves + [whole]),
         "guard_whole": invariant.whole_agrees(n, k) if len(slices) == 2 else None,
         "rows_blocks": int((blocks != canonical).any(dim=1).sum()),
         "rows_whole": int((tiles(whole) != canonical).any(dim=1).sum()),
@@ -73,17 +75,18 @@ def _median_pair(first, second, rounds: int, calls: int) -> tuple[float, float]:
     return statistics.median(got[0]) * 1e6, statistics.median(got[1]) * 1e6
 
 
-def timings(rounds: int) -> list[str]:
+def timings(rounds: int, block: int) -> list[str]:
     torch.set_num_threads(1)
     lines = [
-        "| weight (out × in) | 64 rows: four tiles µs | one block µs | tiles / block "
+        f"| weight (out × in) | {block} rows: {block // TILE_ROWS} tiles µs | one block µs "
+        "| tiles / block "
         "| one tile: two halves µs | whole µs | halves / whole |",
         "|---|---|---|---|---|---|---|",
     ]
-    return lines + [_weight_row(name, n, k, rounds) for name, (n, k) in WEIGHTS.items()]
+    return lines + [_weight_row(name, n, k, rounds, block) for name, (n, k) in WEIGHTS.items()]
 
 
-def _weight_row(name: str, n: int, k: int, rounds: int) -> str:
+def _weight_row(name: str, n: int, k: int, rounds: int, size: int) -> str:
     f = torch.ops.mkldnn._linear_pointwise.default
     slices = column_slices(n)
     weights = [torch.randn(n, k) for _ in range(COPIES)]
@@ -92,7 +95,7 @@ def _weight_row(name: str, n: int, k: int, rounds: int) -> str:
         for w in weights
     ]
     wholes = [torch.ops.mkldnn._reorder_linear_weight(w, TILE_ROWS) for w in weights]
-    x = torch.randn(BLOCK_ROWS, k)
+    x = torch.randn(size, k)
     turn = [0]
 
     def pick(bank: list):
@@ -101,7 +104,7 @@ def _weight_row(name: str, n: int, k: int, rounds: int) -> str:
 
     def tiles() -> None:
         for part in pick(halves):
-            for t in range(0, BLOCK_ROWS, TILE_ROWS):
+            for t in range(0, size, TILE_ROWS):
                 f(x[t : t + TILE_ROWS], part, None, "none", [], "")
 
     def block() -> None:
@@ -123,14 +126,14 @@ def _weight_row(name: str, n: int, k: int, rounds: int) -> str:
     return row + f"| {t_halves:.0f} | {t_whole:.0f} | {t_halves / t_whole:.2f}× |"
 
 
-def bits() -> list[str]:
-    shapes = json.dumps(list(WEIGHTS.values()))
+def bits(block: int) -> list[str]:
+    asked = json.dumps({"shapes": list(WEIGHTS.values()), "block": block})
     lines = [
         "| ONEDNN_MAX_CPU_ISA | `blocks_agree` on every slice | `whole_agrees` on the halved "
         "| rows differing: blocks | whole | whole in blocks |",
         "|---|---|---|---|---|---|",
     ]
-    for isa, result in under_each_isa(PROBE, shapes).items():
+    for isa, result in under_each_isa(PROBE, asked).items():
         if isinstance(result, str):
             lines.append(f"| {isa} | failed: {result} | | | | |")
             continue
@@ -145,26 +148,33 @@ def bits() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = rounds_parser(__doc__.splitlines()[0]).parse_args(argv)
+    parser = rounds_parser(__doc__.splitlines()[0])
+    parser.add_argument("--block", type=int, choices=BLOCK_SIZES, default=64)
+    args = parser.parse_args(argv)
+    block = args.block
     body = "\n".join(
         [
-            f"`python benchmarks/cheaper_calls.py --rounds {args.rounds}`: one torch thread, "
+            f"`python benchmarks/cheaper_calls.py --rounds {args.rounds} --block {block}`: one "
+            "torch thread, "
             f"SmolLM2's weight shapes reordered into oneDNN's layout, cold (one of {COPIES} "
             "copies in turn), the two ways alternated, median per call group. Torch "
             + torch.__version__
             + ".",
             "",
-            *timings(args.rounds),
+            *timings(args.rounds, block),
             "",
-            "Bits, in a fresh process per ISA (not timed): the engine's guards, and the rows of 64 "
-            "random ones (over the four weights) whose outputs differ from the canonical calls "
-            "(16-row tiles of each column half) when run as one 64-row call per half, as 16-row "
-            "tiles of the whole weight, and as one 64-row call of the whole weight.",
+            f"Bits, in a fresh process per ISA (not timed): the engine's guards, and the rows of "
+            f"{block} random ones (over the four weights) whose outputs differ from the canonical "
+            f"calls (16-row tiles of each column half) when run as one {block}-row call per half, "
+            f"as 16-row tiles of the whole weight, and as one {block}-row call of the whole weight.",
             "",
-            *bits(),
+            *bits(block),
         ]
     )
-    publish("Kernels: the products' cheaper calls", body, write=not args.no_write)
+    name = "Kernels: the products' cheaper calls" + (
+        "" if block == 64 else f" ({block}-row blocks)"
+    )
+    publish(name, body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -28,14 +28,16 @@ it relies on it.
 *Blocks.* A 16-row call pays oneDNN's setup (its descriptors made and freed, a fresh output:
 about 16 us where the arithmetic is nothing) once per 16 rows, which a prefill of a thousand
 rows pays some 28,000 times (RESULTS.md, *P1 prefill: where today's engine spends beyond its
-kernels*). So an fp32 product of many rows runs whole `BLOCK_ROWS`-row blocks from row 0 and
-tiles for the rest (`row_blocks`), but only where a block gives every row the very bits a tile
-gives it: `blocks_agree` measures that once per kind of weight slice (shape, layout, dtype,
-thread count) on this machine, and where it does not hold the product stays in tiles. Either
+kernels*). So an fp32 product of many rows runs whole blocks of `BLOCK_SIZES` rows from row 0
+(the largest first) and tiles for the rest (`row_blocks`), but only where a block gives every
+row the very bits a tile gives it: `blocks_agree` measures that once per block size and kind of
+weight slice (shape, layout, dtype, thread count) on this machine, and a size for which it does
+not hold is not used. Either
 way a row's bits are its tile's, so no record depends on the answer, on M, or on the core count
 that decides where blocks are worth taking; measured here, blocks of 32 to 256 rows agree with
 tiles under every oneDNN ISA (SSE41, AVX, AVX2, AVX512_CORE), and 64-row calls cost 20-35% less
-per row than 16-row ones on SmolLM2's shapes. The column halves are the same kind of case: they
+per row than 16-row ones on SmolLM2's shapes (an AMD EPYC), 256-row calls another 20% less than
+64-row ones (an Intel Xeon with AVX-512, where they match MKL's one call over all the rows). The column halves are the same kind of case: they
 exist to give a one-tile product to two cores, and on one core (every worker of `nudge run`'s
 default, and the P1 benchmark) they only double the calls, so there a reordered weight runs
 whole (`product_slices`) where `whole_agrees` finds that the whole gives every column the
@@ -58,7 +60,10 @@ import torch.nn.functional as F
 from nudgeability.models.cores import CORES
 
 TILE_ROWS = 16
-BLOCK_ROWS = 64  # the larger call a product takes where it gives a tile's bits (`blocks_agree`)
+# the larger calls a product takes, largest first, each where it gives a tile's bits
+# (`blocks_agree`): 256-row calls cost about 20% less per row than 64-row ones on an Intel
+# AVX-512 machine, and 64-row ones 20-35% less than 16-row tiles on an AMD one (RESULTS.md)
+BLOCK_SIZES = (256, 64)
 SLICE_COLUMNS = 4096  # columns per call of a wide weight; fixed per weight shape
 HALVED_COLUMNS = 512  # a weight at least this wide runs in two column halves (`column_slices`)
 # The widest weight reordered into oneDNN's layout (`reorderable`): in the supported models only
@@ -271,8 +276,12 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
     rows = flat.shape[0]
     # blocks only where every core gets at least one: which calls a row goes through decides
     # none of its bits (`blocks_agree`), so the choice may follow the core count
-    large = rows >= BLOCK_ROWS * CORES.count and all(blocks_agree(part) for part in parts)
-    blocks = row_blocks(rows, large)
+    sizes = tuple(
+        size
+        for size in BLOCK_SIZES
+        if rows >= size * CORES.count and all(blocks_agree(part, size) for part in parts)
+    )
+    blocks = row_blocks(rows, sizes)
     if CORES.count == 1 or CORES._running:
         # One core: the same calls in turn, without the pieces `_onednn_blocks` deals (a decode
         # step runs two hundred products of one tile, where that bookkeeping would cost more
@@ -282,43 +291,44 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
     return _onednn_blocks(flat, parts, blocks)[:m]
 
 
-def row_blocks(rows: int, large: bool) -> list[tuple[int, int]]:
-    """The calls a product of `rows` rows (a multiple of TILE_ROWS) runs in: with `large`, whole
-    BLOCK_ROWS blocks from row 0 and 16-row tiles for the rest, else 16-row tiles only."""
-    edge = rows - rows % BLOCK_ROWS if large else 0
-    return [(a, a + BLOCK_ROWS) for a in range(0, edge, BLOCK_ROWS)] + [
-        (a, a + TILE_ROWS) for a in range(edge, rows, TILE_ROWS)
-    ]
+def row_blocks(rows: int, sizes: tuple[int, ...] = ()) -> list[tuple[int, int]]:
+    """The calls a product of `rows` rows (a multiple of TILE_ROWS) runs in: whole blocks of each
+    of `sizes` (largest first, as many as fit) from row 0, then 16-row tiles for the rest."""
+    calls, a = [], 0
+    for size in sorted(sizes, reverse=True):
+        while rows - a >= size:
+            calls.append((a, a + size))
+            a += size
+    return calls + [(t, t + TILE_ROWS) for t in range(a, rows, TILE_ROWS)]
 
 
-_AGREE: dict[tuple, bool] = {}  # (the part's kind, shape, dtype, threads) -> `blocks_agree`
+_AGREE: dict[tuple, bool] = {}  # (size, the part's kind, shape, dtype, threads) -> `blocks_agree`
 
 
-def blocks_agree(part: torch.Tensor) -> bool:
-    """Whether a BLOCK_ROWS-row call with the weight slice `part` gives every row the very bits
-    a 16-row tile gives it, measured once per kind of slice and kept: BLOCK_ROWS rows drawn at
-    random through one call, against the same rows shuffled into four tiles. Where it holds,
-    a block is only a cheaper way to run four tiles (a row's bits do not depend on which of the
-    two shapes computed it, nor where it sat); where it does not, the product runs in tiles
-    only, so that no record depends on the answer (module docstring, *Blocks*). The answer is the
+def blocks_agree(part: torch.Tensor, size: int) -> bool:
+    """Whether a `size`-row call with the weight slice `part` gives every row the very bits a
+    16-row tile gives it, measured once per size and kind of slice and kept: `size` rows drawn at
+    random through one call, against the same rows shuffled into tiles. Where it holds, a block
+    is only a cheaper way to run its tiles (a row's bits do not depend on which of the two shapes
+    computed it, nor where it sat); where it does not, the product does not take blocks of that
+    size, so that no record depends on the answer (module docstring, *Blocks*). The answer is the
     kernel's, chosen by the shapes, the dtype, the thread count and the machine, not by values,
     which is why the slice's kind is the key."""
     layout = "packed" if part.is_mkldnn else tuple(part.stride())
-    key = (layout, tuple(part.shape), part.dtype, torch.get_num_threads())
+    key = (size, layout, tuple(part.shape), part.dtype, torch.get_num_threads())
     agrees = _AGREE.get(key)
     if agrees is None:
         generator = torch.Generator().manual_seed(0)
-        x = torch.randn(BLOCK_ROWS, part.shape[1], generator=generator)
-        order = torch.randperm(BLOCK_ROWS, generator=generator)
+        x = torch.randn(size, part.shape[1], generator=generator)
+        order = torch.randperm(size, generator=generator)
         with torch.no_grad():
             block = _onednn_tile(x, part)[order]
             shuffled = x[order]
-            tiles = [_onednn_tile(shuffled[t : t + TILE_ROWS], part) for t in _TILE_STARTS]
+            tiles = [
+                _onednn_tile(shuffled[t : t + TILE_ROWS], part) for t in range(0, size, TILE_ROWS)
+            ]
         agrees = _AGREE[key] = torch.equal(block, torch.cat(tiles))
     return agrees
-
-
-_TILE_STARTS = range(0, BLOCK_ROWS, TILE_ROWS)
 
 
 def _onednn_blocks(

@@ -1,4 +1,4 @@
-"""The products' cheaper calls (models/invariant.py, *Blocks*): a product's 64-row blocks, and on
+"""The products' cheaper calls (models/invariant.py, *Blocks*): a product's 256- and 64-row blocks, and on
 one core a weight whole instead of its two column halves. Where they are taken, every row has the
 bits the library's kernel gives it in a 16-row tile of a half, checked against a loop written
 here on SmolLM2's weight shapes, packed and dense, at one and two cores; and where a block or
@@ -12,7 +12,7 @@ import torch
 
 from nudgeability.models import invariant
 from nudgeability.models.invariant import (
-    BLOCK_ROWS,
+    BLOCK_SIZES,
     TILE_ROWS,
     blocks_agree,
     invariant_products,
@@ -60,7 +60,7 @@ def test_a_product_in_blocks_gives_every_row_its_tile_bits(shape, packed, cores)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for m in (BLOCK_ROWS, 2 * BLOCK_ROWS + 5, 5 * BLOCK_ROWS - 3):
+        for m in (64, 256, 2 * 256 + 64 + 5, 5 * 64 - 3, 16 * 3 + 1):
             x = torch.randn(m, k)
             expected = _tile_loop(x, parts)
             for count in (1, 2):
@@ -74,15 +74,17 @@ def test_a_product_in_blocks_gives_every_row_its_tile_bits(shape, packed, cores)
     torch.testing.assert_close(expected, exact, rtol=1e-5, atol=1e-4)
 
 
-def test_where_a_block_would_change_a_bit_the_product_stays_in_tiles(monkeypatch, cores):
-    """The negative control: a block kernel that changes the last bit of one row. The guard sees
-    it and the product keeps the tile loop's bits; forced into blocks, it does not."""
+@pytest.mark.parametrize("size", BLOCK_SIZES)
+def test_where_a_block_would_change_a_bit_the_product_stays_in_tiles(size, monkeypatch, cores):
+    """The negative control: a kernel that changes the last bit of one row in calls of one block
+    size. The guard sees it and the product keeps the tile loop's bits (the other size, whose
+    calls are right, may still be taken); forced into blocks, it does not."""
     cores(1)
     real = invariant._onednn_tile
 
     def off_by_a_bit(x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
         out = real(x, part)
-        if x.shape[0] == BLOCK_ROWS:
+        if x.shape[0] == size:
             out[7] = torch.nextafter(out[7], torch.full_like(out[7], torch.inf))
         return out
 
@@ -91,23 +93,27 @@ def test_where_a_block_would_change_a_bit_the_product_stays_in_tiles(monkeypatch
     torch.manual_seed(0)
     weight = torch.randn(192, 576) * 0.05
     parts = _parts(weight, packed=True)
-    x = torch.randn(3 * BLOCK_ROWS, 576)
+    x = torch.randn(256 + 2 * 64 + 16, 576)  # a call of each size, and a tile
     expected = _tile_loop(x, parts)
-    assert not blocks_agree(parts[0])
+    assert not blocks_agree(parts[0], size)
     assert torch.equal(onednn_product(x, parts), expected)
-    monkeypatch.setattr(invariant, "blocks_agree", lambda part: True)
+    monkeypatch.setattr(invariant, "blocks_agree", lambda part, size: True)
     assert not torch.equal(onednn_product(x, parts), expected)
 
 
-@pytest.mark.parametrize("rows", [16, 48, 64, 80, 1296])
-@pytest.mark.parametrize("large", [True, False])
-def test_the_calls_cover_every_row_once_and_the_runs_every_call_once(rows, large):
-    blocks = row_blocks(rows, large)
+@pytest.mark.parametrize("rows", [16, 48, 64, 80, 256, 336, 1296])
+@pytest.mark.parametrize("sizes", [(), (64,), (256,), (256, 64)], ids=str)
+def test_the_calls_cover_every_row_once_and_the_runs_every_call_once(rows, sizes):
+    blocks = row_blocks(rows, sizes)
     covered = [r for a, b in blocks for r in range(a, b)]
     assert covered == list(range(rows))
-    assert all(b - a in ((BLOCK_ROWS, TILE_ROWS) if large else (TILE_ROWS,)) for a, b in blocks)
-    if large:  # whole blocks first, as many as fit
-        assert sum(b - a == BLOCK_ROWS for a, b in blocks) == rows // BLOCK_ROWS
+    assert all(b - a in (*sizes, TILE_ROWS) for a, b in blocks)
+    # whole blocks first, the largest as many as fit, then the next on what is left
+    left = rows
+    for size in sorted(sizes, reverse=True):
+        assert sum(b - a == size for a, b in blocks) == left // size
+        left %= size
+    assert [b - a for a, b in blocks] == sorted((b - a for a, b in blocks), reverse=True)
     for count in (1, 2, 3, 4):
         runs = invariant._runs(blocks, count)
         assert [i for a, b in runs for i in range(a, b)] == list(range(len(blocks)))
@@ -133,7 +139,7 @@ def test_on_one_core_a_weight_runs_whole_with_the_bits_of_its_halves(shape, core
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for m in (1, 12, 3 * BLOCK_ROWS + 7):
+        for m in (1, 12, 3 * 64 + 7, 256 + 64 + 7):
             x = torch.randn(m, k)
             expected[m] = (x, _halves_loop(x, weight.detach()))
     finally:
