@@ -61,9 +61,10 @@ from nudgeability.models.cores import CORES
 
 TILE_ROWS = 16
 # the larger calls a product takes, largest first, each where it gives a tile's bits
-# (`blocks_agree`): 256-row calls cost about 20% less per row than 64-row ones on an Intel
-# AVX-512 machine, and 64-row ones 20-35% less than 16-row tiles on an AMD one (RESULTS.md)
-BLOCK_SIZES = (256, 64)
+# (`blocks_agree`): on an Intel AVX-512 machine 256-row calls cost about 20% less per row than
+# 64-row ones and a 1024-row call (a prefill chunk's prefix) another 8%, near MKL's one call
+# over all the rows; on an AMD one 64-row calls cost 20-35% less than 16-row tiles (RESULTS.md)
+BLOCK_SIZES = (1024, 256, 64)
 SLICE_COLUMNS = 4096  # columns per call of a wide weight; fixed per weight shape
 HALVED_COLUMNS = 512  # a weight at least this wide runs in two column halves (`column_slices`)
 # The widest weight reordered into oneDNN's layout (`reorderable`): in the supported models only
@@ -272,8 +273,8 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
     reordered by `reorder_slices`): [M, N], one oneDNN call per block of rows (`row_blocks`) and
     slice, shared between the `CORES`."""
     m = x.shape[0]
-    flat = _in_tiles(x).view(-1, x.shape[1])
-    rows = flat.shape[0]
+    flat = x.contiguous()
+    rows = -(-m // TILE_ROWS) * TILE_ROWS  # the last call's rows past m are zeros (`_rows`)
     # blocks only where every core gets at least one: which calls a row goes through decides
     # none of its bits (`blocks_agree`), so the choice may follow the core count
     sizes = tuple(
@@ -286,9 +287,16 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
         # One core: the same calls in turn, without the pieces `_onednn_blocks` deals (a decode
         # step runs two hundred products of one tile, where that bookkeeping would cost more
         # than a third of the product's own time)
-        got = [[_onednn_tile(flat[a:b], part) for a, b in blocks] for part in parts]
+        got = [[_onednn_tile(_rows(flat, a, b), part) for a, b in blocks] for part in parts]
         return _joined(got)[:m]
     return _onednn_blocks(flat, parts, blocks)[:m]
+
+
+def _rows(x: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """x's rows [a, b), with zero rows past its end: only a product's last call reaches them, so
+    only its rows are copied (padding the whole input first copied all of it, each product)."""
+    m = x.shape[0]
+    return x[a:b] if b <= m else F.pad(x[a:m], (0, 0, 0, b - m))
 
 
 def row_blocks(rows: int, sizes: tuple[int, ...] = ()) -> list[tuple[int, int]]:
@@ -334,7 +342,7 @@ def blocks_agree(part: torch.Tensor, size: int) -> bool:
 def _onednn_blocks(
     flat: torch.Tensor, parts: list[torch.Tensor], blocks: list[tuple[int, int]]
 ) -> torch.Tensor:
-    """[rows, N] from flat [rows, K]: one oneDNN call per (block, slice), the (run of blocks,
+    """[rows, N] from flat [m, K] (rows: m rounded up to 16, `_rows`): one oneDNN call per (block, slice), the (run of blocks,
     slice) pieces dealt to the cores by rows, the outputs joined by `cat`."""
     got: list[list] = [[None] * len(blocks) for _ in parts]
     work, costs = [], []
@@ -342,7 +350,7 @@ def _onednn_blocks(
     def piece(i: int, a: int, b: int) -> Callable[[], None]:
         def run() -> None:
             for j in range(a, b):
-                got[i][j] = _onednn_tile(flat[blocks[j][0] : blocks[j][1]], parts[i])
+                got[i][j] = _onednn_tile(_rows(flat, *blocks[j]), parts[i])
 
         return run
 

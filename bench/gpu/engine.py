@@ -9,7 +9,8 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
    tokens, with the engine's default CUDA path, against HF's own forward over each arm's full sequence (largest logit
    difference relative to the largest logit, and argmax agreement), for the bf16 model and with
    every linear but the LM head swapped for W4A16 and FP8 layers (quant.py's packing), each
-   `dense` and `fused`;
+   `dense` and `fused`, and for a bf16 model of the same shape whose later half of layers has a
+   sliding window of 256 (its prefix chunks through flash's own window);
 2. **batch invariance**: one prompt alone against the same prompt at a random position among
    2, 16 and 64 others (vLLM's needle test): bitwise-equal logits or not, and the largest gap;
    then **graph replay**: each captured decode step of a fork against the same fixed-shape
@@ -141,6 +142,39 @@ def arm_equals_solo(model, sizes) -> list[Row]:
     return rows
 
 
+def sliding_window(model, sizes) -> list[Row]:
+    """arm ≡ solo (bf16) on the same shape with a sliding window on its later half of layers (as
+    Qwen3's and Gemma's configs allow), a model of its own: on CUDA the prefix's chunks on those
+    layers are flash calls with flash's own window (`lse_kernels.causal_cuda`)."""
+    from nudgeability.engine.attention.lse_kernels import flash_takes_window
+
+    window = sizes["window"]
+    layers = model.config.num_hidden_layers
+    kinds = ["full_attention"] * (layers // 2) + ["sliding_attention"] * (layers - layers // 2)
+    slide = dict(use_sliding_window=True, sliding_window=window, layer_types=kinds)
+    if model.device.type == "cuda":
+        windowed = build_model(dict(QWEN3_8B, **slide), model.device)
+    else:
+        windowed = _dry_model(**slide)
+    try:
+        result = _arm_check(windowed, sizes)
+    finally:
+        _disengage(windowed)
+        del windowed
+        if model.device.type == "cuda":
+            torch.cuda.empty_cache()
+    how = (
+        "flash with its window" if flash_takes_window() else "64-query blocks (no window in flash)"
+    )
+    return [
+        (
+            f"arm ≡ solo, bf16, sliding window {window} on layers {layers // 2}-{layers - 1} "
+            f"(prefix chunks: {how})",
+            result,
+        )
+    ]
+
+
 def needle(model, sizes) -> list[Row]:
     vocab = model.config.vocab_size
     rng = random.Random(0)
@@ -220,6 +254,7 @@ GPU_SIZES = dict(
     prefix=1024,
     arms=8,
     new=32,
+    window=256,
     kv=200_000,
     block=64,
     needle=200,
@@ -245,6 +280,7 @@ DRY_SIZES = dict(
     prefix=40,
     arms=3,
     new=4,
+    window=8,
     kv=8_192,
     block=16,
     needle=24,
@@ -266,6 +302,7 @@ DRY_SIZES = dict(
 DRY_SHAPE = QUANT_PACKABLE_QWEN3
 PARTS = (
     ("arm ≡ solo", arm_equals_solo),
+    ("arm ≡ solo, sliding window", sliding_window),
     ("batch invariance", needle),
     ("CUDA graph replay", graph_replay),
     ("decode steps against the bandwidth floor", decode_floor),
@@ -274,10 +311,10 @@ PARTS = (
 )
 
 
-def _dry_model():
+def _dry_model(**config):
     from nudgeability.models.testing.tiny import tiny_model
 
-    return tiny_model("qwen3", dtype=torch.bfloat16, **DRY_SHAPE)
+    return tiny_model("qwen3", dtype=torch.bfloat16, **DRY_SHAPE, **config)
 
 
 def section(

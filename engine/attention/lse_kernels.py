@@ -72,27 +72,63 @@ def attend_cuda(q, k, v, bias, scaling: float):
     return out[0], out[1][..., :m]
 
 
-def causal_cuda(q, k, v, scaling: float) -> torch.Tensor | None:
+def causal_cuda(q, k, v, scaling: float, window: int | None = None) -> torch.Tensor | None:
     """Causal attention of the last L of S positions over all S keys in one flash call, q
     `[1, H, L, D]`, k/v `[1, Hk, S, D]` (Hk dividing H: query head h reads key head h // (H/Hk),
-    as SDPA's `enable_gqa`) -> `[1, H, L, D]`; None where flash cannot take it (`cuda_kernel`).
+    as SDPA's `enable_gqa`) -> `[1, H, L, D]`; None where flash cannot take it (`cuda_kernel`,
+    and for a sliding window `flash_takes_window`).
 
     The flash op's `is_causal` aligns the diagonal to the bottom right, so query i sees keys
-    j <= i + S - L: a prefill chunk's queries at positions [c0, c1) against keys [0, c1)
+    j <= i + S - L: a prefill chunk's queries at positions [c0, c1) against keys [k0, c1)
     (torch/nn/attention/bias.py, `CausalBias._dispatch`, calls it so for its lower-right variant;
     flash's own check only asks that Hk divide H). One call per chunk replaces one SDPA call per
     64 queries, whose masks cost more host time than the kernels on the first H200 run, and
     whose key lengths, new at each block, had SDPA build a cuDNN plan each (7.5 s for the first
-    4096-token prefill)."""
+    4096-token prefill).
+
+    With a sliding `window` (a query at position p sees keys at p - window < position <= p, as
+    HF's sliding mask), the call is `_flash_attention_forward` with `window_size_left = window - 1`:
+    flash's local mask (its `mha_fwd`, flash_api.cpp, and `Mask::apply_mask_local`) keeps key j
+    for query i when i + S - L - window_size_left <= j <= i + S - L + window_size_right, and
+    `is_causal` sets the right side to 0. That op takes q/k/v as `[B, L, H, D]` (the transpose
+    `_scaled_dot_product_flash_attention` makes before calling it)."""
     if cuda_kernel(q, k, v, None) != "flash":
         return None
-    return CUDA_KERNELS["flash"](q, k, v, 0.0, True, False, scale=scaling)[0]
+    if window is None:
+        return CUDA_KERNELS["flash"](q, k, v, 0.0, True, False, scale=scaling)[0]
+    if not flash_takes_window():
+        return None
+    out = CUDA_KERNELS["flash_window"](
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        None,
+        None,
+        q.shape[2],
+        k.shape[2],
+        0.0,
+        True,
+        False,
+        scale=scaling,
+        window_size_left=window - 1,
+        window_size_right=0,
+    )[0]
+    return out.transpose(1, 2)
+
+
+def flash_takes_window() -> bool:
+    """Whether this torch's `_flash_attention_forward` takes `window_size_left` (its schema)."""
+    op = getattr(torch.ops.aten, "_flash_attention_forward", None)
+    if op is None:
+        return False
+    return any(a.name == "window_size_left" for a in op.default._schema.arguments)
 
 
 # The CUDA kernels behind `attend_cuda` and `causal_cuda`, by name: the tests put CPU stand-ins with the same
 # signatures here to check the branch's logic.
 CUDA_KERNELS = {
     "flash": lambda *a, **kw: torch.ops.aten._scaled_dot_product_flash_attention(*a, **kw),
+    "flash_window": lambda *a, **kw: torch.ops.aten._flash_attention_forward(*a, **kw),
     "efficient": lambda *a, **kw: torch.ops.aten._scaled_dot_product_efficient_attention(*a, **kw),
 }
 

@@ -4,8 +4,8 @@ Registered with transformers' `AttentionInterface` as `nudge_fork`. A step's tok
 kinds (`step_layout`):
 
 - **prefix chunks** attend causally to their own run, read in place from the pool: on CUDA one
-  flash call per chunk with the diagonal at the bottom right (`lse_kernels.causal_cuda`; a
-  sliding-window layer keeps the blocks), elsewhere SDPA's fused kernel on fixed blocks of
+  flash call per chunk with the diagonal at the bottom right (`lse_kernels.causal_cuda`, with
+  flash's own window on a sliding-window layer), elsewhere SDPA's fused kernel on fixed blocks of
   PREFILL_QUERY_BLOCK queries;
 - **row tokens** attend to two key sets, computed separately and merged exactly through their
   log-sum-exps:
@@ -34,10 +34,17 @@ from transformers import AttentionInterface
 
 from nudgeability.engine.attention import cpu_parts, cpu_rows
 from nudgeability.engine.attention.fixed_shape import merge
-from nudgeability.engine.attention.lse_kernels import attend_cuda, attend_explicit, causal_cuda
+from nudgeability.engine.attention.graphed_decode import relative_difference
+from nudgeability.engine.attention.lse_kernels import (
+    attend_cuda,
+    attend_explicit,
+    causal_cuda,
+    flash_takes_window,
+)
 from nudgeability.engine.attention.static_decode import StaticDecode, flex_decode_attention
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import GroupSpan, StepLayout, SuffixPart
+from nudgeability.util import fallbacks
 
 NAME = "nudge_fork"
 PREFILL_QUERY_BLOCK = 64  # queries per SDPA call in a prefix chunk
@@ -66,9 +73,50 @@ def fixed_shape_cpu(t: torch.Tensor) -> bool:
 
 def whole_chunk(t: torch.Tensor, window: int | None) -> bool:
     """Whether a prefix chunk runs as one causal flash call (`lse_kernels.causal_cuda`): on CUDA,
-    with no sliding window (the flash op takes no window). The tests of the branch turn it on to
-    run it with CPU stand-ins."""
-    return t.device.type == "cuda" and window is None
+    and on a sliding-window layer where torch's flash op takes the window (`flash_takes_window`).
+    The tests of the branch turn it on to run it with CPU stand-ins."""
+    return t.device.type == "cuda" and (window is None or flash_takes_window())
+
+
+# The windowed flash call had not run on a GPU when it was written (the device was not lent
+# again): a process checks its first windowed chunk once against the 64-query blocks, and keeps
+# the blocks for good where the call fails or the two differ by more than rounding. One attention
+# output in fp16/bf16 differs between kernels by a few units of the last place; a window ignored
+# or misplaced moves it by O(1) (tests/engine/test_prefill_chunk_cuda.py).
+WINDOW_CHECK_BOUND = 2e-2
+WINDOW_FLASH = "flash attention with a sliding window (prefill chunk)"
+BLOCKS = "64-query SDPA blocks"
+_window_flash: dict[str, bool] = {}  # "trusted": True once checked, False once refused
+
+
+def _flash_chunk(qc, keys, values, scaling: float, window, c0: int, k0: int):
+    """The chunk's one flash call (`lse_kernels.causal_cuda`), [1, H, L, D], or None where the
+    blocks run instead: flash cannot take it, or a windowed call failed its check (above)."""
+    if window is None:
+        return causal_cuda(qc, keys, values, scaling)
+    trusted = _window_flash.get("trusted")
+    if trusted is False:
+        return None
+    try:
+        whole = causal_cuda(qc, keys, values, scaling, window)
+    except RuntimeError as exc:
+        fallbacks.record(WINDOW_FLASH, BLOCKS, f"the call failed: {exc}")
+        _window_flash["trusted"] = False
+        return None
+    if whole is None or trusted:
+        return whole
+    blocks = _causal_self_attention(qc, keys, values, scaling, window, c0, k0)
+    difference = relative_difference(whole.transpose(1, 2), blocks)
+    _window_flash["trusted"] = difference <= WINDOW_CHECK_BOUND
+    if not _window_flash["trusted"]:
+        fallbacks.record(
+            WINDOW_FLASH,
+            BLOCKS,
+            f"its first chunk differs from the blocks by {difference:.3g} (relative; bound "
+            f"{WINDOW_CHECK_BOUND:g})",
+        )
+        return None
+    return whole
 
 
 def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> torch.Tensor:
@@ -95,7 +143,9 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
         keys = handle.k[:, chunk.start + k0 : chunk.start + chunk.c1].unsqueeze(0)
         values = handle.v[:, chunk.start + k0 : chunk.start + chunk.c1].unsqueeze(0)
         qc = q[:, :, chunk.t0 : chunk.t1]
-        whole = causal_cuda(qc, keys, values, scaling) if whole_chunk(q, window) else None
+        whole = None
+        if whole_chunk(q, window):
+            whole = _flash_chunk(qc, keys, values, scaling, window, chunk.c0, k0)
         if whole is not None:  # one flash call for the chunk (lse_kernels.causal_cuda)
             out[:, chunk.t0 : chunk.t1] = whole.transpose(1, 2)
             continue

@@ -95,6 +95,7 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         "engine: arm ≡ solo, w4a16 fused",
         "engine: arm ≡ solo, fp8 dense",
         "engine: arm ≡ solo, fp8 fused",
+        "engine: arm ≡ solo, bf16, sliding window",
         "engine: needle",
         "engine: prefill of",
         "engine: campaign, HF generate_batch",

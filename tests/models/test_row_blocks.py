@@ -1,4 +1,4 @@
-"""The products' cheaper calls (models/invariant.py, *Blocks*): a product's 256- and 64-row blocks, and on
+"""The products' cheaper calls (models/invariant.py, *Blocks*): a product's 1024-, 256- and 64-row blocks, and on
 one core a weight whole instead of its two column halves. Where they are taken, every row has the
 bits the library's kernel gives it in a 16-row tile of a half, checked against a loop written
 here on SmolLM2's weight shapes, packed and dense, at one and two cores; and where a block or
@@ -60,7 +60,7 @@ def test_a_product_in_blocks_gives_every_row_its_tile_bits(shape, packed, cores)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for m in (64, 256, 2 * 256 + 64 + 5, 5 * 64 - 3, 16 * 3 + 1):
+        for m in (64, 256, 1024 + 256 + 64 + 5, 5 * 64 - 3, 16 * 3 + 1, 1020):
             x = torch.randn(m, k)
             expected = _tile_loop(x, parts)
             for count in (1, 2):
@@ -93,7 +93,7 @@ def test_where_a_block_would_change_a_bit_the_product_stays_in_tiles(size, monke
     torch.manual_seed(0)
     weight = torch.randn(192, 576) * 0.05
     parts = _parts(weight, packed=True)
-    x = torch.randn(256 + 2 * 64 + 16, 576)  # a call of each size, and a tile
+    x = torch.randn(1024 + 256 + 2 * 64 + 16, 576)  # a call of each size, and a tile
     expected = _tile_loop(x, parts)
     assert not blocks_agree(parts[0], size)
     assert torch.equal(onednn_product(x, parts), expected)
@@ -101,8 +101,8 @@ def test_where_a_block_would_change_a_bit_the_product_stays_in_tiles(size, monke
     assert not torch.equal(onednn_product(x, parts), expected)
 
 
-@pytest.mark.parametrize("rows", [16, 48, 64, 80, 256, 336, 1296])
-@pytest.mark.parametrize("sizes", [(), (64,), (256,), (256, 64)], ids=str)
+@pytest.mark.parametrize("rows", [16, 48, 64, 80, 256, 336, 1296, 2400])
+@pytest.mark.parametrize("sizes", [(), (64,), (256,), (256, 64), (1024, 256, 64)], ids=str)
 def test_the_calls_cover_every_row_once_and_the_runs_every_call_once(rows, sizes):
     blocks = row_blocks(rows, sizes)
     covered = [r for a, b in blocks for r in range(a, b)]
