@@ -43,6 +43,7 @@ from nudgeability.engine.scheduling.scheduler import PREFILL_CHUNK, Scheduler
 from nudgeability.engine.scheduling.step_layout import StepLayout
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
+from nudgeability.models.cores import CORES
 from nudgeability.util.progress import progress_bar
 
 
@@ -103,7 +104,7 @@ class Engine:
         self.prefill_tokens = prefill_tokens
         self.runner = ModelRunner(model, batch_invariant)
         self._forward = (
-            torch.compile(self.runner.forward, dynamic=True)
+            _on_one_thread(torch.compile(self.runner.forward, dynamic=True))
             if compile_decode
             else self.runner.forward
         )
@@ -386,3 +387,14 @@ class Engine:
         if not self.busy:
             self._need_blocks = 0
         return [done[ref.id] for ref in refs]
+
+
+def _on_one_thread(forward):
+    """`forward` with the cores' shared work run on the calling thread (`Cores.one_thread`:
+    dynamo must not trace a job while another core writes what it guards on)."""
+
+    def run(*args, **kwargs):
+        with CORES.one_thread():
+            return forward(*args, **kwargs)
+
+    return run

@@ -5,8 +5,9 @@ decides no bit (models/invariant.py says why the calls have fixed shapes)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 
 import torch
 
@@ -87,6 +88,20 @@ class Cores:
             return lambda: [item() for item in items]
 
         self.run([job(items) for items in bins if items])
+
+    @contextmanager
+    def one_thread(self) -> Iterator[None]:
+        """Every `run` and `share` inside runs its jobs in turn on the calling thread. For a
+        compiled forward: dynamo traces each job on the thread that calls it, guarding on what
+        the job reads (a step layout's memo of masks), and a job another core runs meanwhile
+        writes there: "Guard failed on the same frame it was created" (a clean-clone CI run,
+        tests/engine/test_compiled_decode.py). Which core runs a job decides no bit."""
+        before = self._running
+        self._running = True
+        try:
+            yield
+        finally:
+            self._running = before
 
     def spans(self, n: int) -> list[tuple[int, int]]:
         """`range(n)` cut into at most `count` contiguous, nearly equal spans (one span inside

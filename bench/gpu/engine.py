@@ -69,10 +69,15 @@ def build_model(shape: dict, device, dtype=torch.bfloat16, seed: int = 0):
     return model.eval()
 
 
-def _arm_check(model, sizes) -> str:
+def _fork_inputs(model, sizes) -> tuple[list[int], list[list[int]]]:
+    """The arm checks' prefix and suffixes: random ids, the same for the same sizes."""
     vocab = model.config.vocab_size
     prefix = random_ids(sizes["prefix"], 1, vocab)
-    suffixes = [random_ids(5 + 2 * i, 10 + i, vocab) for i in range(sizes["arms"])]
+    return prefix, [random_ids(5 + 2 * i, 10 + i, vocab) for i in range(sizes["arms"])]
+
+
+def _arm_check(model, sizes) -> str:
+    prefix, suffixes = _fork_inputs(model, sizes)
     # the prefix in two prefill chunks: the second's queries sit after keys they see (on CUDA one
     # flash call whose causal diagonal must sit at the bottom right, lse_kernels.causal_cuda)
     engine = make_engine(
@@ -222,9 +227,7 @@ def graph_replay(model, sizes) -> list[Row]:
         steps.append((static.rows, torch.equal(replayed, direct), gap))
         return hidden
 
-    vocab = model.config.vocab_size
-    prefix = random_ids(sizes["prefix"], 1, vocab)
-    suffixes = [random_ids(5 + 2 * i, 10 + i, vocab) for i in range(sizes["arms"])]
+    prefix, suffixes = _fork_inputs(model, sizes)
     engine = make_engine(
         model,
         max_batch_tokens=sizes["kv"],

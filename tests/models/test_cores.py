@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import io
 import threading
+import time
 
 import pytest
 import torch
@@ -249,6 +250,31 @@ def test_shared_work_runs_each_item_once_and_nested_work_stays_on_its_core():
     assert all(s == [(0, 64)] for s in inner_spans)
     assert 1 < len(threads) <= 3
     assert cores.spans(64) == [(0, 21), (21, 42), (42, 64)]  # outside, every core again
+    cores.resize(1)
+
+
+def test_inside_one_thread_shared_work_stays_on_the_calling_thread():
+    """`one_thread` (a compiled forward's): every job on the caller, every span whole; after
+    it, the cores share again."""
+    cores = Cores(3)
+    threads = []
+
+    def item():
+        threads.append(threading.get_ident())
+
+    with cores.one_thread():
+        cores.share([item] * 6, [1.0] * 6)
+        cores.run([item, item])
+        assert cores.spans(64) == [(0, 64)]
+    assert set(threads) == {threading.get_ident()} and len(threads) == 8
+    threads.clear()
+
+    def slow_item():  # long enough that the other cores take some
+        threads.append(threading.get_ident())
+        time.sleep(0.05)
+
+    cores.share([slow_item] * 6, [1.0] * 6)
+    assert len(set(threads)) > 1  # the negative control: outside, the other cores take jobs
     cores.resize(1)
 
 
