@@ -3,8 +3,8 @@
 The runner, which benchmarks/gpu_check.py calls once it has made the package importable.
 
 Each section is a module of this folder (quant.py, engine.py) and exposes
-`section(deadline, dry_run=False, progress=None) -> list[Row]`, the rows it measured (a section
-that takes `progress` calls it with its rows so far after each part); `deadline` is a
+`section(deadline, dry_run=False, progress=None) -> list[Row]`, the rows it measured (`progress`,
+if a section calls it, gets its rows so far after each part); `deadline` is a
 `time.monotonic()` value (the one clock of every section), after which a section stops and says,
 in a row, what it skipped. The budget is split evenly among the sections still to run, so that a
 slow first section cannot starve the next. The last rows list every fallback the run took
@@ -24,7 +24,6 @@ import os
 import time
 import traceback
 from functools import partial
-from inspect import signature
 from pathlib import Path
 
 # name -> module; each section's module owns its own measurements.
@@ -82,11 +81,8 @@ def run(names: list[str], budget_s: float, *, dry_run: bool = False, how: str = 
 
         progress = partial(_save_progress, head, tuple(rows), name)
         module = importlib.import_module(SECTIONS[name])
-        options = (
-            {"progress": progress} if "progress" in signature(module.section).parameters else {}
-        )
         try:
-            got = module.section(deadline, dry_run=dry_run, **options)
+            got = module.section(deadline, dry_run=dry_run, progress=progress)
         except Exception:  # a failing section must not cost the others their figures
             got = [("section", "failed: " + traceback.format_exc().strip().splitlines()[-1])]
         rows += [(name, check, result) for check, result in got]

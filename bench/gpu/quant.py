@@ -197,7 +197,7 @@ DRY_MODEL = QUANT_PACKABLE_QWEN3
 DRY_PREFIX = 16
 
 
-def section(deadline: float, *, dry_run: bool = False) -> list[Row]:
+def section(deadline: float, *, dry_run: bool = False, progress=None) -> list[Row]:
     """The rows of this section (see the module docstring)."""
     if not dry_run and not torch.cuda.is_available():
         return [("quant on CUDA", "skipped: no CUDA device (use --dry-run on CPU)")]
