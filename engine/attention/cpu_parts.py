@@ -10,8 +10,9 @@ that no query's kernel call depends on what else runs in the step:
   nothing);
 - `prefix_segment`: row tokens against one prefix segment, folded into 16-row tiles (the groups
   that share the segment in one call: `cpu_rows.py`);
-- `own_keys_rows`: each row token against its own row's slots, one token per kernel item, in spans
-  of rows that the cores share (`keep_real` then drops a prefill part's padding).
+- `own_keys_rows`: each row token against its own row's slots, one token per kernel item (a
+  prefill chunk's tokens of a row packed into items where `fixed_shape.packing_agrees`), in
+  spans of rows that the cores share (`keep_real` then drops a prefill part's padding).
 
 Masks are built once per step and window and cached in `layout.per_call`, shared by every layer.
 """
@@ -27,6 +28,9 @@ from nudgeability.engine.attention.fixed_shape import (
     QUERY_TILE,
     lowest,
     own_keys_attention,
+    own_tokens_per_item,
+    pack_bias,
+    packing_agrees,
     pad_keys,
     prefix_block_attention,
     segment_width,
@@ -71,11 +75,13 @@ def prefix_chunk(
     lead = chunk.c0 % PREFIX_BLOCK
     blocks = range(chunk.c0 - lead, chunk.c1, PREFIX_BLOCK)
     tail = blocks[-1] + PREFIX_BLOCK - chunk.c1
-    rows = F.pad(folded, (0, 0, lead * g, tail * g))
+    rows = F.pad(folded, (0, 0, lead * g, tail * g)) if lead or tail else folded
     pool = chunk.start  # the run's position 0 in the pool
-    outs: list = [None] * len(blocks)
+    # each block's real rows go straight to their place in HF's [L, H, D] order (one copy, on
+    # the core that computed them, instead of a join and then a transpose)
+    out = q.new_empty(length, kv, g, d)
     work, costs = [], []
-    for i, b0 in enumerate(blocks):
+    for b0 in blocks:
         b1 = b0 + PREFIX_BLOCK
         first = prefix_block_first(b0, window)
         real = min(b1, chunk.c1)
@@ -88,17 +94,23 @@ def prefix_chunk(
         bias = prefix_block_bias(layout, b0, window, g, q.dtype, q.device)
         r0 = (b0 - blocks[0]) * g
         block_q = rows[:, r0 : r0 + PREFIX_BLOCK * g]
-        work.append(_block_job(outs, i, block_q, keys, values, bias, scaling))
+        p0, p1 = max(b0, chunk.c0), real  # the block's positions inside the chunk
+        place = (out[p0 - chunk.c0 : p1 - chunk.c0], p0 - b0, p1 - b0)
+        work.append(_block_job(place, block_q, keys, values, bias, scaling))
         costs.append(float(b1 - first))
     CORES.share(work, costs)
-    out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]
-    out = out[:, lead * g : (lead + length) * g]
-    return out.reshape(kv, length, g, d).permute(1, 0, 2, 3).reshape(1, length, h, d)
+    return out.view(1, length, h, d)
 
 
-def _block_job(outs, i, block_q, keys, values, bias, scaling):
+def _block_job(place, block_q, keys, values, bias, scaling):
+    """A block's call, its rows for positions [i0, i1) of the block copied into `target`
+    [i1 - i0, kv, g, D]."""
+    target, i0, i1 = place
+
     def job():
-        outs[i] = prefix_block_attention(block_q, keys, values, bias, scaling)
+        o = prefix_block_attention(block_q, keys, values, bias, scaling)
+        kv, _, d = o.shape
+        target.copy_(o.view(kv, PREFIX_BLOCK, -1, d)[:, i0:i1].permute(1, 0, 2, 3))
 
     return job
 
@@ -234,10 +246,13 @@ def own_keys_rows(
     gather = part.gather[a * hw : b * hw]
     keys = handle.k.index_select(1, gather).view(kv * n, 1, hw, d)
     values = handle.v.index_select(1, gather).view(kv * n, 1, hw, d)
-    bias = _own_bias(layout, part, index, window, kv, rows.dtype, a, b)
-    o, lse = own_keys_attention(q, keys, values, bias, scaling)
-    o = o.view(kv, n, width, g, d).permute(1, 2, 0, 3, 4).reshape(n * width, kv, g, d)
-    lse = lse.view(kv, n, width, g).permute(1, 2, 0, 3).reshape(n * width, kv, g)
+    tokens = own_tokens_per_item(width, g)
+    if tokens > 1 and not packing_agrees(tokens, g, hw, d, rows.dtype):
+        tokens = 1
+    bias = _own_bias(layout, part, index, window, kv, rows.dtype, a, b, g, tokens)
+    o, lse = own_keys_attention(q, keys, values, bias, scaling, tokens)
+    o = o.reshape(kv, n, width, g, d).permute(1, 2, 0, 3, 4).reshape(n * width, kv, g, d)
+    lse = lse.reshape(kv, n, width, g).permute(1, 2, 0, 3).reshape(n * width, kv, g)
     return o, lse
 
 
@@ -248,10 +263,15 @@ def keep_real(part: SuffixPart, o: torch.Tensor, lse: torch.Tensor):
     return o, lse
 
 
-def _own_bias(layout: StepLayout, part: SuffixPart, index: int, window, kv, dtype, a, b):
+def _own_bias(layout: StepLayout, part: SuffixPart, index: int, window, kv, dtype, a, b, g, tokens):
     """Query i of row k, at slot first_slot[k] + i, sees key slot j when j <= its slot (and
-    within the window): `[kv * (b - a), width, 1, hw]` for rows [a, b), kv-major."""
-    key = ("own", index, window, kv, dtype, a, b)
+    within the window): `[kv * (b - a), width, 1, hw]` for rows [a, b), kv-major; for items of
+    `tokens` > 1 tokens, laid out as `fixed_shape.pack_bias` (built once per step, as the
+    per-token one)."""
+    key = ("own", index, window, kv, dtype, a, b, g, tokens)
+    if tokens > 1 and key not in layout.per_call:
+        flat = _own_bias(layout, part, index, window, kv, dtype, a, b, g, 1)
+        layout.per_call[key] = pack_bias(flat, tokens, g)
     if key not in layout.per_call:
         i = part.first_slot[a:b, None] + torch.arange(part.width, device=part.first_slot.device)
         j = torch.arange(part.hw, device=i.device)

@@ -28,7 +28,11 @@ shaped so that the kernel's blocking is fixed by the part of the step alone:
   against the first ceil((s + 1) / OWN_BLOCK) * OWN_BLOCK keys of its row in one call, the rows
   of a step grouped by that width (`step_layout._by_key_width`), so the kernel's key blocks
   (min(512, keys), then 512s) are set by the token's slot alone. A decode token and the same
-  token inside a prefill chunk of any width run the same GEMMs.
+  token inside a prefill chunk of any width run the same GEMMs. Where a check on the machine
+  finds the same bits (`packing_agrees`), a prefill chunk's tokens of one row share an item
+  instead, up to OWN_QUERY_ROWS query rows (`own_tokens_per_item`): the kernel's per-item work
+  is most of this part's cost (RESULTS.md, *Own keys packed*), and the check makes the
+  cheaper call a way of computing the same bits, never a change of them.
 
 Padding is exact: a padded or hidden key gets the dtype's lowest finite bias, so its weight
 exp(s - max) is exactly 0 and a block that is all hidden leaves the running sums unchanged (its
@@ -51,6 +55,9 @@ SHARED_BLOCK = 512
 PREFIX_BLOCK = 64  # positions per call of a prefix chunk (`prefix_block_attention`)
 SEGMENT_WIDTHS = (64, 128, 256)  # a short prefix segment's one key block (`segment_width`)
 OWN_BLOCK = 128
+# Query rows of one packed own-keys item: under the kernel's 192-row threshold, so its query
+# blocks are 32 rows and a row's tokens are cut evenly into items of at most this many rows.
+OWN_QUERY_ROWS = 128
 LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -143,12 +150,17 @@ def own_keys_attention(
     values: torch.Tensor,
     bias: torch.Tensor,
     scaling: float,
+    tokens: int = 1,
 ):
-    """Each token of each row against its own row's keys, one token's g query heads per kernel
-    item: q [n, width, g, D], keys/values [n, 1, hw, D] (hw a multiple of OWN_BLOCK), the
-    additive `bias` [n, width, 1, hw], where n counts (kv head, row) pairs in any order (the
-    caller's layout: kv-major, so that keys gathered from the pool are already in it). Returns
-    o [n, width, g, D] and the fp32 lse [n, width, g].
+    """Each token of each row against its own row's keys: q [n, width, g, D], keys/values
+    [n, 1, hw, D] (hw a multiple of OWN_BLOCK), where n counts (kv head, row) pairs in any order
+    (the caller's layout: kv-major, so that keys gathered from the pool are already in it).
+    Returns o [n, width, g, D] and the fp32 lse [n, width, g].
+
+    `tokens` = 1: one token's g query heads per kernel item, under the additive `bias`
+    [n, width, 1, hw]. `tokens` > 1 (`own_tokens_per_item`, only where `packing_agrees`): the
+    row's tokens padded to whole items of `tokens` tokens, each item `tokens * g` query rows
+    under `bias` [n, items, tokens * g, hw] (`pack_bias`); the padding's outputs are dropped.
 
     One call over all hw keys: the kernel's blocks are then set by (g, hw), and the caller gives
     every token the hw its own slot sets (`step_layout._by_key_width`), whatever else shares the
@@ -156,15 +168,72 @@ def own_keys_attention(
     n, width, g, d = q.shape
     hw = keys.shape[2]
     assert hw % OWN_BLOCK == 0, hw
-    return _flash(
+    items = -(-width // tokens)
+    if tokens > 1:
+        q = F.pad(q, (0, 0, 0, 0, 0, items * tokens - width)).reshape(n, items, tokens * g, d)
+    heads = items if tokens > 1 else width
+    o, lse = _flash(
         q,
-        keys.expand(n, width, hw, d),
-        values.expand(n, width, hw, d),
+        keys.expand(n, heads, hw, d),
+        values.expand(n, heads, hw, d),
         0.0,
         False,
         attn_mask=bias,
         scale=scaling,
     )[:2]
+    if tokens == 1:
+        return o, lse
+    o = o.reshape(n, items * tokens, g, d)[:, :width]
+    return o, lse.reshape(n, items * tokens, g)[:, :width]
+
+
+def own_tokens_per_item(width: int, g: int) -> int:
+    """Tokens of one row per packed own-keys item for a prefill part of `width` tokens a row:
+    the row cut evenly into the fewest items of at most OWN_QUERY_ROWS query rows (1 when a
+    token's heads alone fill an item, or for a decode step)."""
+    most = max(1, OWN_QUERY_ROWS // g)
+    if width == 1 or most == 1:
+        return 1
+    return -(-width // -(-width // most))
+
+
+_PACKING: dict[tuple, bool] = {}
+
+
+def packing_agrees(tokens: int, g: int, hw: int, d: int, dtype: torch.dtype) -> bool:
+    """Whether items of `tokens` tokens give every query row the very bits of one token per item
+    (kernel shapes set by (tokens, g, hw, D, dtype) and the thread count), measured once per key
+    and kept: random rows under a random causal bias through both calls. Where it does not hold
+    the own keys stay one token per item, so that no record depends on the answer. As with
+    `models/invariant.blocks_agree`, the answer is the kernel's, chosen by shapes, not values."""
+    key = (tokens, g, hw, d, dtype, torch.get_num_threads())
+    agrees = _PACKING.get(key)
+    if agrees is None:
+        gen = torch.Generator().manual_seed(0)
+        n, width = 2, 2 * tokens - 1  # two rows, the second item of each one token short
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=gen).to(dtype)
+
+        q, k, v = randn(n, width, g, d), randn(n, 1, hw, d), randn(n, 1, hw, d)
+        first = torch.randint(0, hw - width + 1, (n, 1), generator=gen)
+        visible = torch.arange(hw)[None, None, :] <= (first + torch.arange(width))[:, :, None]
+        bias = torch.where(visible, 0.0, lowest(dtype)).to(dtype)[:, :, None]
+        with torch.no_grad():
+            one = own_keys_attention(q, k, v, bias, d**-0.5)
+            packed = own_keys_attention(q, k, v, pack_bias(bias, tokens, g), d**-0.5, tokens)
+        agrees = _PACKING[key] = all(torch.equal(a, b) for a, b in zip(one, packed))
+    return agrees
+
+
+def pack_bias(bias: torch.Tensor, tokens: int, g: int) -> torch.Tensor:
+    """A per-token own-keys `bias` [n, width, 1, hw] laid out for items of `tokens` tokens:
+    [n, items, tokens * g, hw], each token's row repeated for its g heads; the padding tokens
+    see every key (their outputs are dropped)."""
+    n, width, _, hw = bias.shape
+    items = -(-width // tokens)
+    padded = F.pad(bias, (0, 0, 0, 0, 0, items * tokens - width))
+    return padded.expand(n, items * tokens, g, hw).reshape(n, items, tokens * g, hw)
 
 
 def merge(o_a, lse_a, o_b, lse_b, with_lse: bool = False):
