@@ -9,7 +9,9 @@ call, under every MKL branch. So a query's result depended on the batch. Here th
 shaped so that the kernel's blocking is fixed by the part of the step alone:
 
 - **shared keys** (a group's prefix for its folded row tokens): query rows in tiles of exactly
-  `QUERY_TILE` (16; the tiles are the call's heads, the keys a stride-0 view shared by all),
+  `QUERY_TILE` (16; the tiles are the call's heads, the keys a stride-0 view shared by all;
+  `WIDE_TILE` rows in a call of many rows where a check on the machine gives a row the same
+  bits in either tile, `wide_tiles_agree`),
   keys padded to a multiple of `SHARED_BLOCK` (512, so the kernel's key blocks are always
   exactly 512, aligned to a place fixed by the group), or a short prefix segment to one block of
   `segment_width` (64, 128 or 256, fixed by the segment's length alone: a base's prompt after
@@ -31,8 +33,8 @@ shaped so that the kernel's blocking is fixed by the part of the step alone:
   token inside a prefill chunk of any width run the same GEMMs. Where a check on the machine
   finds the same bits (`packing_agrees`), a prefill chunk's tokens of one row share an item
   instead, up to OWN_QUERY_ROWS query rows (`own_tokens_per_item`): the kernel's per-item work
-  is most of this part's cost (RESULTS.md, *Own keys packed*), and the check makes the
-  cheaper call a way of computing the same bits, never a change of them.
+  is most of this part's cost (RESULTS.md, *Kernels: the attention's cheaper calls*), and the
+  check makes the cheaper call a way of computing the same bits, never a change of them.
 
 Padding is exact: a padded or hidden key gets the dtype's lowest finite bias, so its weight
 exp(s - max) is exactly 0 and a block that is all hidden leaves the running sums unchanged (its
@@ -52,6 +54,11 @@ from nudgeability.models.invariant import TILE_ROWS
 
 QUERY_TILE = TILE_ROWS
 SHARED_BLOCK = 512
+# Query rows per tile of a shared-keys call with many rows, where `wide_tiles_agree`: about 10%
+# cheaper per row than QUERY_TILE on 729 rows against 1,024 keys (RESULTS.md, *Kernels: the
+# attention's cheaper calls*); from WIDE_FROM rows, under which whole wide tiles pad more.
+WIDE_TILE = 32
+WIDE_FROM = 128
 PREFIX_BLOCK = 64  # positions per call of a prefix chunk (`prefix_block_attention`)
 SEGMENT_WIDTHS = (64, 128, 256)  # a short prefix segment's one key block (`segment_width`)
 OWN_BLOCK = 128
@@ -89,16 +96,23 @@ def shared_keys_attention(
     values: torch.Tensor,
     bias: torch.Tensor | None,
     scaling: float,
+    tile: int | None = None,
 ):
     """Queries `folded` [kv, R, D] against keys/values [kv, S, D] (S a multiple of SHARED_BLOCK,
     or one of SEGMENT_WIDTHS)
-    that every query shares, with an additive `bias` [1, T, QUERY_TILE, S] over the tiles (None:
-    every key visible). Returns o [kv, R, D] and the fp32 log-sum-exp [kv, R]."""
+    that every query shares, with an additive `bias` [1, T, QUERY_TILE, S] over the tiles, or
+    [1, 1, 1, S] for all (None: every key visible). Returns o [kv, R, D] and the fp32
+    log-sum-exp [kv, R].
+
+    `tile`: query rows per tile; None: `query_tile`'s choice (WIDE_TILE for many rows where the
+    machine gives a row the same bits in either tile, else QUERY_TILE)."""
     kv, r, d = folded.shape
     s = keys.shape[1]
     assert s % SHARED_BLOCK == 0 or s in SEGMENT_WIDTHS, s
-    total = -(-r // QUERY_TILE) * QUERY_TILE
-    q = F.pad(folded, (0, 0, 0, total - r)).view(kv, total // QUERY_TILE, QUERY_TILE, d)
+    if tile is None:
+        tile = query_tile(r, s, d, folded.dtype, bias)
+    total = -(-r // tile) * tile
+    q = F.pad(folded, (0, 0, 0, total - r)).view(kv, total // tile, tile, d)
     tiles = q.shape[1]
     k = keys[:, None].expand(kv, tiles, s, d)
     v = values[:, None].expand(kv, tiles, s, d)
@@ -123,6 +137,47 @@ def shared_keys_attention(
     out = out.reshape(kv, total, d)[:, :r]
     lse = lse.reshape(kv, total)[:, :r]
     return out, lse
+
+
+def query_tile(rows: int, keys: int, d: int, dtype: torch.dtype, bias) -> int:
+    """The query tile of a shared-keys call of `rows` folded rows: WIDE_TILE from WIDE_FROM rows
+    (under that its padding costs more than its tiles save) where `wide_tiles_agree`, and never
+    under a per-tile bias (a sliding layer's, laid out in QUERY_TILE rows); else QUERY_TILE."""
+    if rows < WIDE_FROM or (bias is not None and bias.shape[1] > 1):
+        return QUERY_TILE
+    return WIDE_TILE if wide_tiles_agree(keys, d, dtype, bias is not None) else QUERY_TILE
+
+
+_WIDE: dict[tuple, bool] = {}
+
+
+def wide_tiles_agree(keys: int, d: int, dtype: torch.dtype, masked: bool) -> bool:
+    """Whether a WIDE_TILE-row tile gives every query row the very bits a QUERY_TILE-row tile
+    gives it against `keys` shared keys (the kernel's GEMMs are set by the tile, keys, D, dtype,
+    the mask's presence and the thread count), measured once per key and kept: rows drawn at
+    random through wide tiles, against the same rows shuffled into narrow ones. Where it does
+    not hold the calls keep QUERY_TILE, so that no record depends on the answer (as
+    `models/invariant.blocks_agree` does for the products)."""
+    key = (keys, d, dtype, masked, torch.get_num_threads())
+    agrees = _WIDE.get(key)
+    if agrees is None:
+        gen = torch.Generator().manual_seed(0)
+        rows = 4 * WIDE_TILE
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=gen).to(dtype)
+
+        folded, k, v = randn(1, rows, d), randn(1, keys, d), randn(1, keys, d)
+        bias = None
+        if masked:  # the last third of the keys hidden, as padding past a segment is
+            real = torch.arange(keys) < keys - keys // 3
+            bias = torch.where(real, 0.0, lowest(dtype)).to(dtype).view(1, 1, 1, keys)
+        order = torch.randperm(rows, generator=gen)
+        with torch.no_grad():
+            wide = shared_keys_attention(folded, k, v, bias, d**-0.5, WIDE_TILE)
+            narrow = shared_keys_attention(folded[:, order], k, v, bias, d**-0.5, QUERY_TILE)
+        agrees = _WIDE[key] = all(torch.equal(w[:, order], n) for w, n in zip(wide, narrow))
+    return agrees
 
 
 def prefix_block_attention(

@@ -1,12 +1,15 @@
-"""A prefill chunk's tokens of one row packed into one kernel item give every token the bits it
-gets alone, as a decode step computes it (engine/attention/fixed_shape.py `own_keys_attention`,
-`packing_agrees`).
+"""The attention's cheaper calls give every query the bits of the narrow call they stand for
+(engine/attention/fixed_shape.py):
 
-The reference is a loop written here: each token's g query heads alone in one call of ATen's CPU
-flash kernel against its row's keys under its own bias row, which is the shape a decode step
-gives it; and a float64 softmax over the visible keys for the values. The guard is checked both
-ways: a kernel that changes the low bits of packed calls only is caught, and the own keys then stay
-one token per item; forced past the guard, the same fault changes the output."""
+- a prefill chunk's tokens of one row packed into one kernel item (`own_keys_attention`,
+  `packing_agrees`) against each token alone, the shape a decode step gives it;
+- a shared-keys call of many rows in WIDE_TILE-row query tiles (`query_tile`,
+  `wide_tiles_agree`) against QUERY_TILE-row tiles.
+
+The references are loops written here over ATen's CPU flash kernel in the narrow shape, and a
+float64 softmax over the visible keys for the values. Each guard is checked both ways: a call
+faulted in its cheaper shape only is caught, and the narrow call is kept; forced past the guard,
+the same fault changes the output."""
 
 from __future__ import annotations
 
@@ -19,11 +22,17 @@ import nudgeability.engine.attention.fixed_shape as fixed_shape
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.engine.attention.fixed_shape import (
     OWN_QUERY_ROWS,
+    QUERY_TILE,
+    WIDE_FROM,
+    WIDE_TILE,
     lowest,
     own_keys_attention,
     own_tokens_per_item,
     pack_bias,
     packing_agrees,
+    query_tile,
+    shared_keys_attention,
+    wide_tiles_agree,
 )
 from nudgeability.models.testing.tiny import tiny_model
 
@@ -175,3 +184,83 @@ def test_an_engine_fork_gives_the_bits_of_one_token_per_item(monkeypatch):
     monkeypatch.setattr(cpu_parts, "packing_agrees", lambda *a: True)
     forced = _fork_logits(model, prefix, suffixes)
     assert not all(torch.equal(a, b) for a, b in zip(forced, per_token))
+
+
+def _shared_inputs(rows, keys, dtype, masked, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    folded = torch.randn(3, rows, 64, generator=gen).to(dtype)
+    k = torch.randn(3, keys, 64, generator=gen).to(dtype)
+    v = torch.randn(3, keys, 64, generator=gen).to(dtype)
+    real = torch.arange(keys) < (keys - keys // 4 if masked else keys)
+    bias = torch.where(real, 0.0, lowest(dtype)).to(dtype).view(1, 1, 1, keys) if masked else None
+    return folded, k, v, bias, real
+
+
+def _narrow_tiles(folded, k, v, bias, scaling):
+    """Every QUERY_TILE rows in their own kernel call, keys shared: the narrow shape."""
+    kv, rows, d = folded.shape
+    total = -(-rows // QUERY_TILE) * QUERY_TILE
+    q = torch.nn.functional.pad(folded, (0, 0, 0, total - rows))
+    outs, lses = [], []
+    for t in range(0, total, QUERY_TILE):
+        o, x = KERNEL(
+            q[None, :, t : t + QUERY_TILE],
+            k[None],
+            v[None],
+            0.0,
+            False,
+            attn_mask=bias,
+            scale=scaling,
+        )[:2]
+        outs.append(o[0])
+        lses.append(x[0])
+    return torch.cat(outs, dim=1)[:, :rows], torch.cat(lses, dim=1)[:, :rows]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("rows", "keys", "masked"), [(729, 1024, False), (200, 256, True), (130, 512, True)]
+)
+def test_wide_tiles_give_each_row_its_narrow_tile_bits(dtype, rows, keys, masked):
+    folded, k, v, bias, real = _shared_inputs(rows, keys, dtype, masked)
+    scaling = 64**-0.5
+    expected = _narrow_tiles(folded, k, v, bias, scaling)
+    assert query_tile(rows, keys, 64, dtype, bias) == (
+        WIDE_TILE if wide_tiles_agree(keys, 64, dtype, masked) else QUERY_TILE
+    )
+    got = shared_keys_attention(folded, k, v, bias, scaling)  # the engine's choice
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    s = torch.einsum("hrd,hsd->hrs", folded.double(), k.double()) * scaling
+    s = s.masked_fill(~real, float("-inf"))
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(
+        got[0].double(), torch.einsum("hrs,hsd->hrd", s.softmax(-1), v.double()), rtol=tol, atol=tol
+    )
+
+
+def test_few_rows_and_per_tile_biases_keep_narrow_tiles():
+    assert query_tile(WIDE_FROM - 1, 1024, 64, torch.float32, None) == QUERY_TILE
+    per_tile = torch.zeros(1, 46, QUERY_TILE, 1024)  # a sliding layer's bias, laid out in 16s
+    assert query_tile(729, 1024, 64, torch.float32, per_tile) == QUERY_TILE
+
+
+def test_a_kernel_that_changes_a_wide_tile_bit_keeps_narrow_tiles(monkeypatch):
+    rows, keys = 729, 1024
+    folded, k, v, bias, _ = _shared_inputs(rows, keys, torch.float32, False)
+    expected = _narrow_tiles(folded, k, v, bias, 64**-0.5)
+    real = fixed_shape._flash
+
+    def faulty(q, *args, **kwargs):
+        out = real(q, *args, **kwargs)
+        if q.shape[2] == WIDE_TILE:  # the last bit of every wide tile's first row
+            o = out[0]
+            o[:, :, 0] = torch.nextafter(o[:, :, 0], torch.full_like(o[:, :, 0], torch.inf))
+        return out
+
+    monkeypatch.setattr(fixed_shape, "_flash", faulty)
+    monkeypatch.setattr(fixed_shape, "_WIDE", {})
+    assert not wide_tiles_agree(keys, 64, torch.float32, False)
+    got = shared_keys_attention(folded, k, v, bias, 64**-0.5)
+    assert torch.equal(got[0], expected[0])
+    forced = shared_keys_attention(folded, k, v, bias, 64**-0.5, WIDE_TILE)
+    assert not torch.equal(forced[0], expected[0])
