@@ -24,12 +24,14 @@ import torch.nn.functional as F
 
 from nudgeability.engine.attention.fixed_shape import (
     OWN_BLOCK,
+    PACKED_BIAS_BYTES,
     PREFIX_BLOCK,
     QUERY_TILE,
     lowest,
     own_keys_attention,
     own_tokens_per_item,
     pack_bias,
+    packed_bias_bytes,
     packing_agrees,
     pad_keys,
     prefix_block_attention,
@@ -247,7 +249,10 @@ def own_keys_rows(
     keys = handle.k.index_select(1, gather).view(kv * n, 1, hw, d)
     values = handle.v.index_select(1, gather).view(kv * n, 1, hw, d)
     tokens = own_tokens_per_item(width, g)
-    if tokens > 1 and not packing_agrees(tokens, g, hw, d, rows.dtype):
+    if tokens > 1 and (
+        packed_bias_bytes(kv * n, width, tokens, g, hw, rows.dtype) > PACKED_BIAS_BYTES
+        or not packing_agrees(tokens, g, hw, d, rows.dtype)
+    ):
         tokens = 1
     bias = _own_bias(layout, part, index, window, kv, rows.dtype, a, b, g, tokens)
     o, lse = own_keys_attention(q, keys, values, bias, scaling, tokens)
@@ -267,18 +272,17 @@ def _own_bias(layout: StepLayout, part: SuffixPart, index: int, window, kv, dtyp
     """Query i of row k, at slot first_slot[k] + i, sees key slot j when j <= its slot (and
     within the window): `[kv * (b - a), width, 1, hw]` for rows [a, b), kv-major; for items of
     `tokens` > 1 tokens, laid out as `fixed_shape.pack_bias` (built once per step, as the
-    per-token one)."""
+    per-token one; `own_keys_rows` packs only under `fixed_shape.PACKED_BIAS_BYTES`)."""
     key = ("own", index, window, kv, dtype, a, b, g, tokens)
-    if tokens > 1 and key not in layout.per_call:
-        flat = _own_bias(layout, part, index, window, kv, dtype, a, b, g, 1)
-        layout.per_call[key] = pack_bias(flat, tokens, g)
     if key not in layout.per_call:
         i = part.first_slot[a:b, None] + torch.arange(part.width, device=part.first_slot.device)
         j = torch.arange(part.hw, device=i.device)
         visible = j[None, None, :] <= i[:, :, None]
         if window is not None:
             visible &= (i[:, :, None] - j[None, None, :]) < window
-        bias = torch.where(visible, 0.0, lowest(dtype)).to(dtype)
-        n, width, hw = bias.shape
-        layout.per_call[key] = bias[None].expand(kv, n, width, hw).reshape(kv * n, width, 1, hw)
+        bias = torch.where(visible, 0.0, lowest(dtype)).to(dtype)[:, :, None]
+        if tokens > 1:  # packed per row first, so that only the kv copies are materialised
+            bias = pack_bias(bias, tokens, g)
+        n, *rest = bias.shape
+        layout.per_call[key] = bias[None].expand(kv, n, *rest).reshape(kv * n, *rest)
     return layout.per_call[key]

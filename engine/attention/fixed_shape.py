@@ -65,6 +65,11 @@ OWN_BLOCK = 128
 # Query rows of one packed own-keys item: under the kernel's 192-row threshold, so its query
 # blocks are 32 rows and a row's tokens are cut evenly into items of at most this many rows.
 OWN_QUERY_ROWS = 128
+# The most bytes a packed own-keys bias may take: it holds each token's row once per query head
+# (g times the per-token bias, one copy per kv head), so a long prompt of a wide model would
+# otherwise build hundreds of MiB (32 heads, 2,048 x 2,048 keys: 512 MiB); over it the rows keep
+# one token per item, which gives the same bits.
+PACKED_BIAS_BYTES = 64 << 20
 LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -250,6 +255,12 @@ def own_tokens_per_item(width: int, g: int) -> int:
     if width == 1 or most == 1:
         return 1
     return -(-width // -(-width // most))
+
+
+def packed_bias_bytes(pairs: int, width: int, tokens: int, g: int, hw: int, dtype) -> int:
+    """Bytes of `pack_bias`'s result for `pairs` (kv head, row) pairs of `width` tokens."""
+    items = -(-width // tokens)
+    return pairs * items * tokens * g * hw * torch.empty((), dtype=dtype).element_size()
 
 
 _PACKING: dict[tuple, bool] = {}

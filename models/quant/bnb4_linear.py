@@ -93,8 +93,8 @@ class BnB4Linear(QuantLinearBase):
         """`bitsandbytes.functional.dequantize_4bit` of the weight ([out, in], the quantised dtype), cast to `dtype`.
 
         bitsandbytes numbers its blocks over the flat weight (`quantize_4bit`, its CUDA and its
-        pure-torch dequantisation), but its CPU C kernel (0.50) restarts the blocks at every row,
-        so it misreads a layer whose in_features is not a multiple of the blocksize (errors of the
+        pure-torch dequantisation), but its CPU C kernel (0.50), on its AVX-512 path, restarts the
+        blocks at every row, so there it misreads a layer whose in_features is not a multiple of the blocksize (errors of the
         weights' own size, tests/models/quant/test_simd_kernels.py). Such layers on CPU are dequantised by
         bitsandbytes' pure-torch implementation instead (its `default` backend), which equals the
         C kernel bit for bit wherever the C kernel is right.

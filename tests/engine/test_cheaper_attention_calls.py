@@ -39,6 +39,19 @@ from nudgeability.models.testing.tiny import tiny_model
 KERNEL = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 
+@pytest.fixture
+def one_torch_thread():
+    """The kernel on one torch thread, as the engine calls it (models/invariant.py,
+    `invariant_products`: the process's threads become whole calls on `CORES`). At two torch
+    threads ATen's kernel deals one call's items to OpenMP threads, and measured on an AMD EPYC
+    (Zen 3, AVX2, MKL 2024.2) the items its second thread computes get other bits than the same
+    items computed on its first: a property of the library's threading, not of the call's shape."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _inputs(n, width, g, hw, d, dtype, window=None, seed=0):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(n, width, g, d, generator=gen).to(dtype)
@@ -105,6 +118,7 @@ def test_a_row_is_cut_evenly_into_the_fewest_items_that_fit():
         (33, 8, 384, None),
     ],
 )
+@pytest.mark.usefixtures("one_torch_thread")
 def test_packed_items_give_each_token_its_decode_bits(dtype, width, g, hw, window):
     n, d, scaling = 4, 64, 64**-0.5
     q, k, v, bias, visible = _inputs(n, width, g, hw, d, dtype, window)
@@ -122,6 +136,7 @@ def test_packed_items_give_each_token_its_decode_bits(dtype, width, g, hw, windo
     )
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_on_this_machine_the_p1_shape_packs():
     """Not a property of every machine (the guard decides there), but of the one whose benchmark
     figures RESULTS.md reports: if this fails, the packing is not what was measured."""
@@ -148,6 +163,7 @@ def _off_by_a_bit_when_packed(monkeypatch):
     monkeypatch.setattr(fixed_shape, "_PACKING", {})
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_a_kernel_that_changes_a_packed_bit_keeps_the_own_keys_per_token(monkeypatch):
     width, g, hw, d = 30, 3, 128, 64
     q, k, v, bias, _ = _inputs(2, width, g, hw, d, torch.float32)
@@ -186,6 +202,41 @@ def test_an_engine_fork_gives_the_bits_of_one_token_per_item(monkeypatch):
     assert not all(torch.equal(a, b) for a, b in zip(forced, per_token))
 
 
+def test_a_packed_bias_over_its_cap_keeps_one_token_per_item(monkeypatch):
+    """The packed bias holds each token's row g times over; past PACKED_BIAS_BYTES the rows keep
+    one token per item. With packing forced past its guard and faulted, a cap of 0 keeps every
+    call narrow (the logits of packing off); the byte count is the tensor `pack_bias` builds."""
+    bias = _inputs(2, 30, 3, 128, 64, torch.bfloat16)[3]
+    assert fixed_shape.packed_bias_bytes(2, 30, 15, 3, 128, torch.bfloat16) == (
+        pack_bias(bias, 15, 3).numel() * 2
+    )
+    model = tiny_model("llama", num_layers=2, seed=3)
+    prefix = random_ids(40, seed=1)
+    suffixes = [random_ids(n, seed=n) for n in (30, 61)]
+    with monkeypatch.context() as m:
+        m.setattr(fixed_shape, "OWN_QUERY_ROWS", 1)
+        per_token = _fork_logits(model, prefix, suffixes)
+    _off_by_a_bit_when_packed(monkeypatch)
+    monkeypatch.setattr(cpu_parts, "packing_agrees", lambda *a: True)
+    calls = []
+    faulty = cpu_parts.own_keys_attention
+
+    def counted(q, k, v, bias, scaling, tokens=1):
+        calls.append(tokens)
+        return faulty(q, k, v, bias, scaling, tokens)
+
+    monkeypatch.setattr(cpu_parts, "own_keys_attention", counted)
+    monkeypatch.setattr(cpu_parts, "PACKED_BIAS_BYTES", 0)
+    capped = _fork_logits(model, prefix, suffixes)
+    assert calls and set(calls) == {1}
+    assert all(torch.equal(a, b) for a, b in zip(capped, per_token))
+    monkeypatch.setattr(cpu_parts, "PACKED_BIAS_BYTES", 1 << 40)
+    calls.clear()
+    uncapped = _fork_logits(model, prefix, suffixes)
+    assert max(calls) > 1  # the control: the same run under a loose cap packs, and the fault shows
+    assert not all(torch.equal(a, b) for a, b in zip(uncapped, per_token))
+
+
 def _shared_inputs(rows, keys, dtype, masked, seed=0):
     gen = torch.Generator().manual_seed(seed)
     folded = torch.randn(3, rows, 64, generator=gen).to(dtype)
@@ -221,6 +272,7 @@ def _narrow_tiles(folded, k, v, bias, scaling):
 @pytest.mark.parametrize(
     ("rows", "keys", "masked"), [(729, 1024, False), (200, 256, True), (130, 512, True)]
 )
+@pytest.mark.usefixtures("one_torch_thread")
 def test_wide_tiles_give_each_row_its_narrow_tile_bits(dtype, rows, keys, masked):
     folded, k, v, bias, real = _shared_inputs(rows, keys, dtype, masked)
     scaling = 64**-0.5
@@ -244,6 +296,7 @@ def test_few_rows_and_per_tile_biases_keep_narrow_tiles():
     assert query_tile(729, 1024, 64, torch.float32, per_tile) == QUERY_TILE
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_a_kernel_that_changes_a_wide_tile_bit_keeps_narrow_tiles(monkeypatch):
     rows, keys = 729, 1024
     folded, k, v, bias, _ = _shared_inputs(rows, keys, torch.float32, False)
