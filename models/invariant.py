@@ -274,6 +274,14 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
     slice, shared between the `CORES`."""
     m = x.shape[0]
     flat = x.contiguous()
+    if m <= TILE_ROWS and (CORES.count == 1 or CORES._running):
+        # A decode step's product on one core: one tile per slice, the very calls of the general
+        # path below (no block size fits 16 rows), without its bookkeeping: the products'
+        # Python took about 50 us a product on an AMD EPYC, a tenth of the decode steps' time
+        # in products (RESULTS.md, *P1 side by side: today against 970209c*)
+        tile = _rows(flat, 0, TILE_ROWS)
+        got = [_onednn_tile(tile, part) for part in parts]
+        return (got[0] if len(got) == 1 else torch.cat(got, dim=1))[:m]
     rows = -(-m // TILE_ROWS) * TILE_ROWS  # the last call's rows past m are zeros (`_rows`)
     # blocks only where every core gets at least one: which calls a row goes through decides
     # none of its bits (`blocks_agree`), so the choice may follow the core count
