@@ -39,6 +39,18 @@ def former_tree(repo: Path = REPO) -> Path:
 
 
 @cache
+def child_place(commit: str | None, repo: Path = REPO) -> tuple[dict[str, str], Path]:
+    """The environment and working folder of a child process that runs today's code (`commit`
+    None: this process's environment, the repository) or `commit`'s unchanged (its
+    `commit_tree` first on PYTHONPATH, its checkout as the folder, where its own scripts lie)."""
+    env = dict(os.environ)
+    if commit is None:
+        return env, repo
+    path = commit_tree(commit, repo)
+    env["PYTHONPATH"] = str(path)
+    return env, path.parent / "checkout"  # `commit_tree`'s layout
+
+
 def commit_tree(commit: str, repo: Path = REPO) -> Path:
     """A folder holding the `nudgeability` package of `commit` (its checkout under it), put
     first on a child's PYTHONPATH to run that commit's code unchanged; RuntimeError saying why

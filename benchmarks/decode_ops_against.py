@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from nudgeability.bench.former import child_place
 from nudgeability.bench.results import publish
 
-REPO = Path(__file__).resolve().parents[1]
 SHOWN = 12  # ops per table: the costliest in either engine
 
 
@@ -68,13 +67,7 @@ def child() -> dict:
 
 
 def run(commit: str | None) -> dict:
-    env, cwd = dict(os.environ), REPO
-    if commit is not None:
-        from nudgeability.bench.former import commit_tree
-
-        path = commit_tree(commit)
-        env["PYTHONPATH"] = str(path)
-        cwd = path.parent / "checkout"
+    env, cwd = child_place(commit)
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--child"],
         cwd=cwd,

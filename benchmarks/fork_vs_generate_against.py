@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+from nudgeability.bench.former import child_place
 from nudgeability.bench.results import publish
 
 SCRIPT = "benchmarks/fork_vs_generate.py"
@@ -65,13 +65,7 @@ def parse(text: str) -> dict:
 
 def run(commit: str | None) -> dict:
     """One fork_vs_generate.py run: today's, or `commit`'s script on its own code."""
-    env, cwd = dict(os.environ), REPO
-    if commit is not None:
-        from nudgeability.bench.former import commit_tree
-
-        path = commit_tree(commit)
-        env["PYTHONPATH"] = str(path)
-        cwd = path.parent / "checkout"  # the commit's tree (commit_tree's layout)
+    env, cwd = child_place(commit)
     out = subprocess.run(
         [sys.executable, SCRIPT, "--no-write"], cwd=cwd, env=env, capture_output=True, text=True
     )

@@ -167,13 +167,9 @@ def _call_cost(torch) -> dict[str, float]:
 
 
 def variant(commit: str | None, keep_freed: bool, forks: int) -> dict:
-    env, cwd = dict(os.environ), REPO
-    if commit is not None:
-        from nudgeability.bench.former import commit_tree
+    from nudgeability.bench.former import child_place
 
-        path = commit_tree(commit)
-        env["PYTHONPATH"] = str(path)
-        cwd = path.parent / "checkout"
+    env, cwd = child_place(commit)
     if keep_freed:
         env.update(KEEP_FREED)
     done = subprocess.run(
