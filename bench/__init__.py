@@ -7,7 +7,8 @@ script in benchmarks/ imports only the installed package.
   (`hf_greedy`), which the tests check generations against and the benchmarks time.
 - `profile.py`: aten-op and host-read counts of one decode step, the engine's and HF's;
   `floor.py`: the linear and attention floors, interleaved with the engine step by step;
-  `memory.py`: peak memory, in this process or a child.
+  `memory.py`: peak memory, in this process or a child; `perf_samples.py`: where a process's
+  CPU time fell by shared object (kernels, libc, the interpreter), sampled by Linux `perf`.
 - `campaign.py`: the systems benchmarks/campaign.py runs side by side; `former.py` (with
   `former_child.py`): the former static engine, from its own git tree, in a child process
   (`commit_tree`: any commit's tree, for a child to run);

@@ -6,22 +6,28 @@ Each engine runs in a fresh process on one thread (its own code: `--old` through
 bench/former.py `commit_tree`): the P1 workload (12 arms, 1,024-token prefix), a fork of one new
 token and one of 48 under `torch.profiler`, after a warm-up and one timed fork of each. The
 decode steps' cost of an op is its self time in the 48-token fork less the 1-token one's, so the
-prefix and the suffixes' prefill cancel. Where fork_vs_generate_against.py says how far the
-decode step is from its floor, this says which ops the difference is in. Run it alone.
+prefix and the suffixes' prefill cancel. Then one more fork of each length sampled from outside
+by `perf` (bench/perf_samples.py), which splits the same difference by where the time fell:
+in kernels, or in host time between them (the interpreter, torch's binding, libc), which the
+ops' self times do not show. Where fork_vs_generate_against.py says how far the decode step is
+from its floor, this says what the difference is made of. Run it alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
 
 from nudgeability.bench.former import child_place
+from nudgeability.bench.perf_samples import RATE
 from nudgeability.bench.results import publish
 
 SHOWN = 12  # ops per table: the costliest in either engine
+REPO = Path(__file__).resolve().parents[1]
 
 
 def child() -> dict:
@@ -51,12 +57,23 @@ def child() -> dict:
 
     fork(splice_workload(lm.tokenizer, 64, 2), 4)  # warm-up
     w = splice_workload(lm.tokenizer, 1024, 12)
-    out: dict = {"wall": {}, "ops": {}}
+    # today's bench/perf_samples.py, by path: the child may run an older commit's package
+    recorded = runpy.run_path(str(REPO / "bench" / "perf_samples.py"))["recorded"]
+    out: dict = {"wall": {}, "ops": {}, "places": {}}
+    sampled = {}
     for new in (1, 48):
         fork(w, new)
         start = time.perf_counter()
         fork(w, new)
         out["wall"][new] = time.perf_counter() - start
+        with recorded() as shares:  # a fork of its own: the timed one runs unsampled
+            start = time.perf_counter()
+            fork(w, new)
+            wall = time.perf_counter() - start
+        if shares:
+            sampled[new] = {place: share * wall for place, share in shares.items()}
+    if len(sampled) == 2:
+        out["places"] = {p: sampled[48][p] - sampled[1][p] for p in sampled[48]}
     seconds = {}
     for new in (1, 48):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -95,6 +112,19 @@ def table(today: dict, old: dict, commit: str) -> list[str]:
     return rows
 
 
+def places_table(today: dict, old: dict, commit: str) -> list[str]:
+    """The decode steps' seconds by where perf's samples fell (bench/perf_samples.py)."""
+    a, b = today["places"], old["places"]
+    if not a or not b:
+        return ["No perf split: `perf` is not on this machine's PATH, or could not record."]
+    rows = [f"| where | today, s | {commit}, s | difference, s |", "|---|---|---|---|"]
+    for place in a:
+        rows.append(f"| {place} | {a[place]:.2f} | {b[place]:.2f} | {a[place] - b[place]:+.2f} |")
+    total_a, total_b = sum(a.values()), sum(b.values())
+    rows.append(f"| all | {total_a:.2f} | {total_b:.2f} | {total_a - total_b:+.2f} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", default="970209c", help="the earlier commit")
@@ -119,6 +149,14 @@ def main(argv: list[str] | None = None) -> None:
             walls,
             "",
             *table(today, old, args.old),
+            "",
+            "The same decode steps by where the CPU's time fell, without a profiler inside the "
+            f"process (`perf record -F {RATE}` on one more fork of each length, seconds = share "
+            "× that fork's wall, the 1-token fork's subtracted): kernels are oneDNN's generated "
+            "code and libtorch (MKL's GEMMs, ATen's attention and elementwise loops); the "
+            "interpreter and torch's binding are host time between kernels.",
+            "",
+            *places_table(today, old, args.old),
         ]
     )
     publish(f"P1 decode steps op by op: today against {args.old}", body, write=not args.no_write)

@@ -19,7 +19,10 @@ The second pair of variants sets `MALLOC_MMAP_THRESHOLD_` (32 MiB) and `MALLOC_T
 (1 GiB) in the child's environment: glibc then serves every temporary of these sizes from its
 heap and keeps what is freed, instead of mapping fresh pages for the large ones and returning
 the heap's top to the OS, which the next temporary faults back in. It is a setting of the
-process, not of the engine: HF's forward in the same process gets it too.
+process: HF's forward in the same process gets it too. Today's engine holds its heap so itself
+(util/heap.py `hold_freed_heap`, when its model runner starts), so for today the pair measures
+one policy twice, set once by the environment and once by the engine; for the older commit it
+is the difference the setting makes.
 
 Last, in each child: the operator calls of one prefill-only fork (torch.profiler), and the
 cost of one call where the arithmetic is nothing (a [16, 16] product: oneDNN's matmul as the
@@ -30,26 +33,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import shutil
-import signal
+import runpy
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
-# where a perf sample fell, by the shared object perf names (`perf report --sort dso`)
-PLACES = {
-    "kernels": ("[JIT]", "libtorch_cpu.so"),
-    "OS kernel": ("[kernel.kallsyms]",),
-    "libc": ("libc.so",),
-    "interpreter + binding": ("libpython", "libtorch_python.so"),
-}
 
 
 def _usage() -> tuple[float, float, float, int]:
@@ -70,22 +63,9 @@ def _measured(run, times: int) -> dict:
     return {key: statistics.median(g[key] for g in got) for key in got[0]}
 
 
-def _perf_split(path: str) -> dict[str, float]:
-    """Shares of the samples in perf file `path` by `PLACES` (the rest: 'other')."""
-    out = subprocess.run(
-        ["perf", "report", "-i", path, "--no-children", "--sort", "dso", "--stdio", "-g", "none"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    shares = dict.fromkeys([*PLACES, "other"], 0.0)
-    for line in out.splitlines():
-        parts = line.split(None, 1)
-        if len(parts) != 2 or not parts[0].endswith("%") or line.lstrip().startswith("#"):
-            continue
-        share, dso = float(parts[0][:-1]) / 100, parts[1].strip()
-        place = next((p for p, names in PLACES.items() if any(n in dso for n in names)), "other")
-        shares[place] += share
-    return shares
+def _recorded():
+    # today's bench/perf_samples.py, by path: the child may run an older commit's package
+    return runpy.run_path(str(REPO / "bench" / "perf_samples.py"))["recorded"]()
 
 
 def child(forks: int) -> dict:
@@ -112,23 +92,10 @@ def child(forks: int) -> dict:
         out["floor before"] = _measured(floor, forks)
         engine = Engine(lm.model, lm.tokenizer)
         run_fork(engine, w, 1)
-        recorder, folder = None, tempfile.mkdtemp(prefix="nudge-perf-")
-        record = os.path.join(folder, "prefill.perf")
-        if shutil.which("perf"):
-            recorder = subprocess.Popen(
-                ["perf", "record", "-F", "499", "-p", str(os.getpid()), "-o", record],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(1.0)  # perf attaches before the timed forks start
-        out["engine"] = _measured(lambda: run_fork(engine, w, 1), forks)
-        if recorder is not None:
-            recorder.send_signal(signal.SIGINT)
-            recorder.wait()
-            # perf exits non-zero on the interrupt that stops it: what it wrote decides
-            if os.path.exists(record) and os.path.getsize(record) > 0:
-                out["split"] = _perf_split(record)
-        shutil.rmtree(folder, ignore_errors=True)
+        with _recorded() as split:  # perf samples of the timed forks (bench/perf_samples.py)
+            out["engine"] = _measured(lambda: run_fork(engine, w, 1), forks)
+        if split:
+            out["split"] = split
         out["floor after"] = _measured(floor, forks)
         out["ops"] = _op_counts(lambda: run_fork(engine, w, 1))
     out["call"] = _call_cost(torch)
@@ -219,6 +186,8 @@ def report(rows: list[tuple[str, dict]], forks: int) -> str:
     ]
     split = [(name, r) for name, r in rows if "split" in r]
     if split:
+        from nudgeability.bench.perf_samples import PLACES
+
         places = [*PLACES, "other"]
         lines += [
             "",

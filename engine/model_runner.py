@@ -22,7 +22,7 @@ from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.models.invariant import TILE_ROWS, forget_reordered, invariant_products
-from nudgeability.util.heap import release_freed_heap
+from nudgeability.util.heap import hold_freed_heap, release_freed_heap
 
 MIN_ROWS = 16
 # Rows per forward are a multiple of this: the products' tile (models/invariant.py), so that no
@@ -71,6 +71,8 @@ class ModelRunner:
         self.max_positions = getattr(config, "max_position_embeddings", None)
         first = next(model.parameters())
         self.device = first.device
+        if self.device.type == "cpu":
+            hold_freed_heap()  # freed activations reused, not faulted in again (util/heap.py)
         self._previous = config._attn_implementation
         # transformers 5.24 names the decoder's cache argument `cache`; earlier 5.x releases
         # (5.17, on the GPU machine) name it `past_key_values`

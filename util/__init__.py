@@ -7,7 +7,8 @@
 - `progress`: progress bars that suit where stderr goes.
 - `threads`: torch's CPU thread count, set once per process.
 - `fallbacks`: every fallback from a fast path, warned once and recorded for the run manifest.
-- `heap`: the C heap's freed pages handed back to the OS (`malloc_trim`).
+- `heap`: the C heap's freed pages kept for the next forward (`mallopt`) and handed back to the OS
+  after a long one (`malloc_trim`).
 
 Each needs only the standard library, but for tqdm (`progress`, imported when a bar is drawn) and
 torch (`threads`); none imports another package of the project.

@@ -1,4 +1,5 @@
-"""The C heap's freed memory, handed back to the OS (glibc's `malloc_trim`).
+"""The C heap's freed memory: kept for the next forward (glibc's `mallopt`), handed back to the OS
+after a long one (`malloc_trim`).
 
 torch's CPU tensors come from `malloc`. glibc serves an allocation below its mmap threshold from
 its heap, and that threshold rises (up to 32 MiB) each time a larger mapped block is freed, so
@@ -8,6 +9,20 @@ process: measured on the demo (benchmarks/demo_memory.py, RESULTS.md), its first
 tokens of SmolLM2) left about 300 MiB of freed heap resident; in a quantised load
 (models/quant/loader.py), the repacking kernels' temporaries, 239 MiB of SmolLM2's W4A16 load. `release_freed_heap` hands such
 free pages back; the heap keeps its layout, and a page is mapped again when next written.
+
+*Between those hand-backs the heap keeps what it frees* (`hold_freed_heap`). By default glibc
+also shrinks the heap on its own, from inside `free`, whenever more than twice its (moving) mmap
+threshold lies free at the top. A layer of a thousand-token forward frees activations of a few
+MiB each, so the top passes that mark once per layer: traced on P1's fork (1,024-token prefix, 12
+arms; `strace -e brk`), the heap grew by about 18 MiB and shrank by as much in every layer, and
+every page given back was faulted in afresh by the next layer. `benchmarks/prefill_overheads.py`
+measures it (RESULTS.md, *P1 prefill: where today's engine spends beyond its kernels*): with the
+heap held, a prefill's minor page faults fall from about 180,000 to 15,000 and its system time
+from 0.4 s to nothing. Held means the automatic shrink off and the mmap threshold pinned at
+glibc's own ceiling for its moving one (32 MiB: a block that large is still mapped on its own and
+unmapped when freed). The peak resident size does not change (the freed pages are what the same
+forward allocates next; benchmarks/demo_memory.py), and the engine's own hand-backs after long
+forwards (engine/model_runner.py) still return them.
 """
 
 from __future__ import annotations
@@ -16,14 +31,44 @@ import ctypes
 import ctypes.util
 from functools import cache
 
+# glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+# glibc's ceiling for its moving mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
+MMAP_THRESHOLD = 32 << 20
+# free bytes at the heap's top before `free` shrinks it: the most mallopt's int takes (2 GiB),
+# more than a forward here frees
+HELD_TOP = 2**31 - 1
+
 
 @cache
-def _trim():
+def _libc():
     name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # another C library: nothing to hand back this way
+        libc = ctypes.CDLL(name) if name else None
+        return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+    except OSError:  # another C library: nothing to hand back this way
         return None
+
+
+def _trim():
+    libc = _libc()
+    return libc.malloc_trim if libc is not None else None
+
+
+@cache
+def hold_freed_heap() -> bool:
+    """Keep the heap's freed top for reuse until `release_freed_heap` hands it back, instead of
+    glibc shrinking it from inside `free` (module docstring). Once per process; False (and
+    nothing changed) off glibc. Large blocks stay mapped on their own above MMAP_THRESHOLD."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt"):
+        return False
+    mallopt = libc.mallopt
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(M_TRIM_THRESHOLD, HELD_TOP)
+    )
 
 
 def release_freed_heap() -> None:
