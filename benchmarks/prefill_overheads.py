@@ -157,7 +157,9 @@ def report(rows: list[tuple[str, dict]], forks: int) -> str:
         "prefix and the packed suffixes (the linear floor's prefill piece), then the engine's "
         f"prefill-only forks of P1's workload (1,024-token prefix, 12 arms, one new token), then "
         f"HF's forward again, each {forks} timed times after one warm-up; medians. `keep freed`: glibc's MALLOC_MMAP_THRESHOLD_ = 32 MiB "
-        "and MALLOC_TRIM_THRESHOLD_ = 1 GiB in the child's environment.",
+        "and MALLOC_TRIM_THRESHOLD_ = 1 GiB in the child's environment. An engine that holds "
+        "its heap itself (util/heap.py `hold_freed_heap`, when its model runner starts) runs "
+        "with that policy in both of its rows, and its HF floor before the engine without it.",
         "",
         "| variant | engine prefill, s | HF floor before the engine, s | HF floor after it, s | "
         "engine / floor before | page faults per prefill: engine; floor before; after "
