@@ -51,6 +51,18 @@ def child_place(commit: str | None, repo: Path = REPO) -> tuple[dict[str, str], 
     return env, path.parent / "checkout"  # `commit_tree`'s layout
 
 
+def run_child(args: list[str], commit: str | None, extra_env: dict[str, str] | None = None) -> str:
+    """The standard output of `python *args` run in a child on today's code or `commit`'s
+    (`child_place`), with `extra_env` added to its environment; RuntimeError with the tail of
+    its standard error when it fails."""
+    env, cwd = child_place(commit)
+    env.update(extra_env or {})
+    done = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{commit or 'today'}: {args[0]} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
 def commit_tree(commit: str, repo: Path = REPO) -> Path:
     """A folder holding the `nudgeability` package of `commit` (its checkout under it), put
     first on a child's PYTHONPATH to run that commit's code unchanged; RuntimeError saying why

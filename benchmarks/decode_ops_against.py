@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import runpy
-import subprocess
 import sys
 from pathlib import Path
 
-from nudgeability.bench.former import child_place
+from nudgeability.bench.former import run_child
 from nudgeability.bench.perf_samples import RATE
 from nudgeability.bench.results import publish
 
@@ -84,17 +83,8 @@ def child() -> dict:
 
 
 def run(commit: str | None) -> dict:
-    env, cwd = child_place(commit)
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode:
-        raise RuntimeError(f"{commit or 'today'}: the profile failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    out = run_child([str(Path(__file__).resolve()), "--child"], commit)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def table(today: dict, old: dict, commit: str) -> list[str]:

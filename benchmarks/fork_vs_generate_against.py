@@ -22,15 +22,12 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
-from nudgeability.bench.former import child_place
+from nudgeability.bench.former import run_child
 from nudgeability.bench.results import publish
 
 SCRIPT = "benchmarks/fork_vs_generate.py"
-REPO = Path(__file__).resolve().parents[1]
 PIECES = ("prefill", "decode step", "wall")
 # a floor-table row: | piece | engine | linear | attention | e/l [lo–hi] | e/(l+a) [lo–hi] |
 ROW = re.compile(
@@ -65,13 +62,7 @@ def parse(text: str) -> dict:
 
 def run(commit: str | None) -> dict:
     """One fork_vs_generate.py run: today's, or `commit`'s script on its own code."""
-    env, cwd = child_place(commit)
-    out = subprocess.run(
-        [sys.executable, SCRIPT, "--no-write"], cwd=cwd, env=env, capture_output=True, text=True
-    )
-    if out.returncode:
-        raise RuntimeError(f"{commit or 'today'}: {SCRIPT} failed:\n{out.stderr[-3000:]}")
-    return parse(out.stdout)
+    return parse(run_child([SCRIPT, "--no-write"], commit))
 
 
 def profile_child() -> dict:
@@ -107,12 +98,8 @@ def profile_child() -> dict:
 
 
 def profiled() -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--profile-child"], capture_output=True, text=True, cwd=REPO
-    )
-    if out.returncode:
-        raise RuntimeError(f"the profile failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    out = run_child([str(Path(__file__).resolve()), "--profile-child"], None)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def report(runs: dict[str, list[dict]], profile: dict, old: str) -> str:

@@ -36,7 +36,6 @@ import json
 import resource
 import runpy
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -134,21 +133,11 @@ def _call_cost(torch) -> dict[str, float]:
 
 
 def variant(commit: str | None, keep_freed: bool, forks: int) -> dict:
-    from nudgeability.bench.former import child_place
+    from nudgeability.bench.former import run_child
 
-    env, cwd = child_place(commit)
-    if keep_freed:
-        env.update(KEEP_FREED)
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", "--forks", str(forks)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        raise RuntimeError(f"{commit or 'today'}: the child failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    args = [str(Path(__file__).resolve()), "--child", "--forks", str(forks)]
+    out = run_child(args, commit, KEEP_FREED if keep_freed else None)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def report(rows: list[tuple[str, dict]], forks: int) -> str:

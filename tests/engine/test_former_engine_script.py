@@ -50,3 +50,23 @@ def test_the_child_imports_the_former_tree_not_this_checkout():
         check=True,
     )
     assert out.stdout.strip().startswith(str(tree.parent / "checkout"))
+
+
+def test_run_child_runs_a_commits_code_or_todays_and_says_why_it_failed():
+    """`run_child`, the side-by-side benchmarks' one way to start a child: a commit's child
+    imports that commit's package, today's child this checkout's, with the extra environment
+    seen; a failing child raises with its own error message."""
+    found = subprocess.run(
+        ["git", "-C", str(former.REPO), "cat-file", "-e", f"{former.FORMER_COMMIT}^{{commit}}"],
+        capture_output=True,
+    )
+    if found.returncode != 0:
+        pytest.skip(f"git commit {former.FORMER_COMMIT} is not in this checkout")
+    code = "import os, nudgeability.engine as e; print(e.__file__, os.environ.get('NUDGE_PROBE'))"
+    old = former.run_child(["-c", code], former.FORMER_COMMIT, {"NUDGE_PROBE": "seen"}).split()
+    assert "/checkout/" in old[0] and not old[0].startswith(str(former.REPO))
+    assert old[1] == "seen"
+    today = former.run_child(["-c", code], None).split()
+    assert today[0].startswith(str(former.REPO)) and today[1] == "None"
+    with pytest.raises(RuntimeError, match="no_such_module"):
+        former.run_child(["-c", "import no_such_module"], None)
