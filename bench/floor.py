@@ -13,6 +13,15 @@ Two floors, both measured in the benchmark's own process:
   against the prefix (read once for all arms), and each arm against its own suffix slots; in the
   prefill, the packed suffix tokens against the prefix. Nothing of the engine runs here (no
   masks built, no merge, no cache writes).
+- **the fixed-shape attention**: the same two pieces on the shapes the engine's batch-invariant
+  CPU attention gives them (engine/attention/fixed_shape.py), with its own functions: the
+  queries against the prefix in 16-row tiles over whole key blocks (`shared_keys_attention`),
+  each arm's token against its own slots padded to a multiple of OWN_BLOCK, one token's heads
+  per kernel item, the arms grouped by that width (`own_keys_attention`). Not a floor of the
+  work but of the construction: what a cascade whose every call has a shape fixed by the row
+  alone must run at the least, on one core (the P1 benchmark's thread count). The gap between
+  the two attention rows is the kernels' price of invariance on the machine; the gap between
+  the engine and linear + fixed-shape is everything else the engine does.
 
 `interleaved_fork` submits the fork to the engine and steps it: after the engine's prefill steps
 come the floors' prefill pieces, and after each engine decode step the linear floor's step and
@@ -26,6 +35,14 @@ import time
 from dataclasses import dataclass
 
 import torch
+
+from nudgeability.engine.attention.fixed_shape import (
+    OWN_BLOCK,
+    own_keys_attention,
+    pad_keys,
+    segment_width,
+    shared_keys_attention,
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,7 @@ class Round:
     engine: Piece
     linear: Piece
     attention: Piece
+    fixed: Piece  # the attention's pieces on the engine's fixed shapes
     prefix: float  # the linear floor's prefix forward, seconds
     suffix: float  # its packed-suffix forward, seconds
     tokens: list[list[int]]  # the engine's arms
@@ -76,6 +94,21 @@ class AttentionKernels:
             for i in range(1, new)
         }
         self.kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        # the fixed-shape pieces: the prefix padded to its segment width (hidden past its end,
+        # as the engine's bias hides the pool slots it reads in place), the arms' own slots to
+        # the widest multiple of OWN_BLOCK a step reaches
+        width = segment_width(prefix_len)
+        self.pk_fixed = [pad_keys(k[0], width) for k in self.pk]
+        self.pv_fixed = [pad_keys(v[0], width) for v in self.pv]
+        self.prefix_bias = None
+        if width != prefix_len:
+            self.prefix_bias = torch.where(torch.arange(width) < prefix_len, 0.0, low)
+            self.prefix_bias = self.prefix_bias.view(1, 1, 1, width)
+        self.kv, self.g, self.d, self.lengths = kv, g, d, suffix_lengths
+        most = -(-(self.s_max + new) // OWN_BLOCK) * OWN_BLOCK
+        self.own_k = [randn(kv, arms, most, d) for _ in range(self.layers)]
+        self.own_v = [randn(kv, arms, most, d) for _ in range(self.layers)]
+        self._own: dict[tuple, tuple] = {}  # (arms, width) -> q, every layer's keys and values
 
     def prefill(self) -> float:
         t0 = time.perf_counter()
@@ -92,6 +125,64 @@ class AttentionKernels:
             ks, vs = self.sk[layer][:, :, :hw], self.sv[layer][:, :, :hw]
             self.kernel(self.q_rows, ks, vs, 0.0, False, attn_mask=bias, scale=self.scale)
         return time.perf_counter() - t0
+
+    def fixed_prefill(self) -> float:
+        """The prefill's piece on the fixed shapes: the packed suffix tokens against the prefix
+        in 16-row tiles (or the wider ones `shared_keys_attention` takes where they agree)."""
+        folded = self.q_packed[0]
+        t0 = time.perf_counter()
+        for layer in range(self.layers):
+            shared_keys_attention(
+                folded, self.pk_fixed[layer], self.pv_fixed[layer], self.prefix_bias, self.scale
+            )
+        return time.perf_counter() - t0
+
+    def fixed_step(self, i: int) -> float:
+        """Decode step `i` on the fixed shapes: the folded arms against the prefix in 16-row
+        tiles, and each arm's token against its own slots [0, OWN_BLOCK-multiple), one call per
+        width, as `step_layout._by_key_width` groups the rows."""
+        calls = self._own_calls(i)  # built outside the timing, as the engine's masks are kept
+        folded = self.q_fold[0]
+        t0 = time.perf_counter()
+        for layer in range(self.layers):
+            shared_keys_attention(
+                folded, self.pk_fixed[layer], self.pv_fixed[layer], self.prefix_bias, self.scale
+            )
+            for q, keys, values, bias in calls:
+                own_keys_attention(q, keys[layer], values[layer], bias, self.scale)
+        return time.perf_counter() - t0
+
+    def _own_calls(self, i: int) -> list[tuple]:
+        """Step `i`'s own-keys calls: arm r's token sits at slot S_r + i - 1 and reads the first
+        ceil((S_r + i) / OWN_BLOCK) * OWN_BLOCK slots of its row, the slots after it hidden."""
+        by_width: dict[int, list[int]] = {}
+        for r, length in enumerate(self.lengths):
+            by_width.setdefault(-(-(length + i) // OWN_BLOCK) * OWN_BLOCK, []).append(r)
+        wanted = {(tuple(arms), width) for width, arms in by_width.items()}
+        # the widths change a few times a fork: keep only this step's sets of arms and width
+        self._own = {key: kept for key, kept in self._own.items() if key in wanted}
+        calls = []
+        for width, arms in sorted(by_width.items()):
+            kv, g, d, m = self.kv, self.g, self.d, len(arms)
+            if (tuple(arms), width) not in self._own:
+                index = torch.tensor(arms)
+                # (kv head, arm) pairs, kv-major, as the engine gathers them from its pool
+                keys, values = (
+                    [
+                        t.index_select(1, index)[:, :, :width].reshape(kv * m, 1, width, d)
+                        for t in ts
+                    ]
+                    for ts in (self.own_k, self.own_v)
+                )
+                q = self.q_rows.index_select(0, index).transpose(0, 1).reshape(kv * m, 1, g, d)
+                self._own[(tuple(arms), width)] = (q, keys, values)
+            q, keys, values = self._own[(tuple(arms), width)]
+            last = torch.tensor([self.lengths[r] + i - 1 for r in arms])
+            visible = torch.arange(width)[None, :] <= last[:, None]  # [m, width]
+            bias = torch.where(visible, 0.0, torch.finfo(torch.float32).min)
+            bias = bias[None].expand(kv, m, width).reshape(kv * m, 1, 1, width)
+            calls.append((q, keys, values, bias))
+        return calls
 
 
 def _timed(fn, *args, **kwargs) -> float:
@@ -116,7 +207,7 @@ def interleaved_fork(engine, model, kernels: AttentionKernels, prefix, suffixes,
         with engine.runner.own_attention():
             return _timed(model, input_ids=x, use_cache=False, logits_to_keep=1)
 
-    steps = {"engine": [], "linear": [], "attention": []}
+    steps = {"engine": [], "linear": [], "attention": [], "fixed": []}
     engine.stats = type(engine.stats)()
     with torch.inference_mode():
         t0 = time.perf_counter()
@@ -129,6 +220,7 @@ def interleaved_fork(engine, model, kernels: AttentionKernels, prefix, suffixes,
             "prefix": forward(ids),
             "suffix": forward(packed),
             "attention": kernels.prefill(),
+            "fixed": kernels.fixed_prefill(),
         }
         spent = time.perf_counter() - t1  # seconds in the floors, outside the engine
         tokens = {r.id: None for r in refs}
@@ -141,6 +233,7 @@ def interleaved_fork(engine, model, kernels: AttentionKernels, prefix, suffixes,
             steps["engine"].append(t3 - t2)
             steps["linear"].append(forward(rows))
             steps["attention"].append(kernels.step(i))
+            steps["fixed"].append(kernels.fixed_step(i))
             spent += time.perf_counter() - t3
             i += 1
         wall = time.perf_counter() - t0 - spent
@@ -154,6 +247,7 @@ def interleaved_fork(engine, model, kernels: AttentionKernels, prefix, suffixes,
         engine=piece("engine", engine_prefill, wall),
         linear=piece("linear", prefill["prefix"] + prefill["suffix"]),
         attention=piece("attention", prefill["attention"]),
+        fixed=piece("fixed", prefill["fixed"]),
         prefix=prefill["prefix"],
         suffix=prefill["suffix"],
         tokens=[tokens[r.id] for r in refs],

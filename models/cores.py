@@ -69,6 +69,12 @@ class Cores:
         for future in futures:
             future.result()
 
+    @property
+    def alone(self) -> bool:
+        """Whether a call made now runs on the calling thread alone: one core, or inside `run`,
+        where the caller already has its core."""
+        return self.count == 1 or self._running
+
     def share(self, work: list[Callable[[], None]], costs: list[float]) -> None:
         """Run every callable of `work` once, whole, dealt to the cores by their `costs` (the
         costliest first, each to the least loaded core). How they are dealt decides no bit:

@@ -274,7 +274,7 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
     slice, shared between the `CORES`."""
     m = x.shape[0]
     flat = x.contiguous()
-    if m <= TILE_ROWS and (CORES.count == 1 or CORES._running):
+    if m <= TILE_ROWS and CORES.alone:
         # A decode step's product on one core: one tile per slice, the very calls of the general
         # path below (no block size fits 16 rows), without its bookkeeping: the products'
         # Python took about 50 us a product on an AMD EPYC, a tenth of the decode steps' time
@@ -291,7 +291,7 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
         if rows >= size * CORES.count and all(blocks_agree(part, size) for part in parts)
     )
     blocks = row_blocks(rows, sizes)
-    if CORES.count == 1 or CORES._running:
+    if CORES.alone:
         # One core: the same calls in turn, without the pieces `_onednn_blocks` deals (a decode
         # step runs two hundred products of one tile, where that bookkeeping would cost more
         # than a third of the product's own time)

@@ -67,6 +67,13 @@ def hold_freed_heap() -> bool:
     )
 
 
+def held_heap_tunables() -> str:
+    """`hold_freed_heap`'s policy as glibc tunables (`GLIBC_TUNABLES`, read when a process
+    starts): for a process whose code does not call it, such as an earlier commit's in a
+    side-by-side benchmark (benchmarks/fork_vs_generate_against.py `--old-heap-held`)."""
+    return f"glibc.malloc.trim_threshold={HELD_TOP}:glibc.malloc.mmap_threshold={MMAP_THRESHOLD}"
+
+
 def release_freed_heap() -> None:
     """Hand the heap's free pages back to the OS (module docstring); a no-op off glibc."""
     libc = _libc()

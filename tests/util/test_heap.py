@@ -5,6 +5,7 @@ top for the next forward (minor page faults, read from getrusage)."""
 from __future__ import annotations
 
 import ctypes.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nudgeability.util.heap import release_freed_heap
+from nudgeability.util.heap import held_heap_tunables, release_freed_heap
 
 MIB = 2**20
 
@@ -70,9 +71,13 @@ print(faults() - before)
 LAYER_PAGES = 3 * 1024 * 1536 * 4 // 4096  # the pages of one layer's three activations
 
 
-def _faults_of_four_forwards(mode: str) -> int:
+def _faults_of_four_forwards(mode: str, env: dict | None = None) -> int:
     done = subprocess.run(
-        [sys.executable, "-c", FORWARDS, mode], capture_output=True, text=True, check=True
+        [sys.executable, "-c", FORWARDS, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=None if env is None else {**os.environ, **env},
     )
     return int(done.stdout.split()[-1])
 
@@ -89,3 +94,16 @@ def test_a_held_heap_maps_a_forwards_activations_once():
     pages = 4 * 8 * LAYER_PAGES
     assert _faults_of_four_forwards("glibc") > pages // 2  # control: the default maps again
     assert _faults_of_four_forwards("held") < pages // 100
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or "libc.so" not in (ctypes.util.find_library("c") or ""),
+    reason="glibc's heap",
+)
+def test_the_held_heap_as_tunables_holds_it_in_a_process_that_never_asks():
+    """`held_heap_tunables` in GLIBC_TUNABLES gives a process that never calls
+    `hold_freed_heap` (as an earlier commit's code) the same policy: the control's forwards
+    again, mapping none of their pages afresh."""
+    pages = 4 * 8 * LAYER_PAGES
+    held = _faults_of_four_forwards("glibc", {"GLIBC_TUNABLES": held_heap_tunables()})
+    assert held < pages // 100
