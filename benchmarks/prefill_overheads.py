@@ -15,8 +15,9 @@ the OS kernel (the page faults: zeroing fresh pages), libc (malloc and free), th
 torch's Python binding. `--old` runs the commit's own code (`git archive`, bench/former.py
 `commit_tree`); both have the same `run_fork` and `splice_workload`.
 
-The second pair of variants sets `MALLOC_MMAP_THRESHOLD_` (32 MiB) and `MALLOC_TRIM_THRESHOLD_`
-(1 GiB) in the child's environment: glibc then serves every temporary of these sizes from its
+The second pair of variants gives the child util/heap.py's held heap as glibc tunables
+(`held_heap_tunables`: the mmap threshold pinned at 32 MiB, the trim threshold at 2 GiB, in
+GLIBC_TUNABLES): glibc then serves every temporary of these sizes from its
 heap and keeps what is freed, instead of mapping fresh pages for the large ones and returning
 the heap's top to the OS, which the next temporary faults back in. It is a setting of the
 process: HF's forward in the same process gets it too. Today's engine holds its heap so itself
@@ -41,7 +42,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
 
 
 def _usage() -> tuple[float, float, float, int]:
@@ -132,11 +132,19 @@ def _call_cost(torch) -> dict[str, float]:
     }
 
 
+def keep_freed_env() -> dict[str, str]:
+    """The `keep freed` variants' environment (imported here, in the parent: a child may run an
+    older commit's package, which lacks it)."""
+    from nudgeability.util.heap import held_heap_tunables
+
+    return {"GLIBC_TUNABLES": held_heap_tunables()}
+
+
 def variant(commit: str | None, keep_freed: bool, forks: int) -> dict:
     from nudgeability.bench.former import run_child
 
     args = [str(Path(__file__).resolve()), "--child", "--forks", str(forks)]
-    out = run_child(args, commit, KEEP_FREED if keep_freed else None)
+    out = run_child(args, commit, keep_freed_env() if keep_freed else None)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -145,8 +153,9 @@ def report(rows: list[tuple[str, dict]], forks: int) -> str:
         f"Each variant a fresh process, one torch thread: HF's forward with no cache over the "
         "prefix and the packed suffixes (the linear floor's prefill piece), then the engine's "
         f"prefill-only forks of P1's workload (1,024-token prefix, 12 arms, one new token), then "
-        f"HF's forward again, each {forks} timed times after one warm-up; medians. `keep freed`: glibc's MALLOC_MMAP_THRESHOLD_ = 32 MiB "
-        "and MALLOC_TRIM_THRESHOLD_ = 1 GiB in the child's environment. An engine that holds "
+        f"HF's forward again, each {forks} timed times after one warm-up; medians. `keep freed`: "
+        f"GLIBC_TUNABLES={keep_freed_env()['GLIBC_TUNABLES']} in the child's environment (util/heap.py "
+        "`held_heap_tunables`). An engine that holds "
         "its heap itself (util/heap.py `hold_freed_heap`, when its model runner starts) runs "
         "with that policy in both of its rows, and its HF floor before the engine without it.",
         "",

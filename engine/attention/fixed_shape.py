@@ -49,6 +49,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nudgeability.engine.scheduling.step_layout import KEY_ALIGN
 from nudgeability.models.cores import CORES
 from nudgeability.models.invariant import TILE_ROWS
 
@@ -61,7 +62,9 @@ WIDE_TILE = 32
 WIDE_FROM = 128
 PREFIX_BLOCK = 64  # positions per call of a prefix chunk (`prefix_block_attention`)
 SEGMENT_WIDTHS = (64, 128, 256)  # a short prefix segment's one key block (`segment_width`)
-OWN_BLOCK = 128
+# a row's own keys come in whole blocks of this many, the unit the step layout pads and groups
+# them by (its one owner: `step_layout.KEY_ALIGN`)
+OWN_BLOCK = KEY_ALIGN
 # Query rows of one packed own-keys item: under the kernel's 192-row threshold, so its query
 # blocks are 32 rows and a row's tokens are cut evenly into items of at most this many rows.
 OWN_QUERY_ROWS = 128
