@@ -330,20 +330,17 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _workers(args: argparse.Namespace, requested, remote) -> int:
-    """`--workers` as given, else splice/run/workers.py's `automatic_count` on the cores this
-    process may use (one process for a server run, or under --threads: that count is the user's)."""
-    if remote is not None:
-        if args.workers not in (None, 1):
-            raise ConfigError(f"--workers {args.workers}: a run on a server is one process")
-        return 1
-    if args.workers is not None:
-        return args.workers
-    if getattr(args, "threads", None) is not None:
-        return 1
-    from nudgeability.splice.run.workers import automatic_count
+    from nudgeability.splice.run.workers import worker_count
     from nudgeability.util.threads import usable_cores
 
-    return automatic_count(requested, _out(args, requested), usable_cores())
+    return worker_count(
+        requested,
+        _out(args, requested),
+        usable_cores(),
+        workers=args.workers,
+        threads=getattr(args, "threads", None),
+        remote=remote is not None,
+    )
 
 
 def _out(args: argparse.Namespace, requested) -> Path:

@@ -12,10 +12,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Triton kernels run in Triton's CPU interpreter (tests/models/quant/test_triton_kernels.py). Triton reads
 # this when it is first imported, which bitsandbytes does on import, so it is set before anything.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The suite runs in one pytest-xdist worker per core (pyproject.toml). A test that asks torch for
+# more threads than its share then waits on the other worker's core; OpenMP threads that sleep
+# while they wait, instead of spinning, keep that from costing the other worker its core. Read
+# when OpenMP starts, so set before torch is imported; it changes no result.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import sys  # noqa: E402
 
 import pytest  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One thread per worker, as `nudge run`'s own workers take: the cores are the workers'.
+    # Tests that need another count set it themselves (the autouse fixture below restores it).
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -81,13 +81,8 @@ def run(
     prepared, ctx = settle_chunk_size(prepared, out, progress=progress)
     plan = prepared.plan
     with WorkStore.open(out, prepared.manifest) as store:
-        if store.provenance_changes:
-            print(
-                f"nudge run: warning: resuming {store.root} with other code than it was started with "
-                f"({'; '.join(store.provenance_changes)}); records computed before may differ in the "
-                "last bits from an uninterrupted run",
-                file=sys.stderr,
-            )
+        for warning in resume_warnings(store.root, store.provenance_changes):
+            print(f"nudge run: warning: {warning}", file=sys.stderr)
         ctx = ctx or unit_context(prepared, progress=progress)
         chosen = choose_schedule(prepared, schedule)
         if chosen.name == STREAM:
@@ -277,3 +272,27 @@ class _PhaseBar:
 
     def __exit__(self, *exc) -> None:
         self.bar.close()
+
+
+def resume_warnings(root: Path, changes: Sequence[str]) -> list[str]:
+    """What a resume says of the provenance that differs from the run's start (lines
+    `key: stored X, now Y`, splice/rundir/manifest_keys.py), naming what differs: other code
+    (versions, git commit) may change the last bits of what is computed from now on; another
+    thread count or server endpoint is reported as such."""
+    code = [c for c in changes if c.startswith(("versions", "git_commit"))]
+    threads = [c for c in changes if c.startswith("threads")]
+    endpoint = [c for c in changes if c.startswith("endpoint")]
+    warnings = []
+    if code:
+        warnings.append(
+            f"resuming {root} with other code than it was started with ({'; '.join(code)}); "
+            "records computed before may differ in the last bits from an uninterrupted run"
+        )
+    if threads:
+        warnings.append(
+            f"resuming {root} at another torch thread count ({'; '.join(threads)}); "
+            "the records do not depend on it"
+        )
+    if endpoint:
+        warnings.append(f"resuming {root} against another server ({'; '.join(endpoint)})")
+    return warnings

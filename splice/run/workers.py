@@ -14,9 +14,11 @@ weights once, not N times; each adds only its own KV pool and temporaries. One t
 fork, because a forked child cannot use an OpenMP thread pool its parent started (GNU libgomp
 is not fork-safe); at one thread torch, MKL and oneDNN never start one.
 
-`automatic_count` is what `nudge run` does without `--workers`: one worker per core on a CPU
-run, one process where workers cannot help or would change how a run resumes. A worker's log
-goes to `<out>.workers/shard-K.log`, and a failed worker's last line is the error. Run the same
+`worker_count` is what `nudge run` does without `--workers`: one worker per core on a CPU
+run, one process where workers cannot help or would change how a run resumes. Everything the
+workers write lives inside the run's own directory, so deleting it starts afresh: the shards in
+`<out>/workers/shard-K-of-N/` while they run (removed once merged), each worker's log in
+`<out>/workers/shard-K.log` (kept), and a failed worker's last line is the error. Run the same
 command again to resume: each shard resumes its own directory, with the count it began with.
 """
 
@@ -27,6 +29,7 @@ import gc
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -34,8 +37,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
-from nudgeability.splice.rundir.layout import PART_SUFFIX, PARTS
+from nudgeability.splice.rundir.layout import MANIFEST, PART_SUFFIX, PARTS
 from nudgeability.splice.rundir.merge import MergeResult, merge
+from nudgeability.util.atomic import fsync_directory
 from nudgeability.util.progress import progress_bar
 
 _SHARD_DIR = re.compile(r"shard-\d+-of-(\d+)")
@@ -50,16 +54,37 @@ class WorkerError(ValueError):
     ValueError: the CLI prints it as its one-line error)."""
 
 
+WORKERS_DIR = "workers"  # inside the run's directory: the shards while they run, the logs
+
+
 @dataclass(frozen=True)
 class Workers:
-    """Where the workers of a run keep their shards and logs."""
+    """Where the workers of a run keep their shards and logs: inside the run's directory."""
 
     out: Path
     count: int
 
     @property
     def root(self) -> Path:
-        return self.out.with_name(self.out.name + ".workers")
+        return self.out / WORKERS_DIR
+
+    @property
+    def merged(self) -> Path:
+        """Where the shards are merged before the run's files move up into `out`."""
+        return self.root / "merged"
+
+    def begun(self) -> list[int]:
+        """The shard counts of the workers runs begun in `out` (one, unless tampered with)."""
+        return sorted(
+            {int(m.group(1)) for d in _listing(self.root) if (m := _SHARD_DIR.fullmatch(d.name))}
+        )
+
+    def holds_a_run(self) -> bool:
+        """Whether `out` holds a run of its own: anything beside the workers' folder, or a merged
+        run (its manifest)."""
+        return (self.out / MANIFEST).exists() or any(
+            p.name != WORKERS_DIR for p in _listing(self.out)
+        )
 
     def shard_dir(self, k: int) -> Path:
         return self.root / f"shard-{k}-of-{self.count}"
@@ -78,25 +103,45 @@ def worker_chunk_size(config: RunConfig, count: int) -> int:
     return max(1, min(DEFAULT_CHUNK_SIZE, per_worker))
 
 
+def worker_count(
+    config: RunConfig,
+    out: Path,
+    cores: int,
+    workers: int | None = None,
+    threads: int | None = None,
+    remote: bool = False,
+) -> int:
+    """The processes a `nudge run` takes: `workers` where given (a run on a server is one
+    process, and says so if asked for more), one under `threads` (that count is the user's), else
+    `automatic_count` on `cores`."""
+    if remote:
+        if workers not in (None, 1):
+            raise ValueError(f"--workers {workers}: a run on a server is one process")
+        return 1
+    if workers is not None:
+        return workers
+    if threads is not None:
+        return 1
+    return automatic_count(config, out, cores)
+
+
 def automatic_count(config: RunConfig, out: Path, cores: int) -> int:
     """The workers `nudge run` uses when `--workers` is not given: the count an interrupted
     workers run began with (its shards resume); one process for a device other than the CPU, a
-    shard, an `out` that already holds a one-process run (it resumes as it began), or a system
-    other than Linux; else one worker per core, at most one per problem (per chunk, when a chunk
-    size is asked for)."""
+    shard, an `out` that already holds a one-process or merged run (it resumes as it began), or
+    a system other than Linux; else one worker per core, at most one per problem (per chunk, when
+    a chunk size is asked for)."""
     import torch
 
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device != "cpu" or config.shard is not None or not _FORKS:
         return 1
     layout = Workers(Path(out).absolute(), 1)
-    begun = sorted(
-        {int(m.group(1)) for d in _listing(layout.root) if (m := _SHARD_DIR.fullmatch(d.name))}
-    )
-    if len(begun) == 1 and not _listing(layout.out):
-        return begun[0]
-    if _listing(layout.out):
+    if layout.holds_a_run():
         return 1
+    begun = layout.begun()
+    if len(begun) == 1:
+        return begun[0]
     most = config.n or cores
     if config.chunk_size is not None and config.n:  # a chunk size asked for: one worker a chunk
         most = -(-config.n // config.chunk_size)
@@ -126,10 +171,16 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
     if device != "cpu":
         raise ValueError(f"--workers: CPU runs only (device {device})")
     layout = Workers(Path(out).absolute(), count)
-    if _listing(layout.out):
+    if layout.holds_a_run():
         raise ValueError(
-            f"{out}: already holds a run; the workers merge into a new directory "
-            f"(their shards stay in {layout.root})"
+            f"{out}: already holds a run; workers start in a new directory, or in one that holds "
+            f"only their own {WORKERS_DIR}/ folder (an interrupted workers run)"
+        )
+    begun = layout.begun()
+    if begun and begun != [count]:
+        raise ValueError(
+            f"--workers {count}: {layout.root} holds the shards of {begun[0]} workers; resume "
+            f"with --workers {begun[0]}, or delete {out} to start afresh"
         )
     config = replace(config, chunk_size=worker_chunk_size(config, count))
     threads = torch.get_num_threads()
@@ -176,7 +227,29 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
             os.environ["TOKENIZERS_PARALLELISM"] = tokenizers
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, terminate)
-    return merge(out, [layout.shard_dir(k) for k in range(1, count + 1)])
+    return _merged(layout)
+
+
+def _merged(layout: Workers) -> MergeResult:
+    """The shards merged into `layout.out`: merged whole under the workers' folder (a merge
+    writes its directory under a temporary name and renames it), then its files moved up into
+    `out`, the sealed manifest last, so `out` holds a run only once it holds all of it; then the
+    shards go (the logs stay). A merge killed part way leaves no manifest in `out`, so the same
+    command merges again from the shards."""
+    for path in _listing(layout.out):
+        if path.name != WORKERS_DIR:  # a killed merge's files, never a manifest
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if layout.merged.exists():
+        shutil.rmtree(layout.merged)
+    result = merge(layout.merged, [layout.shard_dir(k) for k in range(1, layout.count + 1)])
+    names = sorted(p.name for p in _listing(layout.merged) if p.name != MANIFEST) + [MANIFEST]
+    for name in names:
+        os.replace(layout.merged / name, layout.out / name)
+    fsync_directory(layout.out)
+    shutil.rmtree(layout.merged)
+    for k in range(1, layout.count + 1):
+        shutil.rmtree(layout.shard_dir(k))
+    return replace(result, out=layout.out)
 
 
 def _wait(procs: list, layout: Workers, units: int, progress: bool) -> None:

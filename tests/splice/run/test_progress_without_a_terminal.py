@@ -48,7 +48,7 @@ def test_workers_logged_to_a_file_print_plain_lines_of_the_units_stored(tiny_che
     # n = 2 in chunks of 1: NT, B and arms of two chunks
     assert any(line.startswith("units: 6/6 unit (100%)") for line in text.splitlines()), text
     for k in (1, 2):
-        worker = (tmp_path / "out.workers" / f"shard-{k}.log").read_text()
+        worker = (tmp_path / "out" / "workers" / f"shard-{k}.log").read_text()
         assert "\x1b[" not in worker and "\r" not in worker, repr(worker[:400])
         assert any(
             line.lstrip().startswith("arms") and "1/1" in line for line in worker.splitlines()

@@ -14,7 +14,7 @@ import pytest
 from helpers.tiny_runs import nudge_run_args, run_nudge, run_verify
 
 from nudgeability.models.loader import ModelLoadError
-from nudgeability.splice.run import schedule
+from nudgeability.splice.run import schedule, workers
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.runner import run
@@ -24,6 +24,7 @@ from nudgeability.splice.run.workers import (
     run_workers,
     worker_chunk_size,
 )
+from nudgeability.splice.rundir.merge import merge
 
 TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="cpu")
 
@@ -37,9 +38,14 @@ def test_two_workers_give_the_records_of_one_process(tiny_checkpoint, tmp_path):
     assert result.records == len(one.splitlines())
     assert (tmp_path / "two" / "records.jsonl").read_bytes() == one
     manifest = json.loads((tmp_path / "two" / "manifest.json").read_text())
-    shard = json.loads((tmp_path / "two.workers" / "shard-1-of-2" / "manifest.json").read_text())
-    assert shard["threads"] == 1 and shard["schedule"]["name"] == "stream"
     assert manifest["config"]["shard"] is None
+    # everything the workers wrote is inside the run's directory: the shards went once merged,
+    # the logs stay
+    assert sorted(p.name for p in (tmp_path / "two" / "workers").iterdir()) == [
+        "shard-1.log",
+        "shard-2.log",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
 
 
 def _counted(real, calls: Path):
@@ -63,34 +69,41 @@ def test_the_model_loads_once_and_the_workers_share_it(tiny_checkpoint, tmp_path
     monkeypatch.setattr(schedule, "cached_check", _counted(schedule.cached_check, needles))
     monkeypatch.setattr(schedule, "_CHECKS", {})
     config = RunConfig(model=str(tiny_checkpoint("gemma4", close_boost=2.6)), n=4, **TINY)
+    merged = []
+    monkeypatch.setattr(
+        workers,
+        "merge",
+        lambda out, shards: merged.append(_shard_manifests(shards)) or merge(out, shards),
+    )
     run_workers(config, tmp_path / "out", 2, progress=False)
     assert loads.read_text().split() == [str(os.getpid())]
     assert needles.read_text().split() == [str(os.getpid())]
-    for k in (1, 2):
-        shard = json.loads(
-            (tmp_path / "out.workers" / f"shard-{k}-of-2" / "manifest.json").read_text()
-        )
+    for shard in merged[0]:
         assert shard["threads"] == 1 and shard["schedule"]["name"] == "stream"
+
+
+def _shard_manifests(shards) -> list[dict]:
+    return [json.loads((Path(shard) / "manifest.json").read_text()) for shard in shards]
 
 
 def test_a_model_that_does_not_load_fails_before_any_worker_starts(tmp_path):
     config = RunConfig(model=str(tmp_path / "no-such-model"), n=2, **TINY)
     with pytest.raises(ModelLoadError, match="no-such-model: no such file or directory"):
         run_workers(config, tmp_path / "out", 2, progress=False)
-    assert not (tmp_path / "out").exists() and not (tmp_path / "out.workers").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_failing_worker_names_its_log_and_its_error(tiny_checkpoint, tmp_path):
     config = RunConfig(model=str(tiny_checkpoint("qwen3", close_boost=2.6)), n=4, **TINY)
-    (tmp_path / "out.workers").mkdir()
-    (tmp_path / "out.workers" / "shard-2-of-2").write_text(
+    (tmp_path / "out" / "workers").mkdir(parents=True)
+    (tmp_path / "out" / "workers" / "shard-2-of-2").write_text(
         "a file where the shard's directory goes"
     )
     with pytest.raises(
         WorkerError, match=r"worker 2/2 failed \(see .*shard-2\.log; exit status 1\): \w+Error"
     ):
         run_workers(config, tmp_path / "out", 2, progress=False)
-    assert not (tmp_path / "out").exists()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["workers"]  # no run, no manifest
 
 
 def test_the_automatic_count(tmp_path):
@@ -109,12 +122,16 @@ def test_the_automatic_count(tmp_path):
     (tmp_path / "single" / "manifest.json").write_text("{}")
     assert automatic_count(cpu, tmp_path / "single", cores=2) == 1
     # an interrupted workers run resumes with the count it began with, on any machine
-    (tmp_path / "begun.workers" / "shard-1-of-3").mkdir(parents=True)
-    (tmp_path / "begun.workers" / "shard-3-of-3").mkdir()
+    (tmp_path / "begun" / "workers" / "shard-1-of-3").mkdir(parents=True)
+    (tmp_path / "begun" / "workers" / "shard-3-of-3").mkdir()
     assert automatic_count(cpu, tmp_path / "begun", cores=2) == 3
-    # ... until it is merged: then `out` holds it, and one process finds it complete
-    (tmp_path / "begun").mkdir()
+    # ... and a merge killed part way too (its files moved up, the manifest not yet)
     (tmp_path / "begun" / "records.jsonl").write_text("")
+    assert automatic_count(cpu, tmp_path / "begun", cores=2) == 1
+    (tmp_path / "begun" / "records.jsonl").unlink()
+    assert automatic_count(cpu, tmp_path / "begun", cores=2) == 3
+    # ... until it is merged: then `out` holds its manifest, and one process finds it complete
+    (tmp_path / "begun" / "manifest.json").write_text("{}")
     assert automatic_count(cpu, tmp_path / "begun", cores=2) == 1
 
 
@@ -150,15 +167,40 @@ def test_the_default_run_takes_workers_and_resumes_as_it_began(
     assert status == 0, err
     assert "0 units computed" in err and "(2 workers)" not in err
     assert (tmp_path / "out" / "records.jsonl").read_bytes() == one
-    # a workers run killed before its merge: no `out`, a shard missing a unit; the same
-    # command resumes both shards with the count they began with and merges the same bytes
+    # `out` deleted: the same command starts afresh (nothing of the run was kept elsewhere)
     shutil.rmtree(tmp_path / "out")
-    parts = sorted((tmp_path / "out.workers" / "shard-1-of-2" / "parts").glob("*.jsonl"))
+    status, err = run_nudge(default)
+    assert status == 0, err
+    assert "(2 workers)" in err
+    assert (tmp_path / "out" / "records.jsonl").read_bytes() == one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "out"]
+    # a workers run killed before its merge (its shards kept back here from the first run's
+    # merge), a shard missing a unit: the same command resumes both shards with the count they
+    # began with and merges the same bytes
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    real_merge = workers.merge
+
+    def merge_keeping_the_shards(out, dirs):
+        for d in dirs:
+            shutil.copytree(d, shards / Path(d).name)
+        return real_merge(out, dirs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(workers, "merge", merge_keeping_the_shards)
+        shutil.rmtree(tmp_path / "out")
+        assert run_nudge(default)[0] == 0
+    shutil.rmtree(tmp_path / "out")
+    (tmp_path / "out" / "workers").mkdir(parents=True)
+    for d in shards.iterdir():
+        shutil.copytree(d, tmp_path / "out" / "workers" / d.name)
+    parts = sorted((tmp_path / "out" / "workers" / "shard-1-of-2" / "parts").glob("*.jsonl"))
     parts[-1].unlink()
     status, err = run_nudge(default)
     assert status == 0, err
     assert "(2 workers)" in err
     assert (tmp_path / "out" / "records.jsonl").read_bytes() == one
+    assert not (tmp_path / "out" / "workers" / "shard-1-of-2").exists()
     # and the merged run passes the audit, every unit replayed in one process
     status, lines = run_verify(tmp_path / "out", "--all")
     assert status == 0 and lines[-1] == "verdict: PASS", lines
@@ -170,7 +212,7 @@ def test_threads_or_workers_one_keep_one_process(tiny_checkpoint, tmp_path, two_
         flags.setdefault("workers", None)
         status, err = run_nudge(nudge_run_args(model, tmp_path / name, n=4, **flags))
         assert status == 0, err
-        assert "units computed" in err and not (tmp_path / f"{name}.workers").exists()
+        assert "units computed" in err and not (tmp_path / name / "workers").exists()
 
 
 def test_a_worker_killed_by_a_signal_is_named_so(tiny_checkpoint, tmp_path, monkeypatch):
@@ -190,7 +232,7 @@ def test_a_worker_killed_by_a_signal_is_named_so(tiny_checkpoint, tmp_path, monk
         WorkerError, match=r"worker 2/2 failed \(see .*shard-2\.log; killed by SIGKILL\)"
     ):
         run_workers(config, tmp_path / "out", 2, progress=False)
-    assert not (tmp_path / "out").exists()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["workers"]  # no run, no manifest
 
 
 def _children(pid: int) -> list[int]:
@@ -236,7 +278,7 @@ def test_the_workers_die_with_their_parent(tiny_checkpoint, tmp_path):
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in workers)
-    shards = (tmp_path / "out.workers").glob("shard-*-of-2")
+    shards = (tmp_path / "out" / "workers").glob("shard-*-of-2")
     assert not any((shard / "records.jsonl").exists() for shard in shards)
 
 
