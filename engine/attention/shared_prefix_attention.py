@@ -78,11 +78,12 @@ def whole_chunk(t: torch.Tensor, window: int | None) -> bool:
     return t.device.type == "cuda" and (window is None or flash_takes_window())
 
 
-# The windowed flash call had not run on a GPU when it was written (the device was not lent
-# again): a process checks its first windowed chunk once against the 64-query blocks, and keeps
-# the blocks for good where the call fails or the two differ by more than rounding. One attention
-# output in fp16/bf16 differs between kernels by a few units of the last place; a window ignored
-# or misplaced moves it by O(1) (tests/engine/test_prefill_chunk_cuda.py).
+# The windowed flash call goes through a private op whose window convention is read from flash's
+# source (`lse_kernels.causal_cuda`), not from a documented contract, and the test suite runs it
+# only with CPU stand-ins: a process checks its first windowed chunk once against the 64-query
+# blocks, and keeps the blocks for good where the call fails or the two differ by more than
+# rounding. One attention output in fp16/bf16 differs between kernels by a few units of the last
+# place; a window ignored or misplaced moves it by O(1) (tests/engine/test_prefill_chunk_cuda.py).
 WINDOW_CHECK_BOUND = 2e-2
 WINDOW_FLASH = "flash attention with a sliding window (prefill chunk)"
 BLOCKS = "64-query SDPA blocks"
@@ -318,7 +319,7 @@ def _causal_self_attention(
 
     The queries sit at positions [q0, q0+L), the keys at [k0, q0+L). SDPA's fused kernel runs one
     block of PREFILL_QUERY_BLOCK queries at a time against the keys it can see, with a boolean
-    mask: on CPU a third faster than one `is_causal` call, whose kernel scores every key for
+    mask: on CPU faster than one `is_causal` call, whose kernel scores every key for
     every query block. Blocks start at fixed offsets of the chunk, so the result depends on the
     prefix alone.
     """

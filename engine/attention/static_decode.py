@@ -3,7 +3,7 @@
 A step whose rows all feed one token can run with every tensor's shape fixed by a bucket: the
 rows are padded to `BUCKETS` (16, 32, 64, ...), and attention becomes one `flex_attention` call per
 layer, queries `[1, H, rows, D]` against the whole pool `[1, kv, slots, D]`, with a block mask that
-lists, for each tile of 16 rows, the pool blocks its rows may read (their groups' prefix runs,
+lists, for each tile of `Q_TILE` rows, the pool blocks its rows may read (their groups' prefix runs,
 once per tile however many arms share them, and the rows' own blocks), and a mask function that
 keeps, within those blocks, exactly the keys of each row: its prefix segments and the slots of
 its own blocks up to its own (sliding windows included). One softmax covers prefix and suffix,
@@ -17,14 +17,14 @@ buffers, updated in place by `load()` and never reallocated, the pool or the mod
 `slot_pos` (which row owns a slot, and at which position) are rewritten for every block a row
 holds at a new position, and cleared for blocks that a prefix run now holds.
 
-Opt-in on CUDA (`Engine(static_decode=True)`): Inductor's FlexAttention lowering cannot be run
-here. What this module controls of it follows the lowering's rules (`kernel_options`): the main
+Opt-in on CUDA (`Engine(static_decode=True)`): Inductor's FlexAttention lowering needs a GPU, so
+the test suite cannot run it. What this module controls of it follows the lowering's rules (`kernel_options`): the main
 kernel is forced (the decode kernel has its own block rule, which depends on the GQA ratio), with
 `BLOCK_M = Q_TILE` and a `BLOCK_N` that divides the pool's block size, so the block mask's Q
 block is a multiple of BLOCK_M and its KV block (the pool block) of BLOCK_N for every bucket and
 head shape (tests/engine/test_flex_block_rules.py). On CPU the same buffers run FlexAttention's
-eager reference (`Engine(static_decode=True)`), so the tests check every table and mask here,
-though not the compiled kernel or the capture.
+eager reference (`Engine(static_decode=True)`), so the tests check every table and mask on CPU,
+though not the compiled kernel or the capture (benchmarks/gpu_check.py runs those on a GPU).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ Two kinds of allocation, from the two ends of the pool so that they fragment eac
 Block 0 is never handed out: its slots take the writes of the pad tokens that keep every forward
 at `ModelRunner.MIN_ROWS` rows. On CPU the storage is a private anonymous memory map of its own
 (`_mapped`), not the C heap: pages that no block has touched cost no memory, and a storage let
-go returns to the OS at once. From the heap (`torch.empty`) neither held: measured on the demo
-(benchmarks/demo_memory.py, RESULTS.md), the pool took chunks that the needle's engine had
-freed, already resident, and a grown-out storage stayed resident as free heap. So the resident
+go returns to the OS at once. From the heap (`torch.empty`) neither holds: measured on the demo
+(benchmarks/demo_memory.py), the pool takes chunks that the needle's engine has freed, already
+resident, and a grown-out storage stays resident as free heap. So the resident
 KV follows the most blocks in use at once since the last grow (the lowest-first / highest-first
 policy, and blocks taken again before fresh ones, keep the touched region close to that peak);
 the attention then reads only written slots. On CUDA, and for the fixed-shape decode
@@ -167,8 +167,8 @@ class KVPool:
 
         A free block holds nothing anyone reads, so it is not copied: its pages in the new
         storage stay untouched, and on CPU cost nothing (module docstring). Copying every slot
-        made the whole old pool resident at each doubling: on the demo (n = 8), 1,370 MiB of
-        pool for 690 MiB of blocks ever handed out."""
+        would make the whole old pool resident at each doubling, far more than the blocks ever
+        handed out (benchmarks/demo_memory.py)."""
         if num_blocks <= self.num_blocks:
             return
         extra = num_blocks - self.num_blocks

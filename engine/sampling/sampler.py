@@ -29,7 +29,8 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     """The first maximum of each row of `logits` [n, V], as HF's greedy search takes it.
 
     `max(dim).indices` and `argmax` are both documented to return the first maximal index; on CPU
-    the former is about 1.5x faster over a [12, 49152] row block (0.7 vs 1.1 ms per step)."""
+    the former is measured to be faster at a decode step's shapes (a dozen rows of SmolLM2's
+    vocabulary)."""
     return logits.max(dim=-1).indices
 
 

@@ -14,8 +14,8 @@ For the same reason this family always uses its own renderer, never the checkpoi
 a ChatML checkpoint's template knows nothing of this think/tool format. And because a small model
 follows a shown pattern far more readily than a described one, `demonstrations` gives two worked
 exchanges (a direct answer, and a call of the first declared tool) that the runner places before
-the real question. Measured on SmolLM2-135M-Instruct, greedy, 6 StrategyQA prompts: without them
-no completion closed its thinking; with them all 6 did. They are the same in every condition, so
+the real question: without them SmolLM2-135M-Instruct (greedy, on StrategyQA prompts) does not
+close its thinking, with them it does. They are the same in every condition, so
 the paired comparisons are unaffected.
 
 Splice: "\\n" + sentence + "\\n", then the (multi-token) `</think>` ids when sealed.

@@ -53,10 +53,9 @@ import torch
 
 from nudgeability.models.quant.compute import FusedPath
 
-# Above this many rows a fp32 path dequantises and calls F.linear: where that becomes faster on a
-# 1536x576 layer at one thread (measured: W4A16 and FP8 kernels 0.7x the time of dequantise +
-# F.linear at 64 rows, 1.1x at 128; NF4 0.7x at 32, 1.2x at 64, bitsandbytes' dequantisation
-# being fast).
+# Above this many rows a fp32 path dequantises and calls F.linear: where that is measured to
+# become the faster at one thread on a SmolLM2 layer, between 64 and 128 rows for the W4A16 and
+# FP8 kernels and between 32 and 64 for NF4, bitsandbytes' dequantisation being fast.
 SIMD_MAX_ROWS = {"w4a16_simd(fp32)": 96, "fp8_simd(fp32)": 96, "nibble_table_simd(fp32)": 48}
 INT4PACK_GROUPS = (256, 128, 64, 32)  # what _weight_int4pack_mm_for_cpu takes, largest first
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}

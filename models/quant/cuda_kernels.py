@@ -20,12 +20,11 @@ and a kernel that disagrees or raises is replaced for good by the next one, reco
   1x128 block, the checkpoint's `activation_scheme: dynamic`, the checkpoint's 128x128 scales
   passed as torch requires them) at every row count; elsewhere, or if it raises or disagrees,
   the Triton weight-only kernel (`triton_fp8`, the FP8 weight decoded in registers), recorded.
-  The choice never depends on how many rows share the call: until 2026-12-04 calls under 128
-  rows took Triton, so a token's activations were quantised when it was prefilled and not when
-  it was decoded. (That was not what kept the fp8-fused arms far from HF's forward on the first
-  H200 run: they agree at 78 and 97 of 256 argmaxes in two runs after the change, 88 before, where HF against itself
-  in two calls agrees at 131/256; on a random-init 36-layer model an activation one ulp away
-  can take the next e4m3 code, and W8A8 amplifies rounding. benchmarks/RESULTS.md, GPU.)
+  The choice never depends on how many rows share the call, so that a token's activations are
+  quantised alike whether it is prefilled or decoded. The fp8-fused arms may still agree with
+  HF's forward less often than HF agrees with itself: on a deep random-init model an activation
+  one ulp away can take the next e4m3 code, and W8A8 amplifies rounding (benchmarks/gpu_check.py
+  --only quant).
 - **NF4 / FP4** (`nf4_path`): bitsandbytes' CUDA `gemm_4bit` op when bitsandbytes has a CUDA
   library. That op itself picks, by rows and the GPU, its fused kernel or a dequantise + F.linear
   (`backends/cuda/ops.py`); `bnb_kernel` asks bitsandbytes' own rule, so the name says which:
@@ -34,7 +33,8 @@ and a kernel that disagrees or raises is replaced for good by the next one, reco
 Triton kernels are named with their tile (`triton_kernels.tile_for`), e.g.
 `triton_fp8[16x64x64/split2]`. They are checked on CPU under `TRITON_INTERPRET=1`
 (tests/models/quant/test_triton_kernels.py) and the `_scaled_mm` arguments against torch's rules
-(test_scaled_mm.py); `benchmarks/gpu_quant.py` checks every path against the exact one on a GPU.
+(test_scaled_mm.py); `benchmarks/gpu_check.py --only quant` checks every path against the exact
+one on a GPU.
 """
 
 from __future__ import annotations

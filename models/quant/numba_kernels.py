@@ -27,8 +27,8 @@ No fast-math flag is used anywhere: LLVM may not reorder these sums. The order i
 row computed alone (`_one_row`, two outputs per pass) or in a tile of six rows (`_six_rows`: each
 decoded chunk serves six rows, twelve accumulators), so a row's result does not depend on the
 batch it is in. The kernels run on one thread (`nogil`; threads are the engine's business), and
-are compiled on first use and cached on disk (`cache=True`, per CPU): 1.5-3 s per kernel the
-first time, 0.25 s for all four from the cache (measured on the 2-core development machine, busy).
+are compiled on first use and cached on disk (`cache=True`, per CPU): seconds per kernel the
+first time, a fraction of that for all four from the cache.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _rounded(w, rounding):
 def _fields_minus(b, z):
     """(f - z) as float32 for the low and high nibble fields f of the bytes b: exact small
     integers either way; a 16-entry lookup of 0..15 - z where that is one instruction (AVX-512:
-    25% faster at one row, measured), else a conversion and a subtraction."""
+    measured faster at one row), else a conversion and a subtraction."""
     if FAST_LOOKUP:
         levels = vsub(vlanes(), z)
         return vlookup16(levels, vlow4(b)), vlookup16(levels, vhigh4(b))

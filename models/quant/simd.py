@@ -2,10 +2,10 @@
 
 numba's auto-vectoriser only vectorises a reduction when fast-math lets it reassociate the sum,
 and it gives up on loops whose accumulators it cannot keep in registers (measured on the
-dequantise-and-dot loops of `numba_kernels.py`: scalar code, 4-8x slower). These intrinsics
-make the vectors explicit instead: `F32x16` and `I32x16` are LLVM `<16 x float>` / `<16 x i32>`
-values that numba keeps in registers (one zmm on AVX-512, two ymm on AVX2, four registers on
-NEON), and every arithmetic operation is IEEE float32 with no fast-math flag:
+dequantise-and-dot loops of `numba_kernels.py`: scalar code, several times slower). These
+intrinsics make the vectors explicit instead: `F32x16` and `I32x16` are LLVM `<16 x float>` /
+`<16 x i32>` values that numba keeps in registers (one zmm on AVX-512, two ymm on AVX2, four
+registers on NEON), and every arithmetic operation is IEEE float32 with no fast-math flag:
 
 - `vadd`, `vsub`, `vmul`: one rounding per lane; `vfma(a, b, c)` = a*b + c with one rounding
   (`llvm.fma`, a hardware FMA where the CPU has one);

@@ -22,7 +22,7 @@ BLOCK_N and the split depend on N and K only. Masks cover partial tiles on every
 imported lazily (the `gpu` extra); with `TRITON_INTERPRET=1` the same kernels run on CPU
 tensors, at every tile class `tile_for` returns, which is how CI tests them, in fp32 and fp16
 (bf16 activations give wrong numbers under Triton 3.9's interpreter, seen with the FP8 kernel,
-so bf16 is left to the self-check and `benchmarks/gpu_quant.py` on a GPU).
+so bf16 is left to the self-check and `benchmarks/gpu_check.py --only quant` on a GPU).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ common token prefix less `MARGIN` tokens: a BPE tokenizer may merge the template
 characters with a problem's first ones, so the last token the two synthetic prompts share is not
 certain to be in every real prompt.
 
-A prompt's k (`SharedStarts.length`) is the tokens it shares with its base's start (all of them
-in every prompt seen so far; fewer only where a question's first characters merge further back)
+A prompt's k (`SharedStarts.length`) is the tokens it shares with its base's start (usually all of
+them; fewer only where a question's first characters merge further back)
 and never the whole prompt (the engine needs a last token to feed). It depends on the template,
 the tokenizer and the base alone, never on the data, n, the shard or the schedule, so every path
 that computes a prompt (the bases and the self-consistency samples, the arms and resolutions

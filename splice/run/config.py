@@ -81,8 +81,8 @@ class RunConfig:
     # (engine/kv/kv_pool.py); None: the engine's default (0.9). Not a CPU setting
     gpu_memory_utilization: float | None = None
     # CUDA: decode steps on fixed shapes replayed as CUDA graphs (engine/README.md, *Fixed-shape
-    # decode*): 3.4-4.9x faster steps on an H200, a logit's last bits other than the eager
-    # cascade's. Not a CPU setting
+    # decode*): faster steps on a GPU (benchmarks/gpu_check.py), a logit's last bits other than the
+    # eager cascade's. Not a CPU setting
     static_decode: bool = False
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)

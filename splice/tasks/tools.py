@@ -68,8 +68,8 @@ class ToolOutput:
 
 
 # bm25s is imported where an index is built or queried, not with this module: with numba, which
-# it imports, it is 57 MiB resident (benchmarks/demo_memory.py), which a run that resolves no
-# tool call never needs.
+# it imports, it holds tens of MiB resident (benchmarks/demo_memory.py), which a run that resolves
+# no tool call never needs.
 
 
 def _tokens(texts: Sequence[str]) -> list[list[str]]:
