@@ -20,17 +20,17 @@ import copy
 import statistics
 
 import torch
-from transformers import DynamicCache
-
-from nudgeability.bench.floor import AttentionKernels, Round, interleaved_fork
-from nudgeability.bench.results import publish
-from nudgeability.bench.workload import (
+from benchkit.floor import AttentionKernels, Round, interleaved_fork
+from benchkit.results import publish
+from benchkit.workload import (
     run_fork,
     run_hf_per_arm,
     splice_workload,
     timed,
     workload_parser,
 )
+from transformers import DynamicCache
+
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
 

@@ -33,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bootstrap()
     import torch
+    from benchkit.gpu import engine as gpu_engine
+    from benchkit.gpu.engine_inputs import greedy_params, random_ids, sync
     from torch.profiler import ProfilerActivity, profile
 
-    from nudgeability.bench.gpu import engine as gpu_engine
-    from nudgeability.bench.gpu.engine_inputs import greedy_params, random_ids, sync
     from nudgeability.engine import Engine, ForkRequest
 
     out = Path(os.environ["OUT"], "profile.txt").open("w") if os.environ.get("OUT") else None

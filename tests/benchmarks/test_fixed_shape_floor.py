@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
+from benchkit.floor import AttentionKernels
 from helpers.engine_reference import random_ids
 
 import nudgeability.engine.attention.cpu_parts as cpu_parts
-from nudgeability.bench.floor import AttentionKernels
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 

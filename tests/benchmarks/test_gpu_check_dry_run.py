@@ -32,7 +32,7 @@ sys.meta_path.insert(0, Missing())
 def test_the_engine_sections_deadline_is_a_monotonic_time(monkeypatch):
     """gpu_check passes `time.monotonic() + budget`: a section runs its parts before it and
     skips them after it (at 397192c gpu_engine compared it with time.time(): all skipped)."""
-    from nudgeability.bench.gpu import engine as gpu_engine
+    from benchkit.gpu import engine as gpu_engine
 
     ran = []
     parts = tuple((f"part {i}", lambda model, sizes, i=i: ran.append(i) or []) for i in range(3))
@@ -125,7 +125,7 @@ def test_a_sections_parts_are_saved_as_they_finish(tmp_path, monkeypatch):
     import sys
     import types
 
-    from nudgeability.bench.gpu import check
+    from benchkit.gpu import check
 
     seen = []
 

@@ -1,4 +1,4 @@
-"""The GPU check's timed engine parts (bench/gpu/engine_speed.py) where its first H200 run
+"""The GPU check's timed engine parts (benchmarks/benchkit/gpu/engine_speed.py) where its first H200 run
 (2026-12-04) broke: the 256-row decode cell (`KeyError: 0`, rows finished before the last group's
 prefill ended) and the campaign part (`ContinuousBatchingConfig` of transformers 5.17 has no
 `page_size`). Both run here on CPU with the tiny Qwen3 the dry run uses."""
@@ -9,9 +9,8 @@ import dataclasses
 import re
 
 import pytest
-
-from nudgeability.bench.gpu import engine as gpu_engine
-from nudgeability.bench.gpu import engine_speed
+from benchkit.gpu import engine as gpu_engine
+from benchkit.gpu import engine_speed
 
 
 def test_a_decode_cell_whose_prefills_take_many_steps_times_every_row(monkeypatch):

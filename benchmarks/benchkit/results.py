@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import platform
 import re
@@ -10,8 +9,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-# benchmarks/RESULTS.md of the checkout this package is installed from (editable, as benchmarks run)
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md"
+# benchmarks/RESULTS.md, beside this package
+RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
 _HEADER = "# Benchmark results\n\nEach section is rewritten by the script named in it. Figures are ratios measured side by side in one run.\n"
 
 
@@ -56,14 +55,3 @@ def publish(name: str, body: str, *, write: bool = True) -> None:
     print(body)
     if write:
         write_section(name, body)
-
-
-def rounds_parser(description: str, rounds: int = 5) -> argparse.ArgumentParser:
-    """A timing script's parser: --rounds (alternated rounds, `rounds` by default) and --no-write
-    (print the section, leave RESULTS.md alone: `publish`'s `write`)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--rounds", type=int, default=rounds, help="alternated rounds")
-    parser.add_argument(
-        "--no-write", action="store_true", help="print only; leave RESULTS.md alone"
-    )
-    return parser
