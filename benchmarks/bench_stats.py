@@ -142,7 +142,7 @@ def main() -> None:
         "(different random streams: equal within Monte Carlo error).",
     ]
     text = "\n".join(body)
-    publish("bench_stats", text)
+    publish("Statistics: bootstrap kernels (benchmarks/bench_stats.py)", text)
 
 
 if __name__ == "__main__":

@@ -172,7 +172,7 @@ def main() -> None:
         "--workers 1": measure(options.n, "1"),
     }
     publish(
-        "Demo memory: the default's forked workers",
+        "Demo memory: the default's forked workers (benchmarks/workers_memory.py)",
         report(results, options.n),
         write=not options.no_write,
     )

@@ -11,7 +11,11 @@ from pathlib import Path
 
 # benchmarks/RESULTS.md, beside this package
 RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
-_HEADER = "# Benchmark results\n\nEach section is rewritten by the script named in it. Figures are ratios measured side by side in one run.\n"
+_HEADER = (
+    "# Benchmark results\n\nOne section per script of benchmarks/, its latest figures; each is "
+    "rewritten by its script (benchkit/results.py). Earlier results, and the comparisons with "
+    "earlier commits, are in git history.\n"
+)
 
 
 def machine() -> str:
