@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchkit.memory import reset_peak, rss_kib
+from nudgeability.bench.memory import reset_peak, rss_kib
 
 __all__ = ["pss", "reset_peak", "rss_kib", "run_child", "tree_peaks"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from benchkit.workload import Workload, hf_generate, splice_workload
+from nudgeability.bench.workload import Workload, hf_generate, splice_workload
 from nudgeability.engine import SamplingParams
 
 __all__ = [
