@@ -1,16 +1,13 @@
-"""Peak memory of one piece of work: this process's (`memory_mark` / `memory_peak`, CUDA's
-allocator peak or the RSS rise on CPU) or a child process's (`run_child`).
+"""Peak memory of one piece of work in this process (`memory_mark` / `memory_peak`): CUDA's
+allocator peak, or on CPU the RSS rise.
 
 Linux keeps the peak RSS of a process (VmHWM) and lets a process reset it by writing "5" to
-/proc/self/clear_refs, so a child can report: the runtime baseline (Python + torch, no model), the
-RSS with the model loaded, and the peak during the work alone.
+/proc/self/clear_refs (`reset_peak`). The benchmarks' child-process measure is
+benchmarks/benchkit/memory.py (not installed).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -44,13 +41,3 @@ def memory_peak(device: torch.device, before: int) -> int:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device)
     return max(0, rss_kib("VmHWM") * 1024 - before)
-
-
-def run_child(script: str, *args: str) -> dict:
-    """Run `python script --child args...`; it prints one JSON object as its last stdout line."""
-    out = subprocess.run(
-        [sys.executable, script, "--child", *args], capture_output=True, text=True, check=False
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"child {script} {args} failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,7 +1,13 @@
 """THE reference every generation is checked and timed against: HF `generate(do_sample=False)`
 on one sequence alone. The tests check the engine's arms, a run's records and resolutions and the
 quantised models against it (tests/helpers/engine_reference.py); `nudge bench --baseline` and the
-benchmarks time it per arm (workload.hf_generate)."""
+benchmarks time it per arm (workload.hf_generate).
+
+Where two runs of the same arithmetic round differently (another reduction order, bf16 kernels),
+greedy tokens may part at a near-tie: `parting` finds the first step where a run leaves the
+reference and HF's own margin there, `near_tie` says whether that margin is within the bound of
+a tie at the logits' tolerance. The tests' `assert_matches_reference(ties=...)` and the GPU
+check's campaign (benchmarks/benchkit/gpu/engine_speed.py) both hold tokens to this one rule."""
 
 from __future__ import annotations
 
@@ -50,3 +56,27 @@ def hf_greedy(
         )
     tokens = out.sequences[0, inputs.shape[1] :].tolist()
     return Greedy(tokens, torch.stack(out.logits)[:, 0].float() if logits else None)
+
+
+# the relative logit tolerance (of the largest |logit|) a generation is held to in each dtype:
+# fp32 kernels 1e-4; bf16 kernels 16 bf16 units (2^-8), as the suite's bf16 tests
+RTOL = {torch.float32: 1e-4, torch.bfloat16: 16 * 2.0**-8, torch.float16: 16 * 2.0**-11}
+
+
+def parting(want: list[int], got: list[int], logits: torch.Tensor) -> tuple[int, float] | None:
+    """The first step where `got` leaves the reference tokens `want`, and HF's own margin there:
+    the reference's logit of its token less its logit of `got`'s, relative to the step's largest
+    |logit| (`logits`: the reference's [steps, vocab], one row per token of `want`). None where
+    `got` never leaves `want`."""
+    step = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    if step is None:
+        return None
+    row = logits[step].float()
+    gap = (row[want[step]] - row[got[step]]).item() / row.abs().max().item()
+    return step, gap
+
+
+def near_tie(margin: float, rtol: float) -> bool:
+    """Whether tokens may part at a step where HF's margin is `margin`: its two candidates lie
+    within 2 * `rtol` of each other, a tie at the precision the logits are held to."""
+    return 0 <= margin <= 2 * rtol

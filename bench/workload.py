@@ -1,16 +1,13 @@
-"""The splice workload the benchmarks and `nudge bench` share, and the two ways every benchmark
-runs it: `splice_workload` gives one long real prefix (the shipped MuSiQue sample's paragraphs)
-and N short real suffixes; `run_fork` forks them on the engine, `run_hf_per_arm` runs HF's greedy
-reference (reference.py) on each arm's whole prompt; `timed` is the wall clock of one call."""
+"""The splice workload of `nudge bench` (and of the benchmarks, benchmarks/benchkit/workload.py):
+`splice_workload` gives one long real prefix (the shipped MuSiQue sample's paragraphs) and N
+short real suffixes; `hf_generate` is the per-arm HF baseline, through HF's greedy reference
+(reference.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import time
 from dataclasses import dataclass
 
-from nudgeability.engine import SamplingParams
 from nudgeability.splice.tasks import MusiqueTask
 
 from .reference import hf_greedy
@@ -67,36 +64,7 @@ def splice_workload(
     return Workload(prefix=ids[:prefix_tokens], suffixes=suffixes)
 
 
-def run_fork(engine, w: Workload, new: int) -> list[list[int]]:
-    """The engine's arms of `w`, `new` greedy tokens each, EOS ignored."""
-    arms = engine.fork(w.prefix, w.suffixes, SamplingParams(max_new_tokens=new, ignore_eos=True))
-    return [a.token_ids for a in arms]
-
-
-def run_hf_per_arm(model, w: Workload, new: int) -> list[list[int]]:
-    """HF `generate()` on each arm's full prompt alone, `new` tokens (EOS suppressed)."""
-    return [hf_generate(model, w.prefix + s, new) for s in w.suffixes]
-
-
 def hf_generate(model, ids: list[int], new: int) -> list[int]:
     """`new` greedy tokens after `ids`, EOS suppressed (`min_new_tokens`): the per-arm baseline
     of `nudge bench` and the benchmarks; no logits are kept, as a plain `generate()` keeps none."""
     return hf_greedy(model, ids, new, min_new_tokens=new, logits=False).tokens
-
-
-def timed(fn, *args):
-    """(seconds, result) of `fn(*args)`."""
-    t0 = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - t0, result
-
-
-def workload_parser(description: str) -> argparse.ArgumentParser:
-    """A benchmark's parser with the P1 workload's options, --arms 12, --prefix 1024 and --new 48
-    (the workload of benchmarks/README.md), and --no-write; the script adds its own."""
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--arms", type=int, default=12)
-    ap.add_argument("--prefix", type=int, default=1024)
-    ap.add_argument("--new", type=int, default=48)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
-    return ap

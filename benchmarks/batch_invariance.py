@@ -24,8 +24,8 @@ import random
 
 import torch
 import torch.nn.functional as F
+from benchkit.results import publish
 
-from nudgeability.bench.results import publish
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.testing.tiny import ARCHITECTURES, tiny_model
 

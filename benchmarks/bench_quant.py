@@ -33,8 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nudgeability.bench.memory import rss_kib, run_child
-from nudgeability.bench.results import publish
+from benchkit.memory import rss_kib, run_child
+from benchkit.results import publish
 
 MiB = 2**20
 

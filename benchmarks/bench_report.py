@@ -3,7 +3,7 @@ chromium.
 
 Writes a synthetic run (every condition, readable texts of realistic length: B's reasoning ~1,500
 characters, each continuation ~600), runs `nudge stats` and `nudge report` on it through the
-library, then loads report.html in Debian's chromium (bench/chromium.py) with URL
+library, then loads report.html in Debian's chromium (tests/helpers/chromium.py) with URL
 fragments that set each filter. The page writes into #status the time from navigation start to
 its first render (data-open-ms: HTML parse, JSON.parse of the data blob, the first filter, the
 visible rows and the selected problem) and the time its filter took (data-filter-ms). Each figure
@@ -24,10 +24,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from benchkit.results import write_section
 
-from nudgeability.bench import chromium
-from nudgeability.bench import synthetic_run as synthetic
-from nudgeability.bench.results import write_section
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import chromium  # noqa: E402  (the tests' fake run directory and chromium)
+from helpers import synthetic_run as synthetic  # noqa: E402
+
 from nudgeability.splice.rundir.records import Record
 from nudgeability.stats.report.pipeline import (
     ReportOptions,

@@ -21,9 +21,9 @@ import time
 
 import numba
 import numpy as np
+from benchkit.results import publish
 from scipy import stats as sps
 
-from nudgeability.bench.results import publish
 from nudgeability.stats import ExperimentTable, bootstrap, contributions  # noqa: E402
 from nudgeability.stats.estimators.contributions import IN_S, TOOL_MINUS, TOOL_PLUS  # noqa: E402
 
@@ -142,7 +142,7 @@ def main() -> None:
         "(different random streams: equal within Monte Carlo error).",
     ]
     text = "\n".join(body)
-    publish("bench_stats", text)
+    publish("Statistics: bootstrap kernels (benchmarks/bench_stats.py)", text)
 
 
 if __name__ == "__main__":

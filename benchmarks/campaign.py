@@ -13,11 +13,10 @@ run renders it), greedy, natural lengths (the family's stop tokens end a sequenc
    `--median`, sigma `--sigma`, seeded), EOS ignored: lengths no schedule can predict.
 
 Ways: (a) the engine (continuous batching over the block pool, `--rows` rows, KV pool of the same
-token slots as (b)); (b) the engine's former static batching: its own code from git
-(`nudgeability.bench.former`, in a child process), under a KV budget that holds `--rows` rows at their whole budget; (c) HF
-`generate_batch` (paged cache, block sharing on) with that KV memory and `--rows` requests per
-batch; (d) HF `generate()` in padded batches of 16 (bases only); (e) llama.cpp's `llama-server`
-where it is built (`_campaign_llama.py`: `--rows` slots, its prompt cache, the Q4_1 GGUF: a
+token slots as `--rows` rows at their whole budget); (a′) the engine without the shared start;
+(c) HF `generate_batch` (paged cache, block sharing on) with that KV memory and `--rows` requests
+per batch; (d) HF `generate()` in padded batches of 16 (bases only); (e) llama.cpp's `llama-server`
+where it is built (benchkit/campaign.py: `--rows` slots, its prompt cache, the Q4_1 GGUF: a
 throughput reference on its own arithmetic, not a like-for-like ratio). Each way reports wall time,
 tokens/s, mean rows per decode step against the maximum, and, where it can, peak KV against the
 KV of the tokens still needed. Writes its section of benchmarks/RESULTS.md.
@@ -32,8 +31,7 @@ import statistics
 import sys
 
 import torch
-
-from nudgeability.bench.campaign import (
+from benchkit.campaign import (
     LLAMA_SERVER,
     Run,
     run_engine,
@@ -41,8 +39,8 @@ from nudgeability.bench.campaign import (
     run_hf_padded,
     run_llama_server,
 )
-from nudgeability.bench.former import FORMER_COMMIT, run_former
-from nudgeability.bench.results import publish
+from benchkit.results import publish
+
 from nudgeability.models.loader import load_model
 from nudgeability.splice.experiment.conditions import PRESETS
 from nudgeability.splice.run.config import RunConfig
@@ -132,7 +130,7 @@ def main():
     ap.add_argument(
         "--skip",
         default="",
-        help="ways or phases to leave out: unshared, former, hf_batch, hf_padded, llama, arms, heavy",
+        help="ways or phases to leave out: unshared, hf_batch, hf_padded, llama, arms, heavy",
     )
     ap.add_argument(
         "--small", action="store_true", help="8 problems, 2 arms, 4 rows: a quick check"
@@ -172,11 +170,6 @@ def main():
                 lambda: run_engine(model, tok, work, kv=kv, rows=args.rows),
             ),
             (
-                "(b) former static",
-                "former",
-                lambda: run_former(lm.source.directory, work, kv=kv, threads=args.threads),
-            ),
-            (
                 "(c) HF generate_batch",
                 "hf_batch",
                 lambda: run_hf_batch(model, tok, work, kv=hf_kv, rows=args.rows),
@@ -203,7 +196,7 @@ def main():
             print(f"{label}: {name} {out[name].wall:.1f} s", file=sys.stderr, flush=True)
         return out
 
-    # 1. bases: KV for --rows rows at their whole budget (what the former batches hold)
+    # 1. bases: KV for --rows rows at their whole budget
     base_kv = args.rows * (width + args.base_budget - 1)
     bases = ("generate", prompts, [args.base_budget] * len(prompts), stops, False)
     runs1 = ways("bases", bases, base_kv, hf_kv=base_kv, padded=True)
@@ -242,10 +235,8 @@ def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:
     lines = [
         f"SmolLM2-135M-Instruct fp32, CPU, {torch.get_num_threads()} threads, StrategyQA "
         f"with-tool prompts ({prefix}+ tokens with B's reasoning), greedy. Row budget "
-        f"{args.rows} for the engine and HF generate_batch. The former static batching is the "
-        f"engine's own code at git {FORMER_COMMIT} (`bench/former.py`), not an "
-        f"imitation; its KV budget (`max_batch_tokens`) holds {args.rows} rows at their whole "
-        "budget, and the engine's pool has the same token slots. HF generate_batch gets the KV "
+        f"{args.rows} for the engine and HF generate_batch. The engine's pool holds {args.rows} "
+        "rows at their whole budget. HF generate_batch gets the KV "
         f"of {args.rows} requests at their whole budget (without its block sharing). The engine "
         f"stores and computes the {start} tokens every prompt starts with (system prompt and "
         "tools) once (`ForkRequest.shared`); (a′) is the engine without that.",
@@ -286,7 +277,6 @@ def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:
         return line
 
     lines += [
-        target("engine vs former static, heavy-tailed", runs3, "(b) former static", 1.5),
         target("engine vs HF generate_batch, bases", runs1, "(c) HF generate_batch", 2),
         target("engine vs HF generate_batch, arms", runs2, "(c) HF generate_batch", 4),
         target(
@@ -296,10 +286,6 @@ def report(args, runs1, runs2, runs3, groups, budgets, kvs, start) -> str:
             1.5,
         ),
     ]
-    for name, runs in (("bases", runs1), ("arms", runs2)):
-        value = ratio(runs, "(b) former static")
-        if value is not None:
-            lines.append(f"- engine vs former static, {name} (natural lengths): {value:.2f}×")
     for _, name, runs in phases:
         value = ratio(runs, f"(e) llama-server, -np {args.rows}")
         if value is not None:

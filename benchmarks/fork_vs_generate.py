@@ -20,17 +20,17 @@ import copy
 import statistics
 
 import torch
-from transformers import DynamicCache
-
-from nudgeability.bench.floor import AttentionKernels, Round, interleaved_fork
-from nudgeability.bench.results import publish
-from nudgeability.bench.workload import (
+from benchkit.floor import AttentionKernels, Round, interleaved_fork
+from benchkit.results import publish
+from benchkit.workload import (
     run_fork,
     run_hf_per_arm,
     splice_workload,
     timed,
     workload_parser,
 )
+from transformers import DynamicCache
+
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
 
@@ -147,7 +147,7 @@ def main():
             f"- **c/a = {t_c / t_a:.2f}×**; target ≥ 2: **{'met' if t_c / t_a >= 2 else 'NOT met'}**",
             "",
             f"Floors, same process, {torch.get_num_threads()} thread(s), measured interleaved "
-            "with the engine step by step (`bench/floor.py`: engine prefill, floors' "
+            "with the engine step by step (`benchkit/floor.py`: engine prefill, floors' "
             "prefill, then per step: engine step, linear floor step, attention kernels), in "
             f"{args.rounds} such forks; figures are medians, ratios the median of the forks' "
             "ratios [min–max]. The linear floor is HF's forward with no cache; the attention floor "
@@ -155,7 +155,7 @@ def main():
             "(prefill: the packed suffix tokens against the prefix; decode: the folded arms "
             "against the prefix plus each arm against its own suffix). The fixed-shape attention "
             "is the same pieces on the shapes the engine's batch-invariant calls give them "
-            "(16-row query tiles, own keys padded to whole blocks: `bench/floor.py`).",
+            "(16-row query tiles, own keys padded to whole blocks: `benchkit/floor.py`).",
             "",
             "| piece | engine | linear floor | attention floor | engine / linear | "
             "engine / (linear + attention) | fixed-shape attention | "

@@ -5,7 +5,7 @@
     python benchmarks/gpu_check.py --budget 300
     python benchmarks/gpu_check.py --dry-run       # the whole script on CPU, with stand-ins
 
-The runner and its sections are nudgeability.bench.gpu (check.py says how the budget is shared
+The runner and its sections are benchkit.gpu (check.py says how the budget is shared
 and where the table goes; quant.py and engine.py are the sections); this script only makes the
 package importable and calls it.
 
@@ -71,6 +71,6 @@ def bootstrap() -> str:
 
 if __name__ == "__main__":
     how = bootstrap()
-    from nudgeability.bench.gpu.check import main
+    from benchkit.gpu.check import main
 
     raise SystemExit(main(how=how))

@@ -1,10 +1,10 @@
 """Where the engine's CUDA prefill and eager decode step spend their time: the profile behind the
-first H200 run's prefill and decode findings (benchmarks/RESULTS.md, *GPU: the first H200 runs*).
+first H200 run's prefill and decode findings (benchmarks/RESULTS.md, *GPU profile*).
 
     python benchmarks/gpu_profile.py            # on a GPU, from a bare checkout (about a minute)
     python benchmarks/gpu_profile.py --dry-run  # the same on CPU with a tiny model
 
-On the random-init Qwen3-8B shape of the GPU check (bench/gpu/engine.py): one prompt's engine
+On the random-init Qwen3-8B shape of the GPU check (benchkit/gpu/engine.py): one prompt's engine
 prefill timed three times (the first pays for per-shape plans), HF's forward of it twice, a
 `torch.profiler` table of a warm prefill (by device time, then host time), then a 12-row eager
 decode step on a 1,024-token prefix: its median over 5 steps and its profile; last, SDPA's
@@ -33,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bootstrap()
     import torch
+    from benchkit.gpu import engine as gpu_engine
+    from benchkit.gpu.engine_inputs import greedy_params, random_ids, sync
     from torch.profiler import ProfilerActivity, profile
 
-    from nudgeability.bench.gpu import engine as gpu_engine
-    from nudgeability.bench.gpu.engine_inputs import greedy_params, random_ids, sync
     from nudgeability.engine import Engine, ForkRequest
 
     out = Path(os.environ["OUT"], "profile.txt").open("w") if os.environ.get("OUT") else None

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from benchkit.results import publish
+from benchkit.workload import splice_workload, workload_parser
 
-from nudgeability.bench.results import publish
-from nudgeability.bench.workload import splice_workload, workload_parser
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models import smollm2
 from nudgeability.models.loader import load_model

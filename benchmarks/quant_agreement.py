@@ -20,7 +20,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from nudgeability.bench.results import publish
+from benchkit.results import publish
 
 
 def decode(model, tokenizer, prompts, new: int, batch: int | None = None) -> list[list[int]]:

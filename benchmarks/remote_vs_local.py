@@ -22,9 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from nudgeability.bench.results import publish
-from nudgeability.bench.servers import free_port, llama_server_command, remote_fork, serving
-from nudgeability.bench.workload import splice_workload, workload_parser
+from benchkit.results import publish
+from benchkit.servers import free_port, llama_server_command, remote_fork, serving
+from benchkit.workload import splice_workload, workload_parser
+
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.families import get_family
 from nudgeability.models.loader import load_model

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from nudgeability.bench.memory import reset_peak, rss_kib, run_child
-from nudgeability.bench.results import write_section
+from benchkit.memory import reset_peak, rss_kib, run_child
+from benchkit.results import write_section
 
 HERE = Path(__file__).resolve().parent
 ARMS = (1, 2, 4, 8, 12, 16, 32, 64)
@@ -27,8 +27,8 @@ PREFIXES = (256, 512, 1024, 2048, 4096)
 
 def child(arms: int, prefix: int, new: int) -> None:
     import torch
+    from benchkit.workload import splice_workload
 
-    from nudgeability.bench.workload import splice_workload
     from nudgeability.engine import Engine, SamplingParams
     from nudgeability.models.loader import load_model
 

@@ -6,8 +6,8 @@ the weights (held once: the workers share them) plus every worker's peak live KV
 
 Two child processes, one per column: `nudge run --task strategyqa --n N --no-report --quiet
 --out TMP` run in-process as `nudge run` defaults (one forked worker per usable core,
-splice/run/workers.py), then with `--workers 1` (one process). Each carries demo_memory.py's
-probes (the model's load, the needle, every step of the run's engine). A forked worker inherits
+splice/run/workers.py), then with `--workers 1` (one process). Each carries the probes of
+benchkit/demo_probes.py (the model's load, the needle, every step of the run's engine). A forked worker inherits
 them: at the fork it starts its own list of steps (`os.register_at_fork`), and each time its
 shard's run returns it writes that list to a file, so the parent reads every worker's pool
 blocks in use, step by step.
@@ -32,11 +32,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nudgeability.bench.results import publish
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from demo_memory import RATIO, Probe, install, mib, reset_peak, weight_bytes  # noqa: E402
-from whole_runs import tree_peaks  # noqa: E402
+from benchkit.demo_probes import RATIO, Probe, install, mib, reset_peak, weight_bytes
+from benchkit.memory import tree_peaks
+from benchkit.results import publish
 
 
 # ---- the child ---------------------------------------------------------------------------------
@@ -113,7 +111,7 @@ def report(results: dict[str, dict], n: int) -> str:
     return "\n".join(
         [
             f"Child process per column: `nudge run --task strategyqa --n {n} --no-report --quiet` "
-            "in-process with demo_memory.py's probes, inherited by the forked workers (the "
+            "in-process with benchkit/demo_probes.py's probes, inherited by the forked workers (the "
             "script's docstring says how). MiB.",
             "",
             "| MiB | " + " | ".join(names) + " |",
@@ -174,7 +172,7 @@ def main() -> None:
         "--workers 1": measure(options.n, "1"),
     }
     publish(
-        "Demo memory: the default's forked workers",
+        "Demo memory: the default's forked workers (benchmarks/workers_memory.py)",
         report(results, options.n),
         write=not options.no_write,
     )

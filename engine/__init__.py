@@ -13,7 +13,7 @@ Where each concept lives (engine/README.md tells how they fit):
   cascade attention over them.
 - `model_runner.py`: the HF model behind it, rows padded to `MIN_ROWS`; `errors.py`:
   `EngineInputError`, `UnsupportedModelError`; `util/threads.py`: torch's CPU thread count. The
-  aten-op and host-read counts of a decode step are measured outside it (bench/profile.py).
+  aten-op and host-read counts of a decode step are measured outside it (benchmarks/benchkit/profile.py).
 """
 
 from nudgeability.engine.engine import Engine

@@ -1,6 +1,6 @@
 """The bandwidth floor of one decode step: the bytes the step must read, over the device's measured
 read bandwidth. One definition, used by every benchmark that sets a step against it
-(benchmarks/gpu_check.py, its engine and quant sections: bench/gpu/engine.py, bench/gpu/quant.py).
+(benchmarks/gpu_check.py, its engine and quant sections: benchmarks/benchkit/gpu/engine.py, benchmarks/benchkit/gpu/quant.py).
 
 What a decode step reads from device memory, at the least:
 

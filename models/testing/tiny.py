@@ -39,7 +39,7 @@ def decoder_sizes(
 
 # The GPU check's dry run (benchmarks/gpu_check.py --dry-run): a tiny Qwen3 whose linears the
 # W4A16 (groups of 128) and FP8 (128 x 128 blocks) packings take; one shape for its engine and
-# quant sections (bench/gpu/engine.py, bench/gpu/quant.py).
+# quant sections (benchmarks/benchkit/gpu/engine.py, benchmarks/benchkit/gpu/quant.py).
 QUANT_PACKABLE_QWEN3 = decoder_sizes(128, 256, 4, 2, 32, num_hidden_layers=2, vocab_size=512)
 
 _COMMON = decoder_sizes(64, 128, 4, 2, 16, max_position_embeddings=4096, rms_norm_eps=1e-6)

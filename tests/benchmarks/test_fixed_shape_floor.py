@@ -1,4 +1,4 @@
-"""bench/floor.py's fixed-shape attention runs the calls the engine runs: in every decode step of
+"""benchmarks/benchkit/floor.py's fixed-shape attention runs the calls the engine runs: in every decode step of
 a real fork, the same shapes of shared-keys and own-keys calls (query rows, keys, bias), the
 arms grouped by their own keys' width as the engine groups them, crossing a width mid-fork. On
 one thread, as the P1 benchmark runs (on more, the engine deals a call's rows to the cores)."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
+from benchkit.floor import AttentionKernels
 from helpers.engine_reference import random_ids
 
 import nudgeability.engine.attention.cpu_parts as cpu_parts
-from nudgeability.bench.floor import AttentionKernels
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 

@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+
+from nudgeability.bench.reference import RTOL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +35,7 @@ sys.meta_path.insert(0, Missing())
 def test_the_engine_sections_deadline_is_a_monotonic_time(monkeypatch):
     """gpu_check passes `time.monotonic() + budget`: a section runs its parts before it and
     skips them after it (at 397192c gpu_engine compared it with time.time(): all skipped)."""
-    from nudgeability.bench.gpu import engine as gpu_engine
+    from benchkit.gpu import engine as gpu_engine
 
     ran = []
     parts = tuple((f"part {i}", lambda model, sizes, i=i: ran.append(i) or []) for i in range(3))
@@ -78,10 +81,16 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         if c == "nf4 layers and decode":  # bitsandbytes is missing, as on the GPU image
             assert r.startswith("skipped: bitsandbytes does not import"), r
             continue
-        if c == "campaign, engine eager":  # the engine's tokens are HF generate_batch's
-            for part in r.split("tokens against HF: ")[1:]:
+        if c == "campaign, engine eager":  # the engine's tokens are HF generate_batch's, or
+            # part from them only at HF's own near-tie at bf16's logit tolerance (the engine's CPU
+            # kernels reduce in another order than HF's: on a tiny random model a tie tips either way)
+            parts = r.split("tokens against HF: ")[1:]
+            assert len(parts) == 2, r  # the bases and the arms
+            for part in parts:
                 same, rows_of = part.split(" rows identical")[0].split("/")
                 assert same == rows_of, r
+                bound = f"or parting at HF's own near-tie (margin ≤ {2 * RTOL[torch.bfloat16]:.1e}:"
+                assert part.split(" rows identical ", 1)[1].startswith(bound), r
         if c.startswith("CUDA graph replay"):  # graphs exist on CUDA only
             assert r == "skipped: CUDA graphs need a CUDA device", r
             continue
@@ -125,7 +134,7 @@ def test_a_sections_parts_are_saved_as_they_finish(tmp_path, monkeypatch):
     import sys
     import types
 
-    from nudgeability.bench.gpu import check
+    from benchkit.gpu import check
 
     seen = []
 

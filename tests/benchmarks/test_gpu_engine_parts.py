@@ -1,4 +1,4 @@
-"""The GPU check's timed engine parts (bench/gpu/engine_speed.py) where its first H200 run
+"""The GPU check's timed engine parts (benchmarks/benchkit/gpu/engine_speed.py) where its first H200 run
 (2026-12-04) broke: the 256-row decode cell (`KeyError: 0`, rows finished before the last group's
 prefill ended) and the campaign part (`ContinuousBatchingConfig` of transformers 5.17 has no
 `page_size`). Both run here on CPU with the tiny Qwen3 the dry run uses."""
@@ -9,9 +9,8 @@ import dataclasses
 import re
 
 import pytest
-
-from nudgeability.bench.gpu import engine as gpu_engine
-from nudgeability.bench.gpu import engine_speed
+from benchkit.gpu import engine as gpu_engine
+from benchkit.gpu import engine_speed
 
 
 def test_a_decode_cell_whose_prefills_take_many_steps_times_every_row(monkeypatch):
@@ -72,3 +71,29 @@ def test_a_failed_hf_request_fails_the_comparison_instead_of_timing_it():
         engine_speed.hf_complete(failed, 2, 3)
     with pytest.raises(RuntimeError, match="returned 2 of 3"):
         engine_speed.hf_complete(good, 3, 3)
+
+
+def test_the_campaign_lets_a_row_part_from_hf_only_at_hfs_own_near_tie():
+    """The campaign's "tokens against HF": a row whose tokens part from HF's counts only where
+    HF's own margin at that step (its top-1 against the engine's token) is a near-tie
+    (nudgeability.bench.reference `near_tie`); a parting at a wide margin is counted against."""
+    import torch
+
+    from nudgeability.bench.reference import RTOL, hf_greedy
+    from nudgeability.models.testing.tiny import tiny_model
+
+    torch.manual_seed(0)
+    model = tiny_model("qwen3", dtype=torch.float32)
+    ids = [5, 17, 42, 9, 77, 3]
+    hf = hf_greedy(model, ids, 3)
+    theirs = hf.tokens
+    worst = int(hf.logits[1].argmin())  # HF's least likely token at step 1: a wide margin
+    ours = [theirs[0], worst, theirs[2]]
+    margins = engine_speed.hf_margins(model, [ids, ids], [theirs, ours], [theirs, theirs])
+    assert margins[0] is None and margins[1] > 2 * RTOL[torch.float32]
+    same = engine_speed._same([theirs, ours], [theirs, theirs], margins, RTOL[torch.float32])
+    assert same.startswith("1/2 rows identical or parting at HF's own near-tie (margin ≤ 2.0e-04")
+    # the same parting, had HF's margin been within the bound, counts
+    same = engine_speed._same([theirs, ours], [theirs, theirs], [None, 1e-4], 1e-4)
+    assert same.startswith("2/2 rows identical or parting") and "1 such, largest 1.0e-04" in same
+    assert engine_speed._same([ours], [theirs], [-1e-5], 1e-4).startswith("0/1 rows")

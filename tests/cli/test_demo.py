@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+from helpers import synthetic_run as synthetic
 
-from nudgeability.bench import synthetic_run as synthetic
 from nudgeability.cli import report as report_cli
 from nudgeability.cli import run as run_cli
 

@@ -80,8 +80,8 @@ def test_floor_is_the_read_bytes_at_the_copy_traffic_rate():
 def test_both_gpu_scripts_use_the_one_floor():
     """The GPU check's engine and quant sections' floors for the same model and KV agree with the
     hand count."""
-    from nudgeability.bench.gpu import engine_speed as gpu_engine
-    from nudgeability.bench.gpu import quant as gpu_quant
+    from benchkit.gpu import engine_speed as gpu_engine
+    from benchkit.gpu import quant as gpu_quant
 
     model = tiny_model("qwen3", num_layers=4, dtype=torch.bfloat16)
     bandwidth = 1e12

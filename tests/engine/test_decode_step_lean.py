@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from benchkit.profile import engine_step_ops, hf_step_ops
 from helpers.engine_reference import random_ids
 
-from nudgeability.bench.profile import engine_step_ops, hf_step_ops
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 

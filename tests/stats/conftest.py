@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers.synthetic_run import record_line, records, write_run
 
-from nudgeability.bench.synthetic_run import record_line, records, write_run
 from nudgeability.stats.actions import NONE, SELF, TOOL, TRUNC
 
 CODES = np.array([NONE, 0, 1, 2, 3], dtype=np.int8)  # NONE, SELF, TOOL, OTHER, TRUNC
@@ -126,7 +126,7 @@ def planted():
 
 # Records of a table (s, base and arms keyed by condition code) in the runner's schema, in the
 # bare form: s = -1 is an NT answer whose grade is null; base = TRUNC with every arm missing is a
-# B whose thinking never closed (boundary null). nudgeability.bench.synthetic_run builds them.
+# B whose thinking never closed (boundary null). helpers.synthetic_run builds them.
 records_from_arrays = functools.partial(records, readable=False, cut=40)
 
 

@@ -1,4 +1,4 @@
-"""nudgeability.bench.gpu.quant's CPU-runnable logic, so that it runs first time on a GPU: its packing
+"""benchkit.gpu.quant's CPU-runnable logic, so that it runs first time on a GPU: its packing
 builds layers whose exact weights are the original ones within the formats' quantisation error,
 its fused-vs-exact comparison runs, and swapping formats into a model and back restores it."""
 
@@ -12,7 +12,7 @@ import torch
 
 @pytest.fixture(scope="module")
 def gpu_quant():
-    from nudgeability.bench.gpu import quant
+    from benchkit.gpu import quant
 
     return quant
 
@@ -72,10 +72,10 @@ def test_without_cuda_the_section_says_so(gpu_quant):
 
 def test_the_one_gpu_driver_runs_this_section(monkeypatch):
     """The GPU check's runner finds the section by its SECTIONS entry and calls its `section`."""
-    from nudgeability.bench.gpu import check as gpu_check
+    from benchkit.gpu import check as gpu_check
 
     monkeypatch.delenv("OUT", raising=False)  # no partial copy written beside the test
-    assert gpu_check.SECTIONS["quant"] == "nudgeability.bench.gpu.quant"
+    assert gpu_check.SECTIONS["quant"] == "benchkit.gpu.quant"
     text = gpu_check.run(["quant"], budget_s=60)
     assert "| quant | section time |" in text and "failed" not in text, text
     if not torch.cuda.is_available():

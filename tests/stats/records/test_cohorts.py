@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import synthetic_run as synthetic
 
-from nudgeability.bench import synthetic_run as synthetic
 from nudgeability.splice.rundir.manifest import Manifest
 from nudgeability.stats.records.cohorts import OPEN_WEIGHT, PROVIDER, cohort_of
 from nudgeability.stats.report.pipeline import StatsOptions, run_stats

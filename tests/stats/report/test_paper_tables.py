@@ -14,8 +14,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers import synthetic_run as synthetic
 
-from nudgeability.bench import synthetic_run as synthetic
 from nudgeability.stats.report.pipeline import StatsOptions, run_stats
 from nudgeability.stats.resampling.bootstrap import Resamples
 

@@ -1,4 +1,4 @@
-"""report.html in a real browser: Debian's chromium, headless (bench/chromium.py).
+"""report.html in a real browser: Debian's chromium, headless (tests/helpers/chromium.py).
 
 The DOM after the page's scripts ran is checked against values computed here from the records
 the test writes: a table cell, a problem's arms, the count a filter leaves, a search by id. A
@@ -14,9 +14,9 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import chromium
+from helpers import synthetic_run as synthetic
 
-from nudgeability.bench import chromium
-from nudgeability.bench import synthetic_run as synthetic
 from nudgeability.stats.report.html.data import browser_data
 from nudgeability.stats.report.pipeline import ReportOptions, StatsOptions, run_report, run_stats
 

@@ -3,11 +3,10 @@
 
 - `engine`: this engine (continuous batching over the block pool), with a row budget and a KV
   pool, the prompts' common start shared or not;
-- `former`: the engine's former static batching, its own code (former.py, in a child process),
-  under the same KV budget;
 - `hf_batch`: HF `generate_batch` (paged cache, block sharing on), with the same KV memory and
   row budget;
-- `hf_padded`: HF `generate()` in left-padded batches of 16.
+- `hf_padded`: HF `generate()` in left-padded batches of 16;
+- `llama_server`: llama.cpp's `llama-server` where it is built (servers.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import platform
 import re
@@ -10,9 +9,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-# benchmarks/RESULTS.md of the checkout this package is installed from (editable, as benchmarks run)
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "RESULTS.md"
-_HEADER = "# Benchmark results\n\nEach section is rewritten by the script named in it. Figures are ratios measured side by side in one run.\n"
+# benchmarks/RESULTS.md, beside this package
+RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
+_HEADER = (
+    "# Benchmark results\n\nOne section per script of benchmarks/, its latest figures; each is "
+    "rewritten by its script (benchkit/results.py). Earlier results, and the comparisons with "
+    "earlier commits, are in git history.\n"
+)
 
 
 def machine() -> str:
@@ -56,14 +59,3 @@ def publish(name: str, body: str, *, write: bool = True) -> None:
     print(body)
     if write:
         write_section(name, body)
-
-
-def rounds_parser(description: str, rounds: int = 5) -> argparse.ArgumentParser:
-    """A timing script's parser: --rounds (alternated rounds, `rounds` by default) and --no-write
-    (print the section, leave RESULTS.md alone: `publish`'s `write`)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--rounds", type=int, default=rounds, help="alternated rounds")
-    parser.add_argument(
-        "--no-write", action="store_true", help="print only; leave RESULTS.md alone"
-    )
-    return parser

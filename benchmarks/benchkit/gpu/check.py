@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 
 # name -> module; each section's module owns its own measurements.
-SECTIONS = {"quant": "nudgeability.bench.gpu.quant", "engine": "nudgeability.bench.gpu.engine"}
+SECTIONS = {"quant": "benchkit.gpu.quant", "engine": "benchkit.gpu.engine"}
 Row = tuple[str, str]  # (check, result); a result that begins "skipped" or "failed" says so
 
 

@@ -1,0 +1,50 @@
+"""The two ways every benchmark runs the splice workload (nudgeability.bench.workload, `nudge
+bench`'s): `run_fork` forks it on the engine, `run_hf_per_arm` runs HF's greedy reference on each
+arm's whole prompt; `timed` is the wall clock of one call; `workload_parser` the P1 options."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from nudgeability.bench.workload import Workload, hf_generate, splice_workload
+from nudgeability.engine import SamplingParams
+
+__all__ = [
+    "Workload",
+    "hf_generate",
+    "run_fork",
+    "run_hf_per_arm",
+    "splice_workload",
+    "timed",
+    "workload_parser",
+]
+
+
+def run_fork(engine, w: Workload, new: int) -> list[list[int]]:
+    """The engine's arms of `w`, `new` greedy tokens each, EOS ignored."""
+    arms = engine.fork(w.prefix, w.suffixes, SamplingParams(max_new_tokens=new, ignore_eos=True))
+    return [a.token_ids for a in arms]
+
+
+def run_hf_per_arm(model, w: Workload, new: int) -> list[list[int]]:
+    """HF `generate()` on each arm's full prompt alone, `new` tokens (EOS suppressed)."""
+    return [hf_generate(model, w.prefix + s, new) for s in w.suffixes]
+
+
+def timed(fn, *args):
+    """(seconds, result) of `fn(*args)`."""
+    t0 = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - t0, result
+
+
+def workload_parser(description: str) -> argparse.ArgumentParser:
+    """A benchmark's parser with the P1 workload's options, --arms 12, --prefix 1024 and --new 48
+    (the workload of benchmarks/README.md), and --no-write; the script adds its own."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--arms", type=int, default=12)
+    ap.add_argument("--prefix", type=int, default=1024)
+    ap.add_argument("--new", type=int, default=48)
+    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    return ap
