@@ -26,6 +26,7 @@ from nudgeability.engine.attention.static_decode import BUCKETS
 from nudgeability.engine.attention.static_dispatch import StaticDecodeDispatch
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.invariant.cpu.cores import CORES
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.kv.reservation import memory_pool, request_blocks
@@ -43,7 +44,6 @@ from nudgeability.engine.scheduling.scheduler import PREFILL_CHUNK, Scheduler
 from nudgeability.engine.scheduling.step_layout import StepLayout
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
-from nudgeability.models.cores import CORES
 from nudgeability.util.progress import progress_bar
 
 
@@ -68,7 +68,7 @@ class Engine:
     activations of the largest step, allocated up front and never grown (`kv/reservation.py`). `max_rows` caps the rows that decode
     together (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and
     contexts are prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when
-    `prefill_tokens` is smaller: on CPU the same bits, `attention/cpu_parts.prefix_chunk`; on
+    `prefill_tokens` is smaller: on CPU the same bits, `attention/cpu_attention.prefix_chunk`; on
     CUDA the prefixes' last bits change). `progress` shows a bar with prefill
     and decode tokens/s per call. `compile_decode` runs the forward through
     `torch.compile(dynamic=True)` (minutes of compiling on CPU). `trace` keeps a `StepRecord`

@@ -20,21 +20,21 @@ import torch
 
 from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
+from nudgeability.engine.invariant.cpu.products import TILE_ROWS, forget_reordered
+from nudgeability.engine.invariant.linears import adopt, invariant_forward
 from nudgeability.engine.kv.kv_cache import PoolCache
-from nudgeability.models.invariant import TILE_ROWS, forget_reordered, invariant_products
 from nudgeability.util.heap import hold_freed_heap, release_freed_heap
 
 MIN_ROWS = 16
-# Rows per forward are a multiple of this: the products' tile (models/invariant.py), so that no
+# Rows per forward are a multiple of this: the products' tile (engine/invariant/cpu/products.py), so that no
 # product pads again; it also makes every per-token tensor whose width is a multiple of 2 (every
 # width in the supported models) fill whole iterations of ATen's 32-element fp32 loops, so that
 # no token's elements fall in the scalar tail (module docstring).
 ROW_MULTIPLE = TILE_ROWS
 # After a CPU forward of at least this many tokens the freed heap is handed back (util/heap.py):
-# its activations stay resident as free heap (the demo's first step, 2,030 tokens of SmolLM2:
-# about 300 MiB) that the steps after it, of a few rows each, may not need again. 13 of the demo's 159 steps
-# qualify (benchmarks/demo_memory.py); each pays for the trim and for mapping again the pages
-# the next such step writes (milliseconds, against a second or more of compute on one thread).
+# its activations stay resident as free heap that the steps after it, of a few rows each, may
+# not need again. Few steps qualify, and each pays milliseconds for the trim and for mapping
+# again the pages the next such step writes, against far more compute.
 TRIM_TOKENS = 128
 
 
@@ -49,11 +49,13 @@ class ModelRunner:
         self.model = model
         self.batch_invariant = batch_invariant
         forget_reordered(model.parameters())  # weights written since a copy was made are seen
+        if batch_invariant and next(model.parameters()).device.type == "cpu":
+            adopt(model)  # its linears run the invariant products inside `_products`
         self.min_rows = MIN_ROWS if batch_invariant else 1
         self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()
         self.lm_head = model.get_output_embeddings()
-        # a head kept in oneDNN's layout has no `weight` (models/reordered.py)
+        # a head kept in oneDNN's layout has no `weight` (engine/invariant/cpu/reordered.py)
         self.vocab_size = (
             getattr(self.lm_head, "out_features", None) or self.lm_head.weight.shape[0]
         )
@@ -86,7 +88,7 @@ class ModelRunner:
     def engage(self) -> None:
         """Switch the model to shared-prefix attention (until `disengage`); cheap when it already is.
 
-        The engine keeps it switched while it has work (switching costs about 1.5 ms on SmolLM2),
+        The engine keeps it switched while it has work (switching costs a little each time),
         so run the model's own forward between engine steps inside `own_attention()`."""
         if self.model.config._attn_implementation != shared_prefix_attention.NAME:
             self._previous = self.model.config._attn_implementation
@@ -128,9 +130,10 @@ class ModelRunner:
         return out.last_hidden_state
 
     def _products(self):
-        """Batch-invariant matrix products on CPU (models/invariant.py); the library's elsewhere."""
+        """Batch-invariant matrix products on CPU (engine/invariant/linears.py); the library's
+        elsewhere."""
         if self.batch_invariant and self.device.type == "cpu":
-            return invariant_products()
+            return invariant_forward()
         return nullcontext()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--network",
+        action="store_true",
+        help="also run the tests marked `network` (they install from the package registry)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `network` need the package registry: outside the suite unless --network."""
+    if config.getoption("--network"):
+        return
+    skip = pytest.mark.skip(reason="needs the package registry: run with --network")
+    for item in items:
+        if "network" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads_as_found():
     """A test that sets torch's thread count (an in-process `nudge run --threads`, a server test)

@@ -5,25 +5,20 @@ torch's CPU tensors come from `malloc`. glibc serves an allocation below its mma
 its heap, and that threshold rises (up to 32 MiB) each time a larger mapped block is freed, so
 after the first big tensors the activations of a long forward (tens of MB each) live in the heap
 too. When they are freed the heap keeps them, between live blocks, resident for the life of the
-process: measured on the demo (benchmarks/demo_memory.py, RESULTS.md), its first step (2,030
-tokens of SmolLM2) left about 300 MiB of freed heap resident; in a quantised load
-(models/quant/loader.py), the repacking kernels' temporaries, 239 MiB of SmolLM2's W4A16 load. `release_freed_heap` hands such
-free pages back; the heap keeps its layout, and a page is mapped again when next written.
+process: a long prefill, or a quantised load's repacking temporaries (models/quant/loader.py),
+leaves hundreds of MiB of freed heap resident. `release_freed_heap` hands such free pages back;
+the heap keeps its layout, and a page is mapped again when next written.
 
 *Between those hand-backs the heap keeps what it frees* (`hold_freed_heap`). By default glibc
 also shrinks the heap on its own, from inside `free`, whenever more than twice its (moving) mmap
 threshold lies free at the top. A layer of a thousand-token forward frees activations of a few
-MiB each, so the top passes that mark once per layer: traced on P1's fork (1,024-token prefix, 12
-arms; `strace -e brk`), the heap grew by about 18 MiB and shrank by as much in every layer, and
-every page given back was faulted in afresh by the next layer. `benchmarks/prefill_overheads.py`
-measures it (RESULTS.md, *P1 prefill: where today's engine spends beyond its kernels*): the
-engine's prefill faulted 183,871 pages and spent 0.43 s in the OS before this was held
-(2026-12-03), 11,215 and 0.03 s after; HF's forward in the same process faults 197,958 before the
-engine starts and 61,424 after. Held means the automatic shrink off and the mmap threshold pinned at
-glibc's own ceiling for its moving one (32 MiB: a block that large is still mapped on its own and
-unmapped when freed). The peak resident size does not change (the freed pages are what the same
-forward allocates next; benchmarks/demo_memory.py), and the engine's own hand-backs after long
-forwards (engine/model_runner.py) still return them.
+MiB each, so the top passes that mark once per layer: the heap grows and shrinks by as much in
+every layer (`strace -e brk` shows it), and every page given back is faulted in afresh by the
+next layer, which costs the prefill time in the OS. Held means the automatic shrink off and the
+mmap threshold pinned at glibc's own ceiling for its moving one (32 MiB: a block that large is
+still mapped on its own and unmapped when freed). The peak resident size does not change (the
+freed pages are what the same forward allocates next), and the engine's own hand-backs after
+long forwards (engine/model_runner.py) still return them.
 """
 
 from __future__ import annotations

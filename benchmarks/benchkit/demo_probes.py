@@ -149,7 +149,7 @@ def install(probe: Probe) -> None:
 
 def weight_bytes(model) -> int:
     """The bytes of every distinct parameter and buffer storage (a tied LM head counted once),
-    and of each linear kept only in oneDNN's layout (models/reordered.py: no storage to count)
+    and of each linear kept only in oneDNN's layout (engine/invariant/cpu/reordered.py: no storage to count)
     at its fp32 weight's own size, as loaded (its blocked copy's padding, if any, is not
     weights)."""
     storages = {}

@@ -14,7 +14,7 @@ Two floors, both measured in the benchmark's own process:
   prefill, the packed suffix tokens against the prefix. Nothing of the engine runs here (no
   masks built, no merge, no cache writes).
 - **the fixed-shape attention**: the same two pieces on the shapes the engine's batch-invariant
-  CPU attention gives them (engine/attention/fixed_shape.py), with its own functions: the
+  CPU attention gives them (engine/invariant/cpu/attention.py), with its own functions: the
   queries against the prefix in 16-row tiles over whole key blocks (`shared_keys_attention`),
   each arm's token against its own slots padded to a multiple of OWN_BLOCK, one token's heads
   per kernel item, the arms grouped by that width (`own_keys_attention`). Not a floor of the
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nudgeability.engine.attention.fixed_shape import (
+from nudgeability.engine.invariant.cpu.attention import (
     OWN_BLOCK,
     own_keys_attention,
     pad_keys,

@@ -21,7 +21,7 @@ from nudgeability.util import fallbacks
 # bound leaves room for a deep model: on a GPU, two correct paths of a random-init Qwen3-8B shape
 # (36 layers) can differ by over half of it, and a bucket that fails the check runs the much
 # slower eager step from then on (benchmarks/gpu_check.py). On CPU
-# (tests/engine/test_graph_self_check_bound.py, the first decode step after a fork) correct paths
+# (tests/engine/attention/test_graph_self_check_bound.py, the first decode step after a fork) correct paths
 # stay well below the bound at 12 and 36 layers, and a step whose rows read each other's own keys
 # lies well above it.
 SELF_CHECK_BOUND = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 1e-1}

@@ -32,8 +32,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from nudgeability.engine.attention import cpu_parts, cpu_rows
-from nudgeability.engine.attention.fixed_shape import merge
+from nudgeability.engine.attention import cpu_attention, cpu_decode_rows
 from nudgeability.engine.attention.graphed_decode import relative_difference
 from nudgeability.engine.attention.lse_kernels import (
     attend_cuda,
@@ -42,6 +41,7 @@ from nudgeability.engine.attention.lse_kernels import (
     flash_takes_window,
 )
 from nudgeability.engine.attention.static_decode import StaticDecode, flex_decode_attention
+from nudgeability.engine.invariant.cpu.attention import merge
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import GroupSpan, StepLayout, SuffixPart
 from nudgeability.util import fallbacks
@@ -66,7 +66,7 @@ def shared_prefix_attention(
 
 
 def fixed_shape_cpu(t: torch.Tensor) -> bool:
-    """Whether this step's parts take the fixed-shape CPU calls (cpu_parts.py): on CPU. The
+    """Whether this step's parts take the fixed-shape CPU calls (cpu_attention.py): on CPU. The
     tests of the CUDA branch's logic turn it off to run that branch with CPU stand-ins."""
     return t.device.type == "cpu"
 
@@ -83,7 +83,7 @@ def whole_chunk(t: torch.Tensor, window: int | None) -> bool:
 # only with CPU stand-ins: a process checks its first windowed chunk once against the 64-query
 # blocks, and keeps the blocks for good where the call fails or the two differ by more than
 # rounding. One attention output in fp16/bf16 differs between kernels by a few units of the last
-# place; a window ignored or misplaced moves it by O(1) (tests/engine/test_prefill_chunk_cuda.py).
+# place; a window ignored or misplaced moves it by O(1) (tests/engine/attention/test_prefill_chunk_cuda.py).
 WINDOW_CHECK_BOUND = 2e-2
 WINDOW_FLASH = "flash attention with a sliding window (prefill chunk)"
 BLOCKS = "64-query SDPA blocks"
@@ -136,7 +136,7 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
     out = q.new_empty(1, t, h, d)
     for index, chunk in enumerate(layout.prefix_chunks):
         if fixed_shape_cpu(q):
-            out[:, chunk.t0 : chunk.t1] = cpu_parts.prefix_chunk(
+            out[:, chunk.t0 : chunk.t1] = cpu_attention.prefix_chunk(
                 q, handle, layout, index, chunk, scaling, window
             )
             continue
@@ -163,7 +163,7 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
 def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -> torch.Tensor:
     """Every row token against its group's prefix and its own row's slots, merged: [n, kv, g, D]."""
     if fixed_shape_cpu(rows):  # segments read once for all groups, pieces on the cores
-        computed, parts = cpu_rows.row_parts(rows, handle, layout, scaling, window)
+        computed, parts = cpu_decode_rows.row_parts(rows, handle, layout, scaling, window)
         o_s, lse_s = _suffix_attention(rows, handle, layout, scaling, window, computed)
     else:
         o_s, lse_s = _suffix_attention(rows, handle, layout, scaling, window)
@@ -197,7 +197,7 @@ def _prefix_attention(
 ):
     """(output [n, kv, g, D], lse [n, kv, g]) of one group's row tokens over its prefix
     segments, or None when it has none; the tokens folded into the query rows. Off CPU: on CPU
-    `cpu_rows.row_parts` reads each segment once for every group that shares it."""
+    `cpu_decode_rows.row_parts` reads each segment once for every group that shares it."""
     n = span.a1 - span.a0
     if not span.segments:
         return None

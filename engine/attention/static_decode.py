@@ -22,7 +22,7 @@ the test suite cannot run it. What this module controls of it follows the loweri
 kernel is forced (the decode kernel has its own block rule, which depends on the GQA ratio), with
 `BLOCK_M = Q_TILE` and a `BLOCK_N` that divides the pool's block size, so the block mask's Q
 block is a multiple of BLOCK_M and its KV block (the pool block) of BLOCK_N for every bucket and
-head shape (tests/engine/test_flex_block_rules.py). On CPU the same buffers run FlexAttention's
+head shape (tests/engine/attention/test_flex_block_rules.py). On CPU the same buffers run FlexAttention's
 eager reference (`Engine(static_decode=True)`), so the tests check every table and mask on CPU,
 though not the compiled kernel or the capture (benchmarks/gpu_check.py runs those on a GPU).
 """

@@ -187,7 +187,7 @@ def _by_key_width(pieces: list) -> list[list]:
     into parts of one own-key width each (narrowest first; step order within a part).
 
     On CPU a token at row slot s attends to its row's keys [0, w) in one kernel call, with
-    w = ceil((s + 1) / KEY_ALIGN) * KEY_ALIGN fixed by s alone (fixed_shape.own_keys_attention):
+    w = ceil((s + 1) / KEY_ALIGN) * KEY_ALIGN fixed by s alone (attention.own_keys_attention):
     so the kernel's shape for a token never depends on the longest row of the step, nor on
     whether the token is fed alone (decode) or inside a prefill chunk of any width."""
     parts: dict[int, list] = {}

@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nudgeability.models.quant.checkpoint import (
@@ -162,7 +161,7 @@ class BnB4Linear(QuantLinearBase):
         ):
             # bitsandbytes' kernels compute in the activations' dtype; keep the weight's rounding
             # exact (and read blocks that straddle rows right, see `dequantize`).
-            return F.linear(x, self.dequantize(x.dtype), self.bias)
+            return self.product(x, self.dequantize(x.dtype), self.bias)
         return bnb.matmul_4bit(x, self.weight, quant_state=self.quant_state(), bias=self.bias)
 
     def extra_repr(self) -> str:

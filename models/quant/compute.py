@@ -34,8 +34,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from nudgeability.models.invariant import in_row_tiles
-
 log = logging.getLogger(__name__)
 
 QUANT_COMPUTES = ("exact", "fused", "fused-bf16", "dense")
@@ -94,6 +92,11 @@ class QuantLinearBase(nn.Module):
 
     # the activations' dtype a fused path is chosen for (the model's; set by `configure`)
     compute_dtype: torch.dtype = torch.float32
+    # How the layer runs a product (the exact and dense paths) and a fused kernel over its rows:
+    # the library's own, until a caller that needs other calls gives the layer its own (the
+    # engine's CPU invariance, engine/invariant/linears.py `adopt`: fixed row tiles).
+    product: Callable[..., torch.Tensor] = staticmethod(torch.nn.functional.linear)
+    rows: Callable[..., torch.Tensor] = staticmethod(lambda run, x: run(x))
 
     def fused_path(self, read: Callable[[str], torch.Tensor], bf16: bool) -> FusedPath | str:
         """The fused kernel for this layer on its device (with `bf16`, the libraries' bf16 CPU
@@ -114,7 +117,7 @@ class QuantLinearBase(nn.Module):
         if check_compute(compute) == "dense":
             weight = self.dequantize(dtype).contiguous()
             self.fused = FusedPath(
-                DENSE_PATH, lambda x: torch.nn.functional.linear(x, weight.to(x.dtype)), (weight,)
+                DENSE_PATH, lambda x: self.product(x, weight.to(x.dtype)), (weight,)
             )
         elif compute in FUSED_COMPUTES:
             found = self.fused_path(
@@ -126,21 +129,20 @@ class QuantLinearBase(nn.Module):
         return None
 
     def exact_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.linear(x, self.dequantize(x.dtype), self.bias)
+        return self.product(x, self.dequantize(x.dtype), self.bias)
 
     def exact_no_bias(self, x: torch.Tensor) -> torch.Tensor:
         """The exact path without the bias: what a fused path hands a prefill over to."""
-        return torch.nn.functional.linear(x, self.dequantize(x.dtype))
+        return self.product(x, self.dequantize(x.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused is None:
             return self.exact_forward(x)
         flat = x.reshape(-1, x.shape[-1])
-        # On CPU a fused kernel sees exact 16-row tiles, so that a row's sum never depends on
-        # how many rows share the call (models/invariant.py)
-        # (the dense path's F.linear is tiled already, inside the engine's forward)
-        tiled = flat.device.type == "cpu" and self.fused.name != DENSE_PATH
-        y = in_row_tiles(self.fused.run, flat) if tiled else self.fused.run(flat)
+        # a fused kernel runs over the rows as `rows` says (fixed tiles in the engine's CPU
+        # forward); the dense path is a product, which `product` already runs so
+        dense = self.fused.name == DENSE_PATH
+        y = self.fused.run(flat) if dense else self.rows(self.fused.run, flat)
         y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 

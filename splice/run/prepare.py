@@ -19,10 +19,10 @@ from pathlib import Path
 import torch
 
 from nudgeability.backends.base import Backend
+from nudgeability.engine.invariant.cpu.reordered import reorder_linears
 from nudgeability.models.families import Family, detect_family
 from nudgeability.models.loader import LoadedModel, ModelSource, load_model
 from nudgeability.models.quant.compute import DEFAULT_COMPUTE
-from nudgeability.models.reordered import reorder_linears
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
 from nudgeability.splice.experiment.conditions import ORACLE_BASE, Condition
@@ -190,7 +190,7 @@ def _open_model(
 
 def load_run_model(requested: RunConfig, device: str) -> LoadedModel:
     """Load the checkpoint `requested.model` names, owned by the run: its fp32 CPU linears kept
-    only in oneDNN's layout, the weights' memory once (models/reordered.py; the same bits as the
+    only in oneDNN's layout, the weights' memory once (engine/invariant/cpu/reordered.py; the same bits as the
     kept copy a model handed to `prepare` gets). Workers share the parent's (workers.py)."""
     try:
         loaded = load_model(

@@ -5,9 +5,9 @@ Both schedules give byte-identical records where a sequence's logits do not depe
 is in the batch: the stream then equals every unit computed alone, and so any resume, shard or
 replay of one unit. The engine makes that so by construction on CPU in float32 (fixed-shape
 products and attention, each call sequential and whole calls shared between the cores:
-models/invariant.py, engine/attention/fixed_shape.py);
+engine/invariant/cpu/products.py, engine/invariant/cpu/attention.py);
 what is left to the library (a row's place in a fixed-shape GEMM tile) is measured on this
-machine by the needle (engine/invariance_check.py) before the stream is taken. Elsewhere (a
+machine by the needle (engine/invariant/needle.py) before the stream is taken. Elsewhere (a
 server, bf16, CUDA) each unit is one engine call, the whole batch that a resume or a replay
 computes again.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nudgeability.engine.invariance_check import InvarianceCheck, cached_check
+from nudgeability.engine.invariant.needle import InvarianceCheck, cached_check
 from nudgeability.splice.run.prepare import Prepared
 
 STREAM, UNITS = "stream", "units"
@@ -64,7 +64,7 @@ def choose_schedule(prepared: Prepared, asked: str | None = None) -> Schedule:
 
 def needle(model: torch.nn.Module) -> InvarianceCheck:
     """The needle of `model` at torch's current thread count, run once per process, and once per
-    machine, libraries and code (engine/invariance_check.py, `cached_check`)."""
+    machine, libraries and code (engine/invariant/needle.py, `cached_check`)."""
     key = (id(model), torch.get_num_threads())
     if key not in _CHECKS:
         _CHECKS[key] = cached_check(model)

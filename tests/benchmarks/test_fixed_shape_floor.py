@@ -11,7 +11,7 @@ import torch
 from benchkit.floor import AttentionKernels
 from helpers.engine_reference import random_ids
 
-import nudgeability.engine.attention.cpu_parts as cpu_parts
+import nudgeability.engine.attention.cpu_attention as cpu_attention
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 
@@ -39,7 +39,7 @@ def test_the_fixed_shape_floor_calls_the_engines_decode_shapes(monkeypatch):
     model = tiny_model("llama", num_layers=2)
     prefix, lengths, new = random_ids(300, seed=1), [5, 120, 126, 40], 6
     calls: list = []
-    shared, own = cpu_parts.shared_keys_attention, cpu_parts.own_keys_attention
+    shared, own = cpu_attention.shared_keys_attention, cpu_attention.own_keys_attention
 
     def record_shared(folded, keys, values, bias, scaling, tile=None):
         calls.append(("shared", _shapes(folded, keys, bias)))
@@ -49,8 +49,8 @@ def test_the_fixed_shape_floor_calls_the_engines_decode_shapes(monkeypatch):
         calls.append(("own", _shapes(q, keys, bias)))
         return own(q, keys, values, bias, scaling, tokens)
 
-    monkeypatch.setattr(cpu_parts, "shared_keys_attention", record_shared)
-    monkeypatch.setattr(cpu_parts, "own_keys_attention", record_own)
+    monkeypatch.setattr(cpu_attention, "shared_keys_attention", record_shared)
+    monkeypatch.setattr(cpu_attention, "own_keys_attention", record_own)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

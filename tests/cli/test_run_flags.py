@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nudgeability.cli.run import parse_max_new_tokens, parse_n, parse_seeds, parse_shard
+from nudgeability.cli.values import parse_max_new_tokens, parse_n, parse_seeds, parse_shard
 from nudgeability.splice.run.config import ConfigError
 
 

@@ -9,7 +9,7 @@ import torch
 from helpers.engine_reference import random_ids
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.models import cores
+from nudgeability.engine.invariant.cpu import cores
 from nudgeability.models.testing.tiny import tiny_model
 
 

@@ -4,6 +4,8 @@ image's, benchmarks/README.md), not only on the release the CPU install resolves
 That release and the huggingface-hub 1.x it requires are installed from the package registry into
 a folder of their own (no dependencies: everything else is this environment's), which goes first on
 the path of a child pytest running the arm-equals-solo tests on the tiny models of every family.
+It needs the package registry, so it is not part of the suite: `.ci/run` runs it as a step of its
+own (`python -m pytest --network tests/engine/test_oldest_transformers.py`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OLDEST = "5.17"
 
 
-@pytest.mark.slow
+@pytest.mark.network
 def test_arms_equal_solo_on_the_oldest_accepted_transformers(tmp_path):
     target = tmp_path / "site"
     install = subprocess.run(
@@ -57,6 +59,8 @@ def test_arms_equal_solo_on_the_oldest_accepted_transformers(tmp_path):
             "-m",
             "pytest",
             "-q",
+            "-n",
+            "0",
             "-m",
             "not slow",
             "-p",

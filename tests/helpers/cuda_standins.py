@@ -1,4 +1,4 @@
-"""What the CPU stand-ins of CUDA's attention kernels share (tests/engine/test_static_decode.py,
+"""What the CPU stand-ins of CUDA's attention kernels share (tests/engine/attention/test_static_decode.py,
 test_cuda_kernel_choice.py, test_prefill_chunk_cuda.py)."""
 
 from __future__ import annotations

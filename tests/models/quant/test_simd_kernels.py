@@ -199,7 +199,7 @@ def test_a_row_computes_the_same_alone_or_in_any_batch(case, no_handover):
 def test_a_prefill_runs_the_kernel_in_tiles_not_a_path_chosen_by_rows():
     """Beyond SIMD_MAX_ROWS rows the kernel used to hand a prefill over to the exact path, a
     path chosen by M: a row then got other bits in a long prefill than in a decode. The layer now
-    feeds its kernel 16-row tiles (models/invariant.py), so every row is the kernel's, alone or
+    feeds its kernel 16-row tiles (engine/invariant/cpu/products.py), so every row is the kernel's, alone or
     among many."""
     layer, _ = build("w4_g64_asym")
     x = torch.randn(cpu_kernels.SIMD_MAX_ROWS[layer.compute_path] + 7, layer.in_features)

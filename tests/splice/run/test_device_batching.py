@@ -2,7 +2,7 @@
 (splice/run/device_batching.py), not from a CPU-sized constant; and the pool's share of free
 memory (`--gpu-memory-utilization`) reaches the engine. Checked on CPU with the engine's CUDA
 sizing path faked: `sizes_pool_from_memory` answers True and `torch.cuda.mem_get_info` says how
-much is free (as tests/engine/test_pool_from_memory.py does), against hand computations."""
+much is free (as tests/engine/kv/test_pool_from_memory.py does), against hand computations."""
 
 from __future__ import annotations
 

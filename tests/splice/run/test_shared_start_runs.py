@@ -25,7 +25,7 @@ TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="
 
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
-    """One torch thread: the engine's forward is single-threaded anyway (models/invariant.py)."""
+    """One torch thread: the engine's forward is single-threaded anyway (engine/invariant/cpu/products.py)."""
 
 
 @pytest.fixture(scope="module")

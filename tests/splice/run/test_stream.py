@@ -13,7 +13,7 @@ import torch
 import nudgeability.splice.run.schedule as schedule_module
 import nudgeability.splice.run.stream as stream_module
 import nudgeability.splice.run.stream_jobs as jobs_module
-from nudgeability.engine.invariance_check import InvarianceCheck
+from nudgeability.engine.invariant.needle import InvarianceCheck
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.runner import run
@@ -25,7 +25,7 @@ TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
     """One torch thread for the test (restored after); the engine's forward is single-threaded
-    whatever the setting (models/invariant.py), so this only keeps the test's own work light."""
+    whatever the setting (engine/invariant/cpu/products.py), so this only keeps the test's own work light."""
 
 
 def _files(out: Path, parts: bool = True) -> dict[str, str]:

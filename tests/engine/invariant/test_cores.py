@@ -1,4 +1,4 @@
-"""The invariant products on several cores (models/cores.py `Cores`): a product's tiles and
+"""The invariant products on several cores (engine/invariant/cpu/cores.py `Cores`): a product's tiles and
 a wide weight's slices shared between threads give the very bits one thread gives, at every row
 count, whatever runs beside them; and they are the product, to float32's rounding, against a
 float64 matmul computed here."""
@@ -13,9 +13,10 @@ import time
 import pytest
 import torch
 
-from nudgeability.models import invariant
-from nudgeability.models.cores import CORES, Cores
-from nudgeability.models.invariant import invariant_products, tiled_matmul
+from nudgeability.engine.invariant.cpu import products as invariant
+from nudgeability.engine.invariant.cpu.cores import CORES, Cores
+from nudgeability.engine.invariant.cpu.products import tiled_matmul
+from nudgeability.engine.invariant.linears import adopt, invariant_forward, product
 
 
 def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
@@ -93,10 +94,10 @@ def test_a_model_weight_gives_the_bits_of_one_thread_at_every_core_count(m, n, c
     finally:
         torch.set_num_threads(before)
     for count in (1, 2, 3):
-        torch.set_num_threads(count)  # `invariant_products` gives the cores torch's threads
-        with invariant_products():
+        torch.set_num_threads(count)  # `invariant_forward` gives the cores torch's threads
+        with invariant_forward():
             assert CORES.count == count
-            assert torch.equal(torch.nn.functional.linear(x, weight), expected[:m]), (m, n, count)
+            assert torch.equal(product(x, weight), expected[:m]), (m, n, count)
     exact = (x.double() @ weight.detach().double().t()).float()
     torch.testing.assert_close(expected[:m], exact, rtol=1e-5, atol=1e-4)
 
@@ -108,12 +109,12 @@ def test_a_row_keeps_its_bits_whatever_else_shares_the_call(cores):
     torch.manual_seed(1)
     weight = torch.nn.Parameter(torch.randn(1536, 576), requires_grad=False)
     needle = torch.randn(1, 576)
-    with invariant_products():
+    with invariant_forward():
         for w in (weight, weight.detach().clone()):
-            alone = torch.nn.functional.linear(needle, w)
+            alone = product(needle, w)
             for others in (1, 15, 16, 31, 80):
                 batch = torch.cat([needle, torch.randn(others, 576)])
-                assert torch.equal(torch.nn.functional.linear(batch, w)[:1], alone), others
+                assert torch.equal(product(batch, w)[:1], alone), others
 
 
 def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
@@ -128,41 +129,36 @@ def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
     def exact() -> torch.Tensor:
         return (x.double() @ weight.detach().double().t()).float()
 
-    with invariant_products():
-        first = torch.nn.functional.linear(x, weight)
+    with invariant_forward():
+        first = product(x, weight)
         torch.testing.assert_close(first, exact(), rtol=1e-5, atol=1e-4)
-        assert torch.equal(torch.nn.functional.linear(x, weight), first)
+        assert torch.equal(product(x, weight), first)
         if invariant.ONEDNN:
             kept = invariant._PACKED[id(weight)]
-            torch.nn.functional.linear(x, weight)
+            product(x, weight)
             assert invariant._PACKED[id(weight)] is kept  # reused, not reordered again
         with torch.no_grad():
             weight.mul_(-2.0)
-        torch.testing.assert_close(
-            torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
-        )
+        torch.testing.assert_close(product(x, weight), exact(), rtol=1e-5, atol=1e-4)
         weight.data = torch.randn(1000, 96)
-        torch.testing.assert_close(
-            torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
-        )
+        torch.testing.assert_close(product(x, weight), exact(), rtol=1e-5, atol=1e-4)
         # a write the version counter cannot see is seen once the copies are forgotten (as
         # every ModelRunner does when it takes a model)
         weight.data.mul_(3.0)
         invariant.forget_reordered([weight])
-        torch.testing.assert_close(
-            torch.nn.functional.linear(x, weight), exact(), rtol=1e-5, atol=1e-4
-        )
+        torch.testing.assert_close(product(x, weight), exact(), rtol=1e-5, atol=1e-4)
 
 
 def test_a_model_used_by_the_products_still_pickles_and_its_copies_go_with_it():
     layer = torch.nn.Linear(96, 600)
-    with invariant_products(), torch.inference_mode():
+    adopt(layer)  # an `InvariantLinear` now: the engine's products inside its context
+    with invariant_forward(), torch.inference_mode():
         expected = layer(torch.ones(2, 96))
     buffer = io.BytesIO()
     torch.save(layer, buffer)
     buffer.seek(0)
     again = torch.load(buffer, weights_only=False)
-    with invariant_products(), torch.inference_mode():
+    with invariant_forward(), torch.inference_mode():
         assert torch.equal(again(torch.ones(2, 96)), expected)
     if invariant.ONEDNN:
         key = id(layer.weight)
@@ -220,9 +216,9 @@ def test_the_products_use_as_many_cores_as_torch_had_threads(cores):
     before = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
-        with invariant_products():
+        with invariant_forward():
             assert CORES.count == 3 and torch.get_num_threads() == 1
-            torch.nn.functional.linear(torch.randn(64, 8), torch.randn(8, 8))
+            product(torch.randn(64, 8), torch.randn(8, 8))
             assert torch.get_num_threads() == 1
         assert torch.get_num_threads() == 3 and CORES.count == 1
     finally:
@@ -294,7 +290,7 @@ def test_a_forked_child_starts_its_own_threads():
     # the parent's pool threads do not exist in a fork; the child's Cores must not submit to them
     import os
 
-    from nudgeability.models.cores import CORES
+    from nudgeability.engine.invariant.cpu.cores import CORES
 
     CORES.resize(2)
     CORES.run([lambda: None, lambda: None])  # the parent's pool started

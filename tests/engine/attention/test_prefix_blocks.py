@@ -1,5 +1,5 @@
 """A prefix chunk's rows run in blocks of 64 positions fixed by the run (engine/attention/
-cpu_parts.py `prefix_chunk`), so a prompt prefilled in chunks cut anywhere, inside a block or on
+cpu_attention.py `prefix_chunk`), so a prompt prefilled in chunks cut anywhere, inside a block or on
 its edge, gives the bits of one chunk; and the blocks compute causal (and windowed) attention,
 checked against a float64 softmax written here."""
 
@@ -10,7 +10,7 @@ import torch
 from helpers.engine_reference import random_ids
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.engine.attention.cpu_parts import prefix_chunk
+from nudgeability.engine.attention.cpu_attention import prefix_chunk
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import PrefixChunk
 from nudgeability.models.testing.tiny import tiny_model

@@ -8,7 +8,7 @@ decode step after a fork (the step the self-check compares: one token per row):
   the captured step, the fault the check exists for), injected in decode steps only, must
   exceed it;
 
-at 12 and 36 layers (Qwen3-8B's depth). The injection wraps `cpu_rows.row_parts`, which every
+at 12 and 36 layers (Qwen3-8B's depth). The injection wraps `cpu_decode_rows.row_parts`, which every
 layer calls once for all the step's rows, so it does not depend on how rows are split between
 cores. Limits: the metric is on logits, not the final hidden states the check reads (logits are
 a linear map of the normed states); the correct paths here differ by 0.01-0.03, where the H200's
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.engine.attention import cpu_rows, shared_prefix_attention
+from nudgeability.engine.attention import cpu_decode_rows, shared_prefix_attention
 from nudgeability.engine.attention.graphed_decode import SELF_CHECK_BOUND, relative_difference
 from nudgeability.models.testing.tiny import tiny_model
 
@@ -52,7 +52,7 @@ def test_the_bf16_bound_passes_correct_paths_and_refuses_rows_reading_each_other
     model = tiny_model("qwen3", num_layers=layers, dtype=torch.bfloat16)
     bound = SELF_CHECK_BOUND[torch.bfloat16]
     correct = _first_decode_step_difference(model)
-    row_parts = cpu_rows.row_parts
+    row_parts = cpu_decode_rows.row_parts
     swapped = []
 
     def rows_read_each_others_keys(rows, handle, layout, scaling, window):
@@ -64,7 +64,7 @@ def test_the_bf16_bound_passes_correct_paths_and_refuses_rows_reading_each_other
                 swapped.append(part.rows)
         return computed, parts
 
-    monkeypatch.setattr(cpu_rows, "row_parts", rows_read_each_others_keys)
+    monkeypatch.setattr(cpu_decode_rows, "row_parts", rows_read_each_others_keys)
     faulty = _first_decode_step_difference(model)
     assert swapped and set(swapped) == {len(SUFFIXES)}, swapped  # decode steps only, every row
     assert correct < bound < faulty, (correct, bound, faulty)

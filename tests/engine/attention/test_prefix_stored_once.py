@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers.engine_reference import random_ids
 
-import nudgeability.engine.attention.cpu_rows as cpu_rows
+import nudgeability.engine.attention.cpu_decode_rows as cpu_decode_rows
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.models.testing.tiny import tiny_model
 
@@ -15,19 +15,19 @@ from nudgeability.models.testing.tiny import tiny_model
 def prefix_reads(monkeypatch):
     """Every prefix read of the row tokens' attention: (step layout, keys' data pointer, key
     count, row tokens reading them), in order (the layouts are kept, so that their ids stay
-    unique). On CPU the reads are `cpu_rows.segment_calls`, one per segment for every group
+    unique). On CPU the reads are `cpu_decode_rows.segment_calls`, one per segment for every group
     that shares it; recorded as `row_parts` plans them, with the layer's own pool handle."""
     calls = []
-    original = cpu_rows.row_parts
+    original = cpu_decode_rows.row_parts
 
     def recording(rows, handle, layout, scaling, window):
-        for call in cpu_rows.segment_calls(layout, window):
+        for call in cpu_decode_rows.segment_calls(layout, window):
             view = handle.k[:, call.start : call.start + call.keys]
             tokens = sum(layout.groups[i].a1 - layout.groups[i].a0 for i, _ in call.members)
             calls.append((layout, view.data_ptr(), view.shape[1], tokens))
         return original(rows, handle, layout, scaling, window)
 
-    monkeypatch.setattr(cpu_rows, "row_parts", recording)
+    monkeypatch.setattr(cpu_decode_rows, "row_parts", recording)
     return calls
 
 
@@ -118,7 +118,7 @@ def test_a_sliding_layer_reads_only_the_last_window_of_the_prefix(prefix_reads):
 
 def test_groups_sharing_a_start_read_it_once_per_step_for_all_their_rows(prefix_reads):
     """Three prompts with a common `shared` start are three groups; on a layer with no window
-    the start is one read per step for the three rows together (tests/engine/test_shared_start.py
+    the start is one read per step for the three rows together (tests/engine/scheduling/test_shared_start.py
     shows that this changes no bit against each prompt alone)."""
     engine = Engine(tiny_model("qwen3", num_layers=2))
     start = random_ids(100, seed=11)

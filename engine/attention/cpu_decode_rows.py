@@ -9,10 +9,10 @@ keys again for every group. Here the query rows of every group that reads the sa
 (same pool slots, same length, same positions) are folded into one call: the keys are read once,
 and the tiles are full.
 
-This changes no bit. A segment call is the fixed-shape kernel of `fixed_shape.shared_keys_attention`
+This changes no bit. A segment call is the fixed-shape kernel of `attention.shared_keys_attention`
 (16-row query tiles, 512-key blocks), whose tiles are independent kernel items; what a joint
 call changes is only which rows share a tile and where a row sits in it, which is what any
-change of a group's arms already does, and which `engine/invariance_check.py` checks on the
+change of a group's arms already does, and which `engine/invariant/needle.py` checks on the
 machine before the runner relies on it. A sliding layer's segment bias depends on its query
 rows' positions, so there each group keeps its own call.
 
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nudgeability.engine.attention import cpu_parts
-from nudgeability.engine.attention.fixed_shape import QUERY_TILE, merge, segment_width
+from nudgeability.engine.attention import cpu_attention
+from nudgeability.engine.invariant.cpu.attention import QUERY_TILE, merge, segment_width
+from nudgeability.engine.invariant.cpu.cores import CORES
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import GroupSpan, StepLayout
-from nudgeability.models.cores import CORES
 
 
 @dataclass
@@ -75,7 +75,7 @@ def row_parts(rows: torch.Tensor, handle: LayerKV, layout: StepLayout, scaling, 
     def own_piece(index, part, span):
         return lambda: own.__setitem__(
             (index, span),
-            cpu_parts.own_keys_rows(rows, handle, layout, part, index, scaling, window, span),
+            cpu_attention.own_keys_rows(rows, handle, layout, part, index, scaling, window, span),
         )
 
     spans = [CORES.spans(part.rows) for part in layout.parts]
@@ -90,7 +90,7 @@ def row_parts(rows: torch.Tensor, handle: LayerKV, layout: StepLayout, scaling, 
     def segment_piece(c, call, folded, span, r0, r1):
         return lambda: read[c].__setitem__(
             r0,
-            cpu_parts.prefix_segment(
+            cpu_attention.prefix_segment(
                 folded[:, r0:r1],
                 handle,
                 layout,
@@ -124,7 +124,7 @@ def row_parts(rows: torch.Tensor, handle: LayerKV, layout: StepLayout, scaling, 
         got = [own[(index, span)] for span in spans[index]]
         o = torch.cat([o for o, _ in got]) if len(got) > 1 else got[0][0]
         lse = torch.cat([x for _, x in got]) if len(got) > 1 else got[0][1]
-        computed.append(cpu_parts.keep_real(part, o, lse))
+        computed.append(cpu_attention.keep_real(part, o, lse))
     return computed, _merge_groups(layout, calls, read, kv, g, d)
 
 
@@ -142,7 +142,7 @@ def _merge_groups(layout: StepLayout, calls, read, kv: int, g: int, d: int) -> l
     """Each group's prefix output in the row view, its segments merged in segment order.
 
     The merges of every group at the same depth run as one call over their rows: a merge is
-    elementwise, and `fixed_shape.per_row` lays each row out alike whatever the row count, so a
+    elementwise, and `attention.per_row` lays each row out alike whatever the row count, so a
     row's merge gives the bits it gives alone (and a step of many one-row groups, the bases,
     does not pay a dozen small ops per group and layer on one core)."""
     segments: dict[int, list] = {}  # group -> [(segment, o, lse)] in the row view

@@ -1,5 +1,5 @@
 """The attention's cheaper calls give every query the bits of the narrow call they stand for
-(engine/attention/fixed_shape.py):
+(engine/invariant/cpu/attention.py):
 
 - a prefill chunk's tokens of one row packed into one kernel item (`own_keys_attention`,
   `packing_agrees`) against each token alone, the shape a decode step gives it;
@@ -17,10 +17,10 @@ import pytest
 import torch
 from helpers.engine_reference import random_ids
 
-import nudgeability.engine.attention.cpu_parts as cpu_parts
-import nudgeability.engine.attention.fixed_shape as fixed_shape
+import nudgeability.engine.attention.cpu_attention as cpu_attention
+import nudgeability.engine.invariant.cpu.attention as fixed_shape
 from nudgeability.engine import Engine, SamplingParams
-from nudgeability.engine.attention.fixed_shape import (
+from nudgeability.engine.invariant.cpu.attention import (
     OWN_QUERY_ROWS,
     QUERY_TILE,
     WIDE_FROM,
@@ -41,7 +41,7 @@ KERNEL = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 @pytest.fixture
 def one_torch_thread():
-    """The kernel on one torch thread, as the engine calls it (models/invariant.py,
+    """The kernel on one torch thread, as the engine calls it (engine/invariant/cpu/products.py,
     `invariant_products`: the process's threads become whole calls on `CORES`). At two torch
     threads ATen's kernel deals one call's items to OpenMP threads, and measured on an AMD EPYC
     (Zen 3, AVX2, MKL 2024.2) the items its second thread computes get other bits than the same
@@ -159,7 +159,7 @@ def _off_by_a_bit_when_packed(monkeypatch):
         return o, lse
 
     monkeypatch.setattr(fixed_shape, "own_keys_attention", faulty)
-    monkeypatch.setattr(cpu_parts, "own_keys_attention", faulty)
+    monkeypatch.setattr(cpu_attention, "own_keys_attention", faulty)
     monkeypatch.setattr(fixed_shape, "_PACKING", {})
 
 
@@ -181,7 +181,7 @@ def _fork_logits(model, prefix, suffixes):
 
 
 def test_an_engine_fork_gives_the_bits_of_one_token_per_item(monkeypatch):
-    """The whole path (`cpu_parts.own_keys_rows` under the guard): arms whose suffixes are
+    """The whole path (`cpu_attention.own_keys_rows` under the guard): arms whose suffixes are
     prefilled in packed items get the very logits of the same fork with packing off; with the
     kernel faulted in packed calls the guard turns packing off and the logits stay; forced past
     the guard, the fault reaches the logits."""
@@ -197,7 +197,7 @@ def test_an_engine_fork_gives_the_bits_of_one_token_per_item(monkeypatch):
     _off_by_a_bit_when_packed(monkeypatch)
     guarded = _fork_logits(model, prefix, suffixes)
     assert all(torch.equal(a, b) for a, b in zip(guarded, per_token))
-    monkeypatch.setattr(cpu_parts, "packing_agrees", lambda *a: True)
+    monkeypatch.setattr(cpu_attention, "packing_agrees", lambda *a: True)
     forced = _fork_logits(model, prefix, suffixes)
     assert not all(torch.equal(a, b) for a, b in zip(forced, per_token))
 
@@ -217,20 +217,20 @@ def test_a_packed_bias_over_its_cap_keeps_one_token_per_item(monkeypatch):
         m.setattr(fixed_shape, "OWN_QUERY_ROWS", 1)
         per_token = _fork_logits(model, prefix, suffixes)
     _off_by_a_bit_when_packed(monkeypatch)
-    monkeypatch.setattr(cpu_parts, "packing_agrees", lambda *a: True)
+    monkeypatch.setattr(cpu_attention, "packing_agrees", lambda *a: True)
     calls = []
-    faulty = cpu_parts.own_keys_attention
+    faulty = cpu_attention.own_keys_attention
 
     def counted(q, k, v, bias, scaling, tokens=1):
         calls.append(tokens)
         return faulty(q, k, v, bias, scaling, tokens)
 
-    monkeypatch.setattr(cpu_parts, "own_keys_attention", counted)
-    monkeypatch.setattr(cpu_parts, "PACKED_BIAS_BYTES", 0)
+    monkeypatch.setattr(cpu_attention, "own_keys_attention", counted)
+    monkeypatch.setattr(cpu_attention, "PACKED_BIAS_BYTES", 0)
     capped = _fork_logits(model, prefix, suffixes)
     assert calls and set(calls) == {1}
     assert all(torch.equal(a, b) for a, b in zip(capped, per_token))
-    monkeypatch.setattr(cpu_parts, "PACKED_BIAS_BYTES", 1 << 40)
+    monkeypatch.setattr(cpu_attention, "PACKED_BIAS_BYTES", 1 << 40)
     calls.clear()
     uncapped = _fork_logits(model, prefix, suffixes)
     assert max(calls) > 1  # the control: the same run under a loose cap packs, and the fault shows

@@ -1,4 +1,4 @@
-"""The products' cheaper calls (models/invariant.py, *Blocks*): a product's 1024-, 256- and 64-row blocks, and on
+"""The products' cheaper calls (engine/invariant/cpu/products.py, *Blocks*): a product's 1024-, 256- and 64-row blocks, and on
 one core a weight whole instead of its two column halves. Where they are taken, every row has the
 bits the library's kernel gives it in a 16-row tile of a half, checked against a loop written
 here on SmolLM2's weight shapes, packed and dense, at one and two cores; and where a block or
@@ -10,16 +10,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nudgeability.models import invariant
-from nudgeability.models.invariant import (
+from nudgeability.engine.invariant.cpu import products as invariant
+from nudgeability.engine.invariant.cpu.products import (
     BLOCK_SIZES,
     TILE_ROWS,
     blocks_agree,
-    invariant_products,
     onednn_product,
     reorder_slices,
     row_blocks,
 )
+from nudgeability.engine.invariant.linears import invariant_forward, product
 
 pytestmark = pytest.mark.skipif(not invariant.ONEDNN, reason="torch built without oneDNN")
 
@@ -147,9 +147,9 @@ def test_on_one_core_a_weight_runs_whole_with_the_bits_of_its_halves(shape, core
     for count in (1, 2):
         torch.set_num_threads(count)
         try:
-            with invariant_products():
+            with invariant_forward():
                 for m, (x, want) in expected.items():
-                    assert torch.equal(torch.nn.functional.linear(x, weight), want), (m, count)
+                    assert torch.equal(product(x, weight), want), (m, count)
                 slices = invariant._PACKED[id(weight)][0][-1]
         finally:
             torch.set_num_threads(before)

@@ -1,6 +1,6 @@
 """A prefix segment's keys read in place from the pool give the bits of a zero-padded copy.
 
-engine/attention/cpu_parts.py `_segment_keys` lets the pool slots after a segment stand for
+engine/attention/cpu_attention.py `_segment_keys` lets the pool slots after a segment stand for
 the padding to the segment's width (one block of 64, 128 or 256 keys for a short segment, else
 whole 512-key blocks: `fixed_shape.segment_width`). The test fills those slots with large finite numbers (what
 another sequence's K/V could hold) and checks the fixed-shape call gives exactly the copy's
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nudgeability.engine.attention.cpu_parts import _segment_keys
-from nudgeability.engine.attention.fixed_shape import (
+from nudgeability.engine.attention.cpu_attention import _segment_keys
+from nudgeability.engine.invariant.cpu.attention import (
     SHARED_BLOCK,
     lowest,
     pad_keys,

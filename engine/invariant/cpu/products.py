@@ -1,78 +1,65 @@
 """Batch-invariant CPU matrix products: every row computed in an order fixed by that row alone.
 
 A library GEMM picks its code path and its split of the sum over K by the shape of the call, and
-on CPU nothing in MKL documents that a row's result stays the same when the number of rows M
-changes: measured (benchmarks/kernel_branches.py, RESULTS.md), a row of `F.linear` changes bits
-with M under MKL's AVX2 branch for 55 of 64 values of M, under COMPATIBLE for 49, and even on
-this machine's own AVX-512 branch below 16 rows. So the rows a step computes must not decide
-how any one of them is summed.
+on CPU nothing in MKL or oneDNN documents that a row's result stays the same when the number of
+rows M changes; measured, it does not (a row of `F.linear` changes bits with M on several of
+MKL's code branches, and on an AVX-512 branch below 16 rows). So the rows a step computes must
+not decide how any one of them is summed.
 
 The construction: every product runs as calls of exactly `TILE_ROWS` rows (the last tile padded
 with zero rows), so that the kernel only ever sees one shape per weight, `[TILE_ROWS, K] x
 [K, N_slice]`, whatever M is. An fp32 product calls oneDNN's matmul once per tile (the op
-inductor calls for a packed bf16 CPU linear, `torch.ops.mkldnn._linear_pointwise`; the model's
-weights up to REORDER_MAX_COLUMNS wide reordered once into its blocked layout: `_packed_slices`,
-or, in a run that owns its model, models/reordered.py); measured, 1.5-3.1x faster than MKL's GEMM at these shapes on this AMD machine
-(RESULTS.md, oneDNN products). Other dtypes go through `torch.bmm` over the tiles. Weights run
-in column slices fixed by their shape alone (`column_slices`): wide ones (the LM head) in slices
-of `SLICE_COLUMNS` (a slice's weight stays in cache across the tiles), others of at least
-`HALVED_COLUMNS` in two halves, so that a decode step of one tile still gives every core of two
-a share of each product. What is left is where a row sits inside its tile; measured, 16-row
-tiles keep a row's bits at every position under every MKL branch (COMPATIBLE, SSE4_2, AVX,
-AVX2, AVX512), oneDNN's under every ISA it can be held to (ONEDNN_MAX_CPU_ISA SSE41, AVX, AVX2,
-AVX512_CORE and up), at 1, 2 and 4 threads, while MKL's 8-row tiles do not under AVX2 and
-32-row tiles do not under AVX2 either. That is a property of the library's kernel, not of this
-code, so the engine checks it on the machine it runs on (`engine/invariance_check.py`) before
-it relies on it.
+inductor calls for a packed CPU linear, `torch.ops.mkldnn._linear_pointwise`; the model's
+weights up to REORDER_MAX_COLUMNS wide reordered once into its blocked layout, `_packed_slices`,
+or, in a run that owns its model, cpu/reordered.py), which is faster than MKL's GEMM at these
+shapes. Other dtypes go through `torch.bmm` over the tiles. Weights run in column slices fixed
+by their shape alone (`column_slices`): wide ones (the LM head) in slices of `SLICE_COLUMNS` (a
+slice's weight stays in cache across the tiles), others of at least `HALVED_COLUMNS` in two
+halves, so that a decode step of one tile still gives every core of two a share of each
+product. What is left is where a row sits inside its tile: 16-row tiles keep a row's bits at
+every position under every MKL branch and oneDNN ISA tried, at 1, 2 and 4 threads (8- and
+32-row tiles do not, under AVX2). That is a property of the library's kernel, not of this code,
+so the engine checks it on the machine it runs on (engine/invariant/needle.py) before it relies
+on it.
 
-*Blocks.* A 16-row call pays oneDNN's setup (its descriptors made and freed, a fresh output:
-about 16 us where the arithmetic is nothing) once per 16 rows, which a prefill of a thousand
-rows pays some 28,000 times (RESULTS.md, *P1 prefill: where today's engine spends beyond its
-kernels*). So an fp32 product of many rows runs whole blocks of `BLOCK_SIZES` rows from row 0
-(the largest first) and tiles for the rest (`row_blocks`), but only where a block gives every
-row the very bits a tile gives it: `blocks_agree` measures that once per block size and kind of
-weight slice (shape, layout, dtype, thread count) on this machine, and a size for which it does
-not hold is not used. Either
-way a row's bits are its tile's, so no record depends on the answer, on M, or on the core count
-that decides where blocks are worth taking; measured here, blocks of 32 to 256 rows agree with
-tiles under every oneDNN ISA (SSE41, AVX, AVX2, AVX512_CORE), and 64-row calls cost 20-35% less
-per row than 16-row ones on SmolLM2's shapes (an AMD EPYC), 256-row calls another 20% less than
-64-row ones (an Intel Xeon with AVX-512, where they match MKL's one call over all the rows). The column halves are the same kind of case: they
-exist to give a one-tile product to two cores, and on one core (every worker of `nudge run`'s
-default, and the P1 benchmark) they only double the calls, so there a reordered weight runs
-whole (`product_slices`) where `whole_agrees` finds that the whole gives every column the
-halves' bits.
+*Blocks.* A 16-row call pays oneDNN's setup (descriptors made and freed, a fresh output) once per
+16 rows, which dominates a long prefill. So an fp32 product of many rows runs whole blocks of
+`BLOCK_SIZES` rows from row 0 (the largest first) and tiles for the rest (`row_blocks`), but
+only where a block gives every row the very bits a tile gives it: `blocks_agree` measures that
+once per block size and kind of weight slice (shape, layout, dtype, thread count) on this
+machine, and a size for which it does not hold is not used. Either way a row's bits are its
+tile's, so no record depends on the answer, on M, or on the core count that decides where
+blocks are worth taking. The column halves are the same kind of case: they exist to give a
+one-tile product to two cores, and on one core (every worker of `nudge run`'s default) they
+only double the calls, so there a reordered weight runs whole (`product_slices`) where
+`whole_agrees` finds that the whole gives every column the halves' bits.
 
-`invariant_products()` routes `torch.nn.functional.linear` (every `nn.Linear`, the LM head, the
-exact path of the quantised linears) through `linear` for its duration; `in_row_tiles` is what a
-quantised layer's fused kernel runs in (models/quant/compute.py).
+`linear` is what the model's adopted linears call inside the engine's CPU forward
+(engine/invariant/linears.py); `in_row_tiles` is what a quantised layer's fused kernel runs in
+there (models/quant/compute.py). What the construction costs: benchmarks/fork_vs_generate.py.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
-from nudgeability.models.cores import CORES
+from nudgeability.engine.invariant.cpu.cores import CORES
 
 TILE_ROWS = 16
 # the larger calls a product takes, largest first, each where it gives a tile's bits
-# (`blocks_agree`): on an Intel AVX-512 machine 256-row calls cost about 20% less per row than
-# 64-row ones and a 1024-row call (a prefill chunk's prefix) another 8%, near MKL's one call
-# over all the rows; on an AMD one 64-row calls cost 20-35% less than 16-row tiles (RESULTS.md)
+# (`blocks_agree`): the larger the call, the less oneDNN's per-call setup costs a row
 BLOCK_SIZES = (1024, 256, 64)
 SLICE_COLUMNS = 4096  # columns per call of a wide weight; fixed per weight shape
 HALVED_COLUMNS = 512  # a weight at least this wide runs in two column halves (`column_slices`)
 # The widest weight reordered into oneDNN's layout (`reorderable`): in the supported models only
 # the LM head is wider, and its table is the embedding's in tied models, which must stay dense
-# for the lookups, so a reordered head would hold the largest weight twice (SmolLM2: 108 MiB of
-# 513; RESULTS.md, Demo memory). The head runs from the plain layout instead, in every path.
+# for the lookups, so a reordered head would hold the largest weight twice (in SmolLM2 a fifth
+# of the weights). The head runs from the plain layout instead, in every path.
 REORDER_MAX_COLUMNS = SLICE_COLUMNS
-_torch_linear = torch.nn.functional.linear  # the library's own, called for what is not ours
 
 
 def column_slices(n: int) -> list[tuple[int, int]]:
@@ -90,8 +77,7 @@ def column_slices(n: int) -> list[tuple[int, int]]:
 
 def product_slices(n: int, k: int, cores: int) -> list[tuple[int, int]]:
     """The slices a reordered weight [n, k] runs in on `cores` cores: its `column_slices`, or
-    on one core, where halves only add calls (a tenth of a one-tile decode step's products,
-    measured on SmolLM2), the weight whole, if `whole_agrees` (module docstring, *Blocks*)."""
+    on one core, where halves only add calls, the weight whole, if `whole_agrees` (module docstring, *Blocks*)."""
     slices = column_slices(n)
     if cores == 1 and len(slices) == 2 and whole_agrees(n, k):
         return [(0, n)]
@@ -159,7 +145,7 @@ _PACKED: dict[int, tuple] = {}  # id(Parameter) -> (what it was made from, its r
 def _packed_slices(weight: torch.Tensor) -> list[torch.Tensor]:
     """The `product_slices` of a model weight (a Parameter) at the cores in use, reordered once into oneDNN's blocked layout
     for TILE_ROWS-row calls (as inductor packs a frozen linear's weight; a dense weight runs a
-    kernel on its plain layout, slower: RESULTS.md, oneDNN products), kept while the Parameter
+    slower kernel on its plain layout), kept while the Parameter
     lives and remade when it changes: a new storage, shape or strides, or an in-place write that
     bumps its version. A write the version counter cannot see (through `.data`, or into an
     inference tensor) is not seen: `forget_reordered` drops a model's copies, and every
@@ -167,7 +153,7 @@ def _packed_slices(weight: torch.Tensor) -> list[torch.Tensor]:
     model still pickles whole (oneDNN's layout has no storage to save). A weight made for one
     call (a dequantised one) is not worth a reorder and goes dense, and so does a weight that is
     not `reorderable` (the LM head). The reordered copy costs the weight's size again in memory,
-    which a run that owns its model does not pay (models/reordered.py)."""
+    which a run that owns its model does not pay (engine/invariant/cpu/reordered.py)."""
     n, k = weight.shape
     if not isinstance(weight, torch.nn.Parameter) or not reorderable(weight):
         return _dense_slices(weight.t(), column_slices(n))
@@ -189,7 +175,7 @@ def _packed_slices(weight: torch.Tensor) -> list[torch.Tensor]:
 def reorderable(weight: torch.Tensor) -> bool:
     """Whether a model weight [N, K] runs from slices reordered into oneDNN's layout: fp32 and at
     most REORDER_MAX_COLUMNS wide (the LM head runs from its plain layout: why at the constant).
-    The rule is the shape's alone, the same for a kept copy and for models/reordered.py, so a
+    The rule is the shape's alone, the same for a kept copy and for engine/invariant/cpu/reordered.py, so a
     weight's calls never depend on who holds the model."""
     return weight.dtype == torch.float32 and weight.shape[0] <= REORDER_MAX_COLUMNS
 
@@ -199,7 +185,7 @@ def reorder_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[
     TILE_ROWS-row calls (`_reorder_linear_weight`), as `_onednn_tile` takes them. On one torch
     thread, as every call that reads them runs: oneDNN picks the block width of the layout by
     the thread count (its brgemm inner product's `get_adjusted_oc_block`), so a copy made at
-    two threads would not be the one a kept copy, made inside `invariant_products`, is."""
+    two threads would not be the one a kept copy, made inside `invariant_forward` (engine/invariant/linears.py), is."""
     threads = torch.get_num_threads()
     if threads != 1:
         torch.set_num_threads(1)
@@ -276,9 +262,8 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
     flat = x.contiguous()
     if m <= TILE_ROWS and CORES.alone:
         # A decode step's product on one core: one tile per slice, the very calls of the general
-        # path below (no block size fits 16 rows), without its bookkeeping: the products'
-        # Python took about 50 us a product on an AMD EPYC, a tenth of the decode steps' time
-        # in products (RESULTS.md, *P1 side by side: today against 970209c*)
+        # path below (no block size fits 16 rows), without its bookkeeping, which would cost a
+        # noticeable share of a small product's time
         tile = _rows(flat, 0, TILE_ROWS)
         got = [_onednn_tile(tile, part) for part in parts]
         return (got[0] if len(got) == 1 else torch.cat(got, dim=1))[:m]
@@ -396,7 +381,7 @@ def _joined(got: list[list[torch.Tensor]]) -> torch.Tensor:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear` in fixed row tiles (module docstring); CUDA and integer inputs go to torch's own."""
     if x.device.type != "cpu" or not x.is_floating_point() or x.dim() == 0 or weight.dim() != 2:
-        return _torch_linear(x, weight, bias)
+        return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
     if _onednn_for(x, weight):
         out = onednn_product(flat, _packed_slices(weight))
@@ -418,32 +403,3 @@ def in_row_tiles(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -
         x = F.pad(x, (0, 0, 0, padded - m))
     outs = [run(x[t : t + TILE_ROWS]) for t in range(0, padded, TILE_ROWS)]
     return torch.cat(outs)[:m]
-
-
-@contextmanager
-def invariant_products() -> Iterator[None]:
-    """Route `torch.nn.functional.linear` through `linear`, on one torch thread, for the duration.
-
-    `nn.Linear.forward` looks `F.linear` up when it runs, so this reaches every linear of an HF
-    model, with no change to the model. Torch itself runs on one thread, because a library GEMM
-    run on several threads splits its work by the shape and the thread count: measured under
-    MKL's AVX2 branch at 2 threads, a 16-row tile of [16, 128] x [128, 64] changes a row's bits
-    with its position, and so do the attention kernel's GEMMs. The threads torch was given
-    become `CORES` instead: whole tiles and slices, each one sequential kernel, shared between
-    threads (models/cores.py), so the records depend on the thread count no more than on the batch.
-    Not thread-safe: one forward at a time per process, as the engine runs them. Re-entrant."""
-    if torch.nn.functional.linear is linear:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.nn.functional.linear = linear
-    CORES.resize(threads)
-    if threads != 1:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.nn.functional.linear = _torch_linear
-        CORES.resize(1)
-        if threads != 1:
-            torch.set_num_threads(threads)

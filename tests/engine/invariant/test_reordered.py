@@ -1,6 +1,6 @@
-"""A model's linears kept only in oneDNN's layout (models/reordered.py): the products are the bits
+"""A model's linears kept only in oneDNN's layout (engine/invariant/cpu/reordered.py): the products are the bits
 of a one-thread loop of the library's calls on copies reordered here (what the kept copy of
-models/invariant.py gives), and float64's to float32's rounding; a tiny model of every family
+engine/invariant/cpu/products.py gives), and float64's to float32's rounding; a tiny model of every family
 keeps its logits and greedy tokens bit for bit; the dense weights are freed; a tied LM head
 stays dense."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nudgeability.models import invariant
-from nudgeability.models.cores import CORES
-from nudgeability.models.invariant import invariant_products
-from nudgeability.models.reordered import ReorderedLinear, reorder_linears
+from nudgeability.engine.invariant.cpu import products as invariant
+from nudgeability.engine.invariant.cpu.cores import CORES
+from nudgeability.engine.invariant.cpu.reordered import ReorderedLinear, reorder_linears
+from nudgeability.engine.invariant.linears import adopt, invariant_forward, product
 from nudgeability.models.testing.tiny import ARCHITECTURES, tiny_model
 from nudgeability.models.testing.tiny_tokenizers import tiny_tokenizer
 
@@ -65,16 +65,16 @@ def test_a_reordered_linear_gives_the_bits_of_the_library_loop_at_every_core_cou
             expected = expected + b
         expected = expected.view(2, m, n)
         for count in (1, 2, 3):
-            # the products' cores are torch's threads (`invariant_products`); the layer is made
+            # the products' cores are torch's threads (`invariant_forward`); the layer is made
             # at that thread count too (its reorder must not depend on it)
             torch.set_num_threads(count)
             layer = ReorderedLinear(dense)
             assert torch.equal(layer(x), expected), count  # outside the engine's products
-            with invariant_products():
+            with invariant_forward():
                 assert CORES.count == count
                 assert torch.equal(layer(x), expected), count
                 if invariant.reorderable(dense.weight):  # the kept copy: the same calls
-                    got = torch.nn.functional.linear(x, dense.weight, dense.bias)
+                    got = product(x, dense.weight, dense.bias)
                     assert torch.equal(got, expected), count
     exact = x.double() @ weight.double().t() + (0 if b is None else b.double())
     torch.testing.assert_close(expected, exact.float(), rtol=1e-5, atol=1e-4)
@@ -82,7 +82,7 @@ def test_a_reordered_linear_gives_the_bits_of_the_library_loop_at_every_core_cou
 
 def test_a_reordered_linear_refuses_what_it_cannot_compute():
     layer = ReorderedLinear(torch.nn.Linear(8, 4))
-    with pytest.raises(TypeError, match="models/reordered.py"):
+    with pytest.raises(TypeError, match="engine/invariant/cpu/reordered.py"):
         layer(torch.randn(2, 8, dtype=torch.float64))
 
 
@@ -104,7 +104,8 @@ def test_every_family_keeps_its_logits_and_greedy_tokens_and_frees_the_dense_wei
     head = converted.get_output_embeddings()
     assert remaining == ([head] if getattr(head, "weight", None) is table else [])  # tied: dense
     ids = torch.tensor([[5, 17, 33, 2, 90, 41, 7, 200, 11]])
-    with torch.no_grad(), invariant_products():
+    adopt(model), adopt(converted)  # the tied dense head, the one linear left, too
+    with torch.no_grad(), invariant_forward():
         expected = model(ids).logits
         assert torch.equal(converted(ids).logits, expected)
         kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)

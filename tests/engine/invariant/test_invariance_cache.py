@@ -1,4 +1,4 @@
-"""The needle's answer kept on disk (engine/invariance_check.py, `cached_check`): read back by a
+"""The needle's answer kept on disk (engine/invariant/needle.py, `cached_check`): read back by a
 later run with the same key instead of running the needle again, and run again whenever anything
 that chooses a kernel differs (a library setting, the thread count, the model's shapes), or the
 file cannot be read."""
@@ -11,8 +11,8 @@ import os
 import pytest
 import torch
 
-from nudgeability.engine import invariance_check
-from nudgeability.engine.invariance_check import cached_check
+from nudgeability.engine.invariant import needle
+from nudgeability.engine.invariant.needle import cached_check
 from nudgeability.models.testing.tiny import tiny_model
 
 
@@ -21,13 +21,13 @@ def needles(monkeypatch, tmp_path):
     """The needles actually run (each call of `_differing`), with the cache in tmp_path."""
     monkeypatch.setenv("NUDGE_CACHE", str(tmp_path))
     ran = []
-    real = invariance_check._differing
+    real = needle._differing
 
     def counted(*args, **kwargs):
         ran.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(invariance_check, "_differing", counted)
+    monkeypatch.setattr(needle, "_differing", counted)
     return ran
 
 
@@ -43,7 +43,7 @@ def test_a_second_run_reads_the_answer_and_runs_no_needle(needles, tmp_path):
     assert len(needles) == 1 and second.cached
     assert second.to_manifest() == first.to_manifest()
     (path,) = _files(tmp_path)
-    assert json.loads(path.read_text())["key"] == invariance_check.invariance_key(model)
+    assert json.loads(path.read_text())["key"] == needle.invariance_key(model)
 
 
 def test_another_setting_thread_count_or_shape_runs_the_needle_again(
@@ -82,9 +82,9 @@ def test_a_file_that_cannot_be_read_is_run_again_and_rewritten(needles, tmp_path
 
 def test_a_failing_answer_is_kept_failing(monkeypatch, tmp_path):
     monkeypatch.setenv("NUDGE_CACHE", str(tmp_path))
-    monkeypatch.setattr(invariance_check, "_differing", lambda *a, **k: [17])
+    monkeypatch.setattr(needle, "_differing", lambda *a, **k: [17])
     model = tiny_model("llama", num_layers=1, seed=3)
     assert not cached_check(model).holds
-    monkeypatch.setattr(invariance_check, "_differing", lambda *a, **k: pytest.fail("ran again"))
+    monkeypatch.setattr(needle, "_differing", lambda *a, **k: pytest.fail("ran again"))
     kept = cached_check(model)
     assert kept.cached and not kept.holds and kept.differing == (17,)

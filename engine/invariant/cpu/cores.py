@@ -1,6 +1,6 @@
 """The process's cores for the invariant forward: independent fixed-shape kernel calls shared
 between threads, each thread running torch on one thread, so that which core computes a call
-decides no bit (models/invariant.py says why the calls have fixed shapes)."""
+decides no bit (engine/invariant/cpu/products.py says why the calls have fixed shapes)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Cores:
     and each core runs the very calls a single thread would, on the same shapes, one sequential
     kernel each (torch releases the GIL inside its kernels). Which core computes a tile decides
     nothing about its bits, so the records do not depend on the core count
-    (tests/models/test_cores.py). `invariant_products` sets the count for its duration and
+    (tests/engine/invariant/test_cores.py). `invariant_products` sets the count for its duration and
     back to 1 after it; the threads stay, idle, for the next forward."""
 
     def __init__(self, count: int = 1):
@@ -126,6 +126,6 @@ def _in_mode(job: Callable[[], None], inference: bool, grad: bool) -> None:
         job()
 
 
-CORES = Cores()  # the process's cores; `invariant_products` sizes them to torch's thread count
+CORES = Cores()  # the process's cores; `invariant_forward` sizes them to torch's thread count
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=CORES.forget_threads)

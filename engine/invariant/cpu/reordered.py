@@ -1,14 +1,13 @@
 """A model's fp32 linears held only in oneDNN's layout: the weights' memory once, not twice.
 
-The invariant products (models/invariant.py) run a Parameter's product from a copy of its column
-slices reordered into oneDNN's blocked layout, kept beside the Parameter: 1.5-3.1x faster per
-call than the plain layout (RESULTS.md, oneDNN products), at the cost of the weights' size again
-(SmolLM2: +400 MiB on a 1.5 GiB demo; RESULTS.md, Demo memory). A run that loaded its model itself
+The invariant products (engine/invariant/cpu/products.py) run a Parameter's product from a copy of its column
+slices reordered into oneDNN's blocked layout, kept beside the Parameter (faster per call than
+the plain layout), at the cost of the weights' size again. A run that loaded its model itself
 and hands it to nobody else (splice/run/prepare.py) needs only the copy: `reorder_linears`
 replaces each fp32 `nn.Linear` on the CPU by a `ReorderedLinear` holding just the reordered
 slices, and the dense weight is freed. Its products are the very calls `invariant.linear` makes
 from the kept copy (`reorder_slices`, `onednn_product`), so the bits are the same by
-construction (tests/models/test_reordered.py), at any core count.
+construction (tests/engine/invariant/test_reordered.py), at any core count.
 
 What is given up: the module has no `weight` to read, write, save or move; it runs on the CPU in
 fp32 only, and not under `torch.compile` (inductor lowers oneDNN's matmul only for a frozen
@@ -21,14 +20,14 @@ from __future__ import annotations
 
 import torch
 
-from nudgeability.models.invariant import (
+from nudgeability.engine.invariant.cpu.products import (
     ONEDNN,
-    invariant_products,
     onednn_product,
     product_slices,
     reorder_slices,
     reorderable,
 )
+from nudgeability.engine.invariant.linears import InvariantLinear, invariant_forward
 
 
 class ReorderedLinear(torch.nn.Module):
@@ -39,7 +38,7 @@ class ReorderedLinear(torch.nn.Module):
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         # a plain attribute, not a buffer: oneDNN's layout has no storage to save or share
-        # sliced for the cores this process's products will use (`invariant_products` gives
+        # sliced for the cores this process's products will use (`invariant_forward` gives
         # them torch's threads); at any other count the bits are the same (`product_slices`)
         slices = product_slices(linear.out_features, linear.in_features, torch.get_num_threads())
         self.parts = reorder_slices(linear.weight, slices)
@@ -48,11 +47,11 @@ class ReorderedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype != torch.float32:
             raise TypeError(
-                f"ReorderedLinear runs fp32 on the CPU (models/reordered.py); got {x.dtype} on {x.device}"
+                f"ReorderedLinear runs fp32 on the CPU (engine/invariant/cpu/reordered.py); got {x.dtype} on {x.device}"
             )
         # on one torch thread with the cores as `invariant.linear` has them (re-entrant: free
         # inside the engine's forward), so that a call outside the engine gives the same bits
-        with invariant_products():
+        with invariant_forward():
             out = onednn_product(x.reshape(-1, self.in_features), self.parts)
         if self.bias is not None:
             out = out + self.bias
@@ -88,7 +87,7 @@ def reorder_linears(model: torch.nn.Module) -> int:
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
-        if type(child) is torch.nn.Linear
+        if type(child) in (torch.nn.Linear, InvariantLinear)
         and id(child.weight) not in shared
         and reorderable(child.weight)
     ]
@@ -102,8 +101,8 @@ def reorder_linears(model: torch.nn.Module) -> int:
 def _own_copies(model: torch.nn.Module) -> None:
     """Copy the weights left (embeddings, norms, biases) out of whatever memory they share. A
     safetensors load maps the whole file and every tensor is a view of that mapping, which
-    stays resident while any one of them lives: measured on SmolLM2, the freed linears' 400 MiB
-    stayed resident beside their reordered copies until the embedding and norms were copied."""
+    stays resident while any one of them lives, so the freed linears' pages stayed resident beside
+    their reordered copies until the embedding and norms were copied."""
     copies: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for parameter in model.parameters():  # each once: a tied table is one Parameter

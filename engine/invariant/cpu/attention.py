@@ -3,9 +3,8 @@
 ATen's CPU flash kernel (`_scaled_dot_product_flash_attention_for_cpu`,
 aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) cuts the queries of a call into blocks of 32,
 64 or 256 (chosen by the query count: thresholds 192 and 768) and the keys into blocks of
-min(512, keys); a short trailing block is a GEMM of another shape, and measured
-(benchmarks/kernel_branches.py) a query's bits then change with how many other queries share its
-call, under every MKL branch. So a query's result depended on the batch. Here the calls are
+min(512, keys); a short trailing block is a GEMM of another shape, and a query's bits then
+change with how many other queries share its call, under every MKL branch tried. So a query's result depended on the batch. Here the calls are
 shaped so that the kernel's blocking is fixed by the part of the step alone:
 
 - **shared keys** (a group's prefix for its folded row tokens): query rows in tiles of exactly
@@ -21,7 +20,7 @@ shaped so that the kernel's blocking is fixed by the part of the step alone:
   `PREFIX_BLOCK` positions aligned to the run's position 0, each one call of its g *
   PREFIX_BLOCK folded query rows against the keys it can reach (`prefix_block_attention`), so
   that every shape of the call, and a row's place in it, is fixed by the block's position
-  alone, whatever the chunking or the rest of the step (`cpu_parts.prefix_chunk`). These rows
+  alone, whatever the chunking or the rest of the step (`cpu_attention.prefix_chunk`). These rows
   are never compared with a row token's (which merges two key sets), only with themselves in
   another chunking, so their blocks need not be the row tokens' 16-row tiles: a block reads
   only the keys before its end, as a causal kernel would, instead of whole 512-key blocks;
@@ -33,14 +32,13 @@ shaped so that the kernel's blocking is fixed by the part of the step alone:
   token inside a prefill chunk of any width run the same GEMMs. Where a check on the machine
   finds the same bits (`packing_agrees`), a prefill chunk's tokens of one row share an item
   instead, up to OWN_QUERY_ROWS query rows (`own_tokens_per_item`): the kernel's per-item work
-  is most of this part's cost (RESULTS.md, *Kernels: the attention's cheaper calls*), and the
-  check makes the cheaper call a way of computing the same bits, never a change of them.
+  is most of this part's cost, and the check makes the cheaper call a way of computing the same bits, never a change of them.
 
 Padding is exact: a padded or hidden key gets the dtype's lowest finite bias, so its weight
 exp(s - max) is exactly 0 and a block that is all hidden leaves the running sums unchanged (its
 rescale factor is exactly 1), or, if it comes first, is multiplied away by an exact 0; padded key
 and value rows are zeros. What is left to the library is a row's position inside a 16-row tile
-of a fixed-shape GEMM, which `engine/invariance_check.py` checks on the machine before the
+of a fixed-shape GEMM, which `engine/invariant/needle.py` checks on the machine before the
 runner relies on it.
 """
 
@@ -49,15 +47,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nudgeability.engine.invariant.cpu.cores import CORES
+from nudgeability.engine.invariant.cpu.products import TILE_ROWS
 from nudgeability.engine.scheduling.step_layout import KEY_ALIGN
-from nudgeability.models.cores import CORES
-from nudgeability.models.invariant import TILE_ROWS
 
 QUERY_TILE = TILE_ROWS
 SHARED_BLOCK = 512
-# Query rows per tile of a shared-keys call with many rows, where `wide_tiles_agree`: about 10%
-# cheaper per row than QUERY_TILE on 729 rows against 1,024 keys (RESULTS.md, *Kernels: the
-# attention's cheaper calls*); from WIDE_FROM rows, under which whole wide tiles pad more.
+# Query rows per tile of a shared-keys call with many rows, where `wide_tiles_agree`: cheaper
+# per row than QUERY_TILE; from WIDE_FROM rows, under which whole wide tiles pad more.
 WIDE_TILE = 32
 WIDE_FROM = 128
 PREFIX_BLOCK = 64  # positions per call of a prefix chunk (`prefix_block_attention`)
@@ -70,7 +67,7 @@ OWN_BLOCK = KEY_ALIGN
 OWN_QUERY_ROWS = 128
 # The most bytes a packed own-keys bias may take: it holds each token's row once per query head
 # (g times the per-token bias, one copy per kv head), so a long prompt of a wide model would
-# otherwise build hundreds of MiB (32 heads, 2,048 x 2,048 keys: 512 MiB); over it the rows keep
+# otherwise build hundreds of MiB; over it the rows keep
 # one token per item, which gives the same bits.
 PACKED_BIAS_BYTES = 64 << 20
 LANES = 32  # fp32 elements per iteration of ATen's vectorised CPU loops (2 x 16, AVX-512)

@@ -1,5 +1,5 @@
 """On CPU a token's own keys run in one kernel call whose width is set by the token's row slot
-alone (engine/scheduling/step_layout.py `_by_key_width`, engine/attention/fixed_shape.py
+alone (engine/scheduling/step_layout.py `_by_key_width`, engine/invariant/cpu/attention.py
 `own_keys_attention`): every real token of every part of every step, recomputed here from its
 slot, sits in a part of exactly ceil((slot + 1) / 128) * 128 keys, whether it is fed alone or in
 a prefill chunk, whatever the other rows' lengths; every row token is in exactly one part; and

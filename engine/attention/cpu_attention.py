@@ -1,4 +1,4 @@
-"""A step's three kinds of attention on CPU, each through the fixed-shape calls of `fixed_shape.py`.
+"""A step's three kinds of attention on CPU, each through the fixed-shape calls of `engine/invariant/cpu/attention.py`.
 
 `shared_prefix_attention.py` says what each part attends to; this module lays each one out so
 that no query's kernel call depends on what else runs in the step:
@@ -9,9 +9,9 @@ that no query's kernel call depends on what else runs in the step:
   chunking (padding rows and hidden zero keys fill a block the chunk cuts, which changes
   nothing);
 - `prefix_segment`: row tokens against one prefix segment, folded into 16-row tiles (the groups
-  that share the segment in one call: `cpu_rows.py`);
+  that share the segment in one call: `cpu_decode_rows.py`);
 - `own_keys_rows`: each row token against its own row's slots, one token per kernel item (a
-  prefill chunk's tokens of a row packed into items where `fixed_shape.packing_agrees`), in
+  prefill chunk's tokens of a row packed into items where `attention.packing_agrees`), in
   spans of rows that the cores share (`keep_real` then drops a prefill part's padding).
 
 Masks are built once per step and window and cached in `layout.per_call`, shared by every layer.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nudgeability.engine.attention.fixed_shape import (
+from nudgeability.engine.invariant.cpu.attention import (
     OWN_BLOCK,
     PACKED_BIAS_BYTES,
     PREFIX_BLOCK,
@@ -38,6 +38,7 @@ from nudgeability.engine.attention.fixed_shape import (
     segment_width,
     shared_keys_attention,
 )
+from nudgeability.engine.invariant.cpu.cores import CORES
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.scheduling.step_layout import (
     GroupSpan,
@@ -45,7 +46,6 @@ from nudgeability.engine.scheduling.step_layout import (
     StepLayout,
     SuffixPart,
 )
-from nudgeability.models.cores import CORES
 
 
 def prefix_chunk(
@@ -65,7 +65,7 @@ def prefix_chunk(
     a causal bias. Every shape of the call is then fixed by b0 alone, whatever the chunking: a
     block that the chunk starts or ends inside is padded to its full rows (zero queries, whose
     outputs are dropped) and its keys past the chunk zero-padded and hidden, which changes no
-    visible row's sums (`fixed_shape.py`: a hidden key's weight is exactly 0). The blocks are
+    visible row's sums (`engine/invariant/cpu/attention.py`: a hidden key's weight is exactly 0). The blocks are
     dealt to the cores whole (`models/cores.Cores.share`)."""
     kv = handle.k.shape[0]
     _, h, _, d = q.shape
@@ -186,7 +186,7 @@ def _segment_keys(handle: LayerKV, pool_start: int, keys: int, window: int | Non
     (zero-filled storage, or K/V of real tokens), so each hidden score is the bias itself: in
     fp32 and bf16 the lowest finite value absorbs any score below 1e31, exactly as a zero key's
     0. Its weight is then exactly 0 and its value row adds an exact 0, as a zero row would. So
-    both give the same bits (tests/engine/test_fixed_shape_attention.py), and the in-place read
+    both give the same bits (tests/engine/invariant/test_attention_shapes.py), and the in-place read
     saves copying a long prefix's keys in every layer of every step. Sliding layers and fp16
     (whose lowest finite value absorbs nothing) take the copy."""
     padded = segment_width(keys)
@@ -271,8 +271,8 @@ def keep_real(part: SuffixPart, o: torch.Tensor, lse: torch.Tensor):
 def _own_bias(layout: StepLayout, part: SuffixPart, index: int, window, kv, dtype, a, b, g, tokens):
     """Query i of row k, at slot first_slot[k] + i, sees key slot j when j <= its slot (and
     within the window): `[kv * (b - a), width, 1, hw]` for rows [a, b), kv-major; for items of
-    `tokens` > 1 tokens, laid out as `fixed_shape.pack_bias` (built once per step, as the
-    per-token one; `own_keys_rows` packs only under `fixed_shape.PACKED_BIAS_BYTES`)."""
+    `tokens` > 1 tokens, laid out as `attention.pack_bias` (built once per step, as the
+    per-token one; `own_keys_rows` packs only under `attention.PACKED_BIAS_BYTES`)."""
     key = ("own", index, window, kv, dtype, a, b, g, tokens)
     if key not in layout.per_call:
         i = part.first_slot[a:b, None] + torch.arange(part.width, device=part.first_slot.device)

@@ -1,14 +1,12 @@
 """Whether this machine keeps a sequence's logits independent of the batch: a needle, measured.
 
-The engine's CPU products and attention run in fixed shapes (models/invariant.py,
-engine/attention/fixed_shape.py), so a row's sums no longer depend on how many rows share a
+The engine's CPU products and attention run in fixed shapes (engine/invariant/cpu/products.py,
+engine/invariant/cpu/attention.py), so a row's sums no longer depend on how many rows share a
 call. One thing is still the library's: where a row sits inside a 16-row tile of a fixed-shape
-GEMM. MKL's kernels keep it on every code branch measured (benchmarks/kernel_branches.py), but
-nothing documents it, so a run that depends on it (the stream, a resume, a replay of one unit)
+GEMM. MKL's kernels keep it on every code branch tried, but nothing documents it, so a run that depends on it (the stream, a resume, a replay of one unit)
 asks the machine first: vLLM's needle test on the run's own model, one prompt alone against the
 same prompt at several places among 1-39 short others, every step's logits compared bit for bit.
-About 7 s on SmolLM2 at 2 cores (most of it the 20 forwards of 5 short generations). Where it
-fails, the runner takes the by-unit schedule and the manifest says why (splice/run/runner.py).
+It costs seconds (most of it the 20 forwards of 5 short generations). Where it fails, the runner takes the by-unit schedule and the manifest says why (splice/run/runner.py).
 
 The answer is a property of the kernels a forward calls, and those are chosen by shapes and
 dtypes, the CPU, the libraries and their settings, and this package's code, never by the values
@@ -43,8 +41,7 @@ BATCHES = (2, 5, 17, 40)
 NEEDLE_TOKENS = 37
 # The others are short: what the needle tests is where its rows land among theirs (tile
 # positions, chunk neighbours), which short prompts vary as well as long ones. Their length is
-# most of the check's cost: on SmolLM2 at 2 cores, others of 3-70 tokens took 12.3 s, of 3-12
-# tokens 6.8 s (the rest is the forwards themselves).
+# most of the check's cost.
 OTHER_TOKENS = 12
 STEPS = 3
 
@@ -83,8 +80,8 @@ def check_invariance(
     differing = _differing(model, batches, seed, batch_invariant)
     # The needle's engine is garbage in reference cycles (its sequences and groups refer to each
     # other): collected now, with the logits it kept, rather than at Python's next full
-    # collection, and the heap it frees handed back (util/heap.py). On SmolLM2 the process keeps
-    # 94 MiB less for the rest of the run (benchmarks/demo_memory.py).
+    # collection, and the heap it frees handed back (util/heap.py), so the rest of the run does
+    # not carry it.
     gc.collect()
     release_freed_heap()
     return InvarianceCheck(

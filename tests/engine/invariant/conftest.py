@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nudgeability.models.cores import CORES
+from nudgeability.engine.invariant.cpu.cores import CORES
 
 
 @pytest.fixture
