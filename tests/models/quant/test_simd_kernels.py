@@ -28,6 +28,7 @@ import sys
 import pytest
 import torch
 
+from nudgeability.engine.invariant.linears import adopt, invariant_forward
 from nudgeability.models.quant import BnB4Linear, FP8BlockLinear, PackQuantizedLinear, cpu_kernels
 from nudgeability.models.quant.fp8_linear import quantize_fp8_block
 
@@ -197,13 +198,16 @@ def test_a_row_computes_the_same_alone_or_in_any_batch(case, no_handover):
 
 
 def test_a_prefill_runs_the_kernel_in_tiles_not_a_path_chosen_by_rows():
-    """Beyond SIMD_MAX_ROWS rows the kernel used to hand a prefill over to the exact path, a
-    path chosen by M: a row then got other bits in a long prefill than in a decode. The layer now
-    feeds its kernel 16-row tiles (engine/invariant/cpu/products.py), so every row is the kernel's, alone or
-    among many."""
+    """Beyond SIMD_MAX_ROWS rows the kernel hands a prefill over to the exact path, a path chosen
+    by M: a row would then get other bits in a long prefill than in a decode. In the engine's CPU
+    forward the layer feeds its kernel 16-row tiles (engine/invariant/linears.py `adopt`), so
+    every row is the kernel's, alone or among many."""
     layer, _ = build("w4_g64_asym")
     x = torch.randn(cpu_kernels.SIMD_MAX_ROWS[layer.compute_path] + 7, layer.in_features)
-    with torch.no_grad():
+    with torch.no_grad():  # outside the engine: the rows decide the path
+        assert torch.equal(layer(x), layer.exact_forward(x))
+    adopt(layer)
+    with torch.no_grad(), invariant_forward():
         alone = torch.cat([layer(x[i : i + 1]) for i in range(x.shape[0])])
         assert torch.equal(layer(x), alone)
         assert not torch.equal(layer(x), layer.exact_forward(x))
