@@ -75,15 +75,12 @@ class Engine:
     per step in `stats.trace`. `batch_invariant` pads every forward and LM-head call to the rows
     that keep a sequence's logits independent of the batch (`model_runner`, engine/README.md);
     False runs them at their natural row counts.
-    `static_decode` (default off: opt-in; it has run on a GPU, where its steps replayed as CUDA
-    graphs are faster than the eager cascade's, benchmarks/gpu_check.py) runs steps of
-    single-token rows with fixed shapes, rows padded to a bucket and one FlexAttention call per
-    layer (`attention/static_decode.py`; on CUDA compiled by Inductor), and `cuda_graphs`
-    (default: with static_decode on CUDA) replays them as CUDA graphs, each bucket's first
-    captured step checked once against the eager cascade (`attention/static_dispatch.py`). By
-    default every step runs the eager cascade over stock SDPA kernels
-    (`attention/shared_prefix_attention.py`; on CPU through the fixed-shape calls of
-    `attention/fixed_shape.py`), on CPU and CUDA alike.
+    `static_decode` (opt-in; on a GPU faster than the eager cascade, benchmarks/gpu_check.py)
+    runs steps of single-token rows with fixed shapes, rows padded to a bucket, one FlexAttention
+    call per layer (`attention/static_decode.py`), and `cuda_graphs` (default: with it on CUDA)
+    replays them as CUDA graphs, each bucket's first captured step checked once against the eager
+    cascade (`attention/static_dispatch.py`). By default every step runs the eager cascade
+    (`attention/shared_prefix_attention.py`; on CPU through engine/invariant/cpu/attention.py).
     """
 
     def __init__(

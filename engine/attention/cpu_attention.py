@@ -66,7 +66,7 @@ def prefix_chunk(
     block that the chunk starts or ends inside is padded to its full rows (zero queries, whose
     outputs are dropped) and its keys past the chunk zero-padded and hidden, which changes no
     visible row's sums (`engine/invariant/cpu/attention.py`: a hidden key's weight is exactly 0). The blocks are
-    dealt to the cores whole (`models/cores.Cores.share`)."""
+    dealt to the cores whole (`engine/invariant/cpu/cores.Cores.share`)."""
     kv = handle.k.shape[0]
     _, h, _, d = q.shape
     g = h // kv

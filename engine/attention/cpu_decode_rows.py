@@ -17,7 +17,7 @@ machine before the runner relies on it. A sliding layer's segment bias depends o
 rows' positions, so there each group keeps its own call.
 
 The pieces (each segment call in spans of whole tiles, the own keys in spans of rows) are dealt
-to the cores by `models/cores.Cores.share`; each piece is the same calls on whichever core
+to the cores by `engine/invariant/cpu/cores.Cores.share`; each piece is the same calls on whichever core
 runs it. The merges then run per group in segment order, as `_prefix_attention` in
 `shared_prefix_attention.py` merges them.
 """

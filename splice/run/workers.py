@@ -1,6 +1,6 @@
 """One run as N single-threaded worker processes, each the run's shard k of N, then merged.
 
-The engine's CPU forward already uses every core of one process (models/cores.Cores: whole
+The engine's CPU forward already uses every core of one process (engine/invariant/cpu/cores.Cores: whole
 fixed-shape calls shared between threads, which keeps a row's bits independent of the batch and
 of the thread count). But the Python around those calls is serial, so one process leaves its
 other cores idle for part of every step. Workers are the other way round: N processes, each

@@ -65,7 +65,7 @@ def test_a_step_sends_its_inputs_to_the_device_in_one_copy(monkeypatch):
 
 def _tiny_ops(layers: int):
     """Counted on one core: on several, the fixed-shape calls are shared between threads
-    (models/cores.Cores) and each shared attention call adds the `cat` of its parts."""
+    (engine/invariant/cpu/cores.Cores) and each shared attention call adds the `cat` of its parts."""
     model = tiny_model("llama", num_layers=layers)
     prefix = random_ids(150, seed=2)
     suffixes = [random_ids(n, seed=10 + n) for n in (3, 7, 12, 5)]
@@ -85,7 +85,7 @@ def test_decode_step_work_is_hf_step_plus_the_cascade_per_layer():
     cascade may add 16 operations, each named: a second attention call (1); the gathers of the
     queries into the per-token layout and of each row's keys and values from its blocks (3); the
     copies that lay them out for the fixed-shape kernel calls (4: engine/attention/
-    fixed_shape.py); the padding of the folded queries to 16-row tiles and of the prefix keys
+    engine/invariant/cpu/attention.py); the padding of the folded queries to 16-row tiles and of the prefix keys
     and values to 512-key blocks (3); the merge (difference of log-sum-exps, its padding onto
     whole vector lanes, sigmoid, lerp: 4); and the padding of the output to the step's pad rows
     (1). HF's two KV `cat`s are the engine's two KV writes."""

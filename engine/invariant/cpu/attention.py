@@ -124,7 +124,7 @@ def shared_keys_attention(
     spans = CORES.spans(tiles)
     if len(spans) == 1:
         out, lse = _flash(q, k, v, 0.0, False, attn_mask=bias, scale=scaling)[:2]
-    else:  # the tiles are the call's heads: each core takes whole ones (models/cores.Cores)
+    else:  # the tiles are the call's heads: each core takes whole ones (engine/invariant/cpu/cores.Cores)
         parts: list = [None] * len(spans)
 
         def job(i: int, a: int, b: int):
@@ -162,7 +162,7 @@ def wide_tiles_agree(keys: int, d: int, dtype: torch.dtype, masked: bool) -> boo
     the mask's presence and the thread count), measured once per key and kept: rows drawn at
     random through wide tiles, against the same rows shuffled into narrow ones. Where it does
     not hold the calls keep QUERY_TILE, so that no record depends on the answer (as
-    `models/invariant.blocks_agree` does for the products)."""
+    `cpu/products.blocks_agree` does for the products)."""
     key = (keys, d, dtype, masked, torch.get_num_threads())
     agrees = _WIDE.get(key)
     if agrees is None:
@@ -271,7 +271,7 @@ def packing_agrees(tokens: int, g: int, hw: int, d: int, dtype: torch.dtype) -> 
     (kernel shapes set by (tokens, g, hw, D, dtype) and the thread count), measured once per key
     and kept: random rows under a random causal bias through both calls. Where it does not hold
     the own keys stay one token per item, so that no record depends on the answer. As with
-    `models/invariant.blocks_agree`, the answer is the kernel's, chosen by shapes, not values."""
+    `cpu/products.blocks_agree`, the answer is the kernel's, chosen by shapes, not values."""
     key = (tokens, g, hw, d, dtype, torch.get_num_threads())
     agrees = _PACKING.get(key)
     if agrees is None:

@@ -27,11 +27,9 @@ on it.
 `BLOCK_SIZES` rows from row 0 (the largest first) and tiles for the rest (`row_blocks`), but
 only where a block gives every row the very bits a tile gives it: `blocks_agree` measures that
 once per block size and kind of weight slice (shape, layout, dtype, thread count) on this
-machine, and a size for which it does not hold is not used. Either way a row's bits are its
-tile's, so no record depends on the answer, on M, or on the core count that decides where
-blocks are worth taking. The column halves are the same kind of case: they exist to give a
-one-tile product to two cores, and on one core (every worker of `nudge run`'s default) they
-only double the calls, so there a reordered weight runs whole (`product_slices`) where
+machine, and a size for which it does not hold is not used: a row's bits are its tile's
+either way. Likewise the column halves, which only double the calls on one core (every worker
+of `nudge run`'s default): there a reordered weight runs whole (`product_slices`) where
 `whole_agrees` finds that the whole gives every column the halves' bits.
 
 `linear` is what the model's adopted linears call inside the engine's CPU forward

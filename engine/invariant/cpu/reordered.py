@@ -5,7 +5,7 @@ slices reordered into oneDNN's blocked layout, kept beside the Parameter (faster
 the plain layout), at the cost of the weights' size again. A run that loaded its model itself
 and hands it to nobody else (splice/run/prepare.py) needs only the copy: `reorder_linears`
 replaces each fp32 `nn.Linear` on the CPU by a `ReorderedLinear` holding just the reordered
-slices, and the dense weight is freed. Its products are the very calls `invariant.linear` makes
+slices, and the dense weight is freed. Its products are the very calls `products.linear` makes
 from the kept copy (`reorder_slices`, `onednn_product`), so the bits are the same by
 construction (tests/engine/invariant/test_reordered.py), at any core count.
 
@@ -49,7 +49,7 @@ class ReorderedLinear(torch.nn.Module):
             raise TypeError(
                 f"ReorderedLinear runs fp32 on the CPU (engine/invariant/cpu/reordered.py); got {x.dtype} on {x.device}"
             )
-        # on one torch thread with the cores as `invariant.linear` has them (re-entrant: free
+        # on one torch thread with the cores as `products.linear` has them (re-entrant: free
         # inside the engine's forward), so that a call outside the engine gives the same bits
         with invariant_forward():
             out = onednn_product(x.reshape(-1, self.in_features), self.parts)
