@@ -94,7 +94,10 @@ def register(subparsers) -> None:
     )
     run.add_argument("--sentences", help="the sentences file (default: the shipped sentences.toml)")
     run.add_argument(
-        "--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)"
+        "--dtype",
+        default=None,
+        help="float32, bfloat16 or float16 (default: float32 on CPU; on CUDA the checkpoint's "
+        "own: bfloat16 for bf16, FP8, W4A16, BNB4 and fp32 checkpoints, float16 for fp16 ones)",
     )
     run.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     run.add_argument(
@@ -118,9 +121,11 @@ def register(subparsers) -> None:
     )
     run.add_argument(
         "--static-decode",
-        action="store_true",
-        help="CUDA: decode steps on fixed shapes, replayed as CUDA graphs (faster steps where the host "
-        "bounds an eager one; records differ from the default's in a logit's last bits)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="decode steps on fixed shapes, replayed as CUDA graphs (default: on with CUDA, where "
+        "an eager step waits on the host; --no-static-decode runs the eager cascade; records "
+        "differ between the two in a logit's last bits)",
     )
     run.add_argument(
         "--chunk-size",

@@ -142,3 +142,19 @@ def load_model(
         model.to(device)
     model.eval()
     return LoadedModel(model=model, tokenizer=tokenizer, source=source)
+
+
+def gpu_compute_dtype(source: ModelSource) -> str:
+    """The dtype a GPU computes `source`'s checkpoint in when none is asked for: float16 where
+    its config states float16, else bfloat16: a bf16 checkpoint's own, the activations' dtype of
+    an FP8, W4A16 or BNB4 checkpoint (whose fast kernels, `_scaled_mm` and tinygemm, take bf16),
+    and a GGUF file's or an fp32 checkpoint's (float32 only when asked: it would hold twice the
+    memory for the same weights and skip the tensor cores)."""
+    from nudgeability.models.preflight import read_config
+
+    config = read_config(source.directory)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    stated = next(
+        (c.get(k) for c in (config, text) for k in ("dtype", "torch_dtype") if c.get(k)), None
+    )
+    return "float16" if stated == "float16" else "bfloat16"

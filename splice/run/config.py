@@ -57,7 +57,9 @@ class RunConfig:
     model: str = DEFAULT_MODEL  # 'smollm2', a checkpoint directory or .gguf, or a repo id
     model_label: str | None = None  # the experiment's model name (stats joins runs by it)
     family: str | None = None  # the model family; None: detected
-    dtype: str = "float32"
+    # None: float32 on CPU; on CUDA the checkpoint's own (bf16, or fp16 where it is fp16:
+    # models/loader.py `gpu_compute_dtype`); resolved: the dtype the run computes in
+    dtype: str | None = None
     device: str | None = None  # None: cuda if available, else cpu
     task: str = "musique"
     data: str | None = None  # the data file; None: the task's shipped sample
@@ -83,7 +85,9 @@ class RunConfig:
     # CUDA: decode steps on fixed shapes replayed as CUDA graphs (engine/README.md, *Fixed-shape
     # decode*): faster steps on a GPU (benchmarks/gpu_check.py), a logit's last bits other than the
     # eager cascade's. Not a CPU setting
-    static_decode: bool = False
+    # decode steps on fixed shapes replayed as CUDA graphs; None: on where the engine sizes its
+    # KV pool from device memory (CUDA), off elsewhere; resolved: True or False
+    static_decode: bool | None = None
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
     # B's token uncertainty and hidden state at the cut (splice/run/signals.py); on with --signals,
@@ -133,6 +137,9 @@ class RunConfig:
         if unknown:
             raise ConfigError(f"config.{unknown[0]}: not a setting of this version of nudgeability")
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        # a resolved config leaves the eager decode out of its JSON (`to_dict`): off, not "the
+        # device's default"
+        values.setdefault("static_decode", False)
         try:
             return cls(**values)
         except TypeError as exc:

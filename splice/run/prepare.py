@@ -44,7 +44,13 @@ from nudgeability.splice.run.remote import (
     open_remote,
     register_conversations,
 )
-from nudgeability.splice.run.validation import Validated, Workload, check_fits, validate
+from nudgeability.splice.run.validation import (
+    Validated,
+    Workload,
+    check_fits,
+    device_defaults,
+    validate,
+)
 from nudgeability.splice.rundir.manifest import (
     Shown,
     ShownProblem,
@@ -103,6 +109,8 @@ def prepare(
     model name the server answers to, and no model is loaded here.
     """
     valid = validate(requested, remote)
+    defaults = device_defaults(requested, valid.device)
+    requested = replace(requested, dtype=defaults.dtype, static_decode=defaults.static_decode)
     sentences = load_sentences(requested.sentences)
     task = get_task(requested.task)
     data = Path(requested.data) if requested.data is not None else task.default_data_path()

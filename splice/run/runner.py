@@ -178,7 +178,7 @@ def engine_options(config: RunConfig) -> dict:
     return {
         "max_batch_tokens": config.max_batch_tokens,
         "gpu_memory_utilization": config.gpu_memory_utilization,
-        "static_decode": config.static_decode,
+        "static_decode": bool(config.static_decode),  # None, unresolved: the engine's own
     }
 
 

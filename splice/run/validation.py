@@ -76,7 +76,7 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
         )
     if requested.max_batch_tokens is not None and requested.max_batch_tokens < 1:
         raise ConfigError(f"--max-batch-tokens {requested.max_batch_tokens}: must be >= 1")
-    if requested.dtype not in DTYPES:
+    if requested.dtype is not None and requested.dtype not in DTYPES:
         raise ConfigError(f"--dtype {requested.dtype!r}: expected one of {', '.join(DTYPES)}")
     if requested.quant_compute is not None and requested.quant_compute not in QUANT_COMPUTES:
         raise ConfigError(
@@ -248,3 +248,30 @@ def _check_batch_budget(work: Workload, budget: int) -> None:
                     f"{problem.id}'s {name} can need {need} KV token slots; raise the budget to "
                     f"at least {need}, or lower --max-new-tokens"
                 )
+
+
+@dataclass(frozen=True)
+class DeviceDefaults:
+    """What a run computes in on its device when the flags leave it to the device."""
+
+    dtype: str  # one of DTYPES (a run on a server: the server's, set by prepare)
+    static_decode: bool  # graphed fixed-shape decode
+
+
+def device_defaults(requested: RunConfig, device: str) -> DeviceDefaults:
+    """`requested`'s dtype and decode as asked, or else as `device` suits them: on CPU float32
+    and the eager cascade (the batch-invariant path); where the engine sizes its KV pool from
+    device memory (CUDA), the checkpoint's own compute dtype (models/loader.py
+    `gpu_compute_dtype`, which reads its config.json: no weight is loaded) and decode steps on
+    fixed shapes replayed as CUDA graphs."""
+    gpu = batches_from_pool(device)
+    static_decode = gpu if requested.static_decode is None else requested.static_decode
+    dtype = requested.dtype
+    if dtype is None:
+        if gpu:
+            from nudgeability.models.loader import gpu_compute_dtype, resolve
+
+            dtype = gpu_compute_dtype(resolve(requested.model))
+        else:
+            dtype = "float32"
+    return DeviceDefaults(dtype, static_decode)

@@ -19,6 +19,7 @@ The kernels compute every row count here: the prefill hand-over (`SIMD_MAX_ROWS`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -207,9 +208,15 @@ def test_a_prefill_runs_the_kernel_in_tiles_not_a_path_chosen_by_rows():
     with torch.no_grad():  # outside the engine: the rows decide the path
         assert torch.equal(layer(x), layer.exact_forward(x))
     adopt(layer)
+    seen = []
+    run = layer.fused.run
+    layer.fused = dataclasses.replace(layer.fused, run=lambda t: seen.append(len(t)) or run(t))
     with torch.no_grad(), invariant_forward():
         alone = torch.cat([layer(x[i : i + 1]) for i in range(x.shape[0])])
+        assert seen == [1] * x.shape[0]  # a decode row alone: no padded tile, no wasted rows
+        seen.clear()
         assert torch.equal(layer(x), alone)
+        assert seen == [16] * (x.shape[0] // 16) + [x.shape[0] % 16]
         assert not torch.equal(layer(x), layer.exact_forward(x))
 
 

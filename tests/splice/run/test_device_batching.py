@@ -149,6 +149,10 @@ def test_a_cuda_run_takes_its_chunk_size_from_the_pool_once(
         max_new_tokens=16,
         max_new_tokens_arm=8,
         device="cpu",
+        # what the pool holds is the subject here, not the device's defaults
+        # (tests/splice/run/test_device_defaults.py): the CPU's, asked for
+        dtype="float32",
+        static_decode=False,
     )
 
     def run(out, **changes):
