@@ -38,16 +38,10 @@ def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return linear(x, weight, bias) if _depth else F.linear(x, weight, bias)
 
 
-def rows(path, x: torch.Tensor) -> torch.Tensor:
-    """A quantised layer's fused kernel `path.run(x)`, inside `invariant_forward` on CPU called on
-    16-row tiles, so that no call holds more rows than a tile: a kernel that hands many rows to
-    another path (models/quant/cpu_kernels.py) never does. A library kernel with its own blocking
-    by rows sees exact, zero-padded tiles, one shape whatever the rows (cpu/products.py); one
-    whose rows are computed apart (`path.rows_apart`: each row summed in one fixed order however
-    many share the call) is given the real rows only, since padding would only add work."""
-    if not (_depth and x.device.type == "cpu"):
-        return path.run(x)
-    return in_row_tiles(path.run, x, padded=not path.rows_apart)
+def rows(run, x: torch.Tensor) -> torch.Tensor:
+    """`run(x)` for a kernel with its own blocking by rows: called on exact 16-row tiles inside
+    `invariant_forward`, so that it sees one shape whatever the rows (cpu/products.py)."""
+    return in_row_tiles(run, x) if _depth and x.device.type == "cpu" else run(x)
 
 
 class InvariantLinear(torch.nn.Linear):

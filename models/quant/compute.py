@@ -72,9 +72,6 @@ class FusedPath:
     tensors: tuple[torch.Tensor, ...] = ()
     choose: Callable[[torch.Tensor], Sequence] | None = None
     signature: str = ""
-    # whether a row's result is the same whatever other rows share the call (the fused CPU
-    # kernels of numba_kernels.py, by construction): such a kernel needs no padded row tiles
-    rows_apart: bool = False
 
 
 class QuantLinearBase(nn.Module):
@@ -99,7 +96,7 @@ class QuantLinearBase(nn.Module):
     # the library's own, until a caller that needs other calls gives the layer its own (the
     # engine's CPU invariance, engine/invariant/linears.py `adopt`: fixed row tiles).
     product: Callable[..., torch.Tensor] = staticmethod(torch.nn.functional.linear)
-    rows: Callable[..., torch.Tensor] = staticmethod(lambda path, x: path.run(x))
+    rows: Callable[..., torch.Tensor] = staticmethod(lambda run, x: run(x))
 
     def fused_path(self, read: Callable[[str], torch.Tensor], bf16: bool) -> FusedPath | str:
         """The fused kernel for this layer on its device (with `bf16`, the libraries' bf16 CPU
@@ -145,7 +142,7 @@ class QuantLinearBase(nn.Module):
         # a fused kernel runs over the rows as `rows` says (fixed tiles in the engine's CPU
         # forward); the dense path is a product, which `product` already runs so
         dense = self.fused.name == DENSE_PATH
-        y = self.fused.run(flat) if dense else self.rows(self.fused, flat)
+        y = self.fused.run(flat) if dense else self.rows(self.fused.run, flat)
         y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 

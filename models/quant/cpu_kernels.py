@@ -116,8 +116,7 @@ def _simd_run(
         kernel(xs.numpy(), *arguments, roundings[x.dtype], out.numpy())
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 
-    # the kernels sum each row in one fixed order whatever rows share the call (numba_kernels.py)
-    return FusedPath(name, run, tensors, rows_apart=True)
+    return FusedPath(name, run, tensors)
 
 
 def w4a16_simd_path(

@@ -390,19 +390,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
-def in_row_tiles(
-    run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, padded: bool = True
-) -> torch.Tensor:
-    """`run(x)` for x [M, K], called on 16-row tiles: exact ones (zero-padded), so that a kernel
-    with its own blocking by rows sees one shape whatever M is; or, not `padded`, the last tile
-    short, for a kernel whose rows do not depend on each other."""
+def in_row_tiles(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """`run(x)` for x [M, K], called on exact 16-row tiles (zero-padded), so that a kernel with
+    its own blocking by rows sees one shape whatever M is."""
     m = x.shape[0]
-    if m <= TILE_ROWS and (m == TILE_ROWS or not padded):
+    if m == TILE_ROWS:
         return run(x)
-    if not padded:
-        return torch.cat([run(x[t : t + TILE_ROWS]) for t in range(0, m, TILE_ROWS)])
-    rows = -(-m // TILE_ROWS) * TILE_ROWS
-    if rows != m:
-        x = F.pad(x, (0, 0, 0, rows - m))
-    outs = [run(x[t : t + TILE_ROWS]) for t in range(0, rows, TILE_ROWS)]
+    padded = -(-m // TILE_ROWS) * TILE_ROWS
+    if padded != m:
+        x = F.pad(x, (0, 0, 0, padded - m))
+    outs = [run(x[t : t + TILE_ROWS]) for t in range(0, padded, TILE_ROWS)]
     return torch.cat(outs)[:m]

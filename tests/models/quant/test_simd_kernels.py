@@ -213,10 +213,10 @@ def test_a_prefill_runs_the_kernel_in_tiles_not_a_path_chosen_by_rows():
     layer.fused = dataclasses.replace(layer.fused, run=lambda t: seen.append(len(t)) or run(t))
     with torch.no_grad(), invariant_forward():
         alone = torch.cat([layer(x[i : i + 1]) for i in range(x.shape[0])])
-        assert seen == [1] * x.shape[0]  # a decode row alone: no padded tile, no wasted rows
+        assert seen == [16] * x.shape[0]  # one row alone: one exact tile
         seen.clear()
         assert torch.equal(layer(x), alone)
-        assert seen == [16] * (x.shape[0] // 16) + [x.shape[0] % 16]
+        assert seen == [16] * -(-x.shape[0] // 16)  # never more rows than a tile
         assert not torch.equal(layer(x), layer.exact_forward(x))
 
 
