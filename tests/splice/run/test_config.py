@@ -22,7 +22,9 @@ def test_the_pool_memory_share_is_written_only_when_given():
     from nudgeability.splice.run.config import RunConfig
 
     assert "gpu_memory_utilization" not in RunConfig(chunk_size=32).to_dict()
-    given = RunConfig(chunk_size=32, gpu_memory_utilization=0.5)
+    # resolved, as a manifest holds it: the decode is on or off (None, the device's default,
+    # is resolved by `prepare` and never written)
+    given = RunConfig(chunk_size=32, gpu_memory_utilization=0.5, static_decode=False)
     assert given.to_dict()["gpu_memory_utilization"] == 0.5
     assert RunConfig.from_dict(given.to_dict()) == given
     # likewise the fixed-shape decode: off (every run before it existed) is not written
