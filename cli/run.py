@@ -26,7 +26,7 @@ from nudgeability.splice.run.config import (
     default_out,
 )
 
-from .values import parse_max_new_tokens, parse_n, parse_seeds, parse_shard  # noqa: E402
+from .values import parse_max_new_tokens, parse_n, parse_seeds, parse_shard
 
 _DEFAULT_TOKENS = ",".join(map(str, DEFAULT_MAX_NEW_TOKENS))
 

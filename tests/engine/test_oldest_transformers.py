@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers.child_pytest import run_pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 OLDEST = "5.17"
 
 
@@ -53,24 +52,6 @@ def test_arms_equal_solo_on_the_oldest_accepted_transformers(tmp_path):
         check=True,
     ).stdout.strip()
     assert version.startswith(OLDEST), version
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-n",
-            "0",
-            "-m",
-            "not slow",
-            "-p",
-            "no:cacheprovider",
-            "tests/engine/test_arm_equals_solo.py",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    run = run_pytest(["tests/engine/test_arm_equals_solo.py"], env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " failed" not in run.stdout

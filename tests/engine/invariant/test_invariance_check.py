@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.child_pytest import run_pytest
 from helpers.engine_reference import ARCHS
 
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.engine.invariant.needle import check_invariance
 from nudgeability.models.testing.tiny import tiny_model
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -107,25 +104,5 @@ UNDER_BRANCHES = [
 @pytest.mark.parametrize("branch", _branches())
 def test_the_invariance_tests_pass_under_every_mkl_branch(branch):
     env = {**os.environ, "MKL_CBWR": branch, "ONEDNN_MAX_CPU_ISA": ONEDNN_ISA[branch]}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-x",
-            "-q",
-            "-n",
-            "0",
-            "-m",
-            "not slow",
-            "-p",
-            "no:cacheprovider",
-        ]
-        + ["-k", "not bfloat16 and not gemma4 and not glm4"]
-        + UNDER_BRANCHES,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    done = run_pytest(UNDER_BRANCHES, env, "-x", "-k", "not bfloat16 and not gemma4 and not glm4")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
