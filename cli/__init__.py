@@ -1,4 +1,4 @@
-"""The `nudge` command line: run, merge, bench, verify, stats, report.
+"""The `nudge` command line: run, merge, bench, verify, stats, report, plan.
 
 One small module per command (`cli/<command>.py`) holds its flags, one call into the
 library and the printing of the result; it registers itself here through a `register(subparsers)`
@@ -23,6 +23,7 @@ _SUBCOMMANDS = {
     "verify": "nudgeability.cli.verify",
     "stats": "nudgeability.cli.stats",
     "report": "nudgeability.cli.report",
+    "plan": "nudgeability.cli.plan",
 }
 
 

@@ -21,6 +21,7 @@ class StepRecord:
     waiting: int  # rows not admitted yet, in admitted or waiting groups
     kv_blocks: int  # pool blocks in use after the step
     live_tokens: int  # token slots whose KV is written and still needed, after the step
+    seconds: float = 0.0  # wall time of the step (what `nudge plan` measures: estimate/rates.py)
 
 
 @dataclass
@@ -66,10 +67,10 @@ def account(engine, plan: StepPlan, layout: StepLayout, seconds: float) -> None:
     else:
         stats.decode_seconds += seconds
     if stats.trace is not None:
-        stats.trace.append(_record(engine, plan, layout))
+        stats.trace.append(_record(engine, plan, layout, seconds))
 
 
-def _record(engine, plan: StepPlan, layout: StepLayout) -> StepRecord:
+def _record(engine, plan: StepPlan, layout: StepLayout, seconds: float) -> StepRecord:
     sched = engine.scheduler
     groups = sched.admitted + sched.waiting
     runs = {id(s): s for g in sched.admitted for s in g.segments if s.start is not None}
@@ -84,4 +85,5 @@ def _record(engine, plan: StepPlan, layout: StepLayout) -> StepRecord:
         waiting=sum(sum(1 for r in g.waiting if r.stem is None) for g in groups),
         kv_blocks=engine.pool.in_use,
         live_tokens=live,
+        seconds=seconds,
     )

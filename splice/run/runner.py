@@ -37,6 +37,7 @@ from nudgeability.splice.run.consistency import run_consistency_unit
 from nudgeability.splice.run.device_batching import pool_rows
 from nudgeability.splice.run.parts import reusable, store_unit
 from nudgeability.splice.run.prepare import Prepared, with_chunk_size
+from nudgeability.splice.run.progress import PhaseBar, RunEta
 from nudgeability.splice.run.resolve import run_resolve_unit
 from nudgeability.splice.run.schedule import STREAM, choose_schedule
 from nudgeability.splice.run.stream import Stream
@@ -44,9 +45,8 @@ from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit
 from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions
 from nudgeability.splice.rundir.layout import MANIFEST, RESOLUTIONS, side_file
 from nudgeability.splice.rundir.manifest import OutputDirError, read_manifest
-from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
+from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Unit
 from nudgeability.splice.rundir.store import WorkStore
-from nudgeability.util.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,11 @@ def run(
 def _by_unit(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, int]:
     """Phase after phase, each unit one engine call; (units computed, units reused)."""
     plan = ctx.prepared.plan
+    eta = RunEta(plan, ctx.prepared.config)
     computed = resumed = 0
     for phase in plan.phases:
         units = plan.units(phase)
-        with _PhaseBar(phase, units, plan, progress) as bar:
+        with PhaseBar(phase, units, plan, progress, eta) as bar:
             for unit in units:
                 if store.has(unit) and reusable(plan, store, unit):
                     resumed += 1
@@ -120,7 +121,8 @@ def _by_unit(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, i
 def _streamed(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, int]:
     """Every unit on one engine queue (stream.py), a bar per phase; (computed, reused)."""
     plan = ctx.prepared.plan
-    bars = {phase: _PhaseBar(phase, plan.units(phase), plan, progress) for phase in plan.phases}
+    eta = RunEta(plan, ctx.prepared.config)
+    bars = {phase: PhaseBar(phase, plan.units(phase), plan, progress, eta) for phase in plan.phases}
     try:
         stream = Stream(ctx, store, lambda unit, counts: bars[unit.phase].done(unit, counts))
         stream.run()
@@ -232,46 +234,6 @@ def _counted(lines: Iterator[str], tally: list[int]) -> Iterator[str]:
     for line in lines:
         tally[0] += 1
         yield line
-
-
-class _PhaseBar:
-    """A progress bar per phase (tqdm on a terminal, plain lines in a log: util/progress.py):
-    problems done (over all seeds), arms decoded, prompt and generated tokens per second of wall
-    time since the phase's first computed unit began (resumed units count as done, with no
-    tokens). In the stream the phases overlap, and each bar's rate is its phase's share."""
-
-    def __init__(self, phase: str, units: list[Unit], plan: Plan, enabled: bool):
-        self.chunks = plan.chunks
-        self.arms = phase == ARMS_PHASE
-        total = sum(len(self.chunks[unit.chunk]) for unit in units)
-        self.bar = progress_bar(
-            total, f"{phase:>8}", "problem", enabled=enabled, dynamic_ncols=True
-        )
-        self.sequences = self.tokens = self.prefill = 0
-        self.began: float | None = None
-
-    def done(self, unit: Unit, counts: UnitCounts | None) -> None:
-        if counts is not None:
-            self.sequences += counts.sequences
-            self.tokens += counts.generated_tokens
-            self.prefill += counts.prefill_tokens + counts.shared_prefill_tokens
-            began = time.perf_counter() - counts.seconds
-            self.began = began if self.began is None else min(self.began, began)
-        seconds = 1e-9 if self.began is None else max(time.perf_counter() - self.began, 1e-9)
-        postfix = {
-            "prefill tok/s": f"{self.prefill / seconds:.0f}",
-            "decode tok/s": f"{self.tokens / seconds:.1f}",
-        }
-        if self.arms:
-            postfix = {"arms": self.sequences, **postfix}
-        self.bar.set_postfix(postfix, refresh=False)
-        self.bar.update(len(self.chunks[unit.chunk]))
-
-    def __enter__(self) -> _PhaseBar:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.bar.close()
 
 
 def resume_warnings(root: Path, changes: Sequence[str]) -> list[str]:

@@ -33,14 +33,19 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
 from nudgeability.splice.rundir.layout import MANIFEST, PART_SUFFIX, PARTS
 from nudgeability.splice.rundir.merge import MergeResult, merge
 from nudgeability.util.atomic import fsync_directory
 from nudgeability.util.progress import progress_bar
+
+if TYPE_CHECKING:  # the hint only: prepare is imported where a run starts
+    from nudgeability.splice.run.prepare import Prepared
 
 _SHARD_DIR = re.compile(r"shard-\d+-of-(\d+)")
 # forking a process that loaded torch is safe on Linux only (macOS: its system libraries; Windows
@@ -152,9 +157,16 @@ def _listing(directory: Path) -> list[Path]:
     return list(directory.iterdir()) if directory.is_dir() else []
 
 
-def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True) -> MergeResult:
+def run_workers(
+    config: RunConfig,
+    out: Path,
+    count: int,
+    progress: bool = True,
+    on_prepared: Callable[[Prepared], None] | None = None,
+) -> MergeResult:
     """Run `config` as `count` single-threaded shard workers into `out`, forked from this process
-    after it loads the model (module docstring); the merged run's result."""
+    after it loads the model (module docstring); the merged run's result. `on_prepared` is told
+    of the whole run once it is prepared, before any worker starts."""
     if count < 1:
         raise ValueError(f"--workers {count}: must be at least 1")
     if config.shard is not None:
@@ -197,6 +209,8 @@ def run_workers(config: RunConfig, out: Path, count: int, progress: bool = True)
         whole = prepare(config)
         # the needle too, once, at the workers' one thread: they inherit its result (schedule.py)
         choose_schedule(whole)
+        if on_prepared is not None:
+            on_prepared(whole)
         loaded, units = whole.loaded, len(whole.plan.units())
         del whole
         layout.root.mkdir(parents=True, exist_ok=True)

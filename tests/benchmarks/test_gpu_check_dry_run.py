@@ -110,6 +110,15 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         "engine: campaign, HF generate_batch",
         "engine: campaign, engine eager",
         "fallbacks: ",
+        "plan: profile of one graphed step, 12 rows",
+        "plan: profile: ",
+        "plan: plan: measured",
+        "plan: plan: the paper's campaign",
+    ]
+    wanted += [
+        f"plan: default path decode step, {fmt}, {n} rows"
+        for fmt in ("bf16", "fp8", "w4a16")
+        for n in (1, 12)
     ]
     wanted += [
         f"engine: decode step, {n} rows, {mode}"

@@ -27,7 +27,11 @@ from functools import partial
 from pathlib import Path
 
 # name -> module; each section's module owns its own measurements.
-SECTIONS = {"quant": "benchkit.gpu.quant", "engine": "benchkit.gpu.engine"}
+SECTIONS = {
+    "quant": "benchkit.gpu.quant",
+    "engine": "benchkit.gpu.engine",
+    "plan": "benchkit.gpu.plan",
+}
 Row = tuple[str, str]  # (check, result); a result that begins "skipped" or "failed" says so
 
 

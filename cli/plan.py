@@ -1,0 +1,99 @@
+"""`nudge plan`: what a run (or the paper's campaign) will cost here, before it runs.
+
+nudge plan --task strategyqa --n 8            # the demo: measured here for a few seconds
+nudge plan --model DIR --task musique --n 1000 --max-new-tokens 4096,2048 --device cuda
+nudge plan --paper                            # the paper's nine models x two tasks on this device
+nudge plan --from-run runs/pilot --n 1000     # lengths measured on a pilot run's records
+nudge plan ... --json                         # one JSON object; `wall_seconds`, `gpu_hours`
+
+It prepares the run as `nudge run` would and measures its engine (nudgeability.estimate,
+estimate/README.md); the flags are `nudge run`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+
+from .run_flags import add_config_flags, config_from_args
+
+
+def register(subparsers) -> None:
+    plan = subparsers.add_parser(
+        "plan",
+        help="estimate a run's (or the paper campaign's) tokens, wall time and GPU-hours",
+        description="Prepare the run `nudge run` would with these flags, measure its engine on "
+        "this device for a few seconds (prefill rate, decode step at the rows the run reaches), "
+        "and estimate its wall time; with --paper, the paper's whole open-weight campaign "
+        "(nine models x two tasks, estimate/paper_campaign.toml) on this device. Every "
+        "assumption is printed.",
+    )
+    add_config_flags(plan)
+    plan.add_argument(
+        "--paper", action="store_true", help="also estimate the paper's whole campaign"
+    )
+    plan.add_argument(
+        "--campaign",
+        metavar="FILE",
+        help="with --paper: another campaign file (default: the shipped paper_campaign.toml)",
+    )
+    plan.add_argument(
+        "--from-run",
+        metavar="DIR",
+        help="measure the lengths (share of each budget generated, thinking closed) on a run's "
+        "records instead of assuming the paper's",
+    )
+    plan.add_argument("--base-share", type=float, help="a base's mean new tokens / its budget")
+    plan.add_argument("--arm-share", type=float, help="an arm's mean new tokens / its budget")
+    plan.add_argument("--json", action="store_true", help="print one JSON object")
+    plan.set_defaults(func=_plan)
+
+
+def _lengths(args: argparse.Namespace):
+    from dataclasses import replace
+
+    from nudgeability.estimate import Lengths
+    from nudgeability.estimate.workload import lengths_from_run
+
+    lengths = lengths_from_run(args.from_run) if args.from_run else Lengths()
+    overrides = {
+        k: v for k, v in (("base_share", args.base_share), ("arm_share", args.arm_share)) if v
+    }
+    if overrides:
+        asked = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in overrides.items())
+        lengths = replace(lengths, **overrides, source=f"{lengths.source}; {asked}")
+    return lengths
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from nudgeability.estimate import report
+    from nudgeability.estimate.campaign import load_campaign
+    from nudgeability.estimate.rates_cache import CachedRates, save_rates
+    from nudgeability.estimate.run_estimate import estimate_paper, estimate_run, measure_run
+
+    config = config_from_args(args)
+    lengths = _lengths(args)
+    campaign = load_campaign(args.campaign) if args.paper else None
+    from .run import quiet_transformers
+
+    with quiet_transformers(args.json):
+        measured = measure_run(
+            config, lengths=lengths, workers=args.workers, threads=getattr(args, "threads", None)
+        )
+    run = estimate_run(config, lengths=lengths, measured=measured)
+    kept = CachedRates(
+        measured.rates,
+        measured.max_rows,
+        measured.reuse_stems,
+        datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+    save_rates(measured.prepared.config, kept)  # `nudge run` prints its estimate from them
+    paper = estimate_paper(measured, campaign) if campaign is not None else None
+    if args.json:
+        print(json.dumps(report.as_json(run, paper), sort_keys=True))
+    else:
+        print(report.as_text(run, paper))
+    sys.stdout.flush()
+    return 0
