@@ -20,6 +20,7 @@ import torch
 
 from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.errors import UnsupportedModelError
+from nudgeability.engine.fused import layers as fused_layers
 from nudgeability.engine.invariant.cpu.products import TILE_ROWS, forget_reordered
 from nudgeability.engine.invariant.linears import adopt, invariant_forward
 from nudgeability.engine.kv.kv_cache import PoolCache
@@ -45,12 +46,16 @@ class ModelRunner:
     `[tokens, vocab]` logits tensor.
     """
 
-    def __init__(self, model: torch.nn.Module, batch_invariant: bool = True):
+    def __init__(self, model: torch.nn.Module, batch_invariant: bool = True, fused: bool = True):
         self.model = model
         self.batch_invariant = batch_invariant
         forget_reordered(model.parameters())  # weights written since a copy was made are seen
-        if batch_invariant and next(model.parameters()).device.type == "cpu":
+        device_type = next(model.parameters()).device.type
+        if batch_invariant and device_type == "cpu":
             adopt(model)  # its linears run the invariant products inside `_products`
+        # on CUDA a layer's norms, activation and rotary run as Triton kernels inside `_products`
+        # (engine/fused/); never on CPU, whose records are the invariant construction's
+        self.fused = fused and device_type == "cuda" and fused_layers.adopt(model)
         self.min_rows = MIN_ROWS if batch_invariant else 1
         self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()
@@ -131,9 +136,11 @@ class ModelRunner:
 
     def _products(self):
         """Batch-invariant matrix products on CPU (engine/invariant/linears.py); the library's
-        elsewhere."""
+        elsewhere, with the fused layer kernels on CUDA (engine/fused/layers.py)."""
         if self.batch_invariant and self.device.type == "cpu":
             return invariant_forward()
+        if self.fused:
+            return fused_layers.fused_forward()
         return nullcontext()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
