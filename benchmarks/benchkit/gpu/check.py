@@ -2,7 +2,7 @@
 
 The runner, which benchmarks/gpu_check.py calls once it has made the package importable.
 
-Each section is a module of this folder (quant.py, engine.py) and exposes
+Each section is a module of this folder (quant.py, engine.py, fused.py) and exposes
 `section(deadline, dry_run=False, progress=None) -> list[Row]`, the rows it measured (`progress`,
 if a section calls it, gets its rows so far after each part); `deadline` is a
 `time.monotonic()` value (the one clock of every section), after which a section stops and says,
@@ -27,7 +27,11 @@ from functools import partial
 from pathlib import Path
 
 # name -> module; each section's module owns its own measurements.
-SECTIONS = {"quant": "benchkit.gpu.quant", "engine": "benchkit.gpu.engine"}
+SECTIONS = {
+    "quant": "benchkit.gpu.quant",
+    "engine": "benchkit.gpu.engine",
+    "fused": "benchkit.gpu.fused",
+}
 Row = tuple[str, str]  # (check, result); a result that begins "skipped" or "failed" says so
 
 
@@ -110,7 +114,9 @@ def _save_partial(text: str) -> None:
 def main(argv: list[str] | None = None, how: str = "installed") -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append")
-    parser.add_argument("--budget", type=float, default=450.0, help="seconds for all sections")
+    # 450 s for quant and engine, as before the fused section, and 90 s for it: an even split
+    # of the budget then leaves the first two their former shares
+    parser.add_argument("--budget", type=float, default=540.0, help="seconds for all sections")
     parser.add_argument(
         "--dry-run", action="store_true", help="every section on CPU with tiny stand-ins"
     )
