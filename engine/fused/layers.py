@@ -13,9 +13,9 @@ a reference forward) every module computes as before. What each family gets:
   form (Gemma 4): act(gate) * up in one launch; any other activation stays eager;
 - Qwen3, GLM-4 and Llama attention: each of q and k is one launch from the projection to the
   rotated heads (Qwen3: the head norm then `rotate_half`; GLM-4: interleaved pairs on a partial
-  rotary width; Llama: `rotate_half`); the rest of the forward is HF's, line for line, in both cache conventions
-  (transformers >= 5.24 names the cache `cache` and passes the kwargs to `update`, 5.17 names
-  it `past_key_values`);
+  rotary width; Llama: `rotate_half`); the rest of the forward is HF's, line for line, in both
+  cache conventions (transformers >= 5.24 names the cache `cache` and passes the kwargs to
+  `update`, 5.17 names it `past_key_values`);
 - Qwen3, GLM-4 and Llama decoder layers: the residual add and the post-attention norm in one
   launch, which returns the new residual too.
 
@@ -110,8 +110,8 @@ class _FusedGateUpMLP(_Fused):
 
 
 class _RotaryAttention(_Fused):
-    """Qwen3Attention, Glm4Attention, LlamaAttention: HF's forward with q and k each one kernel from the
-    projection to the rotated heads (`triton_ops.norm_rope`)."""
+    """Qwen3Attention, Glm4Attention, LlamaAttention: HF's forward with q and k each one kernel
+    from the projection to the rotated heads (`triton_ops.norm_rope`)."""
 
     _head_norm = True  # Qwen3's q_norm, k_norm (weight dtype = activations' dtype)
     _interleaved = False  # GLM-4's pairs (2j, 2j + 1)

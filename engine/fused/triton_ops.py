@@ -6,8 +6,8 @@ products and a cast for an RMSNorm; a dozen for a norm followed by the rotary em
 - `rms_norm`: one program per row, the whole row in registers (BLOCK = the next power of two of
   the width, masked), optionally adding a residual first and storing the sum (the layer's new
   residual). Three weight rules, as the families define them: `CAST_THEN_SCALE` (Qwen3, GLM-4,
-  Llama: `weight * (x / rms).to(dtype)`), `SCALE_THEN_CAST` (Gemma 4: `(x / rms * weight).to(dtype)`,
-  all in fp32) and `NO_WEIGHT` (Gemma 4's value norm).
+  Llama: `weight * (x / rms).to(dtype)`), `SCALE_THEN_CAST` (Gemma 4:
+  `(x / rms * weight).to(dtype)`, all in fp32) and `NO_WEIGHT` (Gemma 4's value norm).
 - `act_mul`: act(gate) * up, act SiLU or GELU's tanh form, over [rows, I] in column tiles.
 - `norm_rope`: per (token, head), the head's RMSNorm (optional) and then the rotary embedding, in
   HF's `rotate_half` layout (pairs j and j + rot/2) or GLM's interleaved one (pairs 2j and 2j + 1),
@@ -34,7 +34,6 @@ import torch
 NO_WEIGHT, CAST_THEN_SCALE, SCALE_THEN_CAST = 0, 1, 2
 SILU, GELU_TANH = 0, 1
 ACT_BLOCK = 1024  # columns per act_mul program: intermediate sizes are thousands wide
-GELU_K = 0.7978845608028654  # sqrt(2 / pi), as torch's tanh GELU
 
 
 def available() -> bool:
@@ -88,7 +87,8 @@ def _kernels():
         u = tl.load(u_ptr + row * stride_u + cols, mask=mask, other=0.0)
         if ACT == 0:  # SiLU: g * sigmoid(g)
             a = g / (1.0 + tl.exp(-g))
-        else:  # GELU, tanh form: 0.5 g (1 + tanh(y)) = g * sigmoid(2y), without 1 + tanh's cancellation
+        else:  # GELU's tanh form: 0.5 g (1 + tanh(y)) = g sigmoid(2y), without 1 + tanh's
+            # cancellation where tanh(y) nears -1; 0.79788... is sqrt(2 / pi), as in torch's
             y = 0.7978845608028654 * (g + 0.044715 * g * g * g)
             a = g / (1.0 + tl.exp(-2.0 * y))
         a = a.to(g_ptr.dtype.element_ty).to(tl.float32)  # HF rounds act(gate) before the product
@@ -215,8 +215,9 @@ def norm_rope(
     interleaved: bool = False,
 ) -> torch.Tensor:
     """The rotary embedding of x [..., tokens, heads, D] by cos and sin [..., tokens, rot]
-    (rot <= D, as HF's rotary modules return them, broadcast over x's leading dims), after the head's RMSNorm by `weight` (Qwen3's
-    rule) when one is given. `interleaved`: GLM-4's pairs (2j, 2j + 1), turned by cos[..., j]."""
+    (rot <= D, as HF's rotary modules return them, broadcast over x's leading dims), after the
+    head's RMSNorm by `weight` (Qwen3's rule) when one is given. `interleaved`: GLM-4's pairs
+    (2j, 2j + 1), turned by cos[..., j]."""
     triton, kernels = _kernels()
     *lead, heads, d = x.shape
     rot = cos.shape[-1]

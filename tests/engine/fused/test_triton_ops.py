@@ -131,7 +131,7 @@ def _act_reference(gate: torch.Tensor, act: int) -> tuple[torch.Tensor, torch.Te
     return 0.5 * g * (1 + torch.tanh(y)), 2 * y.abs()
 
 
-# exp(-g) overflows to inf for very negative g in fp32, which makes act(g) = g / inf = -0 as it should
+# exp(-g) overflows to inf for very negative g in fp32: act(g) = g / inf = -0, as it should be
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("act", [ops.SILU, ops.GELU_TANH])
