@@ -108,11 +108,21 @@ def test_rms_norm_output_follows_the_weight_dtype_as_torch_promotes_it():
     _check(out, _normed(x, 1e-6), _norm_error(64) + UNIT[torch.float16])
 
 
-def test_a_rows_norm_does_not_depend_on_the_other_rows():
+def test_a_tokens_result_does_not_depend_on_the_other_tokens():
+    """Each kernel cuts a row's work by its width alone: a token alone and among 32 others gets
+    the same bits (the batch-invariance property a row-count threshold would break)."""
     x = _inputs((33, 4096), torch.float32, 5)
     weight = _inputs((4096,), torch.float32, 6) + 1
     alone = ops.rms_norm(x[17:18], weight, 1e-6)
     assert torch.equal(ops.rms_norm(x, weight, 1e-6)[17:18], alone)
+    gate, up = _inputs((33, 3000), torch.float32, 7), _inputs((33, 3000), torch.float32, 8)
+    assert torch.equal(ops.act_mul(gate, up)[17:18], ops.act_mul(gate[17:18], up[17:18]))
+    q = _inputs((33, 2, 128), torch.float32, 9)
+    cos, sin = _angles(33, 128, torch.float32, 10)
+    together = ops.norm_rope(q, cos, sin, weight[:128], 1e-6)[17:18]
+    assert torch.equal(
+        together, ops.norm_rope(q[17:18], cos[17:18], sin[17:18], weight[:128], 1e-6)
+    )
 
 
 def test_norm_blocks_cover_the_row_in_one_program():
