@@ -4,9 +4,10 @@ tensors: inside `fused_forward()` they equal the HF forward to rounding, outside
 The tolerance is the engine's own bound against HF (engine/README.md, *The guarantee*): logits
 within 1e-4 of the largest logit. Each fused op differs from HF's eager ops only in the rounding
 of its fp32 sums and exponentials (a few ulps, tests/engine/fused/test_triton_ops.py), which two
-small layers carry to the logits as ~1e-6 relative; fp16 rounds each stored activation to 2^-11,
-so its logits get 2e-2 of the largest logit (a few ulps of fp16 per layer, amplified by the tiny
-models' random weights).
+small layers carry to the logits as ~1e-6 relative. In fp16 the bound is fp16's own: the fused
+model must be no farther from HF's fp16 forward than that forward is from the same weights in
+fp32, since a kernel rounds differently from HF only where an fp32 sum lands next to an fp16
+rounding boundary, one fp16 step on an element, which is what fp16 rounding does everywhere.
 """
 
 from __future__ import annotations
@@ -106,8 +107,11 @@ def test_an_adopted_fp16_model_equals_hf_to_fp16_rounding(arch):
     reference, adopted, _ = _pair(arch, torch.float16)
     ids = torch.tensor([random_ids(6, seed=3)])
     want = _logits(reference, ids)
+    in_fp32 = _logits(copy.deepcopy(reference).float(), ids)
+    scale = want.abs().amax(dim=-1, keepdim=True)
+    fp16_rounding = ((in_fp32 - want).abs() / scale).max().item()  # ~2e-3 on these models
     with layers.fused_forward():
-        _assert_close(_logits(adopted, ids), want, 2e-2)
+        _assert_close(_logits(adopted, ids), want, fp16_rounding)
 
 
 def test_the_fused_attention_writes_hfs_cache_as_hf_generate_reads_it():
