@@ -19,7 +19,9 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from nudgeability.engine.attention import shared_prefix_attention
+from nudgeability.engine.attention.graphed_decode import agrees
 from nudgeability.engine.errors import UnsupportedModelError
+from nudgeability.engine.fused import layers as fused_layers
 from nudgeability.engine.invariant.cpu.products import TILE_ROWS, forget_reordered
 from nudgeability.engine.invariant.linears import adopt, invariant_forward
 from nudgeability.engine.kv.kv_cache import PoolCache
@@ -36,6 +38,7 @@ ROW_MULTIPLE = TILE_ROWS
 # not need again. Few steps qualify, and each pays milliseconds for the trim and for mapping
 # again the pages the next such step writes, against far more compute.
 TRIM_TOKENS = 128
+LIBRARY_LAYERS = "the library's own layer modules"
 
 
 class ModelRunner:
@@ -45,12 +48,17 @@ class ModelRunner:
     `[tokens, vocab]` logits tensor.
     """
 
-    def __init__(self, model: torch.nn.Module, batch_invariant: bool = True):
+    def __init__(self, model: torch.nn.Module, batch_invariant: bool = True, fused: bool = True):
         self.model = model
         self.batch_invariant = batch_invariant
         forget_reordered(model.parameters())  # weights written since a copy was made are seen
-        if batch_invariant and next(model.parameters()).device.type == "cpu":
+        device_type = next(model.parameters()).device.type
+        if batch_invariant and device_type == "cpu":
             adopt(model)  # its linears run the invariant products inside `_products`
+        # on CUDA a layer's norms, activation and rotary run as Triton kernels inside `_products`
+        # (engine/fused/); never on CPU, whose records are the invariant construction's
+        self.fused = fused and device_type == "cuda" and fused_layers.adopt(model)
+        self._fused_checked = False
         self.min_rows = MIN_ROWS if batch_invariant else 1
         self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()
@@ -114,6 +122,8 @@ class ModelRunner:
         self, cache: PoolCache, input_ids: torch.Tensor, position_ids: torch.Tensor
     ) -> torch.Tensor:
         """Hidden states [B, L, hidden] of `input_ids` at `position_ids`, reading and writing `cache`."""
+        if self.fused and not self._fused_checked and self._may_check():
+            return self._checked_fused_forward(cache, input_ids, position_ids)
         with self._products():
             out = self.decoder(
                 input_ids=input_ids,
@@ -129,11 +139,33 @@ class ModelRunner:
             release_freed_heap()
         return out.last_hidden_state
 
+    @staticmethod
+    def _may_check() -> bool:
+        if torch.compiler.is_compiling():
+            return False
+        return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+    def _checked_fused_forward(self, cache, input_ids, position_ids) -> torch.Tensor:
+        """The first forward with the fused layer kernels, checked once against the library's
+        own forward of the same tokens (engine/attention/graphed_decode.py `agrees`: the dtype's
+        bound, a loud recorded fallback). The library's runs second, so the KV the cache keeps is
+        its; on a disagreement the runner computes without the fused kernels from then on."""
+        args = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": True}
+        with fused_layers.fused_forward():
+            fused = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
+        reference = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
+        self._fused_checked = True
+        if not agrees("fused layer kernels (engine/fused/)", fused, reference, LIBRARY_LAYERS):
+            self.fused = False
+        return reference
+
     def _products(self):
         """Batch-invariant matrix products on CPU (engine/invariant/linears.py); the library's
-        elsewhere."""
+        elsewhere, with the fused layer kernels on CUDA (engine/fused/layers.py)."""
         if self.batch_invariant and self.device.type == "cpu":
             return invariant_forward()
+        if self.fused:
+            return fused_layers.fused_forward()
         return nullcontext()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ def relative_difference(captured: torch.Tensor, reference: torch.Tensor) -> floa
     return float("inf") if value != value else value  # NaN disagrees with everything
 
 
-def agrees(path: str, captured: torch.Tensor, reference: torch.Tensor) -> bool:
+def agrees(path: str, captured: torch.Tensor, reference: torch.Tensor, used: str = EAGER) -> bool:
     """Whether the `captured` fast path's output agrees with the eager `reference` on the same
     step within the dtype's bound; if not, warn once naming `path` and the difference, and record
     the fallback to the eager cascade (util.fallbacks)."""
@@ -46,7 +46,7 @@ def agrees(path: str, captured: torch.Tensor, reference: torch.Tensor) -> bool:
         return True
     fallbacks.record(
         path,
-        EAGER,
+        used,
         f"its first step differs from the eager cascade by {difference:.3g} (relative, max over "
         f"the sampled rows' hidden states; bound {bound:g} in {reference.dtype})",
     )

@@ -109,6 +109,9 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         "engine: prefill of",
         "engine: campaign, HF generate_batch",
         "engine: campaign, engine eager",
+        "fused: rms_norm + residual, float16, 3 rows",
+        "fused: q norm + rope, float32, 1 rows",
+        "fused: decode step, 3 rows",
         "fallbacks: ",
         "plan: profile of one graphed step, 12 rows",
         "plan: profile: ",
@@ -134,6 +137,8 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
             assert int(agree) == int(total), (c, r)
         if c.startswith(("arm ≡ solo, w4a16 fused", "arm ≡ solo, fp8 fused")):
             assert "simd" in r, r
+        if s == "fused" and "error / bound" in r:  # the kernels within their rounding bounds
+            assert r.endswith("(within)"), (c, r)
 
 
 def test_a_sections_parts_are_saved_as_they_finish(tmp_path, monkeypatch):
