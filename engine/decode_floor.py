@@ -47,9 +47,11 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int]:
 
 def weight_read_bytes(model: torch.nn.Module) -> int:
     """Bytes of the weights a decode step reads (module docstring): every parameter and buffer,
-    each storage once, less the embedding tables that the LM head does not share."""
+    each storage once, less the embedding tables that the LM head does not share, and what a
+    module holding its weight elsewhere declares (`read_bytes`)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    head_storage = _storage_key(head.weight) if head is not None else None
+    weight = getattr(head, "weight", None)  # a head kept in oneDNN's layout has none
+    head_storage = _storage_key(weight) if weight is not None else None
     lookups = set()
     for module in model.modules():
         if isinstance(module, torch.nn.Embedding):
@@ -61,7 +63,10 @@ def weight_read_bytes(model: torch.nn.Module) -> int:
         key = _storage_key(tensor)
         if key not in lookups:
             seen[key] = tensor.untyped_storage().nbytes()
-    return sum(seen.values())
+    # a module that keeps its weight outside parameters and buffers says what it reads
+    # (engine/invariant/cpu/reordered.py: oneDNN's layout)
+    held = sum(getattr(module, "read_bytes", 0) for module in model.modules())
+    return sum(seen.values()) + held
 
 
 def layer_kv_widths(model: torch.nn.Module) -> list[tuple[int, int | None, bool]]:

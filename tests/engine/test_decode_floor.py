@@ -39,6 +39,18 @@ def test_untied_model_reads_every_weight_but_the_input_embedding():
     assert everything - weight_read_bytes(model) == 4 * V * H - 4 * ROPE_BUFFERS
 
 
+def test_linears_kept_in_onednn_layout_still_count_their_weights():
+    """A run's CPU model holds its linears only in oneDNN's layout (engine/invariant/cpu/
+    reordered.py): no parameter holds them, and the floor still counts their bytes."""
+    from nudgeability.engine.invariant.cpu.reordered import reorder_linears
+
+    model = tiny_model("qwen3", num_layers=4)
+    before = weight_read_bytes(model)
+    if not reorder_linears(model):
+        pytest.skip("this torch build has no oneDNN matmul")
+    assert weight_read_bytes(model) == before
+
+
 def test_tied_model_reads_the_shared_table_once_as_its_lm_head():
     model = tiny_model("llama", num_layers=4, tie_word_embeddings=True)
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()

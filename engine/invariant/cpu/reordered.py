@@ -43,6 +43,9 @@ class ReorderedLinear(torch.nn.Module):
         slices = product_slices(linear.out_features, linear.in_features, torch.get_num_threads())
         self.parts = reorder_slices(linear.weight, slices)
         self.bias = linear.bias
+        # what a forward reads of the weight, which no parameter or buffer holds now
+        # (engine/decode_floor.py `weight_read_bytes` counts it)
+        self.read_bytes = linear.weight.numel() * linear.weight.element_size()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or x.dtype != torch.float32:
