@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import get_family
 from nudgeability.splice.experiment.conditions import get_condition
+from nudgeability.splice.experiment.prompts import render
 from nudgeability.splice.experiment.sentences import load_sentences
 from nudgeability.splice.tasks import get_task, sample_problems
 
@@ -70,12 +71,18 @@ def test_likelihoods_equal_an_hf_teacher_forced_forward(runs):
     model_dir, on, _ = runs
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     family = get_family("qwen3", AutoTokenizer.from_pretrained(model_dir))
+    arms, openers = _check_against_hf(model, family, read_records(on), N, "\n\n", ("doubt",))
+    assert arms >= 6 and openers >= 3  # not vacuous: bases closed their thinking
+
+
+def _check_against_hf(model, family, records, n, gap, scored_open) -> tuple[int, int]:
+    """Every arm's likelihoods against HF over the StrategyQA with-tool prompt (as rendered for
+    the run), its base's reasoning and its splice; (arms, arms with openers) checked."""
     task, sentences = get_task("strategyqa"), load_sentences(None)
-    problems = {p.id: p for p in sample_problems(task.load(), N, 0)}
-    records = read_records(on)
+    problems = {p.id: p for p in sample_problems(task.load(), n, 0)}
     bases = {r["problem_id"]: r for r in records if r["condition"] == "B"}
-    tool_opener = family.encode("\n\n<tool_call>")
-    answer_opener = family.encode("\n\nAnswer:")
+    tool_opener = family.encode(gap + "<tool_call>")
+    answer_opener = family.encode(gap + "Answer:")
     arms = openers = 0
     for r in records:
         condition = get_condition(r["condition"])
@@ -83,7 +90,7 @@ def test_likelihoods_equal_an_hf_teacher_forced_forward(runs):
             assert "likelihoods" not in r
             continue
         base = bases[r["problem_id"]]
-        prompt = family.render(*task.with_tool(problems[r["problem_id"]]))
+        prompt = render(family, *task.with_tool(problems[r["problem_id"]]))
         context = prompt + base["generated_ids"][: base["boundary"]]
         sentence = sentences.text(r["sentence_id"]) if r["sentence_id"] else ""
         splice = family.splice_ids(sentence, condition.sealed)
@@ -92,7 +99,7 @@ def test_likelihoods_equal_an_hf_teacher_forced_forward(runs):
         assert got["splice_logprobs"] == pytest.approx(want, abs=1e-4)
         assert got["splice_logprob"] == pytest.approx(sum(want), abs=1e-3)
         arms += 1
-        if not (condition.sealed or r["condition"] == "doubt"):
+        if not (condition.sealed or r["condition"] in scored_open):
             assert got["tool_opener_logprob"] is None and got["answer_opener_logprob"] is None
             continue
         closed = context + splice + ([] if condition.sealed else family.think_close_ids)
@@ -102,10 +109,25 @@ def test_likelihoods_equal_an_hf_teacher_forced_forward(runs):
         assert got["answer_opener_logprob"] == pytest.approx(answer, abs=1e-4)
         assert math.exp(got["tool_opener_logprob"]) + math.exp(got["answer_opener_logprob"]) <= 1
         openers += 1
-    assert arms >= 6 and openers >= 3  # not vacuous: bases closed their thinking
+    return arms, openers
 
 
 def test_verify_replays_the_likelihoods(runs):
     _, on, _ = runs
     status, err = run_nudge(["verify", on, "--all"])
     assert status == 0, err
+
+
+@pytest.mark.slow
+def test_smollm2_records_its_likelihoods_as_hf_scores_them(smollm2, tmp_path):
+    """The demo model through `nudge run --likelihoods` (ChatML: the openers after `\n`)."""
+    out = tmp_path / "run"
+    conditions = "NT,B,empty,doubt,sealed_conf,sealed_doubt"
+    argv = nudge_run_args(
+        out=out, n=3, conditions=conditions, likelihoods=True, max_new_tokens=None
+    )
+    status, err = run_nudge(argv)
+    assert status == 0, err
+    family = get_family("chatml", smollm2.tokenizer)
+    arms, openers = _check_against_hf(smollm2.model, family, read_records(out), 3, "\n", ())
+    assert arms >= 4 and openers >= 2  # SmolLM2 closes its thinking on StrategyQA (README)
