@@ -19,6 +19,10 @@ import torch
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Sequence
 
+# Rows whose logits are computed at once (a multiple of the model runner's 16-row tile, so that
+# the blocks change no bit: engine/model_runner.py).
+SCORE_ROWS = 256
+
 
 def score_suffixes(plan: StepPlan, hidden: torch.Tensor, logits_of) -> None:
     """Keep the last hidden states that forks asked for, and write the suffix log-probabilities
@@ -62,9 +66,14 @@ def score_suffixes(plan: StepPlan, hidden: torch.Tensor, logits_of) -> None:
     states = hidden[0].index_select(0, torch.tensor(index, device=hidden.device, dtype=torch.long))
     if first_states:
         states = torch.cat([states, torch.stack(first_states)])
-    logp = torch.log_softmax(logits_of(states), dim=-1)
-    wanted = torch.tensor(targets + first_targets, device=logp.device, dtype=torch.long)
+    wanted = torch.tensor(targets + first_targets, device=states.device, dtype=torch.long)
+    picked = []
+    # In blocks of rows: a step that prefills many arms' splices would otherwise build a
+    # `[rows, vocab]` logits tensor beyond the activations the KV pool was sized around.
+    for b0 in range(0, states.shape[0], SCORE_ROWS):
+        logp = torch.log_softmax(logits_of(states[b0 : b0 + SCORE_ROWS]), dim=-1)
+        picked.append(logp.gather(1, wanted[b0 : b0 + SCORE_ROWS, None]).squeeze(1))
     # a second host read, only in steps where some arm scores its suffix
-    values = logp.gather(1, wanted[:, None]).squeeze(1).tolist()
+    values = torch.cat(picked).tolist()
     for (row, j), value in zip(into + first_into, values):
         row.suffix_scores[j] = value

@@ -86,3 +86,17 @@ def test_scoring_changes_no_generated_token(tiny):
     assert [a.token_ids for a in with_scores] == [a.token_ids for a in without]
     assert all(a.suffix_logprobs is None for a in without)
     assert all(not math.isnan(x) for a in with_scores for x in a.suffix_logprobs)
+
+
+def test_scores_computed_in_blocks_of_rows_are_the_same(tiny, monkeypatch):
+    from nudgeability.engine import suffix_scores
+
+    _, model = tiny
+    request = ForkRequest(
+        random_ids(60, seed=7), [random_ids(n, seed=90 + n) for n in (9, 13)], SCORE
+    )
+    whole = Engine(model).fork_many([request])[0]
+    monkeypatch.setattr(suffix_scores, "SCORE_ROWS", 16)  # 22 scored rows: two blocks
+    blocks = Engine(model).fork_many([request])[0]
+    assert [a.suffix_logprobs for a in blocks] == [a.suffix_logprobs for a in whole]
+    assert_scores(model, request, blocks)

@@ -112,10 +112,28 @@ def _check_against_hf(model, family, records, n, gap, scored_open) -> tuple[int,
     return arms, openers
 
 
-def test_verify_replays_the_likelihoods(runs):
+def test_verify_replays_the_likelihoods_and_a_rerun_resumes_to_the_same_bytes(runs, tmp_path):
     _, on, _ = runs
     status, err = run_nudge(["verify", on, "--all"])
     assert status == 0, err
+    before = (on / "records.jsonl").read_bytes()
+    manifest = json.loads((on / "manifest.json").read_text())
+    assert manifest["config"]["likelihoods"] is True
+    argv = nudge_run_args(
+        manifest["config"]["model"],
+        on,
+        n=N,
+        conditions=",".join(manifest["config"]["conditions"]),
+        max_new_tokens="24,8",
+        likelihoods=True,
+        score_openers="doubt",
+    )
+    status, err = run_nudge(argv)
+    assert status == 0, err
+    assert (on / "records.jsonl").read_bytes() == before
+    if "conf" in manifest["config"]["conditions"]:  # the stats need the primary pair
+        status, err = run_nudge(["stats", on, "--out", tmp_path / "stats", "--n-boot", 50])
+        assert status == 0, err  # they read records that carry likelihoods
 
 
 @pytest.mark.slow
