@@ -140,8 +140,11 @@ def fork_groups(
     if segments is None:  # no base, or its KV is gone: compute the prompt's segments
         base = None
         segments = builder.prompt(prefix[:cut], shared, params[0], groups)
+    if keep_last and not stem:  # before any group holds the run: a refusal leaves nothing held
+        _keep_last_hidden(segments[-1], made)
     if stem:
         stem_run = builder.run(prefix[cut:], cut)
+        stem_run.keep_last = keep_last
         stem_group = builder.group(segments)
         stem_row = builder.row(stem_group, prefix[cut:], params[0], samples=False, stem=stem_run)
         if base is not None:
@@ -152,8 +155,6 @@ def fork_groups(
     group = builder.group(segments)
     copied = stem if base is not None else 0
     group.computed = sum(s.length for s in segments if s in made) - copied
-    if keep_last:
-        _keep_last_hidden(segments[-1], made)
     rows = builder.arms(group, suffixes, params, return_logits)
     for row, own, k in zip(rows, request.suffixes, starts):
         if row.params.score_suffix:

@@ -100,3 +100,19 @@ def test_scores_computed_in_blocks_of_rows_are_the_same(tiny, monkeypatch):
     blocks = Engine(model).fork_many([request])[0]
     assert [a.suffix_logprobs for a in blocks] == [a.suffix_logprobs for a in whole]
     assert_scores(model, request, blocks)
+
+
+def test_a_shared_start_computed_without_its_last_state_is_refused(tiny):
+    from nudgeability.engine import EngineInputError
+
+    _, model = tiny
+    engine = Engine(model)
+    prefix, long = random_ids(40, seed=13), SamplingParams(max_new_tokens=30, ignore_eos=True)
+    engine.submit_fork(ForkRequest(prefix, [[1, 2], [3]], long, shared=len(prefix)))
+    engine.step()  # the start is computed, and read by arms still running
+    scored = ForkRequest(prefix, [[4, 5]], SCORE, shared=len(prefix))
+    with pytest.raises(EngineInputError, match="shared start"):
+        engine.submit_fork(scored)
+    while engine.busy:  # the refusal left the engine able to finish its work
+        engine.step()
+    assert_scores(model, scored, Engine(model).fork_many([scored])[0])  # alone it is computed
