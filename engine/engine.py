@@ -321,8 +321,7 @@ class Engine:
         self, plan: StepPlan, layout: StepLayout, hidden
     ) -> list[tuple[SequenceRef, Completion]]:
         self.scheduler.after_step(plan)
-        with torch.inference_mode():  # SamplingParams.score_suffix; nothing when none asked
-            score_suffixes(plan, hidden, self.runner.logits)
+        score_suffixes(plan, hidden, self.runner.logits)  # SamplingParams.score_suffix
         rows = plan.sampling()
         if not rows:
             return []

@@ -24,13 +24,15 @@ from nudgeability.engine.sequence import Sequence
 SCORE_ROWS = 256
 
 
+@torch.inference_mode()
 def score_suffixes(plan: StepPlan, hidden: torch.Tensor, logits_of) -> None:
     """Keep the last hidden states that forks asked for, and write the suffix log-probabilities
     this step computes into their rows (`Sequence.suffix_scores`).
 
     `hidden` is the step's `[1, T, hidden]` output, its tokens in plan order (prefix chunks, then
     row chunks: `scheduling/step_layout.py`, `attention/static_decode.py` `load`); `logits_of` is
-    `ModelRunner.logits` (fp32 logits of `[n, hidden]` states)."""
+    `ModelRunner.logits` (fp32 logits of `[n, hidden]` states). Where no row asks and no run
+    keeps its last state, it computes nothing."""
     t = 0
     for group, c0, c1 in plan.prefix_chunks:
         t += c1 - c0

@@ -25,7 +25,8 @@ class SamplingParams:
     summaries: no `[tokens, vocab]` tensor is kept.
     `score_suffix` (a fork's arms) returns the log-probability of each token of the arm's suffix
     given everything before it, teacher-forced, computed in the arm's own prefill
-    (`Completion.suffix_logprobs`, engine/suffix_scores.py).
+    (`Completion.suffix_logprobs`, engine/suffix_scores.py; empty for an empty suffix and for a
+    `generate` prompt, which has none).
     """
 
     max_new_tokens: int = 256
