@@ -133,6 +133,18 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "--consistency-samples)",
     )
     parser.add_argument(
+        "--likelihoods",
+        action="store_true",
+        help="record each arm's splice log-probabilities (total, per token) and on sealed arms "
+        "P(TOOL), P(answer): the action openers' probabilities after the think-close",
+    )
+    parser.add_argument(
+        "--score-openers",
+        default=None,
+        metavar="CODES",
+        help="with --likelihoods: also score these arms' openers (codes), after a think-close",
+    )
+    parser.add_argument(
         "--resolve",
         action="store_true",
         help="then execute every TOOL record's call on the task's offline tools, let the model "
@@ -188,6 +200,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         shard=None if args.shard is None else parse_shard(args.shard),
         consistency_samples=args.consistency_samples,
         signals=args.signals,
+        likelihoods=args.likelihoods,
+        score_openers=tuple(args.score_openers.split(",")) if args.score_openers else (),
         resolve=args.resolve,
         retrieve_k=args.retrieve_k,
     )

@@ -44,6 +44,7 @@ from nudgeability.engine.scheduling.scheduler import PREFILL_CHUNK, Scheduler
 from nudgeability.engine.scheduling.step_layout import StepLayout
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
+from nudgeability.engine.suffix_scores import score_suffixes
 from nudgeability.util.progress import progress_bar
 
 
@@ -320,6 +321,7 @@ class Engine:
         self, plan: StepPlan, layout: StepLayout, hidden
     ) -> list[tuple[SequenceRef, Completion]]:
         self.scheduler.after_step(plan)
+        score_suffixes(plan, hidden, self.runner.logits)  # SamplingParams.score_suffix
         rows = plan.sampling()
         if not rows:
             return []

@@ -124,14 +124,27 @@ def fork_groups(
         # No stem is left (an empty arm borrowed the prompt's last token) and the base's prompt
         # after the shared start lies in its row's own blocks, not in a run: compute it again.
         base = None
+    # Where each arm's own suffix starts in the row's context (after tokens borrowed from the
+    # prefix); an arm scoring from 0 needs the hidden state at the prefix's last position.
+    starts = [len(s) - len(own) for s, own in zip(suffixes, request.suffixes)]
+    keep_last = any(
+        p.score_suffix and own and k == 0 for p, own, k in zip(params, request.suffixes, starts)
+    )
+    if keep_last and stem:
+        # A copied stem is never run through the model here, so its last hidden state does not
+        # exist; computing it again gives the same KV bits (engine/README.md, *A stem*).
+        base = None
     groups: list[Group] = []
     made = builder.made = []  # the runs this request creates (what its prefill computes)
     segments = _base_segments(base, prefix[:cut], prefix[cut:]) if base is not None else None
     if segments is None:  # no base, or its KV is gone: compute the prompt's segments
         base = None
         segments = builder.prompt(prefix[:cut], shared, params[0], groups)
+    if keep_last and not stem:  # before any group holds the run: a refusal leaves nothing held
+        _keep_last_hidden(segments[-1], made)
     if stem:
         stem_run = builder.run(prefix[cut:], cut)
+        stem_run.keep_last = keep_last
         stem_group = builder.group(segments)
         stem_row = builder.row(stem_group, prefix[cut:], params[0], samples=False, stem=stem_run)
         if base is not None:
@@ -142,7 +155,22 @@ def fork_groups(
     group = builder.group(segments)
     copied = stem if base is not None else 0
     group.computed = sum(s.length for s in segments if s in made) - copied
-    return groups + [group], builder.arms(group, suffixes, params, return_logits)
+    rows = builder.arms(group, suffixes, params, return_logits)
+    for row, own, k in zip(rows, request.suffixes, starts):
+        if row.params.score_suffix:
+            row.suffix_scores, row.scored_from = [float("nan")] * len(own), k
+    return groups + [group], rows
+
+
+def _keep_last_hidden(run: Run, made: list[Run]) -> None:
+    """Have the forward that computes `run`'s last token keep its hidden state; refuse a shared
+    start that another request computed already without keeping it."""
+    if run not in made and run.complete and run.last_hidden is None:
+        raise EngineInputError(
+            "score_suffix: the prefix is a shared start another request already computed, so "
+            "its last hidden state is gone; give a `shared` shorter than the prefix"
+        )
+    run.keep_last = True
 
 
 def _base_segments(base: Sequence, prompt_ids: list[int], stem_ids: list[int]):

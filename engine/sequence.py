@@ -76,6 +76,9 @@ class Completion:
     logprobs: list[float] | None = None
     entropies: list[float] | None = None
     hidden: torch.Tensor | None = None  # SamplingParams.return_hidden: [hidden] float16, CPU
+    # SamplingParams.score_suffix: log-probability (nats) of each token of the suffix given all
+    # before it (the prefix, then the suffix's earlier tokens); [] for an empty suffix
+    suffix_logprobs: list[float] | None = None
 
 
 class Run:
@@ -84,7 +87,16 @@ class Run:
     `offset` is the position of its first token; `written` counts the tokens whose KV is in the
     pool; `holders` counts the groups that read it (freed when none do and nothing retains it)."""
 
-    __slots__ = ("token_ids", "offset", "start", "written", "holders", "owned")
+    __slots__ = (
+        "token_ids",
+        "offset",
+        "start",
+        "written",
+        "holders",
+        "owned",
+        "keep_last",
+        "last_hidden",
+    )
 
     def __init__(self, token_ids: list[int], offset: int):
         self.token_ids = token_ids
@@ -93,6 +105,11 @@ class Run:
         self.written = 0
         self.holders = 0
         self.owned = False  # a group prefills it, or a row computes it
+        # A fork whose arms score their suffixes and borrow no prefix token needs the hidden
+        # state at the prefix's last position for each arm's first suffix token: the forward that
+        # computes this run's last token keeps it here (engine/suffix_scores.py).
+        self.keep_last = False
+        self.last_hidden: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -158,6 +175,10 @@ class Sequence:
     entropies: list[float] | None = None
     hidden: torch.Tensor | None = None
     uniforms: list[float] | None = None  # sampled decoding: one uniform per new token
+    # SamplingParams.score_suffix: one log-probability per token of the caller's suffix, which
+    # starts at context index `scored_from` (after a token borrowed from the prefix)
+    suffix_scores: list[float] | None = None
+    scored_from: int = 0
 
     def __post_init__(self):
         self.context = list(self.suffix_ids)
@@ -191,4 +212,5 @@ class Sequence:
             logprobs=None if self.logprobs is None else list(self.logprobs),
             entropies=None if self.entropies is None else list(self.entropies),
             hidden=self.hidden,
+            suffix_logprobs=None if self.suffix_scores is None else list(self.suffix_scores),
         )

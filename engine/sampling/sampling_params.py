@@ -23,6 +23,10 @@ class SamplingParams:
     vocabulary), whatever the decoding; `return_hidden` returns the final-layer hidden state that
     chose the first new token, i.e. at the prompt's last position (float16). Both are small
     summaries: no `[tokens, vocab]` tensor is kept.
+    `score_suffix` (a fork's arms) returns the log-probability of each token of the arm's suffix
+    given everything before it, teacher-forced, computed in the arm's own prefill
+    (`Completion.suffix_logprobs`, engine/suffix_scores.py; empty for an empty suffix and for a
+    `generate` prompt, which has none).
     """
 
     max_new_tokens: int = 256
@@ -34,6 +38,7 @@ class SamplingParams:
     ignore_eos: bool = False
     token_stats: bool = False
     return_hidden: bool = False
+    score_suffix: bool = False
 
     def __post_init__(self):
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:

@@ -91,6 +91,11 @@ class Family:
     # think-close at the start of a line, as the families write it natively.
     separator: ClassVar[str] = "\n"
     sentence_suffix: ClassVar[str] = "\n"
+    # What the family writes between the think-close and the committed action, and what a tool
+    # call opens with: the openers whose probability right after the close a run can score
+    # (`action_opener`, `nudge run --likelihoods`).
+    commitment_gap: ClassVar[str] = "\n\n"
+    call_open_text: ClassVar[str] = "<tool_call>"
 
     def __init__(self, tokenizer, config: dict | None = None) -> None:
         """`config` is the checkpoint's config.json as a dict, when known; a family that needs it
@@ -216,6 +221,17 @@ class Family:
             raise FamilyError(f"splice_ids: sentence must be a str, got {type(sentence).__name__}")
         ids = self.encode(self.separator + sentence + self.sentence_suffix) if sentence else []
         return ids + (list(self.think_close_ids) if sealed else [])
+
+    def call_opener(self, tool_name: str) -> str:
+        """The text a call of `tool_name` begins with (the wrapper's opening tag; a family whose
+        calls have no wrapper begins them with the name)."""
+        return self.call_open_text
+
+    def action_opener(self, opener: str) -> list[int]:
+        """Ids of the gap after the think-close and then `opener` (a call's opening, or a task's
+        answer label), tokenised on their own as a splice is: the tokens whose probability right
+        after the close is that of the action they open, in this one tokenisation."""
+        return self.encode(self.commitment_gap + opener)
 
     # ----- the action -----------------------------------------------------------------------
     def scan_calls(self, text: str) -> CallScan:

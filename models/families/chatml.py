@@ -45,6 +45,7 @@ class ChatMLFamily(Qwen3Family):
     and tool results."""
 
     name = "chatml"
+    commitment_gap = "\n"  # as `demonstrations` show it: `</think>\nAnswer: yes`
 
     def _template_renders_tools(self) -> bool:
         return False  # see the module docstring: the format must be stated by our own renderer

@@ -230,6 +230,8 @@ def parse_gemma_call(body: str) -> ParsedCall:
 
 class Gemma4Family(Family):
     name = "gemma4"
+    commitment_gap = ""  # the template writes the answer or the call right after `<channel|>`
+    call_open_text = "<|tool_call>"
     think_open_text = "<|channel>"
     think_close_text = "<channel|>"
     stop_texts = ("<turn|>", "<eos>", "<tool_call|>", "<|tool_response>")

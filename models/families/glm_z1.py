@@ -70,6 +70,11 @@ class GlmZ1Family(Family):
     think_close_text = "</think>"
     stop_texts = ("<|endoftext|>", "<|user|>", "<|observation|>")
     end_of_turn_texts = ("<|endoftext|>", "<|user|>", "<|observation|>", "<|system|>")
+    commitment_gap = "\n"  # unverified on the real checkpoint, like the think markers
+
+    def call_opener(self, tool_name: str) -> str:
+        """A call has no wrapper: it opens with the name on its own line and the JSON's brace."""
+        return tool_name + "\n{"
 
     def own_text(
         self, messages: list[dict], tools: list[dict] | None = None, thinking: bool = True

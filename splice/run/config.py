@@ -100,12 +100,18 @@ class RunConfig:
     # how a quantised checkpoint's linears compute: exact | fused | dense (models/quant/compute.py);
     # None: fused for a quantised checkpoint; resolved None for an unquantised one or a server
     quant_compute: str | None = None
+    # each arm's splice log-probabilities and, on sealed arms, the action openers' probabilities
+    # right after the think-close (splice/run/likelihoods.py); on with --likelihoods
+    likelihoods: bool = False
+    # further arms (codes) whose openers are scored, after an appended think-close
+    score_openers: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """The config as plain JSON values (tuples become lists).
 
         A run without the resolution phase leaves out `resolve` and `retrieve_k`, one with the
-        default signals `consistency_samples` and `signals`, and one with the engine's default
+        default signals `consistency_samples` and `signals`, one without likelihoods
+        `likelihoods` and `score_openers`, and one with the engine's default
         memory share `gpu_memory_utilization` or its eager decode (`static_decode` off), so its manifest is the one earlier versions wrote,
         and their runs still resume.
         """
@@ -120,6 +126,11 @@ class RunConfig:
             del data["consistency_samples"]
         if not self.signals:
             del data["signals"]
+        # Likewise the likelihoods, off unless asked for.
+        if not self.likelihoods:
+            del data["likelihoods"]
+        if not self.score_openers:
+            del data["score_openers"]
         if self.quant_compute is None:  # unquantised: the manifest earlier versions wrote
             del data["quant_compute"]
         if self.gpu_memory_utilization is None:  # the engine's default: as earlier versions wrote

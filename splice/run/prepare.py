@@ -26,6 +26,7 @@ from nudgeability.models.quant.compute import DEFAULT_COMPUTE
 from nudgeability.models.smollm2 import ALIAS as SMOLLM2
 from nudgeability.models.smollm2 import EmbeddedModelMissing
 from nudgeability.splice.experiment.conditions import ORACLE_BASE, Condition
+from nudgeability.splice.experiment.openers import action_openers, check_exclusive
 from nudgeability.splice.experiment.prompts import ProblemPrompts, render_prompts
 from nudgeability.splice.experiment.sentences import Sentences, load_sentences
 from nudgeability.splice.experiment.shared_start import SharedStarts, shared_starts
@@ -126,6 +127,9 @@ def prepare(
     oracle = any(condition.code == ORACLE_BASE for condition in valid.conditions)
     prompts = [render_prompts(task, model.family, problem, oracle) for problem in problems]
     splices = _splices(model.family, sentences, valid.conditions)
+    if requested.likelihoods:
+        for base in {c.parent for c in valid.conditions if c.kind == "arm"}:
+            check_exclusive(action_openers(model.family, task, base), model.family, base)
     starts = shared_starts(task, model.family, oracle) if model.backend is None else None
     work = Workload(
         data,
@@ -267,6 +271,10 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
         resolve=requested.resolve,
         retrieve_k=valid.retrieve_k,
         quant_compute=model.quant_compute,
+        likelihoods=requested.likelihoods,
+        score_openers=tuple(
+            c.code for c in valid.conditions if c.code in set(requested.score_openers)
+        ),
     )
 
 

@@ -15,6 +15,9 @@ splice/experiment/shared_start.py): a base's prompts, and the arms, resolutions 
 pass forked from them (the same count, as their prefix begins with the base's prompt), so that
 every schedule, resume, shard and replay computes a prompt on the same path.
 
+With `--likelihoods` the arms' fork also scores each splice and, for sealed arms, the action
+openers after it (likelihoods.py), and each arm's record carries them.
+
 Actions are read by the family after the cut: NT from its whole generation with no tool declared,
 a base from its ids from the boundary on, an arm from its splice ids plus its generation. NT is
 always graded; B, oracle_B and the arms when they answer (SELF), so that the resolution phase's
@@ -24,7 +27,7 @@ final accuracy (resolve.py) can read every condition's answers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nudgeability.backends.base import Backend, continuation_of
@@ -37,7 +40,9 @@ from nudgeability.splice.experiment.conditions import (
     TOOL_BASE,
     Condition,
 )
+from nudgeability.splice.experiment.openers import Openers, action_openers
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
+from nudgeability.splice.run.likelihoods import OpenerRows, add_scoring, arm_likelihoods
 from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.signals import with_b_signals
 from nudgeability.splice.rundir.records import Record
@@ -205,6 +210,9 @@ class ArmGroup:
     base: str
     arms: list[Condition]
     prefix_tokens: int
+    # --likelihoods: the openers after this base's close and where their scoring rows sit
+    openers: Openers | None = None
+    opener_rows: list[OpenerRows] = field(default_factory=list)
 
 
 def arm_request(
@@ -228,7 +236,15 @@ def arm_request(
     ]
     shared = ctx.shared(base, prompt)
     request = ForkRequest(prefix, suffixes, params, stem=len(reasoning) + 1, shared=shared)
-    return request, ArmGroup(index, base, arms, len(reasoning))
+    group = ArmGroup(index, base, arms, len(reasoning))
+    config = ctx.prepared.config
+    if config.likelihoods:
+        family = ctx.prepared.family
+        group.openers = action_openers(family, ctx.prepared.task, base)
+        group.opener_rows = add_scoring(
+            request, arms, group.openers, family.think_close_ids, config.score_openers
+        )
+    return request, group
 
 
 def arm_records(
@@ -238,17 +254,21 @@ def arm_records(
     records = []
     for j, (arm, out) in enumerate(zip(group.arms, outs)):
         counts.add(out, shared=j == 0)
-        records.append(
-            arm_record(
-                ctx,
-                ctx.prepared.problems[group.index],
-                arm,
-                seed,
-                ctx.prepared.prompts[group.index].for_base(group.base),
-                group.prefix_tokens,
-                out,
-            )
+        record = arm_record(
+            ctx,
+            ctx.prepared.problems[group.index],
+            arm,
+            seed,
+            ctx.prepared.prompts[group.index].for_base(group.base),
+            group.prefix_tokens,
+            out,
         )
+        if group.openers is not None:
+            scored = arm_likelihoods(outs, j, group.opener_rows, group.openers)
+            record = replace(record, likelihoods=scored)
+        records.append(record)
+    for out in outs[len(group.arms) :]:  # the opener-scoring rows: work done, no record
+        counts.add(out, shared=False)
     return records
 
 

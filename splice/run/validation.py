@@ -82,6 +82,7 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
         raise ConfigError(
             f"--quant-compute {requested.quant_compute!r}: expected one of {', '.join(QUANT_COMPUTES)}"
         )
+    _check_likelihoods(requested, conditions)
     if remote is not None:
         _check_remote(requested, remote)
     device = SERVER if remote is not None else resolve_device(requested.device)
@@ -91,6 +92,18 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
             f"--family {requested.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
         )
     return Validated(temperature, top_p, tuple(seeds), conditions, device, _retrieve_k(requested))
+
+
+def _check_likelihoods(requested: RunConfig, conditions: list[Condition]) -> None:
+    """`--score-openers` names arms of the run, and needs `--likelihoods`."""
+    if not requested.score_openers:
+        return
+    if not requested.likelihoods:
+        raise ConfigError("--score-openers: scores the action openers of --likelihoods; add it")
+    arms = {c.code for c in conditions if c.kind == "arm"}
+    for code in requested.score_openers:
+        if code not in arms:
+            raise ConfigError(f"--score-openers {code}: not an arm of this run's conditions")
 
 
 def _check_pool_settings(requested: RunConfig, device: str) -> None:
@@ -154,6 +167,11 @@ def _check_remote(requested: RunConfig, remote: RemoteSpec) -> None:
         raise ConfigError(
             "--signals/--consistency-samples: the uncertainty signals read the in-process engine's "
             "per-token entropies and hidden states; run them with --backend local"
+        )
+    if requested.likelihoods:
+        raise ConfigError(
+            "--likelihoods: the splice's log-probabilities come from the in-process engine's "
+            "prefill of each arm; run them with --backend local"
         )
     if requested.max_batch_tokens is not None:
         raise ConfigError("--max-batch-tokens: the engine's budget; a server batches on its own")

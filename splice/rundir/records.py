@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
@@ -31,7 +32,7 @@ from nudgeability.util.json_lines import read_json_lines
 # How faithfully a backend continued a prompt, most faithful first: ids in and out (the engine, a
 # completions server given ids), text in and out, or a chat turn continued (backends/README.md).
 CONTINUATION_LEVELS = ("token", "text", "chat")
-OPTIONAL_FIELDS = ("sample", "signals", "cut")  # written only when set
+OPTIONAL_FIELDS = ("sample", "signals", "cut", "likelihoods")  # written only when set
 
 
 def least_faithful(levels: Iterable[str]) -> str:
@@ -85,6 +86,39 @@ def _grade(data: object) -> GradeRecord | None:
     return None if data is None else GradeRecord(**data)
 
 
+def _likelihoods(data: object) -> Likelihoods | None:
+    return None if data is None else Likelihoods(**data)
+
+
+@dataclass(frozen=True)
+class Likelihoods:
+    """An arm's likelihoods under the model at its cut (`nudge run --likelihoods`;
+    splice/run/likelihoods.py), in nats, each from a teacher-forced forward of the arm's context.
+
+    `splice_logprobs` holds log p(token | prompt, reasoning, earlier splice tokens) for each token
+    of the arm's splice (the think-close ids included for a sealed arm; empty for `empty`), and
+    `splice_logprob` their sum: how far off the model's own path the nudge lies. On a sealed arm
+    `tool_opener_logprob` and `answer_opener_logprob` are the log-probabilities of the family's
+    tool-call opener and of the task's answer opener right after the splice
+    (splice/experiment/openers.py); None elsewhere.
+    """
+
+    splice_logprobs: list[float]
+    splice_logprob: float
+    tool_opener_logprob: float | None = None
+    answer_opener_logprob: float | None = None
+
+    @property
+    def p_tool(self) -> float | None:
+        """P(TOOL): the probability of the tool-call opener right after the think-close."""
+        return None if self.tool_opener_logprob is None else math.exp(self.tool_opener_logprob)
+
+    @property
+    def p_answer(self) -> float | None:
+        """P(answer): the probability of the answer opener right after the think-close."""
+        return None if self.answer_opener_logprob is None else math.exp(self.answer_opener_logprob)
+
+
 def _fields_of(cls, data: Mapping, lenient: bool) -> dict:
     """The dataclass fields of `cls` from a JSON object. A field the object lacks is a KeyError
     naming it, unless it has a default or `lenient` (then it reads as None: a record written by
@@ -128,12 +162,16 @@ class Record:
     # length of the decoded ids before `boundary`), so that a reader splits the text without the
     # tokenizer. None elsewhere, and in records written before the field existed.
     cut: int | None = None
+    # Arms of a run with --likelihoods: the splice's log-probabilities and, on sealed arms, the
+    # action openers' (`Likelihoods`). None elsewhere, and in every run without the flag.
+    likelihoods: Likelihoods | None = None
 
     def to_json(self) -> str:
         """One line of JSON with sorted keys: the byte-exact form written to records.jsonl.
 
-        `continuation` is left out when token-exact, and `sample`, `signals` and `cut` when None,
-        so the records of local runs without them keep the bytes they always had."""
+        `continuation` is left out when token-exact, and `sample`, `signals`, `cut` and
+        `likelihoods` when None, so the records of local runs without them keep the bytes they
+        always had."""
         data = asdict(self)
         if data["continuation"] == "token":
             del data["continuation"]
@@ -149,6 +187,7 @@ class Record:
         found = _fields_of(cls, data, lenient)
         found["action"] = _action(found["action"])
         found["grade"] = _grade(found["grade"])
+        found["likelihoods"] = _likelihoods(found.get("likelihoods"))
         return cls(**found)
 
     @classmethod

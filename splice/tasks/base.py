@@ -76,6 +76,8 @@ class Task(ABC):
     system_with_tool: ClassVar[str]
     tool: ClassVar[tuple[str, str, dict[str, str]]]
     tool_use: ClassVar[str]
+    # the label both answering prompts ask the final answer to start with (`holds_answer`)
+    answer_opener: ClassVar[str] = "Answer:"
 
     def default_data_path(self) -> Path:
         """The shipped sample of this task (the embedded default of `nudge run`)."""
