@@ -76,3 +76,13 @@ def smollm2():
     from nudgeability.models.loader import load_model
 
     return load_model("smollm2")
+
+
+@pytest.fixture(autouse=True)
+def _no_fallback_from_an_earlier_test():
+    """The fallbacks taken are process-wide (util/fallbacks.py) and a run's manifest lists them:
+    one an earlier test took in the same worker must not reach a later test's manifest."""
+    from nudgeability.util import fallbacks
+
+    fallbacks.reset()
+    yield
