@@ -11,6 +11,7 @@ from helpers.engine_reference import assert_matches_reference, mixed_fork_reques
 
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.engine.attention import static_decode
+from nudgeability.engine.attention.graphed_decode import with_greedy_head
 from nudgeability.models.testing.tiny import tiny_model
 from nudgeability.util import fallbacks
 
@@ -93,8 +94,10 @@ class _Captured:
 
     def run(self, cache, static):
         self.runs += 1
-        hidden = self.engine.runner.forward(cache, static.input_ids, static.positions)
-        return hidden + self.corrupt if self.corrupt else hidden
+        runner = self.engine.runner
+        step = with_greedy_head(runner.forward, runner.logits)
+        hidden, ids = step(cache, static.input_ids, static.positions)
+        return (hidden + self.corrupt if self.corrupt else hidden), ids
 
 
 @pytest.mark.parametrize("corrupt", [0.0, 0.5])
