@@ -70,11 +70,14 @@ class Engine:
     that keep a sequence's logits independent of the batch (`model_runner`, engine/README.md);
     False runs them at their natural row counts.
     `static_decode` (opt-in; on a GPU faster than the eager cascade, benchmarks/gpu_check.py)
-    runs steps of single-token rows with fixed shapes, rows padded to a bucket, one FlexAttention
-    call per layer (`attention/static_decode.py`), and `cuda_graphs` (default: with it on CUDA)
-    replays them as CUDA graphs, each bucket's first captured step checked once against the eager
-    cascade (`attention/static_dispatch.py`). By default every step runs the eager cascade
-    (`attention/shared_prefix_attention.py`; on CPU through engine/invariant/cpu/attention.py).
+    runs every step's single-token rows with fixed shapes, rows padded to a bucket (up to the row
+    cap, at least 512: with no `max_rows` the rows are capped there), one FlexAttention call per
+    layer (`attention/static_decode.py`), the rest of a step that also prefills eagerly beside
+    them; `cuda_graphs` (default: with it on CUDA) captures every bucket at start, LM head and
+    greedy argmax included, and replays them, each bucket's first replayed step checked once
+    against the eager cascade (`attention/static_dispatch.py`). By default every step runs the
+    eager cascade (`attention/shared_prefix_attention.py`; on CPU through
+    engine/invariant/cpu/attention.py).
     """
 
     def __init__(
