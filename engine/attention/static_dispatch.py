@@ -100,6 +100,8 @@ class StaticDecodeDispatch:
                 cache.layout = static
                 with torch.inference_mode():
                     self.graphs.capture(cache, static)
+        except StaticDecodeUnavailable:  # the compiler refused (recorded): eager from the start
+            self.drop()
         finally:
             self.runner.disengage()
 

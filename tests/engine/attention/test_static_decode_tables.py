@@ -143,3 +143,25 @@ def test_a_decode_the_compiler_refuses_drops_to_the_cascade_for_good(monkeypatch
     assert len(calls) == 1 and not engine.static_decode
     for suffix, arm in zip(suffixes, arms):
         assert_matches_reference(model, arm, prefix + suffix, 6, engine.eos_ids)
+
+
+def test_a_capture_at_start_the_compiler_refuses_leaves_the_engine_eager(monkeypatch):
+    """The capture at the engine's start (`StaticDecodeDispatch.capture_all`) meets the same
+    refusal as a step: recorded where it happens, the fixed-shape decode off from the start."""
+    from helpers.capture_hazards import HazardCheckedGraphs
+
+    def refused(*args, **kwargs):
+        raise static_decode.StaticDecodeUnavailable("stand-in for a failed lowering")
+
+    monkeypatch.setattr(static_decode, "flex_attention", refused)
+    model = tiny_model("llama", num_layers=2, seed=6)
+    engine = Engine(model, static_decode=True, max_batch_tokens=16 * 40)
+    dispatch = engine.static_dispatch
+    dispatch.graphs = graphs = HazardCheckedGraphs(engine)
+    dispatch.capture_all(engine.pool, engine.cache, engine.pad_id)
+    assert not engine.static_decode and dispatch.graphs is None and not graphs.order
+    prefix, suffixes = random_ids(30, seed=9), [random_ids(n, seed=n) for n in (2, 4)]
+    arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=6), return_logits=True)
+    assert engine.stats.static_steps == 0
+    for suffix, arm in zip(suffixes, arms):
+        assert_matches_reference(model, arm, prefix + suffix, 6, engine.eos_ids)
