@@ -48,9 +48,7 @@ class StaticDecodeDispatch:
     CUDA or without static_decode is an EngineInputError. On CUDA, a block size or head size the
     compiled kernel cannot take turns static_decode off up front (recorded), not at a step."""
 
-    def __init__(
-        self, runner, block_size: int, static_decode: bool | None, cuda_graphs, max_rows=None
-    ):
+    def __init__(self, runner, block_size: int, static_decode: bool | None, cuda_graphs):
         on_cuda = runner.device.type == "cuda"
         self.enabled = bool(static_decode)
         use_graphs = on_cuda and self.enabled if cuda_graphs is None else cuda_graphs
@@ -69,7 +67,7 @@ class StaticDecodeDispatch:
         )
         self.statics: dict[int, StaticDecode] = {}
         self.device, self.block_size = runner.device, block_size
-        self.buckets = bucket_sizes(max_rows)
+        self.buckets = bucket_sizes(None)  # `row_cap` sets the engine's
 
     def row_cap(self, max_rows: int | None) -> int | None:
         """The rows the scheduler may decode together: `max_rows`, whose buckets reach it; with

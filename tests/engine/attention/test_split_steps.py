@@ -66,7 +66,8 @@ def test_decode_rows_of_a_prefilling_step_run_fixed_shapes_and_give_hf_s_tokens(
 def test_the_fused_greedy_ids_are_the_argmax_of_the_lm_head_and_hf_s_tokens(monkeypatch):
     """Greedy rows that keep no logits take the ids computed with the fixed-shape forward
     (`graphed_decode.with_greedy_head`): at every such step they equal the argmax of the model's
-    own head on the same hidden states, and the completions equal HF's solo greedy tokens."""
+    own head on the same hidden states, and the completions equal HF's solo greedy tokens and
+    those of the un-fused path (the same work keeping its logits)."""
     from nudgeability.bench.reference import hf_greedy
     from nudgeability.engine import engine as engine_module
 
@@ -89,5 +90,9 @@ def test_the_fused_greedy_ids_are_the_argmax_of_the_lm_head_and_hf_s_tokens(monk
     runs = staggered(engine, return_logits=False)
     assert engine.stats.fused_greedy_steps == len(checked) >= 5
     assert engine.stats.split_steps >= 2
-    for prompt, completion in runs.values():
+    unfused = Engine(model, static_decode=True)  # return_logits: every step's logits path
+    logits_path = staggered(unfused, return_logits=True)
+    assert unfused.stats.fused_greedy_steps == 0 and unfused.stats.static_steps >= 5
+    for name, (prompt, completion) in runs.items():
         assert completion.token_ids == hf_greedy(model, prompt, NEW, logits=False).tokens
+        assert completion.token_ids == logits_path[name][1].token_ids
