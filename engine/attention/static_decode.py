@@ -250,17 +250,13 @@ class StaticDecode:
         for kv, rows_out in self.write_rows.items():  # in place: a graph holds these addresses
             torch.add(self._head_base[kv], self.slots[:, None], out=rows_out.view(r, kv))
         self.row_end = n
-        # the rows that choose a token: a one-token chunk may also be a prefill's last-but-one
-        # token, or a row that never samples (plan.sampling())
-        chosen = [
-            i
-            for i, (row, _, s1) in enumerate(plan.row_chunks)
-            if row.samples and s1 == len(row.context)
-        ]
-        if len(chosen) == n:
+        # the rows that choose a token (`StepPlan.sampling`): no stem row, nor a one-token
+        # prefill chunk short of its context's end
+        picked = plan.sampling_positions()
+        if len(picked) == n:
             self.sample_index = self._all_rows[:n]
         else:
-            self.sample_index = torch.tensor(chosen, dtype=torch.long).to(self.device)
+            self.sample_index = torch.tensor(picked, dtype=torch.long).to(self.device)
         return n
 
     def _own_blocks(self, key: int, blocks: list[int], updates: dict) -> None:

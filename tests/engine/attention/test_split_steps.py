@@ -96,3 +96,26 @@ def test_the_fused_greedy_ids_are_the_argmax_of_the_lm_head_and_hf_s_tokens(monk
     for name, (prompt, completion) in runs.items():
         assert completion.token_ids == hf_greedy(model, prompt, NEW, logits=False).tokens
         assert completion.token_ids == logits_path[name][1].token_ids
+
+
+def test_one_token_prefill_chunks_run_with_fixed_shapes_and_only_the_rows_at_their_end_choose():
+    """At one prefill token a step, a fork's arms compute their suffixes a token at a time: the
+    arm whose suffix ended decodes beside one still prefilling, both one-token rows in one bucket,
+    and only the first chooses a token (`StepPlan.sampling_positions`; taking every row of the
+    bucket as choosing gave the decoding arm the other's token)."""
+    model = tiny_model("llama", num_layers=2, seed=9)
+    engine = Engine(model, static_decode=True, prefill_tokens=1)
+    prefix, suffixes = random_ids(4, seed=4), [random_ids(8, seed=1), random_ids(2, seed=21)]
+    params = SamplingParams(max_new_tokens=NEW)  # an arm stops at EOS, as HF's run does
+    partial = []
+    decode = engine.static_dispatch._decode
+
+    def spy(plan, *args):
+        partial.append(0 < len(plan.sampling()) < len(plan.row_chunks))
+        return decode(plan, *args)
+
+    engine.static_dispatch._decode = spy
+    arms = engine.fork(prefix, suffixes, params, return_logits=True)
+    assert sum(partial) >= 5
+    for suffix, arm in zip(suffixes, arms):
+        assert_matches_reference(model, arm, prefix + suffix, NEW, engine.eos_ids)
