@@ -59,8 +59,9 @@ def with_greedy_head(forward, logits):
     """The fixed-shape decode step as a graph captures it: `forward(cache, input_ids, positions)`
     (`ModelRunner.forward`), then the LM head on every bucket row (`logits`, `ModelRunner.logits`)
     and the greedy choice (`sampler.greedy`), so that a greedy step's tokens come out of the
-    replay itself. Returns (hidden states [1, rows, hidden], argmax ids [rows]); rows that sample,
-    or that asked for their logits, still go through the LM head after it (engine/sampling/choose.py)."""
+    replay itself. Returns (hidden states [1, rows, hidden], argmax ids [rows]); rows that
+    sample, or that asked for their logits, still go through the LM head after it
+    (engine/sampling/choose.py)."""
 
     def step(cache, input_ids: torch.Tensor, positions: torch.Tensor):
         hidden = forward(cache, input_ids, positions)
