@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import torch
 
 from nudgeability.engine import requests as req
-from nudgeability.engine.attention.static_decode import BUCKETS
 from nudgeability.engine.attention.static_dispatch import StaticDecodeDispatch
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
@@ -31,20 +30,15 @@ from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.kv.reservation import memory_pool, request_blocks
 from nudgeability.engine.model_runner import ModelRunner
-from nudgeability.engine.outputs import (
-    append_tokens,
-    keep_hidden,
-    record_uncertainty,
-    sampling_inputs,
-    uncertainty_rows,
-)
-from nudgeability.engine.sampling.sampler import greedy, sample, token_uncertainty
+from nudgeability.engine.outputs import append_tokens, keep_hidden
+from nudgeability.engine.sampling.choose import choose_tokens
 from nudgeability.engine.sampling.sampling_params import SamplingParams
 from nudgeability.engine.scheduling.scheduler import PREFILL_CHUNK, Scheduler
 from nudgeability.engine.scheduling.step_layout import StepLayout
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
-from nudgeability.engine.suffix_scores import score_suffixes
+from nudgeability.engine.step_run import StepRun
+from nudgeability.engine.suffix_scores import needs_hidden, score_suffixes
 from nudgeability.util.progress import progress_bar
 
 
@@ -77,11 +71,16 @@ class Engine:
     that keep a sequence's logits independent of the batch (`model_runner`, engine/README.md);
     False runs them at their natural row counts.
     `static_decode` (opt-in; on a GPU faster than the eager cascade, benchmarks/gpu_check.py)
-    runs steps of single-token rows with fixed shapes, rows padded to a bucket, one FlexAttention
-    call per layer (`attention/static_decode.py`), and `cuda_graphs` (default: with it on CUDA)
-    replays them as CUDA graphs, each bucket's first captured step checked once against the eager
-    cascade (`attention/static_dispatch.py`). By default every step runs the eager cascade
-    (`attention/shared_prefix_attention.py`; on CPU through engine/invariant/cpu/attention.py).
+    runs every step's single-token rows with fixed shapes, rows padded to a bucket (up to the row
+    cap, at least 512: with no `max_rows` the rows are capped there), one FlexAttention call per
+    layer (`attention/static_decode.py`), the rest of a step that also prefills eagerly beside
+    them; `cuda_graphs` (default: with it on CUDA) captures every bucket at start, LM head and
+    greedy argmax included, and replays them, each bucket's first replayed step checked once
+    against the eager cascade (`attention/static_dispatch.py`). By default every step runs the
+    eager cascade (`attention/shared_prefix_attention.py`; on CPU through
+    engine/invariant/cpu/attention.py). `fused_layers` (CUDA, where Triton imports) runs a
+    layer's norms, rotary and activation as Triton kernels (`fused/`), its first forward checked
+    once against the library's.
     """
 
     def __init__(
@@ -100,10 +99,11 @@ class Engine:
         batch_invariant: bool = True,
         static_decode: bool | None = None,
         cuda_graphs: bool | None = None,
+        fused_layers: bool = True,
     ):
         req.check_positive(prefill_tokens=prefill_tokens, max_rows=max_rows, block_size=block_size)
         self.prefill_tokens = prefill_tokens
-        self.runner = ModelRunner(model, batch_invariant)
+        self.runner = ModelRunner(model, batch_invariant, fused=fused_layers)
         self._forward = (
             _on_one_thread(torch.compile(self.runner.forward, dynamic=True))
             if compile_decode
@@ -112,7 +112,6 @@ class Engine:
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens
-        self.max_rows = max_rows
         self.block_size = block_size
         self.progress = progress
         self.eos_ids = req.eos_ids(model, tokenizer)
@@ -122,6 +121,7 @@ class Engine:
         self.static_dispatch = StaticDecodeDispatch(
             self.runner, block_size, static_decode, cuda_graphs
         )
+        self.max_rows = self.static_dispatch.row_cap(max_rows)
         self._builder = req.Builder()
         self._rows: dict[int, Sequence] = {}
         self._need_blocks = 0  # blocks all unfinished work could take (max_batch_tokens None)
@@ -135,7 +135,7 @@ class Engine:
                 self.runner,
                 vocab_size=self.vocab_size,
                 prefill_tokens=prefill_tokens,
-                rows=max_rows or BUCKETS[-1],
+                rows=self.static_dispatch.head_rows(max_rows),
                 block_size=block_size,
                 fraction=gpu_memory_utilization,
             )
@@ -145,11 +145,13 @@ class Engine:
             self._pool_blocks = 4
         self._new_pool(self._pool_blocks)
         self.pool.allocate(layers)
+        self.static_dispatch.capture_all(self.pool, self.cache, self.pad_id)
 
     def limit_rows(self, max_rows: int | None) -> None:
         """Cap the rows that decode together from now on (`max_rows` of the constructor)."""
         req.check_positive(max_rows=max_rows)
-        self.max_rows = self.scheduler.max_rows = self.scheduler.lookahead = max_rows
+        cap = self.static_dispatch.row_cap(max_rows)  # buckets met later are captured on use
+        self.max_rows = self.scheduler.max_rows = self.scheduler.lookahead = cap
 
     @property
     def static_decode(self) -> bool:
@@ -290,23 +292,26 @@ class Engine:
                 "the engine has work but could schedule none of it (KV pool too small?)"
             )
         try:
-            layout, hidden = self._run(plan)
+            run = self._run(plan)
         except BaseException:
             self.runner.disengage()
             raise
-        finished = self._postprocess(plan, layout, hidden)
-        account(self, plan, layout, time.perf_counter() - t0)
+        finished = self._postprocess(plan, run)
+        account(self, plan, run, time.perf_counter() - t0)
         if not self.busy:
             self.runner.disengage()
         return finished
 
     # --- one step -------------------------------------------------------------------------------
-    def _run(self, plan: StepPlan):
+    def _run(self, plan: StepPlan) -> StepRun:
         self.runner.engage()
+        if needs_hidden(plan):  # the suffix scores read every token's state: one eager forward
+            layout, hidden = self._run_eager(plan)
+            return StepRun.of(layout, hidden, hidden=hidden)
         ran = self.static_dispatch.run(
             plan, self.pool, self.cache, self._forward, self._run_eager, self.pad_id
         )
-        return ran if ran is not None else self._run_eager(plan)
+        return ran if ran is not None else StepRun.of(*self._run_eager(plan))
 
     def _run_eager(self, plan: StepPlan):
         layout = StepLayout.of(
@@ -317,31 +322,16 @@ class Engine:
             hidden = self._forward(self.cache, layout.input_ids, layout.positions)
         return layout, hidden
 
-    def _postprocess(
-        self, plan: StepPlan, layout: StepLayout, hidden
-    ) -> list[tuple[SequenceRef, Completion]]:
+    def _postprocess(self, plan: StepPlan, run: StepRun) -> list[tuple[SequenceRef, Completion]]:
         self.scheduler.after_step(plan)
-        score_suffixes(plan, hidden, self.runner.logits)  # SamplingParams.score_suffix
+        if run.hidden is not None:  # SamplingParams.score_suffix
+            score_suffixes(plan, run.hidden, self.runner.logits)
         rows = plan.sampling()
         if not rows:
             return []
         with torch.inference_mode():
-            last = hidden[0].index_select(0, layout.sample_index)
-            keep_hidden(rows, last)
-            logits = self.runner.logits(last)
-            inputs = sampling_inputs(rows, logits.device)
-            chosen = greedy(logits) if inputs is None else sample(logits, *inputs)
-            # The step's one host read. Anything else computed per token on the device must join
-            # this transfer rather than add its own.
-            asked = uncertainty_rows(rows, logits.device)
-            if asked is None:
-                tokens = chosen.tolist()
-            else:  # SamplingParams.token_stats: the summaries travel with the tokens
-                logprob, entropy = token_uncertainty(logits[asked], chosen[asked])
-                packed = torch.cat([chosen.double(), logprob.double(), entropy.double()]).tolist()
-                n, k = len(rows), len(asked)
-                tokens = [int(t) for t in packed[:n]]
-                record_uncertainty(rows, packed[n : n + k], packed[n + k :])
+            keep_hidden(rows, run.last)
+            tokens, logits = choose_tokens(rows, run, self.runner)
         done = append_tokens(rows, tokens, logits, self.eos_ids, self.tokenizer)
         out = []
         for row in done:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the step's types, for the hints only (no import cycle)
-    from nudgeability.engine.scheduling.step_layout import StepLayout
     from nudgeability.engine.scheduling.step_plan import StepPlan
+    from nudgeability.engine.step_run import StepRun
 
 
 @dataclass
@@ -34,6 +34,12 @@ class EngineStats:
     pad_tokens: int = 0  # pad rows (ModelRunner.padded: batch invariance)
     forward_calls: int = 0
     steps: int = 0
+    # the fixed-shape decode (attention/static_dispatch.py): steps whose single-token rows ran
+    # with fixed shapes, those of them that also ran an eager prefill beside (split), and those
+    # whose tokens were the greedy ids computed with the forward (sampling/choose.py)
+    static_steps: int = 0
+    split_steps: int = 0
+    fused_greedy_steps: int = 0
     sampled_rows: int = 0  # rows that chose a token, summed over steps
     preemptions: int = 0
     peak_cache_bytes: int = 0  # largest KV held at once (pool blocks in use x block bytes)
@@ -46,17 +52,21 @@ class EngineStats:
         return self.prefix_tokens + self.suffix_tokens + self.decode_tokens
 
 
-def account(engine, plan: StepPlan, layout: StepLayout, seconds: float) -> None:
-    """Add one step of `engine` (its plan, its layout, its wall time) to `engine.stats`."""
+def account(engine, plan: StepPlan, run: StepRun, seconds: float) -> None:
+    """Add one step of `engine` (its plan, what its forwards computed, its wall time) to
+    `engine.stats`."""
     stats = engine.stats
     stats.prefix_tokens += sum(c1 - c0 for _, c0, c1 in plan.prefix_chunks)
     single = plan.decode_rows
     stats.decode_tokens += single
     stats.suffix_tokens += sum(s1 - s0 for _, s0, s1 in plan.row_chunks) - single
-    stats.pad_tokens += layout.tokens - layout.row_end
-    stats.forward_calls += 1
+    stats.pad_tokens += run.pad_tokens
+    stats.forward_calls += len(run.layouts)
     stats.steps += 1
-    stats.sampled_rows += len(layout.sample_index)
+    stats.sampled_rows += len(run.last)
+    stats.static_steps += run.static
+    stats.split_steps += run.split and run.static
+    stats.fused_greedy_steps += run.fused
     stats.preemptions = engine.scheduler.preemptions
     slot_bytes = engine.pool.slot_bytes()
     stats.peak_cache_bytes = max(
@@ -67,10 +77,10 @@ def account(engine, plan: StepPlan, layout: StepLayout, seconds: float) -> None:
     else:
         stats.decode_seconds += seconds
     if stats.trace is not None:
-        stats.trace.append(_record(engine, plan, layout, seconds))
+        stats.trace.append(_record(engine, run, seconds))
 
 
-def _record(engine, plan: StepPlan, layout: StepLayout, seconds: float) -> StepRecord:
+def _record(engine, run: StepRun, seconds: float) -> StepRecord:
     sched = engine.scheduler
     groups = sched.admitted + sched.waiting
     runs = {id(s): s for g in sched.admitted for s in g.segments if s.start is not None}
@@ -79,8 +89,8 @@ def _record(engine, plan: StepPlan, layout: StepLayout, seconds: float) -> StepR
         r.computed for r in (*sched.running, *sched.retained) if r.holds_slots and r.stem is None
     )
     return StepRecord(
-        tokens=layout.row_end,
-        rows=len(layout.sample_index),
+        tokens=run.real_tokens,
+        rows=len(run.last),
         running=sum(1 for r in sched.running if r.stem is None),
         waiting=sum(sum(1 for r in g.waiting if r.stem is None) for g in groups),
         kv_blocks=engine.pool.in_use,

@@ -24,6 +24,24 @@ from nudgeability.engine.sequence import Sequence
 SCORE_ROWS = 256
 
 
+def needs_hidden(plan: StepPlan) -> bool:
+    """Whether `score_suffixes` reads this step's hidden states: a run or stem whose last state a
+    fork keeps ends in it, or a row feeds tokens whose conditionals it scores. Such a step runs
+    as one eager forward (engine/engine.py), so its states are in plan order."""
+    for group, _, c1 in plan.prefix_chunks:
+        if group.own.keep_last and c1 == group.own.length:
+            return True
+    for row, s0, s1 in plan.row_chunks:
+        if row.stem is not None and row.stem.keep_last and s1 == len(row.context):
+            return True
+        if row.suffix_scores:
+            start = row.scored_from
+            end = start + len(row.suffix_scores)
+            if max(s0, start - 1) < min(s1, end - 1) or (start == 0 and s0 == 0):
+                return True
+    return False
+
+
 @torch.inference_mode()
 def score_suffixes(plan: StepPlan, hidden: torch.Tensor, logits_of) -> None:
     """Keep the last hidden states that forks asked for, and write the suffix log-probabilities

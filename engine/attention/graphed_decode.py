@@ -1,9 +1,10 @@
-"""CUDA graphs of the fixed-shape decode forward (`static_decode.py`), and the self-check that a
+"""CUDA graphs of the fixed-shape decode step (`static_decode.py`), and the self-check that a
 captured step agrees with the eager cascade before it is trusted.
 
-`GraphedDecode` warms a bucket's forward up on a side stream (which compiles its FlexAttention
-calls), captures it once and replays it at every later step of that bucket. Everything the
-captured region reads is a persistent buffer (`StaticDecode.buffers()`, the pool, the weights),
+`GraphedDecode` warms each bucket's step up on a side stream (which compiles its FlexAttention
+calls) and captures it, the LM head and the greedy argmax included (`with_greedy_head`), all
+buckets at the engine's start, largest first, into one graph memory pool; each step replays its
+bucket's graph. Everything the captured region reads is a persistent buffer (`StaticDecode.buffers()`, the pool, the weights),
 so a replay computes the step `load()` wrote. The first time a bucket's captured step runs, the
 engine compares it once with the eager cascade on the same step (`agrees`); on a disagreement
 beyond the dtype's bound it warns, records the fallback and runs eagerly from then on.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from nudgeability.engine.sampling.sampler import greedy
 from nudgeability.util import fallbacks
 
 # Largest |captured - eager| over the sampled rows' final hidden states, relative to the largest
@@ -53,34 +55,61 @@ def agrees(path: str, captured: torch.Tensor, reference: torch.Tensor, used: str
     return False
 
 
-class GraphedDecode:
-    """CUDA graphs of the decode forward, one per bucket, captured on first use (CUDA only)."""
+def with_greedy_head(forward, logits):
+    """The fixed-shape decode step as a graph captures it: `forward(cache, input_ids, positions)`
+    (`ModelRunner.forward`), then the LM head on every bucket row (`logits`, `ModelRunner.logits`)
+    and the greedy choice (`sampler.greedy`), so that a greedy step's tokens come out of the
+    replay itself. Returns (hidden states [1, rows, hidden], argmax ids [rows]); rows that
+    sample, or that asked for their logits, still go through the LM head after it
+    (engine/sampling/choose.py)."""
 
-    def __init__(self, forward):
-        self.forward = forward
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+    def step(cache, input_ids: torch.Tensor, positions: torch.Tensor):
+        hidden = forward(cache, input_ids, positions)
+        return hidden, greedy(logits(hidden[0]))
+
+    return step
+
+
+class GraphedDecode:
+    """CUDA graphs of the decode step (`with_greedy_head`), one per bucket, in one shared graph
+    memory pool; `StaticDecodeDispatch.capture_all` captures them at start, largest first, and
+    a bucket met later (the pool was replaced) is captured on first use (CUDA only)."""
+
+    def __init__(self, step):
+        self.step = step
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.checked: set[int] = set()  # buckets whose captured step agreed with the eager one
+        # One memory pool for every bucket's graph: a replay's intermediates are dead once it
+        # returns, so graphs that never run at once can share them (each keeps its outputs).
+        self.pool = None
 
     def drop(self, bucket: int) -> None:
         """Forget a bucket's graph (its buffers were replaced): the next use captures anew."""
         self.graphs.pop(bucket, None)
         self.checked.discard(bucket)
 
-    def run(self, cache, static) -> torch.Tensor:
-        entry = self.graphs.get(static.rows)
-        if entry is None:
-            # Warm up (compiles the flex kernels and makes every buffer the forward asks for,
-            # e.g. the write index per head count) on a side stream, then capture.
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self.forward(cache, static.input_ids, static.positions)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                hidden = self.forward(cache, static.input_ids, static.positions)
-            entry = self.graphs[static.rows] = (graph, hidden)
-        graph, hidden = entry
+    def capture(self, cache, static) -> None:
+        """Warm the bucket's step up (it compiles the flex kernels and makes every buffer the
+        forward asks for, e.g. the write index per head count) on a side stream, then capture it
+        on the buffers `static.load()` rewrites."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self.step(cache, static.input_ids, static.positions)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = self.step(cache, static.input_ids, static.positions)
+        self.graphs[static.rows] = (graph, outputs)
+
+    def run(self, cache, static) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay the bucket's graph on what `load()` wrote: (hidden states, greedy ids), the
+        graph's own output tensors, to read before the next replay."""
+        if static.rows not in self.graphs:
+            self.capture(cache, static)
+        graph, outputs = self.graphs[static.rows]
         graph.replay()
-        return hidden
+        return outputs

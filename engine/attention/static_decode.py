@@ -1,7 +1,7 @@
 """Decode steps with fixed shapes, for CUDA graphs: one FlexAttention call per layer over the pool.
 
-A step whose rows all feed one token can run with every tensor's shape fixed by a bucket: the
-rows are padded to `BUCKETS` (16, 32, 64, ...), and attention becomes one `flex_attention` call per
+A step's rows that feed one token can run with every tensor's shape fixed by a bucket: the
+rows are padded to a bucket (`decode_buckets.py`: 16, 32, 64, ... 512 or the row cap), and attention becomes one `flex_attention` call per
 layer, queries `[1, H, rows, D]` against the whole pool `[1, kv, slots, D]`, with a block mask that
 lists, for each tile of `Q_TILE` rows, the pool blocks its rows may read (their groups' prefix runs,
 once per tile however many arms share them, and the rows' own blocks), and a mask function that
@@ -36,7 +36,6 @@ from nudgeability.engine.kv.kv_pool import SCRATCH_BLOCK
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.util import fallbacks
 
-BUCKETS = (16, 32, 64, 128, 256)
 MAX_SEGMENTS = 3  # a shared run, the rest of the prompt, a stem
 # Rows per tile of the block mask, and the main kernel's BLOCK_M: a power of two (FlexKernelOptions'
 # contract) that torch's own default configs use (32 x 64 is sm80's bf16 head_dim-256 default,
@@ -134,7 +133,8 @@ class StaticDecode:
         self.per_call: dict = {}  # (kept empty: nothing a step reads may live only one step)
         # what the engine's accounting reads of a layout
         self.prefix_chunks, self.row_start, self.row_end, self.tokens = [], 0, rows, rows
-        self.sample_index = torch.arange(0, device=device)
+        self._all_rows = torch.arange(rows, device=device)
+        self.sample_index = self._all_rows[:0]
 
     def buffers(self) -> list[torch.Tensor]:
         """Every tensor the forward reads from this object: a CUDA graph replays on these
@@ -250,7 +250,13 @@ class StaticDecode:
         for kv, rows_out in self.write_rows.items():  # in place: a graph holds these addresses
             torch.add(self._head_base[kv], self.slots[:, None], out=rows_out.view(r, kv))
         self.row_end = n
-        self.sample_index = torch.arange(n, device=self.device)
+        # the rows that choose a token (`StepPlan.sampling`): no stem row, nor a one-token
+        # prefill chunk short of its context's end
+        picked = plan.sampling_positions()
+        if len(picked) == n:
+            self.sample_index = self._all_rows[:n]
+        else:
+            self.sample_index = torch.tensor(picked, dtype=torch.long).to(self.device)
         return n
 
     def _own_blocks(self, key: int, blocks: list[int], updates: dict) -> None:

@@ -1,9 +1,11 @@
-"""Which engine steps run the fixed-shape decode, and when the engine gives it up for good.
+"""Which rows of an engine step run the fixed-shape decode, and when the engine gives it up for good.
 
 `StaticDecodeDispatch` holds the engine's `static_decode` state: one `StaticDecode` per bucket
-(`static_decode.py`), and the CUDA graphs that replay them (`graphed_decode.py`). A step whose rows
-all feed one token runs on a bucket's buffers, through a graph where graphs are on; anything else
-runs the eager cascade (`shared_prefix_attention.py`), recorded once per reason. The compiler
+(`static_decode.py`, buckets from `decode_buckets.py`), and the CUDA graphs that replay them
+(`graphed_decode.py`), captured at start, largest bucket first. A step's single-token rows run on
+a bucket's buffers, through a graph where graphs are on; in a step that also prefills, the other
+rows and prefix chunks run the eager cascade (`shared_prefix_attention.py`) in a second forward
+(a split step, `step_run.merged`). A step with no single-token row runs eagerly. The compiler
 refusing a step (`StaticDecodeUnavailable`) or a bucket's first captured step disagreeing with the
 eager cascade on the same step drops the fixed-shape decode for the rest of the engine's life.
 `Engine._run` (engine/engine.py) asks `run` first and runs the step eagerly where it says None.
@@ -15,9 +17,14 @@ from collections.abc import Callable
 
 import torch
 
-from nudgeability.engine.attention.graphed_decode import EAGER, GraphedDecode, agrees
+from nudgeability.engine.attention.decode_buckets import bucket_for, bucket_sizes, capture_order
+from nudgeability.engine.attention.graphed_decode import (
+    EAGER,
+    GraphedDecode,
+    agrees,
+    with_greedy_head,
+)
 from nudgeability.engine.attention.static_decode import (
-    BUCKETS,
     MAX_SEGMENTS,
     StaticDecode,
     StaticDecodeUnavailable,
@@ -25,7 +32,9 @@ from nudgeability.engine.attention.static_decode import (
     refusal,
 )
 from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.sampling.choose import HostTokens
 from nudgeability.engine.scheduling.step_plan import StepPlan
+from nudgeability.engine.step_run import StepRun, merged
 from nudgeability.util import fallbacks
 
 # `Engine._run_eager`: a step on the eager cascade -> (its layout, the final hidden states)
@@ -52,35 +61,114 @@ class StaticDecodeDispatch:
             if why is not None:  # refused up front, not an exception at the first step
                 fallbacks.record("static_decode (compiled FlexAttention)", EAGER, why)
                 self.enabled = use_graphs = False
-        self.graphs = GraphedDecode(runner.forward) if use_graphs else None
+        self.runner = runner
+        self.graphs = (
+            GraphedDecode(with_greedy_head(runner.forward, runner.logits)) if use_graphs else None
+        )
         self.statics: dict[int, StaticDecode] = {}
         self.device, self.block_size = runner.device, block_size
+        self.buckets = bucket_sizes(None)  # `row_cap` sets the engine's
 
-    def run(self, plan: StepPlan, pool, cache, forward, eager: Eager, pad_id: int):
-        """The step on a bucket's buffers, `(static, hidden)`; `eager(plan)`'s result where the
-        fixed-shape decode gives up during it; None where the step is not one for it. `forward`
-        is the engine's forward (`Engine._forward`), `cache` its `kv_cache.PoolCache`."""
-        static = self.buffers_for(plan, pool)
-        if static is None:
+    def row_cap(self, max_rows: int | None) -> int | None:
+        """The rows the scheduler may decode together: `max_rows`, whose buckets reach it; with
+        none given, the largest bucket while the fixed-shape decode is on (no decode step is too
+        wide for it), else no cap."""
+        self.buckets = bucket_sizes(max_rows)
+        if max_rows is None and self.enabled:
+            return self.buckets[-1]
+        return max_rows
+
+    def head_rows(self, max_rows: int | None) -> int:
+        """The most rows one step's LM head takes (`kv.reservation.memory_pool`): a bucket's,
+        where the fixed-shape decode's graph runs the head on every bucket row."""
+        if self.enabled or max_rows is None:
+            return self.buckets[-1]
+        return max_rows
+
+    def capture_all(self, pool, cache, pad_id: int) -> None:
+        """Capture every bucket's graph now, largest first (`decode_buckets.capture_order`), each
+        on a step of pad rows only: a step then only replays. Nothing when graphs are off."""
+        if self.graphs is None:
+            return
+        self.runner.engage()
+        try:
+            for bucket in capture_order(self.buckets):
+                static = self._static(bucket, pool)
+                static.load(StepPlan(), pad_id)
+                cache.layout = static
+                with torch.inference_mode():
+                    self.graphs.capture(cache, static)
+        except StaticDecodeUnavailable:  # the compiler refused (recorded): eager from the start
+            self.drop()
+        finally:
+            self.runner.disengage()
+
+    def run(
+        self, plan: StepPlan, pool, cache, forward, eager: Eager, pad_id: int
+    ) -> StepRun | None:
+        """The step with its single-token rows on a bucket's buffers and the rest eager; None
+        where the step is not one for the fixed-shape decode. `forward` is the engine's forward
+        (`Engine._forward`), `cache` its `kv_cache.PoolCache`, `eager` `Engine._run_eager`."""
+        parts = self.split(plan)
+        if parts is None:
             return None
+        decode, rest = parts
+        ran = self._decode(decode, pool, cache, forward, eager, pad_id)
+        if rest is None:
+            return ran
+        chosen = {id(row) for row in decode.sampling()}
+        first = [id(row) in chosen for row in plan.sampling()]
+        return merged(first, ran, StepRun.of(*eager(rest)))
+
+    def split(self, plan: StepPlan) -> tuple[StepPlan, StepPlan | None] | None:
+        """(the step's single-token rows, the rest of the step or None), or None to run the whole
+        step eagerly: no single-token row, or the fixed-shape decode is off or cannot take one."""
+        if not self.enabled:
+            return None
+        single = [c for c in plan.row_chunks if c[2] - c[1] == 1]
+        if not single:
+            return None  # a step that only prefills runs eagerly by design
+        if len(single) > self.buckets[-1]:  # the row cap (`row_cap`) keeps this from happening
+            why = f"more decode rows than the largest bucket ({self.buckets[-1]})"
+            fallbacks.record("static_decode (wide step)", EAGER, why)
+            return None
+        if any(len(row.group.segments) > MAX_SEGMENTS for row, _, _ in single):
+            why = f"a prefix of more than {MAX_SEGMENTS} segments"
+            fallbacks.record("static_decode (many segments)", EAGER, why)
+            return None
+        others = [c for c in plan.row_chunks if c[2] - c[1] != 1]
+        rest = StepPlan(plan.prefix_chunks, others) if plan.prefix_chunks or others else None
+        return StepPlan([], single), rest
+
+    def _decode(self, plan: StepPlan, pool, cache, forward, eager: Eager, pad_id: int) -> StepRun:
+        """A step of single-token rows on a bucket's buffers (graphed where graphs are on), or on
+        the eager cascade where the fixed-shape decode gives up during it."""
+        static = self._static(bucket_for(len(plan.row_chunks), self.buckets), pool)
         static.load(plan, pad_id)
         cache.layout = static
         try:
             with torch.inference_mode():
                 if self.graphs is not None:
-                    hidden = self.graphs.run(cache, static)
+                    hidden, ids = self.graphs.run(cache, static)
                 else:
-                    hidden = forward(cache, static.input_ids, static.positions)
+                    step = with_greedy_head(forward, self.runner.logits)
+                    hidden, ids = step(cache, static.input_ids, static.positions)
         except StaticDecodeUnavailable:  # recorded where it happened; eager from now on
             self.drop()
-            return eager(plan)
+            return StepRun.of(*eager(plan))
         if self.graphs is not None and static.rows not in self.graphs.checked:
-            return self._self_check(plan, static, hidden, cache, eager)
-        return static, hidden
+            refused = self._self_check(plan, static, hidden, eager)
+            if refused is not None:
+                return refused
+            cache.layout = static
+        with torch.inference_mode():  # the ids start for the host now (choose.HostTokens)
+            chosen = HostTokens(ids.index_select(0, static.sample_index))
+        return StepRun.of(static, hidden, greedy_ids=chosen, static=True)
 
-    def _self_check(self, plan: StepPlan, static: StaticDecode, hidden, cache, eager: Eager):
+    def _self_check(self, plan: StepPlan, static: StaticDecode, hidden, eager: Eager):
         """A bucket's first captured step against the eager cascade on the same step (run after
-        it, so the pool keeps the eager K/V); on disagreement, eager for good (graphed_decode)."""
+        it, so the pool keeps the eager K/V): None where they agree; on disagreement, the eager
+        step's `StepRun`, and eager for good (graphed_decode)."""
         with torch.inference_mode():
             captured = hidden[0].index_select(0, static.sample_index).clone()
         layout, reference = eager(plan)
@@ -88,10 +176,9 @@ class StaticDecodeDispatch:
             expected = reference[0].index_select(0, layout.sample_index)
         if agrees(f"cuda graph of static_decode bucket {static.rows}", captured, expected):
             self.graphs.checked.add(static.rows)
-            cache.layout = static
-            return static, hidden
+            return None
         self.drop()
-        return layout, reference
+        return StepRun.of(layout, reference)
 
     def drop(self) -> None:
         """The fixed-shape decode off for good: every later step runs the eager cascade."""
@@ -99,25 +186,8 @@ class StaticDecodeDispatch:
         self.graphs = None
         self.statics.clear()
 
-    def buffers_for(self, plan: StepPlan, pool) -> StaticDecode | None:
-        """The fixed-shape buffers for a step of single-token rows, or None to run it eagerly."""
-        rows = len(plan.row_chunks)
-        decoding = sum(s1 - s0 == 1 for _, s0, s1 in plan.row_chunks)
-        if not self.enabled or not decoding:
-            return None  # a step that only prefills runs eagerly by design
-        if plan.prefix_chunks or decoding < rows:
-            why = "decode rows in a step that also prefills run with the prefill, no graph"
-            fallbacks.record("static_decode (mixed step)", EAGER, why)
-            return None
-        if rows > BUCKETS[-1]:
-            why = f"more decode rows than the largest bucket ({BUCKETS[-1]})"
-            fallbacks.record("static_decode (wide step)", EAGER, why)
-            return None
-        if any(len(row.group.segments) > MAX_SEGMENTS for row, _, _ in plan.row_chunks):
-            why = f"a prefix of more than {MAX_SEGMENTS} segments"
-            fallbacks.record("static_decode (many segments)", EAGER, why)
-            return None
-        bucket = next(b for b in BUCKETS if b >= rows)
+    def _static(self, bucket: int, pool) -> StaticDecode:
+        """The buffers of `bucket`, made anew (its graph dropped) when the pool was replaced."""
         static = self.statics.get(bucket)
         if (
             static is None

@@ -1,7 +1,7 @@
 """Next-token choice: greedy, or temperature + nucleus (top-p) sampling from per-sequence streams.
 
 Everything here stays on the device: the engine reads the chosen tokens on the host once per step
-(`Engine._sample_and_record`). Per-token quantities derived from the same logits (log-probability
+(`choose.choose_tokens`). Per-token quantities derived from the same logits (log-probability
 of the chosen token, entropy, ...) belong in this module, as device tensors returned beside the
 tokens, so that they can travel to the host in that same single read.
 """

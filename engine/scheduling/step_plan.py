@@ -35,3 +35,8 @@ class StepPlan:
     def sampling(self) -> list[Sequence]:
         """The rows that choose a token this step: their chunk ends their context."""
         return [r for r, _, s1 in self.row_chunks if r.samples and s1 == len(r.context)]
+
+    def sampling_positions(self) -> list[int]:
+        """Where the rows of `sampling()` sit among `row_chunks`."""
+        chunks = self.row_chunks
+        return [i for i, (r, _, s1) in enumerate(chunks) if r.samples and s1 == len(r.context)]

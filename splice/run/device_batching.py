@@ -3,9 +3,9 @@ pool's size.
 
 On CPU the engine's pool grows with the work and rows are uncapped (the unit's problems decide).
 On CUDA the pool is sized from free device memory at start (engine/kv/kv_pool.py), and the rows that
-fit in it follow: each row holds at most its prompt and its budget of new tokens, and a step of
-more rows than the largest fixed-shape decode bucket runs eagerly (engine/attention/static_decode.py), so
-the cap is the smaller of the two. A 32-problem unit on an H200 is then limited by its problems,
+fit in it follow: each row holds at most its prompt and its budget of new tokens, and the
+fixed-shape decode's largest default bucket (512, engine/attention/decode_buckets.py) is the
+engine's own cap when it is given none, so the cap is the smaller of the two. A 32-problem unit on an H200 is then limited by its problems,
 not by a CPU-sized constant.
 
 The same number is the chunk size of a CUDA run given no `--chunk-size` (`pool_rows`): one row
@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from nudgeability.engine import engine as engine_module
-from nudgeability.engine.attention.static_decode import BUCKETS
+from nudgeability.engine.attention.decode_buckets import BUCKETS
 from nudgeability.splice.run.config import SERVER
 
 # prompt tokens allowed per row beside its new tokens: the tasks' prompts (with the few-shot

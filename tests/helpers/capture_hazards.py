@@ -6,8 +6,9 @@ region reads must be a persistent buffer (the model's weights and buffers, the K
 such buffer may be dropped or reallocated afterwards. `CaptureReads` (a `TorchDispatchMode`)
 records every tensor each op of the region reads and which the region made itself;
 `HazardCheckedGraphs` stands in for `graphed_decode.GraphedDecode` on CPU: it warms a bucket up
-like the real one, runs the capture under `CaptureReads`, and at every later step (after that
-step's `load()`) checks that what the capture read is still the same persistent storage. The
+like the real one, runs the capture under `CaptureReads` (at the engine's start for every bucket,
+`StaticDecodeDispatch.capture_all`, or on first use), and at every later step (after that step's
+`load()`) checks that what the capture read is still the same persistent storage. The
 "replay" is the eager forward: what the real graph would compute wrongly is what the checks flag.
 """
 
@@ -20,6 +21,9 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_mask
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from nudgeability.engine.attention.graphed_decode import with_greedy_head
+from nudgeability.engine.invariant.cpu.cores import CORES
 
 
 def _key(t: torch.Tensor) -> int | None:
@@ -95,48 +99,61 @@ def persistent(model, pool, static) -> dict[int, str]:
 
 @dataclass
 class HazardCheckedGraphs:
-    """`GraphedDecode`'s interface on CPU, with the capture run under `CaptureReads`."""
+    """`GraphedDecode`'s interface on CPU, with the capture run under `CaptureReads`; the step
+    captured is the engine's (`graphed_decode.with_greedy_head`: forward, LM head, argmax)."""
 
     engine: object
     graphs: dict = field(default_factory=dict)  # bucket -> storages its capture read
     checked: set = field(default_factory=set)
     hazards: list[str] = field(default_factory=list)
-    captures: int = 0
+    order: list[int] = field(default_factory=list)  # buckets in the order they were captured
     replays: int = 0
+
+    @property
+    def captures(self) -> int:
+        return len(self.order)
+
+    def step(self, cache, static):
+        runner = self.engine.runner
+        return with_greedy_head(runner.forward, runner.logits)(
+            cache, static.input_ids, static.positions
+        )
 
     def drop(self, bucket: int) -> None:
         self.graphs.pop(bucket, None)
         self.checked.discard(bucket)
 
-    def run(self, cache, static) -> torch.Tensor:
-        forward = self.engine.runner.forward
+    def capture(self, cache, static) -> None:
         model, pool = self.engine.model, cache.pool
-        reads = self.graphs.get(static.rows)
-        if reads is None:
-            for _ in range(2):  # the warm-up GraphedDecode runs before it captures
-                forward(cache, static.input_ids, static.positions)
-            before = persistent(model, pool, static)
-            mode = CaptureReads()
-            with mode:
-                hidden = forward(cache, static.input_ids, static.positions)
-            self.captures += 1
-            self.hazards += [f"host sync in capture: {s}" for s in mode.syncs]
-            reads = {k: before[k] for k in mode.read if k in before}
-            self.hazards += [
-                f"capture reads a tensor made outside it and not persistent: {op}"
-                for k, op in mode.read.items()
-                if k not in before
-            ]
-            self.graphs[static.rows] = reads
-            return hidden
-        now = persistent(model, pool, static)
+        for _ in range(2):  # the warm-up GraphedDecode runs before it captures
+            self.step(cache, static)
+        before = persistent(model, pool, static)
+        mode = CaptureReads()
+        # a dispatch mode sees only its own thread's ops: the cores' shared pieces (CPU-only,
+        # engine/invariant/cpu/cores.py) run on this one, as a CUDA graph's kernels run on one stream
+        with CORES.one_thread(), mode:
+            self.step(cache, static)
+        self.order.append(static.rows)
+        self.hazards += [f"host sync in capture: {s}" for s in mode.syncs]
+        self.graphs[static.rows] = {k: before[k] for k in mode.read if k in before}
+        self.hazards += [
+            f"capture reads a tensor made outside it and not persistent: {op}"
+            for k, op in mode.read.items()
+            if k not in before
+        ]
+
+    def run(self, cache, static):
+        if static.rows not in self.graphs:
+            self.capture(cache, static)
+        reads = self.graphs[static.rows]
+        now = persistent(self.engine.model, cache.pool, static)
         self.hazards += [
             f"bucket {static.rows}: {name}, read by the capture, was dropped or reallocated"
             for k, name in reads.items()
             if k not in now
         ]
         self.replays += 1
-        return forward(cache, static.input_ids, static.positions)
+        return self.step(cache, static)
 
 
 def block_sparse_flex(

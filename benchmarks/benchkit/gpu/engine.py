@@ -220,12 +220,12 @@ def graph_replay(model, sizes) -> list[Row]:
     original = graphed_decode.GraphedDecode.run
 
     def replay_then_direct(self, cache, static):
-        hidden = original(self, cache, static)
+        hidden, ids = original(self, cache, static)
         replayed = hidden.clone()
-        direct = self.forward(cache, static.input_ids, static.positions)
+        direct, _ = self.step(cache, static.input_ids, static.positions)
         gap = (replayed.float() - direct.float()).abs().max().item()
         steps.append((static.rows, torch.equal(replayed, direct), gap))
-        return hidden
+        return hidden, ids
 
     prefix, suffixes = _fork_inputs(model, sizes)
     engine = make_engine(

@@ -53,3 +53,31 @@ def test_the_write_index_is_rewritten_in_place_by_each_load(monkeypatch):
                 assert torch.equal(rows, expected)
                 seen.append((kv, rows.data_ptr()))
     assert seen and len(set(seen)) == 1
+
+
+def test_every_bucket_is_captured_at_start_largest_first_and_only_replayed_after(monkeypatch):
+    """`StaticDecodeDispatch.capture_all` (what a CUDA engine runs at its start) captures the
+    buckets 512 down to 16 on a step of pad rows; the steps after it, split steps included,
+    only replay, and what each capture read outlives every step."""
+    monkeypatch.setattr(static_decode, "flex_attention", block_sparse_flex)
+    model = tiny_model("llama", num_layers=2, seed=4)
+    engine = Engine(model, static_decode=True, max_batch_tokens=16 * 60)  # a pool never replaced
+    dispatch = engine.static_dispatch
+    dispatch.graphs = graphs = HazardCheckedGraphs(engine)
+    dispatch.capture_all(engine.pool, engine.cache, engine.pad_id)
+    assert graphs.order == [512, 256, 128, 64, 32, 16] and not graphs.hazards, graphs.hazards[:3]
+    params = SamplingParams(max_new_tokens=10, ignore_eos=True)
+    first = random_ids(30, seed=1)
+    refs = [engine.submit_generate(first, params, return_logits=True)]
+    prefix, suffixes = random_ids(40, seed=7), [random_ids(n, seed=n) for n in (4, 9, 2)]
+    done = {}
+    for step in range(30):
+        if step == 3:  # prefilled while the first prompt decodes: split steps
+            refs += engine.submit_fork(ForkRequest(prefix, suffixes, params), return_logits=True)
+        if engine.busy:
+            done.update({ref.id: out for ref, out in engine.step()})
+    assert not engine.busy and engine.stats.split_steps > 0
+    assert graphs.captures == 6 and graphs.replays >= 10
+    assert not graphs.hazards, graphs.hazards[:3]
+    for prompt, ref in zip([first] + [prefix + s for s in suffixes], refs):
+        assert_matches_reference(model, done[ref.id], prompt, 10, engine.eos_ids)

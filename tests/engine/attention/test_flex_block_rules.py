@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nudgeability.engine.attention import static_decode
+from nudgeability.engine.attention import decode_buckets, static_decode
 from nudgeability.engine.kv.kv_cache import LayerKV
 from nudgeability.engine.kv.kv_pool import KVPool
 
@@ -123,7 +123,7 @@ def _engine_call(monkeypatch, rows, ratio, head_dim, block_size, kv=2, blocks=40
 
 
 @pytest.mark.parametrize("block_size", [16, 32, 64])
-@pytest.mark.parametrize("rows", static_decode.BUCKETS)
+@pytest.mark.parametrize("rows", decode_buckets.BUCKETS)
 def test_every_bucket_and_gqa_ratio_passes_the_lowering_block_rules(monkeypatch, rows, block_size):
     failures = []
     for ratio in range(1, 9):  # 3, 5, 6, 7: not powers of two (SmolLM2's is 3)
@@ -148,7 +148,7 @@ def test_a_pool_block_the_kernel_cannot_tile_is_refused_up_front(monkeypatch, bl
         assert refusal is not None
         return
     assert refusal is None
-    for rows in static_decode.BUCKETS:
+    for rows in decode_buckets.BUCKETS:
         call = _engine_call(monkeypatch, rows, 3, 128, block_size)
         assert not lowering_problems(
             call["q"], call["k"], call["mask"], call["options"], torch.bfloat16, (9, 0)

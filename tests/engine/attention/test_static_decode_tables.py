@@ -11,6 +11,7 @@ from helpers.engine_reference import assert_matches_reference, mixed_fork_reques
 
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.engine.attention import static_decode
+from nudgeability.engine.attention.graphed_decode import with_greedy_head
 from nudgeability.models.testing.tiny import tiny_model
 from nudgeability.util import fallbacks
 
@@ -93,8 +94,10 @@ class _Captured:
 
     def run(self, cache, static):
         self.runs += 1
-        hidden = self.engine.runner.forward(cache, static.input_ids, static.positions)
-        return hidden + self.corrupt if self.corrupt else hidden
+        runner = self.engine.runner
+        step = with_greedy_head(runner.forward, runner.logits)
+        hidden, ids = step(cache, static.input_ids, static.positions)
+        return (hidden + self.corrupt if self.corrupt else hidden), ids
 
 
 @pytest.mark.parametrize("corrupt", [0.0, 0.5])
@@ -138,5 +141,27 @@ def test_a_decode_the_compiler_refuses_drops_to_the_cascade_for_good(monkeypatch
     prefix, suffixes = random_ids(30, seed=9), [random_ids(n, seed=n) for n in (2, 4)]
     arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=6), return_logits=True)
     assert len(calls) == 1 and not engine.static_decode
+    for suffix, arm in zip(suffixes, arms):
+        assert_matches_reference(model, arm, prefix + suffix, 6, engine.eos_ids)
+
+
+def test_a_capture_at_start_the_compiler_refuses_leaves_the_engine_eager(monkeypatch):
+    """The capture at the engine's start (`StaticDecodeDispatch.capture_all`) meets the same
+    refusal as a step: recorded where it happens, the fixed-shape decode off from the start."""
+    from helpers.capture_hazards import HazardCheckedGraphs
+
+    def refused(*args, **kwargs):
+        raise static_decode.StaticDecodeUnavailable("stand-in for a failed lowering")
+
+    monkeypatch.setattr(static_decode, "flex_attention", refused)
+    model = tiny_model("llama", num_layers=2, seed=6)
+    engine = Engine(model, static_decode=True, max_batch_tokens=16 * 40)
+    dispatch = engine.static_dispatch
+    dispatch.graphs = graphs = HazardCheckedGraphs(engine)
+    dispatch.capture_all(engine.pool, engine.cache, engine.pad_id)
+    assert not engine.static_decode and dispatch.graphs is None and not graphs.order
+    prefix, suffixes = random_ids(30, seed=9), [random_ids(n, seed=n) for n in (2, 4)]
+    arms = engine.fork(prefix, suffixes, SamplingParams(max_new_tokens=6), return_logits=True)
+    assert engine.stats.static_steps == 0
     for suffix, arm in zip(suffixes, arms):
         assert_matches_reference(model, arm, prefix + suffix, 6, engine.eos_ids)

@@ -31,14 +31,16 @@ from nudgeability.splice.rundir.store import ConfigChangedError
 MiB = 2**20
 # tiny qwen3 (models/testing/tiny.py: 4 layers, hidden 64, MLP 128, 2 KV heads of 16, vocab 320)
 # in fp32: K and V of every layer per slot, and the activation margin of the engine's largest step
-# (2,048 prefill tokens, 256 rows: engine/kv/kv_pool.py `step_margin_bytes`, written out)
+# (2,048 prefill tokens, 512 rows, the largest decode bucket: engine/kv/kv_pool.py
+# `step_margin_bytes`, written out)
 SLOT_BYTES = 4 * 2 * 2 * 16 * 4
-MARGIN = 2 * (2048 * (6 * 64 + 4 * 128) * 4 + 256 * 320 * (4 + 8))
+MARGIN = 2 * (2048 * (6 * 64 + 4 * 128) * 4 + 512 * 320 * (4 + 8))
 
 
 def test_rows_for_pool_by_hand():
     # an H200-sized pool of 700,000 slots, rows of 1,024 + 256 + 128 slots: the bucket caps
     assert rows_for_pool(700_000, 1408, 256) == 256
+    assert rows_for_pool(900_000, 1408, 512) == 512
     assert rows_for_pool(100_000, 1408, 256) == 71  # 100,000 // 1,408
     assert rows_for_pool(500, 1408, 256) == 1
     assert row_slots(256, 128) == PROMPT_ALLOWANCE + 384
@@ -48,9 +50,10 @@ def test_rows_for_pool_by_hand():
 
 def test_pool_rows_by_hand():
     """The rows cap and the default CUDA chunk size: pool slots // (1,024 + the two budgets), at
-    most 256 (the largest decode bucket), at least 1."""
+    most 512 (the largest default decode bucket), at least 1."""
     assert pool_rows(100_000, 256, 128) == 71  # 100,000 // 1,408
-    assert pool_rows(700_000, 256, 128) == 256  # 497 rows fit; the bucket caps
+    assert pool_rows(700_000, 256, 128) == 497  # 700,000 // 1,408, under the bucket
+    assert pool_rows(900_000, 256, 128) == 512  # 639 rows fit; the bucket caps
     assert pool_rows(3_000, 16, 8) == 2  # 3,000 // 1,048
     assert pool_rows(1_000, 16, 8) == 1  # not one whole row: still one
     # Qwen3-8B in bf16 (36 layers x K and V x 8 KV heads of 128 x 2 bytes = 147,456 bytes a
@@ -80,14 +83,14 @@ def test_the_runner_caps_rows_from_the_pool_on_cuda(fake_cuda):
     config = RunConfig(max_new_tokens=256, max_new_tokens_arm=128)
     engine = runner.unit_context(_prepared(config), progress=False).backend.engine
     slots = engine.pool.num_blocks * engine.block_size
-    assert engine.max_rows == min(256, slots // (PROMPT_ALLOWANCE + 384))
+    assert engine.max_rows == min(512, slots // (PROMPT_ALLOWANCE + 384))
     assert engine.scheduler.max_rows == engine.max_rows
 
 
 def test_the_memory_share_reaches_the_engine(fake_cuda):
     """`RunConfig.gpu_memory_utilization` is an engine option of the run, and on CUDA it sizes
-    the pool: 0.5 of 64 MiB less the margin, in blocks of 16 slots (by hand: 1,032 blocks,
-    16,512 slots, 11 rows of 1,408), where the default 0.9 gives 2,670 blocks and 30 rows."""
+    the pool: 0.5 of 64 MiB less the margin, in blocks of 16 slots (by hand: 912 blocks,
+    14,592 slots, 10 rows of 1,408), where the default 0.9 gives 2,550 blocks and 28 rows."""
     assert runner.engine_options(RunConfig(gpu_memory_utilization=0.5)) == {
         "max_batch_tokens": None,
         "gpu_memory_utilization": 0.5,
@@ -103,11 +106,11 @@ def test_the_memory_share_reaches_the_engine(fake_cuda):
         _prepared(RunConfig(gpu_memory_utilization=0.5, **budgets)), progress=False
     ).backend.engine
     assert half.gpu_memory_utilization == 0.5
-    assert half.pool.num_blocks == (int(0.5 * 64 * MiB) - MARGIN) // (SLOT_BYTES * 16) == 1032
-    assert half.max_rows == 1032 * 16 // 1408 == 11
+    assert half.pool.num_blocks == (int(0.5 * 64 * MiB) - MARGIN) // (SLOT_BYTES * 16) == 912
+    assert half.max_rows == 912 * 16 // 1408 == 10
     default = runner.unit_context(_prepared(RunConfig(**budgets)), progress=False).backend.engine
-    assert default.pool.num_blocks == (int(0.9 * 64 * MiB) - MARGIN) // (SLOT_BYTES * 16) == 2670
-    assert default.max_rows == 2670 * 16 // 1408 == 30
+    assert default.pool.num_blocks == (int(0.9 * 64 * MiB) - MARGIN) // (SLOT_BYTES * 16) == 2550
+    assert default.max_rows == 2550 * 16 // 1408 == 28
 
 
 def _free_for(blocks: int) -> int:
