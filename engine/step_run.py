@@ -38,9 +38,9 @@ class StepRun:
     hidden: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, layout, hidden: torch.Tensor, **kwargs) -> StepRun:
-        """A step of one forward: `hidden` [1, T, hidden] laid out as `layout`."""
-        return cls([layout], hidden[0].index_select(0, layout.sample_index), **kwargs)
+    def of(cls, layout, states: torch.Tensor, **kwargs) -> StepRun:
+        """A step of one forward: `states` [1, T, hidden] laid out as `layout`."""
+        return cls([layout], states[0].index_select(0, layout.sample_index), **kwargs)
 
     @property
     def pad_tokens(self) -> int:

@@ -116,3 +116,24 @@ def test_a_shared_start_computed_without_its_last_state_is_refused(tiny):
     while engine.busy:  # the refusal left the engine able to finish its work
         engine.step()
     assert_scores(model, scored, Engine(model).fork_many([scored])[0])  # alone it is computed
+
+
+def test_scores_beside_fixed_shape_decode_rows(tiny):
+    """With the fixed-shape decode on, a step that prefills a scored splice beside decoding rows
+    runs as one eager forward (its states are read: suffix_scores.py `needs_hidden`); the decode
+    steps around it keep the fixed shapes."""
+    _, model = tiny
+    engine = Engine(model, static_decode=True)
+    base = engine.submit_generate(random_ids(60, seed=21), SamplingParams(max_new_tokens=12))
+    for _ in range(3):
+        engine.step()
+    request = ForkRequest(
+        random_ids(80, seed=22), [random_ids(n, seed=90 + n) for n in (2, 5)], SCORE
+    )
+    refs = engine.submit_fork(request)
+    done = {}
+    while engine.busy:
+        for ref, completion in engine.step():
+            done[ref.id] = completion
+    assert base.id in done and engine.stats.static_steps > 0
+    assert_scores(model, request, [done[r.id] for r in refs])
