@@ -201,3 +201,18 @@ def test_on_smollm2_the_example_replaces_a_real_sentence_and_stats_reads_it(tmp_
     s, n_s = _brute_force_s(read_records(out))
     assert n_s > 0 and pair["n_S"] == n_s
     assert pair["S"] == pytest.approx(s)
+
+
+def test_nudge_verify_rehashes_the_file_and_takes_it_moved(tiny_run, tmp_path):
+    _, out, path, _ = tiny_run
+    copy, moved = tmp_path / "out", tmp_path / "moved.py"
+    shutil.copytree(out, copy)
+    shutil.copy(path, moved)
+    status, lines = run_verify(copy, "--sample", "0")
+    assert status == 0 and "interventions files re-hashed" in lines[0], lines
+    moved.write_text(path.read_text() + "# edited\n", encoding="utf-8")
+    status, lines = run_verify(copy, "--sample", "0", "--interventions", moved)
+    assert status != 0 and "interventions file" in lines[0], lines
+    shutil.copy(path, moved)
+    status, lines = run_verify(copy, "--sample", "1", "--interventions", moved)
+    assert status == 0, lines
