@@ -102,6 +102,11 @@ def _check(path: Path, interventions: tuple[Intervention, ...]) -> None:
         except InterventionError as exc:
             raise InterventionFileError(path, _line(path, item), exc.field, str(exc)) from None
         where = _line(path, item)
+        for name in ("sentence", "voice", "polarity"):  # what only the shipped arms read
+            if getattr(item, name) is not None:
+                raise InterventionFileError(
+                    path, where, name, f"{name} is the shipped arms'; give your own text"
+                )
         if item.code.lower() in taken:
             raise InterventionFileError(
                 path, where, "code", f"{item.code!r} is a shipped condition's; choose another"

@@ -79,6 +79,7 @@ def test_registered_conditions_are_known_by_code_and_pair(tmp_path):
         ("INTERVENTIONS = [\n    Intervention('conf', 'b', text='x'),\n]\n", 2, "code"),
         ("INTERVENTIONS = [\n    Intervention('a', 'b', txt='x'),\n]\n", 2, "TypeError"),
         ("INTERVENTIONS = [\n    Intervention('a', 'b', edit='swap', text='x'),\n]\n", 2, "edit"),
+        ("INTERVENTIONS = [\n    Intervention('a', 'b', sentence='neutral'),\n]\n", 2, "sentence"),
         ("x = 1\n", 1, "INTERVENTIONS"),
     ],
 )

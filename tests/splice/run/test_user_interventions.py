@@ -183,10 +183,14 @@ def test_nudge_verify_replays_the_users_arms(tiny_run):
     assert status == 0, lines
 
 
-def test_stats_reads_the_users_pair(tiny_run, tmp_path):
+def test_stats_reads_the_users_pair_and_the_report_shows_its_arms(tiny_run, tmp_path):
     _, out, _, _ = tiny_run
     pair = _stats_pair(out, tmp_path / "stats")
     assert (pair["S"], pair["n_S"]) == _brute_force_s(read_records(out))
+    assert "S wait" in (tmp_path / "stats" / "table.md").read_text(encoding="utf-8")
+    status, err = run_nudge(["report", tmp_path / "stats", "--out", tmp_path / "report"])
+    assert status == 0, err
+    assert "wait_replace" in (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
