@@ -282,17 +282,14 @@ def user_conditions() -> tuple[Condition, ...]:
 
 
 def all_conditions() -> tuple[Condition, ...]:
-    """The canonical order: each base, then its shipped arms, then the user's arms on it."""
+    """The canonical order: each base, then its shipped arms, then the user's arms on it (with
+    no user's arm, CONDITIONS)."""
     order: list[Condition] = []
-    for condition in CONDITIONS:
-        order.append(condition)
-        if condition.kind == "arm" or condition.code == NO_TOOL_BASE:
-            continue
-        shipped = [c for c in CONDITIONS if c.parent == condition.code]
-        order += shipped
-        order += [c for c in _USER.values() if c.parent == condition.code]
-    seen: set[str] = set()
-    return tuple(c for c in order if not (c.code in seen or seen.add(c.code)))
+    for base in (c for c in CONDITIONS if c.kind == "base"):
+        order.append(base)
+        order += [c for c in CONDITIONS if c.parent == base.code]
+        order += [c for c in _USER.values() if c.parent == base.code]
+    return tuple(order)
 
 
 PRESETS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
