@@ -76,6 +76,12 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "--sentences", help="the sentences file (default: the shipped sentences.toml)"
     )
     parser.add_argument(
+        "--interventions",
+        metavar="FILE",
+        help="a Python file defining INTERVENTIONS, arms added to the conditions "
+        "(splice/README.md, *Your own interventions*)",
+    )
+    parser.add_argument(
         "--dtype",
         default=None,
         help="float32, bfloat16 or float16 (default: float32 on CPU; on CUDA the checkpoint's "
@@ -190,6 +196,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         max_new_tokens_arm=arm_budget,
         family=args.family,
         sentences=args.sentences,
+        interventions=args.interventions,
         dtype=args.dtype,
         device=args.device,
         quant_compute=args.quant_compute,

@@ -55,6 +55,7 @@ def register(subparsers) -> None:
     parser.add_argument("--model", help="the checkpoint, if it moved since the run")
     parser.add_argument("--data", help="the data file, if it moved since the run")
     parser.add_argument("--sentences", help="the sentences file, if it moved since the run")
+    parser.add_argument("--interventions", help="the interventions file, if it moved since the run")
     parser.add_argument(
         "--device",
         help="replay on this device instead of the run's (cpu, cuda, cuda:N); results computed "

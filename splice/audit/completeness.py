@@ -17,7 +17,7 @@ from pathlib import Path
 from nudgeability.splice.audit.check import FAIL, OK, Check, summary
 from nudgeability.splice.audit.record_diff import first_difference
 from nudgeability.splice.audit.stored_run import StoredRun
-from nudgeability.splice.experiment.conditions import BASE_CODES, CONDITIONS
+from nudgeability.splice.experiment.conditions import BASE_CODES, all_conditions
 from nudgeability.splice.rundir.assemble import IncompleteRunError, assemble_records
 from nudgeability.splice.rundir.layout import PARTS, RECORDS
 from nudgeability.splice.rundir.part_check import base_records, part_problem
@@ -107,7 +107,7 @@ def _key_problems(
             )
         else:
             where[key] = number
-    parents = {c.code: c.parent for c in CONDITIONS}
+    parents = {c.code: c.parent for c in all_conditions()}
     for key in expected:
         if key not in where:
             parent = parents.get(key.condition)

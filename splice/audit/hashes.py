@@ -30,14 +30,19 @@ def check_inputs(
     data: str | None = None,
     sentences: str | None = None,
     tokenizer: str | None = None,
+    interventions: str | None = None,
 ) -> Check:
     """Re-hash the checkpoint (a remote run: its tokenizer), data and sentences files (from the
     bytes, never a cached hash) and compare them with the manifest; `model`, `data`,
     `sentences`, `tokenizer` give moved files again. Package versions and the git commit that
-    differ are warnings."""
+    differ are warnings. A run with `--interventions` has its file re-hashed too (`interventions`
+    gives it again)."""
     inputs = run.manifest.inputs
     problems = []
-    for name, override in (("data", data), ("sentences", sentences)):
+    files = [("data", data), ("sentences", sentences)]
+    if "interventions" in inputs:
+        files.append(("interventions", interventions))
+    for name, override in files:
         stored = inputs.get(name, {})
         path = override or stored.get("path")
         problems.extend(file_problem(f"{name} file", path, stored, f"--{name}"))
@@ -55,7 +60,8 @@ def check_inputs(
     )
     if problems:
         return Check("inputs", FAIL, summary(problems, "input problems"), tuple(changed))
-    detail = f"{what}, data and sentences files re-hashed: equal to the manifest"
+    names = "data, sentences and interventions" if len(files) > 2 else "data and sentences"
+    detail = f"{what}, {names} files re-hashed: equal to the manifest"
     return Check("inputs", OK, detail, tuple(changed))
 
 

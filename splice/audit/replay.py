@@ -82,16 +82,18 @@ def replay_units(
     sentences: str | None = None,
     device: str | None = None,
     remote: RemoteSpec | None = None,
+    interventions: str | None = None,
 ) -> list[UnitReplay]:
     """Recompute `units` with the manifest's configuration and compare each with its part file.
 
-    `model`, `data`, `sentences` give moved inputs again; `device` replays on another device than
+    `model`, `data`, `sentences`, `interventions` give moved inputs again; `device` replays on another device than
     the run's (whose floating-point results may differ in the last bits). `remote` sends a remote
     run's requests again to its server (splice/run/remote.py `remote_spec_of`). Raises `ReplayError`
     when the configuration no longer resolves to the stored run (another problem draw, family,
     inputs, served model...), naming the differing manifest keys, or when the server fails.
     """
     overrides = {"model": model, "data": data, "sentences": sentences, "device": device}
+    overrides["interventions"] = interventions
     requested = _requested(run.manifest.config, overrides, remote is not None)
     try:
         prepared = prepare(requested, remote=remote)
@@ -292,9 +294,10 @@ def replay_check(
     data: str | None = None,
     sentences: str | None = None,
     device: str | None = None,
+    interventions: str | None = None,
 ) -> Check:
     """Regenerate the selected units and say whether every one equals its stored part."""
-    overrides = {"data": data, "sentences": sentences}
+    overrides = {"data": data, "sentences": sentences, "interventions": interventions}
     if selection.remote is not None:
         overrides["remote"] = selection.remote
     else:

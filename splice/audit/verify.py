@@ -42,6 +42,7 @@ class AuditRequest:
     model: str | None = None  # a moved checkpoint
     data: str | None = None
     sentences: str | None = None
+    interventions: str | None = None  # a run's moved interventions file
     device: str | None = None  # replay on another device than the run's
     tokenizer: str | None = None  # a remote run's moved tokenizer
     base_url: str | None = None  # a remote run replayed against another server
@@ -83,7 +84,14 @@ def _check_request(run: StoredRun, request: AuditRequest, run_dir: str | Path) -
 def file_checks(run: StoredRun, request: AuditRequest) -> Iterator[Check]:
     """The checks that read files only, one at a time: inputs, (weights, for a remote run),
     completeness, integrity."""
-    yield check_inputs(run, request.model, request.data, request.sentences, request.tokenizer)
+    yield check_inputs(
+        run,
+        request.model,
+        request.data,
+        request.sentences,
+        request.tokenizer,
+        request.interventions,
+    )
     if run.remote:
         yield check_weights(run)
     yield check_completeness(run)
@@ -112,6 +120,7 @@ def replay(run: StoredRun, request: AuditRequest, selection: ReplaySelection) ->
         data=request.data,
         sentences=request.sentences,
         device=request.device,
+        interventions=request.interventions,
     )
 
 

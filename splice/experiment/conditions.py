@@ -1,12 +1,16 @@
 """The experiment's conditions (runs) as data, and parsing a user's `--conditions` list.
 
 Each problem is run unaided (NT) and with the tool (B). Every *arm* then forks from a base's
-reasoning prefix, cut just before the think-close marker: the arm appends one sentence (or nothing,
-for `empty`) and the model continues. Open continuation is the primary condition; a *sealed* arm
-appends the family's think-close marker right after the sentence. The oracle runs do the same with
-the `ask_expert` tool, forking from their own base `oracle_B`.
+reasoning prefix, cut just before the think-close marker, and does what its intervention says
+(splice/experiment/interventions.py: insert a sentence, or nothing for `empty`; seal; delete or
+replace the last sentence) before the model continues. Open continuation is the primary
+condition; a *sealed* arm appends the family's think-close marker right after the sentence. The
+oracle runs do the same with the `ask_expert` tool, forking from their own base `oracle_B`.
 
-The codes are fixed: records, the runner and `nudgeability.stats` all use them.
+The shipped codes are fixed: records, the runner and `nudgeability.stats` all use them. A run's
+own interventions (`nudge run --interventions FILE`, splice/experiment/intervention_file.py) are
+registered here by `register_user_conditions` when the run is prepared or its manifest is read,
+so that every reader that looks a condition or a pair up by code finds them.
 """
 
 from __future__ import annotations
@@ -16,14 +20,20 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
 
+from nudgeability.splice.experiment.interventions import (
+    ORACLE_BASE,
+    SHIPPED,
+    TOOL_BASE,
+    Intervention,
+)
+
 POLARITY_NAMES = MappingProxyType({"+": "confidence", "-": "doubt"})
 VOICES = ("first", "second", "reviewer", "expert")
 NO_TOOL_BASE = "NT"  # the unaided base: its graded answer is the competence label
-TOOL_BASE = "B"  # the with-tool base: the reasoning prefix most arms fork from
-ORACLE_BASE = "oracle_B"  # the base whose tool is ask_expert
 PRIMARY_PAIR = "first"
-# The column header of each +/- pair in the report's controls table (stats/report/tables/experiments.py).
-PAIR_HEADERS = MappingProxyType(
+# The column header of each +/- pair in the report's controls table (stats/report/tables/experiments.py);
+# a user's pair is headed "S <name>" (register_user_conditions).
+_HEADERS = dict(
     {
         "first": "S",
         "second": "S 2nd",
@@ -33,6 +43,7 @@ PAIR_HEADERS = MappingProxyType(
         "oracle": "S oracle",
     }
 )
+PAIR_HEADERS: MappingProxyType[str, str] = MappingProxyType(_HEADERS)
 
 
 class UnknownConditionError(ValueError):
@@ -53,6 +64,10 @@ class Condition:
     parent: the base an arm forks from ("B" or "oracle_B"); None for bases.
     pair: the +/- contrast a confidence or doubt arm belongs to (a key of PAIR_HEADERS).
     label: the short name figures print under the condition.
+    sentence: the id of a shipped arm's sentence in the sentences file.
+    text: a user's arm's inserted text ("" for `empty`: nothing).
+    edit: "delete" or "replace" the last sentence before the cut; None: the reasoning stays whole.
+    user: defined by the run's interventions file, not shipped.
     """
 
     code: str
@@ -65,15 +80,16 @@ class Condition:
     parent: str | None = None
     pair: str | None = None
     label: str = ""
+    sentence: str | None = None
+    text: str | None = None
+    edit: str | None = None
+    user: bool = False
 
     @property
     def sentence_id(self) -> str | None:
-        """The id of the inserted sentence in the sentences file ("first.doubt", "neutral"), or None."""
-        if self.polarity == "0":
-            return "neutral"
-        if self.polarity in POLARITY_NAMES:
-            return f"{self.voice}.{POLARITY_NAMES[self.polarity]}"
-        return None
+        """The id of the inserted sentence in the sentences file ("first.doubt", "neutral"), or
+        None (bases, `empty`, a user's arm, whose text the manifest records)."""
+        return self.sentence
 
     @property
     def is_control(self) -> bool:
@@ -81,127 +97,53 @@ class Condition:
         return self.kind == "arm" and self.polarity not in POLARITY_NAMES
 
 
-def _voice_arms(voice: str, tag: str) -> tuple[Condition, ...]:
-    return tuple(
-        Condition(
-            f"{short}_{voice}",
-            f"{name} sentence in the {voice}'s voice, open continuation",
-            "arm",
-            polarity,
-            voice,
-            parent=TOOL_BASE,
-            pair=voice,
-            label=f"{glyph} {tag}",
-        )
-        for short, name, polarity, glyph in (
-            ("conf", "confidence", "+", "+"),
-            ("doubt", "doubt", "-", "−"),
-        )
+def arm_condition(intervention: Intervention, user: bool = False) -> Condition:
+    """The condition of one arm (splice/experiment/interventions.py `Intervention`)."""
+    return Condition(
+        intervention.code,
+        intervention.description,
+        "arm",
+        intervention.polarity_code,
+        intervention.voice,
+        sealed=intervention.seal,
+        oracle=intervention.base == ORACLE_BASE,
+        parent=intervention.base,
+        pair=intervention.pair,
+        label=intervention.label or intervention.code,
+        sentence=intervention.sentence,
+        text=intervention.text if intervention.sentence is None else None,
+        edit=intervention.edit,
+        user=user,
     )
 
 
+_NT = Condition(
+    NO_TOOL_BASE,
+    "unaided base: no tool; its graded answer is the competence label",
+    "base",
+    label="NT",
+)
+_B = Condition(
+    TOOL_BASE,
+    "with-tool base: gives the reasoning prefix and the base action",
+    "base",
+    label="B",
+)
+_ORACLE_B = Condition(
+    ORACLE_BASE,
+    "oracle base: the with-tool prompt with ask_expert as the tool",
+    "base",
+    oracle=True,
+    label="oracle B",
+)
+_SHIPPED_ARMS = [arm_condition(intervention) for intervention in SHIPPED]
+# The bases, each before the arms that fork from it, the arms in the order SHIPPED lists them.
 CONDITIONS: tuple[Condition, ...] = (
-    Condition(
-        NO_TOOL_BASE,
-        "unaided base: no tool; its graded answer is the competence label",
-        "base",
-        label="NT",
-    ),
-    Condition(
-        TOOL_BASE,
-        "with-tool base: gives the reasoning prefix and the base action",
-        "base",
-        label="B",
-    ),
-    Condition(
-        "empty",
-        "B's prefix cut before think-close, regenerated with nothing inserted",
-        "arm",
-        parent=TOOL_BASE,
-        label="∅",
-    ),
-    Condition(
-        "conf",
-        "first-person confidence sentence, open continuation (primary)",
-        "arm",
-        "+",
-        "first",
-        parent=TOOL_BASE,
-        pair="first",
-        label="+",
-    ),
-    Condition(
-        "doubt",
-        "first-person doubt sentence, open continuation (primary)",
-        "arm",
-        "-",
-        "first",
-        parent=TOOL_BASE,
-        pair="first",
-        label="−",
-    ),
-    Condition(
-        "neutral",
-        "neutral sentence, open continuation",
-        "arm",
-        "0",
-        parent=TOOL_BASE,
-        label="0",
-    ),
-    *_voice_arms("second", "2nd"),
-    *_voice_arms("reviewer", "rev"),
-    *_voice_arms("expert", "exp"),
-    Condition(
-        "sealed_conf",
-        "first-person confidence sentence, then think-close at once",
-        "arm",
-        "+",
-        "first",
-        sealed=True,
-        parent=TOOL_BASE,
-        pair="sealed",
-        label="+ sealed",
-    ),
-    Condition(
-        "sealed_doubt",
-        "first-person doubt sentence, then think-close at once",
-        "arm",
-        "-",
-        "first",
-        sealed=True,
-        parent=TOOL_BASE,
-        pair="sealed",
-        label="− sealed",
-    ),
-    Condition(
-        ORACLE_BASE,
-        "oracle base: the with-tool prompt with ask_expert as the tool",
-        "base",
-        oracle=True,
-        label="oracle B",
-    ),
-    Condition(
-        "oracle_conf",
-        "first-person confidence sentence on the oracle base's prefix",
-        "arm",
-        "+",
-        "first",
-        oracle=True,
-        parent=ORACLE_BASE,
-        pair="oracle",
-        label="oracle +",
-    ),
-    Condition(
-        "oracle_doubt",
-        "first-person doubt sentence on the oracle base's prefix",
-        "arm",
-        "-",
-        "first",
-        oracle=True,
-        parent=ORACLE_BASE,
-        pair="oracle",
-        label="oracle −",
-    ),
+    _NT,
+    _B,
+    *(c for c in _SHIPPED_ARMS if c.parent == TOOL_BASE),
+    _ORACLE_B,
+    *(c for c in _SHIPPED_ARMS if c.parent == ORACLE_BASE),
 )
 CONSISTENCY = "consistency"
 # Not in CONDITIONS: it is not a run the conditions list selects but part of the uncertainty
@@ -245,6 +187,11 @@ def _report_order() -> tuple[str, ...]:
 REPORT_ORDER: tuple[str, ...] = _report_order()  # the order reports and figures list conditions
 
 
+def report_order() -> tuple[str, ...]:
+    """REPORT_ORDER, then the user's arms registered in this process, in the order registered."""
+    return (*REPORT_ORDER, *_USER)
+
+
 class Pair(NamedTuple):
     """A +/- contrast: the confidence arm, the doubt arm and the base both fork from."""
 
@@ -253,22 +200,97 @@ class Pair(NamedTuple):
     base: str
 
 
-def _pairs() -> dict[str, Pair]:
+def _pairs(conditions: Iterable[Condition]) -> dict[str, Pair]:
+    """The named pairs among `conditions`; `UnknownConditionError` for a pair with one side only,
+    two arms on one side or sides on two bases."""
     signed: dict[str, dict[str, Condition]] = {}
-    for condition in CONDITIONS:
+    for condition in conditions:
         if condition.pair is not None:
-            signed.setdefault(condition.pair, {})[condition.polarity or ""] = condition
+            sides = signed.setdefault(condition.pair, {})
+            if condition.polarity in sides:
+                raise UnknownConditionError(
+                    f"pair {condition.pair!r} has two {condition.polarity!r} arms: "
+                    f"{sides[condition.polarity].code}, {condition.code}"
+                )
+            sides[condition.polarity or ""] = condition
     pairs = {}
     for name, arms in signed.items():
         plus, minus = arms.get("+"), arms.get("-")
-        if name not in PAIR_HEADERS or plus is None or minus is None or plus.parent != minus.parent:
-            raise AssertionError(f"pair {name!r} needs a header, a + and a - arm on one base")
+        if plus is None or minus is None:
+            one = (plus or minus).code
+            raise UnknownConditionError(
+                f"pair {name!r} has one side only ({one}): give a + and a -"
+            )
+        if plus.parent != minus.parent:
+            raise UnknownConditionError(f"pair {name!r}: its + and - arms fork from two bases")
         pairs[name] = Pair(plus.code, minus.code, plus.parent)
     return pairs
 
 
-# name -> (confidence arm, doubt arm, base), in order of first appearance in CONDITIONS.
-PAIRS: MappingProxyType[str, Pair] = MappingProxyType(_pairs())
+# name -> (confidence arm, doubt arm, base), in order of first appearance in CONDITIONS, then the
+# user's pairs (register_user_conditions).
+_PAIRS = _pairs(CONDITIONS)
+PAIRS: MappingProxyType[str, Pair] = MappingProxyType(_PAIRS)
+SHIPPED_PAIRS: tuple[str, ...] = tuple(_PAIRS)
+if set(SHIPPED_PAIRS) != set(_HEADERS):
+    raise AssertionError("every shipped pair needs a header in PAIR_HEADERS")
+# The user's conditions registered in this process, by code, in the order registered. A registry
+# rather than an argument because the stats and the report look conditions and pairs up by code in
+# many modules; a code may be registered again only with the same definition.
+_USER: dict[str, Condition] = {}
+
+
+def register_user_conditions(conditions: Iterable[Condition]) -> None:
+    """Make a run's own arms known by code (get_condition, parse_conditions, PAIRS).
+
+    Refuses (`UnknownConditionError`) a code or pair name that a shipped condition or preset
+    already uses, a code already registered with another definition, and a pair with one side
+    only. Registering the same definitions again changes nothing.
+    """
+    new = [c for c in conditions if _USER.get(c.code) != c]
+    taken = {c.lower() for c in (*CONDITION_CODES, *PRESETS, CONSISTENCY)}
+    for condition in new:
+        if condition.code.lower() in taken:
+            raise UnknownConditionError(
+                f"code {condition.code!r} is a shipped condition's or preset's; choose another"
+            )
+        if condition.code in _USER:
+            raise UnknownConditionError(
+                f"condition {condition.code!r} is already defined otherwise in this process"
+            )
+    pairs = _pairs([*_USER.values(), *new])
+    for name in pairs:
+        if name in SHIPPED_PAIRS:
+            raise UnknownConditionError(f"pair {name!r} is a shipped pair's name; choose another")
+    _USER.update({c.code: c for c in new})
+    _PAIRS.update(pairs)
+    _HEADERS.update({name: f"S {name}" for name in pairs if name not in _HEADERS})
+
+
+def forget_user_conditions() -> None:
+    """Forget every user's condition and pair registered in this process (a test's clean slate)."""
+    for condition in _USER.values():
+        if condition.pair is not None:
+            _PAIRS.pop(condition.pair, None)
+            _HEADERS.pop(condition.pair, None)
+    _USER.clear()
+
+
+def user_conditions() -> tuple[Condition, ...]:
+    """The user's conditions registered in this process, in the order registered."""
+    return tuple(_USER.values())
+
+
+def all_conditions() -> tuple[Condition, ...]:
+    """The canonical order: each base, then its shipped arms, then the user's arms on it (with
+    no user's arm, CONDITIONS)."""
+    order: list[Condition] = []
+    for base in (c for c in CONDITIONS if c.kind == "base"):
+        order.append(base)
+        order += [c for c in CONDITIONS if c.parent == base.code]
+        order += [c for c in _USER.values() if c.parent == base.code]
+    return tuple(order)
+
 
 PRESETS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -298,8 +320,9 @@ def base_of(condition: Condition) -> str:
 
 
 def get_condition(code: str) -> Condition:
-    """The condition with this code (case-insensitive); `UnknownConditionError` if there is none."""
-    for condition in CONDITIONS:
+    """The condition with this code (case-insensitive), shipped or registered by the user;
+    `UnknownConditionError` if there is none."""
+    for condition in (*CONDITIONS, *_USER.values()):
         if condition.code.lower() == code.lower():
             return condition
     raise UnknownConditionError(f"unknown condition '{code}'; {_known()}")
@@ -311,8 +334,8 @@ def parse_conditions(spec: str | Iterable[str]) -> list[Condition]:
     Names match case-insensitively; presets are `primary` (NT, B, empty, conf, doubt, neutral),
     `voices`, `sealed`, `oracle` and `all`. The bases a list needs are added implicitly: every
     arm brings its parent base (B or oracle_B), and every list brings NT, since each estimator
-    that uses a base or an arm needs the competence label. The result follows the order of
-    `CONDITIONS`, whatever the order given, and holds each condition once.
+    that uses a base or an arm needs the competence label. The result follows the canonical order
+    (`all_conditions`), whatever the order given, and holds each condition once.
 
     Raises `UnknownConditionError` naming the unknown name and listing the known ones.
     """
@@ -329,8 +352,9 @@ def parse_conditions(spec: str | Iterable[str]) -> list[Condition]:
             wanted.update({condition.code, NO_TOOL_BASE})
             if condition.parent is not None:
                 wanted.add(condition.parent)
-    return [condition for condition in CONDITIONS if condition.code in wanted]
+    return [condition for condition in all_conditions() if condition.code in wanted]
 
 
 def _known() -> str:
-    return f"known conditions: {', '.join(CONDITION_CODES)}; presets: {', '.join(PRESETS)}"
+    codes = (*CONDITION_CODES, *_USER)
+    return f"known conditions: {', '.join(codes)}; presets: {', '.join(PRESETS)}"

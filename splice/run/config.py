@@ -73,6 +73,9 @@ class RunConfig:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS[0]  # budget of the bases (NT, B, oracle_B)
     max_new_tokens_arm: int = DEFAULT_MAX_NEW_TOKENS[1]  # each arm's budget after the splice
     sentences: str | None = None  # the sentences file; None: the shipped sentences.toml
+    # a Python file of further interventions (splice/experiment/intervention_file.py), whose arms
+    # join the conditions; None: the shipped conditions only
+    interventions: str | None = None
     # problems per unit of work (and per base batch); None: DEFAULT_CHUNK_SIZE on CPU and on a
     # server, on CUDA the rows the KV pool holds (splice/run/device_batching.py `pool_rows`)
     chunk_size: int | None = None
@@ -110,7 +113,8 @@ class RunConfig:
         """The config as plain JSON values (tuples become lists).
 
         A run without the resolution phase leaves out `resolve` and `retrieve_k`, one with the
-        default signals `consistency_samples` and `signals`, one without likelihoods
+        default signals `consistency_samples` and `signals`, one without an interventions file
+        `interventions`, one without likelihoods
         `likelihoods` and `score_openers`, and one with the engine's default
         memory share `gpu_memory_utilization` or its eager decode (`static_decode` off), so its manifest is the one earlier versions wrote,
         and their runs still resume.
@@ -126,6 +130,9 @@ class RunConfig:
             del data["consistency_samples"]
         if not self.signals:
             del data["signals"]
+        # Likewise no interventions file.
+        if self.interventions is None:
+            del data["interventions"]
         # Likewise the likelihoods, off unless asked for.
         if not self.likelihoods:
             del data["likelihoods"]

@@ -55,6 +55,7 @@ from nudgeability.splice.run.validation import (
 from nudgeability.splice.rundir.manifest import (
     Shown,
     ShownProblem,
+    UserInterventions,
     build_manifest,
     remote_manifest,
 )
@@ -155,6 +156,7 @@ def prepare(
         torch.get_num_threads(),
         _shown(problems, sentences, valid.conditions),
         None if starts is None else starts.to_manifest(),
+        _user_inputs(valid),
     )
     if model.backend is not None:
         manifest = remote_manifest(
@@ -261,6 +263,7 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
         max_new_tokens=requested.max_new_tokens,
         max_new_tokens_arm=requested.max_new_tokens_arm,
         sentences=str(Path(sentences.source).resolve()),
+        interventions=None if valid.interventions is None else valid.interventions.path,
         chunk_size=_chunk_size(requested, valid.device),
         max_batch_tokens=requested.max_batch_tokens,
         gpu_memory_utilization=requested.gpu_memory_utilization,
@@ -304,9 +307,9 @@ def _shown(problems: list[Problem], sentences: Sentences, conditions: list[Condi
     """What the run shows the model, for the report (splice/rundir/manifest.py `Shown`)."""
     inserted = {}
     for condition in conditions:
-        chosen = sentences.sentence_for(condition) if condition.kind == "arm" else None
-        if chosen is not None:
-            inserted[condition.code] = chosen[1]
+        chosen = _inserted(sentences, condition) if condition.kind == "arm" else ""
+        if chosen:
+            inserted[condition.code] = chosen
     return Shown(
         {p.id: ShownProblem(p.question, p.gold) for p in problems},
         inserted,
@@ -321,7 +324,22 @@ def _splices(
     for condition in conditions:
         if condition.kind != "arm":
             continue
-        chosen = sentences.sentence_for(condition)
-        text = "" if chosen is None else chosen[1]
+        text = _inserted(sentences, condition)
         splices[condition.code] = tuple(family.splice_ids(text, sealed=condition.sealed))
     return splices
+
+
+def _inserted(sentences: Sentences, condition: Condition) -> str:
+    """The text an arm inserts at the cut: a user's arm's own, else its sentence ("": none)."""
+    if condition.text is not None:
+        return condition.text
+    chosen = sentences.sentence_for(condition)
+    return "" if chosen is None else chosen[1]
+
+
+def _user_inputs(valid: Validated) -> UserInterventions | None:
+    """The interventions file for the manifest: its path, sha256 and definitions."""
+    user = valid.interventions
+    if user is None:
+        return None
+    return UserInterventions(user.path, user.sha256, [i.to_dict() for i in user.interventions])

@@ -31,13 +31,14 @@ from nudgeability.splice.run.signals import HIDDEN_PASS, attach_signals
 from nudgeability.splice.run.units import (
     UnitCounts,
     arm_records,
-    arm_request,
+    arm_requests,
     base_inputs,
     base_record,
+    in_arm_order,
 )
 from nudgeability.splice.rundir.layout import side_file
 from nudgeability.splice.rundir.plan import ARMS_PHASE, Unit
-from nudgeability.splice.rundir.records import RecordKey
+from nudgeability.splice.rundir.records import Record, RecordKey
 
 if TYPE_CHECKING:
     from nudgeability.splice.run.stream import Stream
@@ -275,14 +276,17 @@ class ArmsJob(Job):
         self._maybe_finish()
 
     def _fork(self, j: int, base: str, boundary: int, generated: list[int]) -> None:
-        request, group = arm_request(
-            self.ctx, self.unit.seed, self.indices[j], base, boundary, generated
-        )
+        made = arm_requests(self.ctx, self.unit.seed, self.indices[j], base, boundary, generated)
         source = self.fed_by(base)
-        request.reuse = source.ref_to_fork(j) if source is not None else None
         self.cuts[(j, base)] = boundary
         self.groups[(j, base)] = PENDING
-        self.stream.fork(request, lambda outs: self._arms_done(j, base, group, outs))
+        found: list[list[Record] | None] = [None] * len(made)  # each fork's records
+        for k, (request, group) in enumerate(made):
+            request.reuse = source.ref_to_fork(j) if source is not None else None
+            self.stream.fork(
+                request,
+                lambda outs, k=k, group=group: self._arms_done(j, base, group, outs, found, k),
+            )
         self._let_go(j, base)
 
     def _let_go(self, j: int, base: str) -> None:
@@ -290,8 +294,13 @@ class ArmsJob(Job):
         if source is not None:
             source.let_go(j)
 
-    def _arms_done(self, j: int, base: str, group, outs: list[Completion]) -> None:
-        records = arm_records(self.ctx, self.unit.seed, group, outs, self.counts)
+    def _arms_done(
+        self, j: int, base: str, group, outs: list[Completion], found: list, k: int
+    ) -> None:
+        found[k] = arm_records(self.ctx, self.unit.seed, group, outs, self.counts)
+        if any(records is None for records in found):
+            return  # a fork of this problem and base is still running
+        records = in_arm_order(self.ctx, base, [r for records in found for r in records])
         self.groups[(j, base)] = records
         self._tell_resolve(j, base, [record.to_json() for record in records])
         self._maybe_finish()

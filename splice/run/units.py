@@ -4,7 +4,8 @@ A base unit (NT, B or oracle_B) is one `generate` over the chunk's prompts. The 
 `fork_many` holding, for every problem of the chunk whose base closed its
 thinking, one request on B's prefix (prompt + B's ids before the first think-close, the ids being
 the request's stem) with every B-arm as a suffix (the empty splice is an empty suffix), and one on
-oracle_B's own prefix with the oracle arms. The builders (`base_inputs`, `arm_request`,
+oracle_B's own prefix with the oracle arms; arms that delete or replace the last sentence before
+the cut get one more request per base, on the prefix that ends where that sentence begins. The builders (`base_inputs`, `arm_requests`,
 `arm_records`, `base_record`) are shared with the streamed schedule (stream.py), which submits the
 same requests to one engine as their inputs become known. Each sequence decodes with `seed_key = (seed, problem_id, condition)`. Both calls go
 to the run's backend (nudgeability.backends: the in-process engine or a server); each record
@@ -42,6 +43,7 @@ from nudgeability.splice.experiment.conditions import (
 )
 from nudgeability.splice.experiment.openers import Openers, action_openers
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
+from nudgeability.splice.experiment.sentence_split import last_sentence_start
 from nudgeability.splice.run.likelihoods import OpenerRows, add_scoring, arm_likelihoods
 from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.signals import with_b_signals
@@ -215,17 +217,48 @@ class ArmGroup:
     opener_rows: list[OpenerRows] = field(default_factory=list)
 
 
-def arm_request(
+def arm_requests(
     ctx: UnitContext, seed: int, index: int, base: str, boundary: int, generated: list[int]
-) -> tuple[ForkRequest, ArmGroup]:
-    """The fork of every arm of `base` for the problem at `index`, from the base's cut.
-
-    The prefix is the base's prompt and its ids before the cut; the last prompt token and those
-    ids are the request's stem (`ForkRequest.stem`), so the engine computes them as the base did,
-    or copies them from the base's cache when the stream names it (`reuse`): the same bits. The
-    base's shared start is the request's too, so the stem continues it as the base's row did."""
-    problem = ctx.prepared.problems[index]
+) -> list[tuple[ForkRequest, ArmGroup]]:
+    """The forks of every arm of `base` for the problem at `index`: one from the base's cut for
+    the arms that keep the reasoning whole, and one from the start of the reasoning's last
+    sentence (splice/experiment/sentence_split.py) for those that delete or replace it."""
     arms = ctx.arms_of(base)
+    whole = [arm for arm in arms if arm.edit is None]
+    edited = [arm for arm in arms if arm.edit is not None]
+    requests = []
+    if whole:
+        requests.append(arm_request(ctx, seed, index, base, boundary, generated, whole))
+    if edited:
+        start = last_sentence_start(generated[:boundary], ctx.prepared.family.decode)
+        requests.append(arm_request(ctx, seed, index, base, start, generated, edited))
+    return requests
+
+
+def in_arm_order(ctx: UnitContext, base: str, records: list[Record]) -> list[Record]:
+    """One problem's arm records of `base`, from its forks, in canonical order."""
+    order = {arm.code: k for k, arm in enumerate(ctx.arms_of(base))}
+    return sorted(records, key=lambda record: order[record.condition])
+
+
+def arm_request(
+    ctx: UnitContext,
+    seed: int,
+    index: int,
+    base: str,
+    boundary: int,
+    generated: list[int],
+    arms: list[Condition],
+) -> tuple[ForkRequest, ArmGroup]:
+    """The fork of `arms` of `base` for the problem at `index`, from the base's ids before
+    `boundary` (its cut, or where an edit begins).
+
+    The prefix is the base's prompt and those ids; the last prompt token and the ids are the
+    request's stem (`ForkRequest.stem`), so the engine computes them as the base did, or copies
+    them from the base's cache when the stream names it (`reuse`; a stem shorter than the base's
+    run is a prefix of it): the same bits. The base's shared start is the request's too, so the
+    stem continues it as the base's row did."""
+    problem = ctx.prepared.problems[index]
     reasoning = list(generated[:boundary])
     prompt = list(ctx.prepared.prompts[index].for_base(base))
     prefix = prompt + reasoning
@@ -283,20 +316,23 @@ def run_arms_unit(
     bases: dict[str, dict[str, Record]] = {}
     for base, lines in base_lines.items():
         bases[base] = {record.problem_id: record for record in map(Record.from_json, lines)}
-    requests, groups = [], []
+    requests, groups, forks = [], [], []
     for i in indices:
         for base in ctx.prepared.plan.arm_bases:
             record = bases[base][ctx.prepared.problems[i].id]
             if record.boundary is not None:
-                request, group = arm_request(
-                    ctx, seed, i, base, record.boundary, record.generated_ids
-                )
-                requests.append(request)
-                groups.append(group)
+                made = arm_requests(ctx, seed, i, base, record.boundary, record.generated_ids)
+                requests += [request for request, _ in made]
+                groups += [group for _, group in made]
+                forks.append((base, len(made)))
     counts, records = UnitCounts(), []
     if requests:
-        for group, outs in zip(groups, ctx.backend.fork_many(requests)):
-            records += arm_records(ctx, seed, group, outs, counts)
+        done = iter(zip(groups, ctx.backend.fork_many(requests)))
+        for base, made in forks:  # one problem's forks of one base, then in canonical order
+            found = []
+            for group, outs in (next(done) for _ in range(made)):
+                found += arm_records(ctx, seed, group, outs, counts)
+            records += in_arm_order(ctx, base, found)
     return records, counts
 
 

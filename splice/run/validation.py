@@ -26,6 +26,11 @@ from nudgeability.splice.experiment.conditions import (
     UnknownConditionError,
     base_of,
     parse_conditions,
+    register_user_conditions,
+)
+from nudgeability.splice.experiment.intervention_file import (
+    InterventionFile,
+    load_intervention_file,
 )
 from nudgeability.splice.experiment.prompts import ProblemPrompts
 from nudgeability.splice.run.config import (
@@ -51,6 +56,7 @@ class Validated:
     conditions: list[Condition]  # canonical order, without the self-consistency samples
     device: str  # "cpu", "cuda", "cuda:N", or SERVER for a run on a server
     retrieve_k: int | None  # with --resolve only
+    interventions: InterventionFile | None = None  # --interventions, loaded and checked
 
 
 def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validated:
@@ -62,8 +68,10 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
             f"temperature/top_p: --decoding {requested.decoding} uses {temperature}/{top_p}; "
             "leave them unset"
         )
+    user = _user_interventions(requested)
     try:
-        conditions = parse_conditions(requested.conditions)
+        added = () if user is None else tuple(c.code for c in user.conditions())
+        conditions = parse_conditions((*requested.conditions, *added))
     except UnknownConditionError as exc:
         raise ConfigError(f"--conditions: {exc}") from None
     if min(requested.max_new_tokens, requested.max_new_tokens_arm) < 1:
@@ -91,7 +99,29 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
         raise ConfigError(
             f"--family {requested.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
         )
-    return Validated(temperature, top_p, tuple(seeds), conditions, device, _retrieve_k(requested))
+    return Validated(
+        temperature, top_p, tuple(seeds), conditions, device, _retrieve_k(requested), user
+    )
+
+
+def _user_interventions(requested: RunConfig) -> InterventionFile | None:
+    """`--interventions FILE` loaded, checked and registered (its errors name the file, line and
+    field). An edit of the reasoning is refused with `--resolve`, whose prompts continue the
+    base's whole reasoning (splice/run/resolve.py)."""
+    if requested.interventions is None:
+        return None
+    user = load_intervention_file(requested.interventions)
+    try:
+        register_user_conditions(user.conditions())
+    except UnknownConditionError as exc:
+        raise ConfigError(f"--interventions {user.path}: {exc}") from None
+    edits = [i.code for i in user.interventions if i.edit is not None]
+    if requested.resolve and edits:
+        raise ConfigError(
+            f"--resolve: the arms {', '.join(edits)} edit the base's reasoning, which the "
+            "resolution phase does not follow yet; run them without --resolve"
+        )
+    return user
 
 
 def _check_likelihoods(requested: RunConfig, conditions: list[Condition]) -> None:

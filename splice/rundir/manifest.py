@@ -8,7 +8,10 @@ and the sentences file), the package versions and the git commit of the nudgeabi
 (null when it is not one), what the run showed the model (`shown`: each drawn problem's
 question and gold, each arm's inserted sentence) for the report, and, for a run on the in-process
 engine, the length of each base's shared start (`shared_start`, splice/experiment/shared_start.py),
-which decides the path the engine computes the prompts on. It carries no clock and no host
+which decides the path the engine computes the prompts on. A run with `--interventions FILE`
+also records the file (`inputs.interventions`: path and sha256) and its definitions
+(`interventions`), from which every reader registers the run's own conditions
+(`register_interventions`). It carries no clock and no host
 name, so the same config on the same machine gives the same bytes, and shards of one run differ
 only in `config.shard`.
 
@@ -30,6 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from nudgeability.splice.experiment.conditions import (
+    UnknownConditionError,
+    arm_condition,
+    register_user_conditions,
+)
+from nudgeability.splice.experiment.interventions import (
+    Intervention,
+    InterventionError,
+    check_intervention,
+)
 from nudgeability.splice.rundir.layout import MANIFEST
 from nudgeability.splice.rundir.manifest_keys import SEAL_KEY, SHARED_START_KEY, SHOWN_KEY
 from nudgeability.splice.rundir.provenance import (
@@ -66,6 +79,35 @@ class ResolvedConfig(Protocol):
     def to_dict(self) -> dict: ...
 
 
+USER_INTERVENTIONS_KEY = "interventions"  # a user's interventions, as data (identity)
+
+
+@dataclass(frozen=True)
+class UserInterventions:
+    """A run's interventions file: where it was, its sha256, and what it defined
+    (splice/experiment/interventions.py `Intervention.to_dict`, one per intervention)."""
+
+    path: str
+    sha256: str
+    definitions: list[dict]
+
+
+def register_interventions(data: Mapping, where: str | Path = MANIFEST) -> None:
+    """Register the user's conditions a manifest defines (nothing for a run without them), so that
+    its codes and pairs are known (splice/experiment/conditions.py); `OutputDirError` naming the
+    field when they are malformed or clash with those already known."""
+    found = data.get(USER_INTERVENTIONS_KEY)
+    if found is None:
+        return
+    try:
+        interventions = [Intervention(**d, where=(str(where), 0)) for d in found]
+        for intervention in interventions:
+            check_intervention(intervention)
+        register_user_conditions(arm_condition(i, user=True) for i in interventions)
+    except (TypeError, InterventionError, UnknownConditionError) as exc:
+        raise OutputDirError(f"{where}: field {USER_INTERVENTIONS_KEY}: {exc}") from None
+
+
 def build_manifest(
     config: ResolvedConfig,
     problem_ids: list[str],
@@ -74,6 +116,7 @@ def build_manifest(
     threads: int | None = None,
     shown: Shown | None = None,
     shared_start: dict[str, int] | None = None,
+    interventions: UserInterventions | None = None,
 ) -> dict:
     """The manifest of a run (see the module docstring); `threads` is torch's CPU thread count
     the run computes with (provenance: which share of the machine ran it); `shared_start` each
@@ -99,6 +142,12 @@ def build_manifest(
         manifest[SHOWN_KEY] = shown.to_dict()
     if shared_start is not None:
         manifest[SHARED_START_KEY] = dict(shared_start)
+    if interventions is not None:
+        manifest["inputs"]["interventions"] = {
+            "path": interventions.path,
+            "sha256": interventions.sha256,
+        }
+        manifest[USER_INTERVENTIONS_KEY] = list(interventions.definitions)
     return manifest
 
 
@@ -270,4 +319,5 @@ def read_manifest(
         raise error(f"{path}:{exc.lineno}: {json_error(exc)}") from None
     if not isinstance(data, dict):
         raise error(f"{path}: not a JSON object")
+    register_interventions(data, path)
     return Manifest.from_dict(data, path)

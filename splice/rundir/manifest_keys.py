@@ -41,8 +41,10 @@ LOCATION_KEYS = (
     ("config", "model"),
     ("config", "data"),
     ("config", "sentences"),
+    ("config", "interventions"),
     ("inputs", "data", "path"),
     ("inputs", "sentences", "path"),
+    ("inputs", "interventions", "path"),
     ("inputs", "checkpoint", "directory"),
     ("inputs", "checkpoint", "gguf", "path"),
     ("inputs", "tokenizer", "directory"),  # a run on a server: its tokenizer's directory

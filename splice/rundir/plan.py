@@ -33,7 +33,7 @@ from nudgeability.splice.experiment.conditions import (
     with_consistency,
 )
 from nudgeability.splice.rundir.layout import MANIFEST
-from nudgeability.splice.rundir.manifest import OutputDirError
+from nudgeability.splice.rundir.manifest import OutputDirError, register_interventions
 from nudgeability.splice.rundir.records import RecordKey
 
 BASE_PHASES = PROMPT_PHASES  # NT, consistency (the K unaided samples), B, oracle_B
@@ -121,6 +121,7 @@ class Plan:
     def from_manifest(cls, manifest: Mapping, where: str | Path = MANIFEST) -> Plan:
         """The plan a manifest calls for; `OutputDirError` naming `where` and the field that is
         missing or malformed."""
+        register_interventions(manifest, where)  # a run's own conditions, before its codes are read
         try:
             config = manifest["config"]
             samples = int(config.get("consistency_samples") or 0)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, REPORT_ORDER, TOOL_BASE
+from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, TOOL_BASE, report_order
 
 from ..actions import SELF, TOOL, completed
 from ..resampling.bootstrap import (
@@ -105,7 +105,7 @@ def _statistics(table: ExperimentTable) -> dict[str, _Statistic]:
     """Every ratio statistic the table's conditions allow, by name (stats/README.md)."""
     s, base = table.s, table.base
     found = {"unaided_accuracy": _rate(s == 1, s >= 0)}
-    for code in REPORT_ORDER:
+    for code in report_order():
         actions = table.actions(code)
         if actions is not None:
             found[f"delegation.{code}"] = _rate(actions == TOOL, completed(actions))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, REPORT_ORDER
+from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, report_order
 
 from ..resampling.bootstrap import Interval
 from ..table import ExperimentTable, TableError
@@ -182,7 +182,7 @@ def summarize(
         unaided_accuracy=diagnostics.Rate(int((table.s == 1).sum()), int(known.sum())),
         delegation={
             c: diagnostics.delegation_rate(table.actions(c))
-            for c in REPORT_ORDER
+            for c in report_order()
             if table.actions(c) is not None
         },
         gamma=diagnostics.gamma(table.s, table.base),

@@ -29,9 +29,10 @@ import numpy as np
 
 from nudgeability.splice.experiment.conditions import (
     BASE_CODES,
-    CONDITIONS,
     NO_TOOL_BASE,
     TOOL_BASE,
+    UnknownConditionError,
+    get_condition,
 )
 from nudgeability.splice.rundir.layout import RECORDS
 from nudgeability.splice.rundir.records import Record, RecordKey, least_faithful
@@ -41,7 +42,14 @@ from ..table import ExperimentLabel, ExperimentTable
 from .reading import iter_records
 from .run_dirs import RecordsError, RunDir, check_poolable, labelled_run_dirs
 
-_PARENTS = {condition.code: condition.parent for condition in CONDITIONS}
+
+def _parent(code: str) -> str | None:
+    """The base an arm forks from (shipped, or a user's registered from its run's manifest);
+    None for a base."""
+    try:
+        return get_condition(code).parent
+    except UnknownConditionError:
+        return TOOL_BASE
 
 
 @dataclass(frozen=True)
@@ -129,7 +137,7 @@ def table_from_records(
                 correct[name][i] = graded(record)
         for c in conditions:
             # A base has no parent; a code this version does not know is taken as a fork of B.
-            parent = _PARENTS.get(c, TOOL_BASE)
+            parent = _parent(c)
             if c in found and (parent is None or _closed(found.get(parent))):
                 arms[c][i] = action_code(found[c].action.kind)
     return ExperimentTable(

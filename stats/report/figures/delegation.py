@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from nudgeability.splice.experiment.conditions import PRIMARY_PAIR, REPORT_ORDER
+from nudgeability.splice.experiment.conditions import PRIMARY_PAIR, report_order
 
 from ..cells import experiment_name, save_figure, whiskers
 from .experiments import CONDITION_LABELS
@@ -33,7 +33,7 @@ def plot_delegation_value(summaries: Sequence, out_dir: str | Path) -> list[Path
     out_dir.mkdir(parents=True, exist_ok=True)
     figure = Figure(figsize=(12.0, 4.8))
     left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
-    present = [c for c in REPORT_ORDER if any(c in e.accuracy for e in summaries)]
+    present = [c for c in report_order() if any(c in e.accuracy for e in summaries)]
     present += sorted({c for e in summaries for c in e.accuracy} - set(present))
     width = 0.8 / max(len(summaries), 1)
     x = np.arange(len(present))

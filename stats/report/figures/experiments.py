@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from nudgeability.splice.experiment.conditions import CONDITIONS, REPORT_ORDER
+from nudgeability.splice.experiment.conditions import CONDITIONS, report_order
 from nudgeability.util.atomic import remove_temporaries
 
 from ...estimators.across import cohorts
@@ -113,7 +113,7 @@ def plot_flip_composition(summaries: Sequence, out_dir: Path) -> list[Path]:
 
 def plot_delegation(summaries: Sequence, out_dir: Path) -> list[Path]:
     """Grouped bars: delegation rate (%) per condition, one group per condition, one bar per experiment."""
-    present = [c for c in REPORT_ORDER if any(c in e.delegation for e in summaries)]
+    present = [c for c in report_order() if any(c in e.delegation for e in summaries)]
     figure = Figure(
         figsize=(
             min(16.0, max(6.4, 2.0 + 0.35 * len(present) * max(1, len(summaries)) ** 0.5)),

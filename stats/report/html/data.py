@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nudgeability.models.families.action import Action
-from nudgeability.splice.experiment.conditions import CONDITIONS, REPORT_ORDER
+from nudgeability.splice.experiment.conditions import get_condition, report_order
 from nudgeability.splice.rundir.layout import MANIFEST, RECORDS
 from nudgeability.splice.rundir.manifest import Manifest
 from nudgeability.splice.rundir.records import Record
@@ -34,7 +34,6 @@ from ...records.cohorts import cohort_of
 from ...records.reading import iter_records
 from ...records.run_dirs import read_run_dir
 
-_CONDITION = {c.code: c for c in CONDITIONS}
 _PROVENANCE_CONFIG = (
     "model",
     "task",
@@ -135,7 +134,7 @@ def _experiment(experiment: dict) -> dict:
     shown = manifest.shown
     problems = {} if shown is None else shown.problems
     present = {c for conditions in experiment["records"].values() for c in conditions}
-    arms = [c for c in REPORT_ORDER if c in present and c not in ("NT", "B")]
+    arms = [c for c in report_order() if c in present and c not in ("NT", "B")]
     rows = []
     for (pid, seed), conditions in experiment["records"].items():
         problem = problems.get(pid)
@@ -165,8 +164,8 @@ def _experiment(experiment: dict) -> dict:
         "name": experiment["name"],
         "task": task,
         "conditions": arms,
-        "labels": {c: _CONDITION[c].label for c in arms},
-        "parents": {c: _CONDITION[c].parent for c in arms},
+        "labels": {c: get_condition(c).label for c in arms},
+        "parents": {c: get_condition(c).parent for c in arms},
         "sentences": {} if shown is None else dict(shown.sentences),
         "rows": rows,
     }

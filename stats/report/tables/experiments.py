@@ -53,6 +53,16 @@ _CSV_COLUMNS = (
 PAIR_COLUMNS = tuple((name, PAIR_HEADERS[name]) for name in PAIRS if name != PRIMARY_PAIR)
 
 
+def _pair_columns(summaries: Sequence) -> tuple[tuple[str, str], ...]:
+    """PAIR_COLUMNS, then the pairs of a run's own interventions that some experiment holds
+    (splice/experiment/conditions.py `register_user_conditions`)."""
+    shipped = {name for name, _ in PAIR_COLUMNS} | {PRIMARY_PAIR}
+    users = [
+        name for name in PAIRS if name not in shipped and any(name in e.pairs for e in summaries)
+    ]
+    return PAIR_COLUMNS + tuple((name, PAIR_HEADERS[name]) for name in users)
+
+
 def _pooled_share(medians) -> str:
     """The pooled SELF->TOOL share of flips in percent, with its counts."""
     return f"{fmt(100 * medians.share_self_to_tool)} ({medians.self_to_tool}/{medians.flips})"
@@ -177,11 +187,12 @@ def diagnostics(summaries: Sequence) -> Grid:
     """Controls and supporting diagnostics per experiment: S of the other pairs (voices, sealed,
     oracle), Gamma, |empty - B|, neutral - empty, the SELF->TOOL share of flips, Dself, Rself and
     the oracle's rho, omega and Phi. Rates in %, differences in pp; '–' where not run."""
+    columns = _pair_columns(summaries)
     header = [
         "Model",
         "Task",
         "Decoding",
-        *(name for _, name in PAIR_COLUMNS),
+        *(name for _, name in columns),
         "Γ",
         "abs(∅−B)",
         "0−∅",
@@ -195,7 +206,7 @@ def diagnostics(summaries: Sequence) -> Grid:
     rows = []
     for e in summaries:
         cells = [_model(e), e.task, e.decoding]
-        cells += [fmt(e.pairs[pair].S) if pair in e.pairs else "–" for pair, _ in PAIR_COLUMNS]
+        cells += [fmt(e.pairs[pair].S) if pair in e.pairs else "–" for pair, _ in columns]
         cells += [
             fmt(e.gamma.gamma),
             fmt(e.controls.empty_vs_base),

@@ -22,7 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from nudgeability.splice.experiment.conditions import PAIR_HEADERS, PAIRS, REPORT_ORDER
+from nudgeability.splice.experiment.conditions import (
+    PAIR_HEADERS,
+    SHIPPED_PAIRS,
+    report_order,
+)
 
 from ...estimators.across import cohorts, nanmedian
 from ...estimators.claims import claims_by_cohort
@@ -45,7 +49,7 @@ from .sampled import table4, table5
 
 
 def _conditions(summaries: Sequence) -> list[str]:
-    return [c for c in REPORT_ORDER if any(f"delegation.{c}" in e.estimates for e in summaries)]
+    return [c for c in report_order() if any(f"delegation.{c}" in e.estimates for e in summaries)]
 
 
 def table6(summaries: Sequence) -> Grid:
@@ -196,7 +200,7 @@ def table7(summaries: Sequence) -> Grid:
 
 def table8(summaries: Sequence) -> Grid:
     """S, WT and L of each voice (attribution) pair."""
-    voices = [name for name in PAIRS if name not in ("sealed", "oracle")]
+    voices = [name for name in SHIPPED_PAIRS if name not in ("sealed", "oracle")]
     rows, records = [], []
     for e in summaries:
         for voice in voices:
