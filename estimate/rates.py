@@ -2,12 +2,14 @@
 at a few row counts, on the engine a run would build.
 
 `measure` runs the run's own engine (splice/run/runner.py `unit_context`: the same dtype, static
-decode, pool and row cap) on the run's own prompts: one prefill of a few prompts, then, for each
-row count, one short greedy generation that ignores EOS, keeping the wall time of each
-decode-only step (engine/engine_stats.py `StepRecord.seconds`) after the first few (which
-allocate, compile or capture). `Rates.step_seconds` interpolates between the measured row counts
-and adds, for a context longer than the one measured, the extra KV the step reads at the
-device's copy bandwidth (engine/decode_floor.py: the floor's own KV term).
+decode, pool and row cap) on the run's first prompt: one fork of as many arms as the largest row
+count, the prompt prefilled once (the prefill rate, from those steps), the arms' budgets
+staggered so that they end in turn and the decode steps run a segment at each row count, largest
+first (`staggered_budgets`); each step's wall time (engine/engine_stats.py `StepRecord.seconds`)
+after the first few of a segment (which allocate, compile or capture). `Rates.step_seconds`
+interpolates between the measured row counts and adds, for a step that reads more KV than the
+measured one, those bytes at the device's copy bandwidth (engine/decode_floor.py: the floor's
+own KV term), slowed by the measured step's efficiency against its floor.
 """
 
 from __future__ import annotations
@@ -135,28 +137,38 @@ def row_counts(peak_rows: float, max_rows: int | None) -> list[int]:
     return out
 
 
+def staggered_budgets(rows: list[int], segment: int) -> list[int]:
+    """New-token budgets of `max(rows)` arms forked together so that their decode steps run
+    `segment` steps at each row count, largest first: arm k lives through one segment per row
+    count above k (the first token of each comes with the prefill, before any decode step)."""
+    return [1 + segment * sum(1 for c in rows if c > k) for k in range(max(rows))]
+
+
 def measure(engine, prompts: list[tuple[list[int], int]], rows: list[int]) -> Rates:
-    """Measure `engine` (module docstring) on `prompts`, each (ids, its shared start): the
-    prefill of a few of them, then each row count's decode on the first, shared by its rows."""
+    """Measure `engine` (module docstring) on `prompts`, each (ids, its shared start): one fork
+    of `max(rows)` arms on the first prompt (its prefix prefilled once: the prefill rate), whose
+    arms end in turn so that its decode steps run at each row count (`staggered_budgets`)."""
+    from nudgeability.engine import ForkRequest
+
     t0 = time.perf_counter()
     device = engine.runner.device
     stats = engine.stats
     stats.trace = []
-    one = SamplingParams(max_new_tokens=1, ignore_eos=True)
-    (first, first_shared), rest = prompts[0], prompts[1:5] or prompts[:1]
-    engine.generate([list(first)], one, shared=first_shared)  # warm; computes the shared start
+    first, first_shared = prompts[0]
+    warm = SamplingParams(max_new_tokens=2, ignore_eos=True)  # allocation, the first kernels
+    engine.generate([list(first[:64])], warm)
+    counts = sorted(set(rows))
+    segment = WARM_STEPS + STEPS
+    budgets = staggered_budgets(counts, segment)
+    params = [SamplingParams(max_new_tokens=b, ignore_eos=True) for b in budgets]
     before = len(stats.trace)
-    computed = stats.prefix_tokens + stats.suffix_tokens
-    engine.generate([list(p) for p, _ in rest], one, shared=[k for _, k in rest])
-    tokens = stats.prefix_tokens + stats.suffix_tokens - computed
-    prefill_rate = tokens / max(1e-9, sum(s.seconds for s in stats.trace[before:]))
+    engine.fork_many([ForkRequest(list(first), [[]] * len(budgets), params, shared=first_shared)])
+    steps = stats.trace[before:]
+    prefill = [s for s in steps if s.tokens > s.rows]
+    prefill_rate = sum(s.tokens for s in prefill) / max(1e-9, sum(s.seconds for s in prefill))
     decode = []
-    params = SamplingParams(max_new_tokens=1 + WARM_STEPS + STEPS, ignore_eos=True)
-    shared = len(first) - 1  # every row on one prompt: its KV computed and read once
-    for count in rows:
-        before = len(stats.trace)
-        engine.generate([list(first)] * count, params, shared=shared)
-        single = [s for s in stats.trace[before:] if s.tokens == s.rows == count]
+    for count in counts:
+        single = [s for s in steps if s.tokens == s.rows == count]
         timed = single[WARM_STEPS:] or single
         decode.append((count, statistics.median(s.seconds for s in timed)))
     stats.trace = None
@@ -167,10 +179,12 @@ def measure(engine, prompts: list[tuple[list[int], int]], rows: list[int]) -> Ra
         threads=torch.get_num_threads(),
         prefill_tokens_per_s=prefill_rate,
         decode=tuple(decode),
-        context=1 + 1 + WARM_STEPS + STEPS / 2,  # its last prompt token, then what it generates
+        # a row's own slots: the prompt's last token (borrowed by every arm), then what it
+        # generated, on average over the measured segments
+        context=1 + segment * len(counts) / 2,
         kv_slot_bytes=kv_slot_bytes(model, activation_dtype(model).itemsize),
         weight_bytes=weight_read_bytes(model),
         copy_bytes_per_s=copy_bandwidth(device, gib=gib),
-        shared_context=shared,
+        shared_context=len(first) - 1,
         measure_seconds=time.perf_counter() - t0,
     )

@@ -14,7 +14,7 @@ from nudgeability.estimate.campaign import (
     model_rows,
     scaled_rates,
 )
-from nudgeability.estimate.rates import Rates, row_counts
+from nudgeability.estimate.rates import Rates, row_counts, staggered_budgets
 from nudgeability.estimate.schedule import stream_timeline, units_timeline
 from nudgeability.estimate.workload import BaseWork, Lengths, Workload
 
@@ -190,3 +190,11 @@ def test_a_step_pays_for_the_kv_its_rows_read():
     work = Workload((((BaseWork("NT", 10, 0),),),), 4, 4)
     line = units_timeline(work, HALF, rates(kv=1000, bw=1e4))
     assert line.seconds == pytest.approx(0.1 + 2 * (0.1 + 1.1))
+
+
+def test_staggered_budgets_give_a_segment_of_steps_at_each_row_count():
+    budgets = staggered_budgets([1, 4, 16], segment=8)
+    assert budgets == [25] + [17] * 3 + [9] * 12
+    # decode step i (the first token came with the prefill) runs the arms with budget - 1 >= i
+    rows = [sum(1 for b in budgets if b - 1 >= i) for i in range(1, 25)]
+    assert rows == [16] * 8 + [4] * 8 + [1] * 8
