@@ -47,6 +47,11 @@ def register(subparsers) -> None:
     )
     plan.add_argument("--base-share", type=float, help="a base's mean new tokens / its budget")
     plan.add_argument("--arm-share", type=float, help="an arm's mean new tokens / its budget")
+    plan.add_argument(
+        "--at-budget",
+        type=float,
+        help="the share of sequences that run to their budget (default 0; measured by --from-run)",
+    )
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.set_defaults(func=_plan)
 
@@ -58,9 +63,12 @@ def _lengths(args: argparse.Namespace):
     from nudgeability.estimate.workload import lengths_from_run
 
     lengths = lengths_from_run(args.from_run) if args.from_run else Lengths()
-    overrides = {
-        k: v for k, v in (("base_share", args.base_share), ("arm_share", args.arm_share)) if v
-    }
+    given = (
+        ("base_share", args.base_share),
+        ("arm_share", args.arm_share),
+        ("at_budget", args.at_budget),
+    )
+    overrides = {k: v for k, v in given if v is not None}
     if overrides:
         asked = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in overrides.items())
         lengths = replace(lengths, **overrides, source=f"{lengths.source}; {asked}")

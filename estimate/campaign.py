@@ -17,6 +17,7 @@ from pathlib import Path
 
 import tomllib
 
+from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE
 from nudgeability.splice.run.device_batching import pool_rows
 
 from .rates import Rates
@@ -24,7 +25,6 @@ from .schedule import stream_timeline, units_timeline
 from .workload import BaseWork, Lengths, Workload
 
 PAPER = Path(__file__).with_name("paper_campaign.toml")
-CPU_CHUNK = 32  # splice/run/config.py DEFAULT_CHUNK_SIZE: a CPU run's problems per unit
 
 
 class CampaignError(ValueError):
@@ -157,6 +157,7 @@ def load_campaign(path: str | Path | None = None) -> Campaign:
             base_share=base_tokens / budget,
             arm_share=arm_tokens / arm_budget,
             closes=_field(data, "closes", float, where, 1.0),
+            at_budget=_field(data, "at_budget", float, where, 0.0),
             source=f"{where} (bases {base_tokens:g} of {budget}, arms {arm_tokens:g} of "
             f"{arm_budget})",
         )
@@ -244,7 +245,7 @@ def estimate_campaign(
         for task in campaign.tasks:
             if task not in shapes:
                 raise CampaignError(f"{campaign.where}: field tasks: no task {task!r}")
-            work = campaign_workload(campaign, shapes[task], rows or CPU_CHUNK)
+            work = campaign_workload(campaign, shapes[task], rows or DEFAULT_CHUNK_SIZE)
             if schedule == "stream":
                 line = stream_timeline(work, campaign.lengths, rates, max_rows=rows)
             else:

@@ -169,6 +169,8 @@ def measure(engine, prompts: list[tuple[list[int], int]], rows: list[int]) -> Ra
     decode = []
     for count in counts:
         single = [s for s in steps if s.tokens == s.rows == count]
+        if not single:
+            raise RuntimeError(f"nudge plan: no decode step of {count} rows was measured")
         timed = single[WARM_STEPS:] or single
         decode.append((count, statistics.median(s.seconds for s in timed)))
     stats.trace = None

@@ -51,6 +51,8 @@ def rates_key(config, threads: int) -> str:
         "static_decode": bool(config.static_decode),
         "quant_compute": config.quant_compute,
         "max_batch_tokens": config.max_batch_tokens,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "budgets": [config.max_new_tokens, config.max_new_tokens_arm],  # the row cap's
         "threads": threads,
         "versions": [version(name) for name in ("torch", "transformers", "nudgeability")],
         "machine": machine(config.device),

@@ -73,6 +73,15 @@ def process_seconds() -> float:
         return 0.0
 
 
+def pool_rows_of(engine, config: RunConfig) -> int:
+    """The rows a CUDA run's engine decodes together, and its chunk size when none is asked for
+    (splice/run/device_batching.py `pool_rows`, as the runner settles it)."""
+    from nudgeability.splice.run.device_batching import pool_rows
+
+    slots = engine.pool.num_blocks * engine.block_size
+    return pool_rows(slots, config.max_new_tokens, config.max_new_tokens_arm)
+
+
 def timeline_of(
     work: Workload, lengths: Lengths, rates: Rates, schedule: str, max_rows, reuse_stems: bool
 ) -> Timeline:
@@ -110,7 +119,7 @@ def measure_run(
     `time.monotonic()` the start is counted from (default: the process's start)."""
     import torch
 
-    from nudgeability.splice.run.prepare import prepare
+    from nudgeability.splice.run.prepare import prepare, with_chunk_size
     from nudgeability.splice.run.runner import unit_context
     from nudgeability.splice.run.schedule import choose_schedule
     from nudgeability.splice.run.workers import automatic_count, worker_chunk_size
@@ -121,6 +130,8 @@ def measure_run(
         nowhere = Path(os.devnull) / "nudge-plan"  # a fresh run: no directory to resume
         workers = 1 if threads is not None else automatic_count(requested, nowhere, cores)
     config = requested
+    if workers > 1 and requested.shard is not None:
+        raise ValueError("--workers with --shard: a shard runs in one process")
     if workers > 1:
         config = replace(requested, chunk_size=worker_chunk_size(requested, workers))
         torch.set_num_threads(1)  # each worker computes on one thread (splice/run/workers.py)
@@ -132,6 +143,8 @@ def measure_run(
     schedule = choose_schedule(prepared).name
     startup = process_seconds() if since is None else time.monotonic() - since
     engine = unit_context(prepared, progress=False).backend.engine
+    if prepared.plan is None:  # CUDA with no chunk size: the runner takes the pool's rows
+        prepared = with_chunk_size(prepared, pool_rows_of(engine, prepared.config))
     reuse = engine.max_batch_tokens is None
     probe = Rates("probe", 1, 1.0, ((1, 1.0),), 0.0, 0, 0, 1.0)  # any rates: only rows count
     whole = workload_of(prepared)
@@ -219,7 +232,8 @@ def estimate_paper(m: Measured, campaign: Campaign) -> CampaignEstimate:
     task's prompts rendered by the measured model's family and tokenizer."""
     import torch
 
-    from nudgeability.splice.run.prepare import prepare
+    from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE
+    from nudgeability.splice.run.prepare import prepare, with_chunk_size
 
     config = m.prepared.config
     shapes = {}
@@ -237,7 +251,10 @@ def estimate_paper(m: Measured, campaign: Campaign) -> CampaignEstimate:
             max_new_tokens=1,
             max_new_tokens_arm=1,
         )
-        shapes[task] = task_shape(prepare(other, loaded=m.prepared.loaded))
+        shaped = prepare(other, loaded=m.prepared.loaded)
+        if shaped.plan is None:  # CUDA: only the prompts count here, not the chunk size
+            shaped = with_chunk_size(shaped, DEFAULT_CHUNK_SIZE)
+        shapes[task] = task_shape(shaped)
     device = torch.device(config.device)
     memory = (
         torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
@@ -251,19 +268,24 @@ def announcement(prepared, workers: int) -> str:
     `nudge plan` has measured this model here (rates_cache.py), the wall time it expects."""
     import torch
 
+    from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE
+    from nudgeability.splice.run.prepare import with_chunk_size
     from nudgeability.splice.run.schedule import choose_schedule
 
     from .rates_cache import load_rates
     from .report import duration
 
     lengths = Lengths()
+    threads = 1 if workers > 1 else torch.get_num_threads()
+    cached = load_rates(prepared.config, threads)
+    if prepared.plan is None:  # CUDA with no chunk size yet: the pool's rows, where measured
+        rows = cached.max_rows if cached is not None and cached.max_rows else DEFAULT_CHUNK_SIZE
+        prepared = with_chunk_size(prepared, rows)
     work = workload_of(prepared)
     head = (
         f"nudge run: {work.sequences(lengths):,.0f} sequences, about "
         f"{work.generated_tokens(lengths):,.0f} new tokens at the paper's lengths"
     )
-    threads = 1 if workers > 1 else torch.get_num_threads()
-    cached = load_rates(prepared.config, threads)
     if cached is None:
         return f"{head}; `nudge plan` with the same flags estimates the time it takes here"
     schedule = choose_schedule(prepared).name

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nudgeability.splice.experiment.conditions import (
@@ -40,16 +40,18 @@ class Lengths:
     `base_share`: a base's mean new tokens over its budget; `arm_share`: an arm's over its
     budget; `closes`: the share of the bases with arms (B, oracle_B) that close their thinking,
     so that their arms run; `cut_share`: where the cut falls in a base's generation, as a share
-    of its length (the arms' stem)."""
+    of its length (the arms' stem); `at_budget`: the share of sequences that run to their budget
+    (a unit lasts as long as its longest: schedule.py `parts`)."""
 
     base_share: float = PAPER_BASE_TOKENS / PAPER_BASE_BUDGET
     arm_share: float = PAPER_ARM_TOKENS / PAPER_ARM_BUDGET
     closes: float = 1.0
     cut_share: float = 0.9
+    at_budget: float = 0.0
     source: str = "the paper campaign's assumption (bases 1,500 of 4,096, arms 800 of 2,048)"
 
     def __post_init__(self):
-        for name in ("base_share", "arm_share", "closes", "cut_share"):
+        for name in ("base_share", "arm_share", "closes", "cut_share", "at_budget"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} {value}: a share, in [0, 1]")
@@ -65,6 +67,7 @@ class BaseWork:
     prompt: int
     shared: int
     arms: tuple[int, ...] = ()
+    seed: int = 0  # each seed's bases are a unit of their own (splice/rundir/plan.py)
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ def workload_of(prepared, chunks: Iterable[int] | None = None) -> Workload:
                 arms = tuple(len(prepared.splices[a.code]) for a in plan.arms_of(phase))
                 count = plan.samples if phase == CONSISTENCY else 1
                 bases += [BaseWork(phase, len(prompt), shared, arms)] * count
-            problems.append(tuple(bases) * len(plan.seeds))
+            problems.append(tuple(replace(b, seed=s) for s in plan.seeds for b in bases))
         out.append(tuple(problems))
     return Workload(
         tuple(out),
@@ -135,8 +138,9 @@ def lengths_from_records(records, base_budget: int, arm_budget: int, where: str)
     """`Lengths` measured on a run's records (splice/rundir/records.py `Record`s): the mean share
     of the budget each kind generated, the share of B / oracle_B that closed, and where they
     closed. ValueError naming `where` if it holds no base record."""
-    bases, arms, closed, cuts = [], [], [], []
+    bases, arms, closed, cuts, full = [], [], [], [], []
     for record in records:
+        full.append(record.finish_reason == "length")
         if record.prefix_tokens is not None:  # an arm
             arms.append(len(record.generated_ids) / arm_budget)
             continue
@@ -152,6 +156,7 @@ def lengths_from_records(records, base_budget: int, arm_budget: int, where: str)
         arm_share=min(1.0, statistics.fmean(arms)) if arms else Lengths.arm_share,
         closes=statistics.fmean(closed) if closed else 1.0,
         cut_share=statistics.fmean(cuts) if cuts else Lengths.cut_share,
+        at_budget=statistics.fmean(full),
         source=f"measured on {where} ({len(bases)} bases, {len(arms)} arms)",
     )
 

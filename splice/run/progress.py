@@ -49,10 +49,9 @@ class RunEta:
         """`unit` is written (`counts` None: reused from the store); `expected`: its sequences."""
         if unit.phase not in self.left:
             return
+        self.left[unit.phase] -= expected  # an arm whose base did not close: none to compute
         if counts is None:
-            self.left[unit.phase] -= expected
             return
-        self.left[unit.phase] -= counts.sequences
         self.sequences[unit.phase] += counts.sequences
         self.tokens[unit.phase] += counts.generated_tokens
         began = time.perf_counter() - counts.seconds

@@ -15,7 +15,7 @@ from nudgeability.estimate.campaign import (
     scaled_rates,
 )
 from nudgeability.estimate.rates import Rates, row_counts, staggered_budgets
-from nudgeability.estimate.schedule import stream_timeline, units_timeline
+from nudgeability.estimate.schedule import parts, stream_timeline, units_timeline
 from nudgeability.estimate.workload import BaseWork, Lengths, Workload
 
 
@@ -198,3 +198,42 @@ def test_staggered_budgets_give_a_segment_of_steps_at_each_row_count():
     # decode step i (the first token came with the prefill) runs the arms with budget - 1 >= i
     rows = [sum(1 for b in budgets if b - 1 >= i) for i in range(1, 25)]
     assert rows == [16] * 8 + [4] * 8 + [1] * 8
+
+
+def test_lengths_in_two_parts_keep_the_mean():
+    assert parts(0.5, 0.0, 100) == [(1.0, 50.0)]
+    assert parts(0.5, 0.2, 100) == [(0.8, pytest.approx(37.5)), (0.2, 100.0)]  # 30 + 20 = 50
+    assert parts(0.1, 0.2, 100) == [(0.9, 0.0), (0.1, 100.0)]  # at most the mean's share
+
+
+def test_a_unit_lasts_as_long_as_its_longest_sequence():
+    # two NT of mean 50 tokens of 100, half of them at the budget: the unit runs 100 steps (the
+    # long halves, one row in all) after 20 prompt tokens, where equal lengths would run 50
+    work = Workload((((BaseWork("NT", 10, 0),), (BaseWork("NT", 10, 0),)),), 100, 10)
+    tail = Lengths(base_share=0.5, arm_share=1.0, at_budget=0.5, source="test")
+    assert units_timeline(work, tail, rates()).seconds == pytest.approx(0.2 + 100 * 0.1)
+
+
+def test_no_base_closing_forks_no_arm():
+    work = one_chunk(BaseWork("B", 10, 0, (5, 5)))
+    shut = Lengths(base_share=0.5, arm_share=1.0, closes=0.0, source="test")
+    assert units_timeline(work, shut, rates()).seconds == pytest.approx(0.1 + 5.0)
+    assert stream_timeline(work, shut, rates()).seconds == pytest.approx(0.1 + 5.0)
+
+
+def test_a_shared_start_is_read_once_a_step():
+    # four NT of 110 prompt tokens, 100 of them the shared start: 140 tokens of prefill (1.4 s);
+    # one step of 4 rows reads the start once and each row's 10 own slots and its half token
+    # (0.5 on average over the step): 142 slots x 1,000 B at 1e4 B/s = 14.2 s, beside 0.1 s
+    work = Workload((tuple((BaseWork("NT", 110, 100),) for _ in range(4)),), 2, 2)
+    line = units_timeline(work, HALF, rates(kv=1000, bw=1e4))
+    assert line.seconds == pytest.approx(1.4 + 0.1 + 14.2)
+
+
+def test_each_seed_is_a_unit_of_its_own():
+    # one problem, seeds 0 and 1: two engine calls of one row (0.1 s prefill, 10 steps of 0.1 s)
+    # each, not one call of two rows (10 steps of 0.3 s)
+    problem = (BaseWork("NT", 10, 0, seed=0), BaseWork("NT", 10, 0, seed=1))
+    work = Workload(((problem,),), 20, 10)
+    line = units_timeline(work, HALF, rates(decode=((1, 0.1), (2, 0.3))))
+    assert line.seconds == pytest.approx(2 * (0.1 + 10 * 0.1))

@@ -61,9 +61,13 @@ def test_the_help_names_the_estimate_and_the_run_flags(capsys):
         assert flag in out
 
 
-def record(condition, generated, boundary=None, prefix=None):
+def record(condition, generated, boundary=None, prefix=None, finish="eos"):
     return SimpleNamespace(
-        condition=condition, generated_ids=[0] * generated, boundary=boundary, prefix_tokens=prefix
+        condition=condition,
+        generated_ids=[0] * generated,
+        boundary=boundary,
+        prefix_tokens=prefix,
+        finish_reason=finish,
     )
 
 
@@ -73,11 +77,12 @@ def test_lengths_from_records_are_shares_of_the_budgets():
         record("B", 100, boundary=80),
         record("oracle_B", 30),  # did not close
         record("doubt", 10, prefix=80),
-        record("confidence", 30, prefix=80),
+        record("confidence", 40, prefix=80, finish="length"),
     ]
     lengths = lengths_from_records(records, base_budget=200, arm_budget=40, where="r")
     assert lengths.base_share == pytest.approx((50 + 100 + 30) / 3 / 200)
-    assert lengths.arm_share == pytest.approx((10 + 30) / 2 / 40)
+    assert lengths.arm_share == pytest.approx((10 + 40) / 2 / 40)
+    assert lengths.at_budget == pytest.approx(1 / 5)
     assert lengths.closes == pytest.approx(0.5) and lengths.cut_share == pytest.approx(0.8)
     with pytest.raises(ValueError, match="r: no base record"):
         lengths_from_records([], 1, 1, where="r")
