@@ -50,7 +50,8 @@ def register(subparsers) -> None:
     plan.add_argument(
         "--at-budget",
         type=float,
-        help="the share of sequences that run to their budget (default 0; measured by --from-run)",
+        help="the share of bases and of arms that run to their budget (default 0; measured by "
+        "--from-run)",
     )
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.set_defaults(func=_plan)
@@ -63,15 +64,16 @@ def _lengths(args: argparse.Namespace):
     from nudgeability.estimate.workload import lengths_from_run
 
     lengths = lengths_from_run(args.from_run) if args.from_run else Lengths()
-    given = (
-        ("base_share", args.base_share),
-        ("arm_share", args.arm_share),
-        ("at_budget", args.at_budget),
-    )
-    overrides = {k: v for k, v in given if v is not None}
-    if overrides:
-        asked = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in overrides.items())
-        lengths = replace(lengths, **overrides, source=f"{lengths.source}; {asked}")
+    given = {  # flag -> its value and the fields it sets
+        "--base-share": (args.base_share, ("base_share",)),
+        "--arm-share": (args.arm_share, ("arm_share",)),
+        "--at-budget": (args.at_budget, ("base_at_budget", "arm_at_budget")),
+    }
+    asked = {flag: v for flag, (v, _) in given.items() if v is not None}
+    if asked:
+        fields = {f: v for flag, (v, names) in given.items() if v is not None for f in names}
+        said = ", ".join(f"{flag} {v:g}" for flag, v in asked.items())
+        lengths = replace(lengths, **fields, source=f"{lengths.source}; {said}")
     return lengths
 
 

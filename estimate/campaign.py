@@ -157,7 +157,8 @@ def load_campaign(path: str | Path | None = None) -> Campaign:
             base_share=base_tokens / budget,
             arm_share=arm_tokens / arm_budget,
             closes=_field(data, "closes", float, where, 1.0),
-            at_budget=_field(data, "at_budget", float, where, 0.0),
+            base_at_budget=_field(data, "at_budget", float, where, 0.0),
+            arm_at_budget=_field(data, "at_budget", float, where, 0.0),
             source=f"{where} (bases {base_tokens:g} of {budget}, arms {arm_tokens:g} of "
             f"{arm_budget})",
         )

@@ -61,8 +61,8 @@ def as_text(run: RunEstimate, paper: CampaignEstimate | None = None) -> str:
         f"{run.generated_tokens:,.0f} new tokens expected",
         f"  lengths assumed: bases generate {lengths.base_share:.0%} of their budget, arms "
         f"{lengths.arm_share:.0%}, {lengths.closes:.0%} of B and oracle_B close their thinking "
-        f"(the cut at {lengths.cut_share:.0%} of a base), {lengths.at_budget:.0%} run to their "
-        f"budget; from {lengths.source}",
+        f"(the cut at {lengths.cut_share:.0%} of a base), {lengths.base_at_budget:.0%} of bases and "
+        f"{lengths.arm_at_budget:.0%} of arms run to their budget; from {lengths.source}",
         f"  estimate: {duration(run.wall_seconds)} wall (start {run.startup_seconds:.1f} s, "
         f"then {duration(run.compute_seconds)} of engine time on the slowest worker)"
         + (f", {run.gpu_hours:.2f} GPU-hours" if run.gpu_hours is not None else ""),
@@ -79,7 +79,7 @@ def campaign_text(paper: CampaignEstimate) -> str:
         f"The campaign of {c.where} on this device ({paper.device}):",
         f"  {c.problems:,} problems per task ({', '.join(c.tasks)}); bases of up to "
         f"{c.max_new_tokens:,} new tokens, arms of up to {c.max_new_tokens_arm:,}; lengths from "
-        f"{c.lengths.source}; {c.lengths.closes:.0%} of bases close, {c.lengths.at_budget:.0%} of "
+        f"{c.lengths.source}; {c.lengths.closes:.0%} of bases close, {c.lengths.base_at_budget:.0%} of "
         "sequences run to their budget",
         "  each model's step: the measured model's efficiency against its floor, on that model's "
         "floor (its weights in its format, its KV) at this device's copy bandwidth; prefill "

@@ -16,10 +16,10 @@ since the last finish cost their prefill at the measured rate.
   stem is copied from the base's cache where the pool grows with the work (CPU) and computed
   again, once per fork group, where the pool has a budget (CUDA);
 - **units**: each unit alone, in order, its rows all at once (each unit one engine call, so it
-  lasts as long as its longest sequence: the `Lengths.at_budget` share of sequences that run to
+  lasts as long as its longest sequence: the `Lengths` share of sequences that run to
   their budget sets that tail).
 
-Lengths come in two parts (`parts`): the `at_budget` share of a kind's sequences runs to its
+Lengths come in two parts (`parts`): the `*_at_budget` share of a kind's sequences runs to its
 budget and the rest is shorter, so that the mean is `Lengths`'. A prefix that rows share is read
 once a step (a base phase's shared start, splice/experiment/shared_start.py, for all its rows; a
 fork's stem for its arms) and computed once per engine call that holds it.
@@ -135,7 +135,7 @@ def _base_groups(base: BaseWork, lengths: Lengths, budget: int) -> list[_Group]:
     key = ("start", base.phase, base.shared)
     return [
         _Group(share, tokens, own, key, base.shared, base)
-        for share, tokens in parts(lengths.base_share, lengths.at_budget, budget)
+        for share, tokens in parts(lengths.base_share, lengths.base_at_budget, budget)
     ]
 
 
@@ -160,7 +160,7 @@ class _Forks:
         prefill = rows * splice + (0.0 if self.reuse else closing * (stem - base.shared))
         engine.timeline.prefill(prefill, engine.rates)
         key = object()  # the fork's own stem, read once a step for its arms
-        for share, tokens in parts(lengths.arm_share, lengths.at_budget, self.work.arm_budget):
+        for share, tokens in parts(lengths.arm_share, lengths.arm_at_budget, self.work.arm_budget):
             start = (("start", base.phase, base.shared), base.shared)
             engine.admit(_Group(rows * share, tokens, splice, key, stem), 0.0, start)
 

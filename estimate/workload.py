@@ -40,18 +40,26 @@ class Lengths:
     `base_share`: a base's mean new tokens over its budget; `arm_share`: an arm's over its
     budget; `closes`: the share of the bases with arms (B, oracle_B) that close their thinking,
     so that their arms run; `cut_share`: where the cut falls in a base's generation, as a share
-    of its length (the arms' stem); `at_budget`: the share of sequences that run to their budget
-    (a unit lasts as long as its longest: schedule.py `parts`)."""
+    of its length (the arms' stem); `base_at_budget`, `arm_at_budget`: the share of bases and of
+    arms that run to their budget (a unit lasts as long as its longest: schedule.py `parts`)."""
 
     base_share: float = PAPER_BASE_TOKENS / PAPER_BASE_BUDGET
     arm_share: float = PAPER_ARM_TOKENS / PAPER_ARM_BUDGET
     closes: float = 1.0
     cut_share: float = 0.9
-    at_budget: float = 0.0
+    base_at_budget: float = 0.0
+    arm_at_budget: float = 0.0
     source: str = "the paper campaign's assumption (bases 1,500 of 4,096, arms 800 of 2,048)"
 
     def __post_init__(self):
-        for name in ("base_share", "arm_share", "closes", "cut_share", "at_budget"):
+        for name in (
+            "base_share",
+            "arm_share",
+            "closes",
+            "cut_share",
+            "base_at_budget",
+            "arm_at_budget",
+        ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} {value}: a share, in [0, 1]")
@@ -138,13 +146,15 @@ def lengths_from_records(records, base_budget: int, arm_budget: int, where: str)
     """`Lengths` measured on a run's records (splice/rundir/records.py `Record`s): the mean share
     of the budget each kind generated, the share of B / oracle_B that closed, and where they
     closed. ValueError naming `where` if it holds no base record."""
-    bases, arms, closed, cuts, full = [], [], [], [], []
+    bases, arms, closed, cuts, full_bases, full_arms = [], [], [], [], [], []
     for record in records:
-        full.append(record.finish_reason == "length")
+        full = record.finish_reason == "length"
         if record.prefix_tokens is not None:  # an arm
             arms.append(len(record.generated_ids) / arm_budget)
+            full_arms.append(full)
             continue
         bases.append(len(record.generated_ids) / base_budget)
+        full_bases.append(full)
         if record.condition in (TOOL_BASE, ORACLE_BASE):
             closed.append(record.boundary is not None)
             if record.boundary is not None and record.generated_ids:
@@ -156,7 +166,8 @@ def lengths_from_records(records, base_budget: int, arm_budget: int, where: str)
         arm_share=min(1.0, statistics.fmean(arms)) if arms else Lengths.arm_share,
         closes=statistics.fmean(closed) if closed else 1.0,
         cut_share=statistics.fmean(cuts) if cuts else Lengths.cut_share,
-        at_budget=statistics.fmean(full),
+        base_at_budget=statistics.fmean(full_bases),
+        arm_at_budget=statistics.fmean(full_arms) if full_arms else 0.0,
         source=f"measured on {where} ({len(bases)} bases, {len(arms)} arms)",
     )
 

@@ -210,7 +210,7 @@ def test_a_unit_lasts_as_long_as_its_longest_sequence():
     # two NT of mean 50 tokens of 100, half of them at the budget: the unit runs 100 steps (the
     # long halves, one row in all) after 20 prompt tokens, where equal lengths would run 50
     work = Workload((((BaseWork("NT", 10, 0),), (BaseWork("NT", 10, 0),)),), 100, 10)
-    tail = Lengths(base_share=0.5, arm_share=1.0, at_budget=0.5, source="test")
+    tail = Lengths(base_share=0.5, arm_share=1.0, base_at_budget=0.5, source="test")
     assert units_timeline(work, tail, rates()).seconds == pytest.approx(0.2 + 100 * 0.1)
 
 

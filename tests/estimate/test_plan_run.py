@@ -82,7 +82,7 @@ def test_lengths_from_records_are_shares_of_the_budgets():
     lengths = lengths_from_records(records, base_budget=200, arm_budget=40, where="r")
     assert lengths.base_share == pytest.approx((50 + 100 + 30) / 3 / 200)
     assert lengths.arm_share == pytest.approx((10 + 40) / 2 / 40)
-    assert lengths.at_budget == pytest.approx(1 / 5)
+    assert (lengths.base_at_budget, lengths.arm_at_budget) == (0.0, pytest.approx(1 / 2))
     assert lengths.closes == pytest.approx(0.5) and lengths.cut_share == pytest.approx(0.8)
     with pytest.raises(ValueError, match="r: no base record"):
         lengths_from_records([], 1, 1, where="r")
