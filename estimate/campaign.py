@@ -200,13 +200,16 @@ def scaled_rates(
     return replace(scaled, decode=decode)
 
 
-def campaign_workload(campaign: Campaign, shape: TaskShape, chunk: int) -> Workload:
-    """The campaign's problems of one task, in chunks of `chunk`."""
+def campaign_workload(
+    campaign: Campaign, shape: TaskShape, chunk: int, problems: int | None = None
+) -> Workload:
+    """`problems` (default: the campaign's) of one task, in chunks of `chunk`."""
+    problems = campaign.problems if problems is None else problems
     problem = tuple(
         BaseWork(phase, round(tokens), shape.shared.get(phase, 0), shape.arms.get(phase, ()))
         for phase, tokens in shape.prompts.items()
     )
-    sizes = [min(chunk, campaign.problems - i) for i in range(0, campaign.problems, chunk)]
+    sizes = [min(chunk, problems - i) for i in range(0, problems, chunk)]
     return Workload(
         tuple(tuple(problem for _ in range(size)) for size in sizes),
         campaign.max_new_tokens,
@@ -236,8 +239,10 @@ def estimate_campaign(
     shapes: dict[str, TaskShape],
     schedule: str,
     device_memory: int | None,
+    workers: int = 1,
 ) -> CampaignEstimate:
-    """Every model x task of `campaign` on this device (module docstring)."""
+    """Every model x task of `campaign` on this device (module docstring); on a CPU, `workers`
+    processes share each run's problems as `nudge run`'s workers do (the slowest's time)."""
     runs = []
     for model in campaign.models:
         fmt = campaign.formats[model.format]
@@ -246,10 +251,15 @@ def estimate_campaign(
         for task in campaign.tasks:
             if task not in shapes:
                 raise CampaignError(f"{campaign.where}: field tasks: no task {task!r}")
-            work = campaign_workload(campaign, shapes[task], rows or DEFAULT_CHUNK_SIZE)
+            share = -(-campaign.problems // max(1, workers))
+            work = campaign_workload(campaign, shapes[task], rows or DEFAULT_CHUNK_SIZE, share)
             if schedule == "stream":
                 line = stream_timeline(work, campaign.lengths, rates, max_rows=rows)
             else:
                 line = units_timeline(work, campaign.lengths, rates, max_rows=rows)
-            runs.append(ModelEstimate(model.name, task, rows, line.seconds, line.generated_tokens))
+            chunk = rows or DEFAULT_CHUNK_SIZE
+            tokens = campaign_workload(campaign, shapes[task], chunk).generated_tokens(
+                campaign.lengths
+            )
+            runs.append(ModelEstimate(model.name, task, rows, line.seconds, tokens))
     return CampaignEstimate(measured.device, campaign, tuple(runs))

@@ -24,7 +24,7 @@ from nudgeability.engine import SamplingParams
 from nudgeability.engine.decode_floor import (
     activation_dtype,
     copy_bandwidth,
-    kv_slot_bytes,
+    layer_kv_widths,
     weight_read_bytes,
 )
 
@@ -176,6 +176,11 @@ def measure(engine, prompts: list[tuple[list[int], int]], rows: list[int]) -> Ra
     stats.trace = None
     model = engine.runner.model
     gib = 0.25 if device.type == "cpu" else 1.0
+    size = activation_dtype(model).itemsize
+    # what a step reads per slot: every layer's K and V (KV-shared layers read again), a
+    # sliding-window layer's for at most its window (engine/decode_floor.py)
+    widths = layer_kv_widths(model)
+    windows = [w for _, w, _ in widths if w is not None]
     return Rates(
         device=str(device),
         threads=torch.get_num_threads(),
@@ -184,9 +189,11 @@ def measure(engine, prompts: list[tuple[list[int], int]], rows: list[int]) -> Ra
         # a row's own slots: the prompt's last token (borrowed by every arm), then what it
         # generated, on average over the measured segments
         context=1 + segment * len(counts) / 2,
-        kv_slot_bytes=kv_slot_bytes(model, activation_dtype(model).itemsize),
+        kv_slot_bytes=sum(width for width, w, _ in widths if w is None) * size,
         weight_bytes=weight_read_bytes(model),
         copy_bytes_per_s=copy_bandwidth(device, gib=gib),
         shared_context=len(first) - 1,
         measure_seconds=time.perf_counter() - t0,
+        window=min(windows) if windows else None,
+        window_slot_bytes=sum(width for width, w, _ in widths if w is not None) * size,
     )

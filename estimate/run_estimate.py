@@ -260,7 +260,7 @@ def estimate_paper(m: Measured, campaign: Campaign) -> CampaignEstimate:
         torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     )
     params = body_parameters(m.prepared.loaded.model)
-    return estimate_campaign(campaign, m.rates, params, shapes, m.schedule, memory)
+    return estimate_campaign(campaign, m.rates, params, shapes, m.schedule, memory, m.workers)
 
 
 def announcement(prepared, workers: int) -> str:

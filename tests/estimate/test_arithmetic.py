@@ -237,3 +237,19 @@ def test_each_seed_is_a_unit_of_its_own():
     work = Workload(((problem,),), 20, 10)
     line = units_timeline(work, HALF, rates(decode=((1, 0.1), (2, 0.3))))
     assert line.seconds == pytest.approx(2 * (0.1 + 10 * 0.1))
+
+
+def test_cpu_workers_share_a_campaign_runs_problems():
+    from dataclasses import replace
+
+    from nudgeability.estimate.campaign import TaskShape, estimate_campaign
+
+    shape = TaskShape({"NT": 10.0, "B": 12.0}, {"NT": 0, "B": 0}, {"B": (3, 3)})
+    one = replace(load_campaign(), tasks=("strategyqa",), problems=2)
+    four = replace(one, problems=4)
+    measured = rates(decode=((1, 0.1), (64, 0.2)), weight=10**8)
+    halves = estimate_campaign(four, measured, 1e8, {"strategyqa": shape}, "stream", None, 2)
+    alone = estimate_campaign(one, measured, 1e8, {"strategyqa": shape}, "stream", None, 1)
+    for two_workers, half in zip(halves.runs, alone.runs):
+        assert two_workers.wall_seconds == pytest.approx(half.wall_seconds)
+        assert two_workers.generated_tokens == pytest.approx(2 * half.generated_tokens)

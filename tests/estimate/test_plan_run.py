@@ -86,3 +86,16 @@ def test_lengths_from_records_are_shares_of_the_budgets():
     assert lengths.closes == pytest.approx(0.5) and lengths.cut_share == pytest.approx(0.8)
     with pytest.raises(ValueError, match="r: no base record"):
         lengths_from_records([], 1, 1, where="r")
+
+
+def test_the_announcement_of_a_run_whose_chunk_size_the_pool_will_set(tmp_path, monkeypatch):
+    """A CUDA run given no chunk size is prepared without a plan (splice/run/prepare.py): what
+    `nudge run` prints at its start must not need one."""
+    from dataclasses import replace
+
+    from nudgeability.estimate.run_estimate import announcement
+
+    monkeypatch.setenv("NUDGE_CACHE", str(tmp_path))  # no rates measured here
+    prepared = prepare(RunConfig(task="strategyqa", n=2))
+    line = announcement(replace(prepared, plan=None), 1)
+    assert line.startswith("nudge run: ") and "`nudge plan`" in line
