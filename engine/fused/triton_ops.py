@@ -31,18 +31,11 @@ from functools import lru_cache
 
 import torch
 
+from nudgeability.models.quant.triton_kernels import available  # noqa: F401 (layers.py)
+
 NO_WEIGHT, CAST_THEN_SCALE, SCALE_THEN_CAST = 0, 1, 2
 SILU, GELU_TANH = 0, 1
 ACT_BLOCK = 1024  # columns per act_mul program: intermediate sizes are thousands wide
-
-
-def available() -> bool:
-    """Whether Triton can be imported."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @lru_cache(maxsize=1)

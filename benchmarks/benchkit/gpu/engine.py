@@ -342,12 +342,20 @@ def section(
             f"bf16 on {model.device}, built in {time.monotonic() - t0:.0f} s",
         )
     ]
-    for name, part in PARTS:
+    parts = [(name, lambda part=part: part(model, sizes)) for name, part in PARTS]
+    return run_parts(rows, parts, deadline, progress, model)
+
+
+def run_parts(rows: list[Row], parts, deadline: float, progress, model) -> list[Row]:
+    """`rows` and each part's rows after them (`parts`: (name, a call returning rows)), a part
+    that would start after `deadline` (time.monotonic()) skipped, one that fails reported;
+    `progress(rows)`, if given, after each part."""
+    for name, part in parts:
         if time.monotonic() > deadline:
             rows.append((name, "skipped: the section's time ran out"))
             continue
         try:
-            rows += part(model, sizes)
+            rows += part()
         except Exception as exc:
             rows.append((name, f"failed: {type(exc).__name__}: {exc}"))
             _disengage(model)

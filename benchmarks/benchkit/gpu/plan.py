@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from .engine import DRY_SIZES, GPU_SIZES, _disengage, _dry_model, build_model
+from .engine import DRY_SIZES, GPU_SIZES, _disengage, _dry_model, build_model, run_parts
 from .engine_inputs import Row, make_engine
-from .engine_speed import _floor_cell, _timed_steps
+from .engine_speed import _floor_cell
 from .quant import missing_library, restore, swap
 
 KERNEL_CLASSES = (  # (class, name fragments), first match wins; names lower-cased
@@ -79,22 +79,8 @@ def profile(model, sizes) -> list[Row]:
     from torch.profiler import profile as torch_profile
 
     cuda = model.device.type == "cuda"
-    rows, per_group = 12, min(12, sizes["arms_per_group"])
-    engine = make_engine(
-        model,
-        max_batch_tokens=sizes["kv_floor"],
-        max_rows=rows,
-        block_size=sizes["block"],
-        static_decode=True,
-        cuda_graphs=cuda,
-    )
-    try:
-        sized = dict(sizes, steps=2)
-        _timed_steps(engine, model, sized, rows, rows // per_group, per_group, 1.0)
-    except Exception:
-        engine.runner.disengage()
-        raise
-    # a fresh run of the same shape, profiled at its third step (prefill and capture done)
+    rows = 12
+    # profiled at a step after the prefill and the captures (graphs are captured at start)
     engine = make_engine(
         model,
         max_batch_tokens=sizes["kv_floor"],
@@ -228,18 +214,7 @@ def section(deadline: float, *, dry_run: bool = False, progress=None) -> list[Ro
         ("plan", lambda: plan(model, sizes, dry_run)),
         ("default path", lambda: default_path(model, sizes, DRY_ROWS if dry_run else ROWS)),
     )
-    for name, part in parts:
-        if time.monotonic() > deadline:
-            rows.append((name, "skipped: the section's time ran out"))
-            continue
-        try:
-            rows += part()
-        except Exception as exc:
-            rows.append((name, f"failed: {type(exc).__name__}: {exc}"))
-            _disengage(model)
-        if progress is not None:
-            progress(rows)
-    return rows
+    return run_parts(rows, parts, deadline, progress, model)
 
 
 def build_model_cuda():
