@@ -19,7 +19,7 @@ from nudgeability.splice.rundir.plan import ARMS_PHASE, Plan, Unit
 from nudgeability.splice.rundir.records import RecordKey
 from nudgeability.util.json_lines import JsonLinesError, json_lines
 
-_KEY_FIELDS = frozenset(RecordKey._fields) - {"sample"}  # what every record has
+_KEY_FIELDS = frozenset(RecordKey._fields) - {"sample", "at"}  # what every record has
 
 
 def read_records(path: Path) -> tuple[list[dict] | None, str | None]:

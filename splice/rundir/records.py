@@ -32,7 +32,7 @@ from nudgeability.util.json_lines import read_json_lines
 # How faithfully a backend continued a prompt, most faithful first: ids in and out (the engine, a
 # completions server given ids), text in and out, or a chat turn continued (backends/README.md).
 CONTINUATION_LEVELS = ("token", "text", "chat")
-OPTIONAL_FIELDS = ("sample", "signals", "cut", "likelihoods")  # written only when set
+OPTIONAL_FIELDS = ("sample", "signals", "cut", "likelihoods", "at", "cuts")  # written only when set
 
 
 def least_faithful(levels: Iterable[str]) -> str:
@@ -43,30 +43,42 @@ def least_faithful(levels: Iterable[str]) -> str:
 
 
 class RecordKey(NamedTuple):
-    """What names one record in a run: a problem under one condition with one sampling seed, and
-    for the self-consistency samples (condition `consistency`) the sample's index.
+    """What names one record in a run: a problem under one condition with one sampling seed, for
+    the self-consistency samples (condition `consistency`) the sample's index, and for an arm at
+    a cut other than the paper's (`nudge run --cuts`) the cut's index in its base's ids.
 
-    It prints as the plain tuple, without the sample when there is none: `('q1', 'B', 0)`.
+    It prints as the plain tuple, without the sample or cut when there is none: `('q1', 'B', 0)`;
+    an arm at token 37 of its base's reasoning as `('q1', 'doubt', 0, '@37')`.
     """
 
     problem_id: str
     condition: str
     seed: int
     sample: int | None = None  # only the self-consistency samples have one
+    at: int | None = None  # only arms at an extra cut have one
 
     @classmethod
     def of(cls, record: Mapping | Record | ResolutionRecord) -> RecordKey:
         """The key of a record or a resolution, typed or as read from a JSON line."""
         if not isinstance(record, Mapping):
-            sample = getattr(record, "sample", None)  # a resolution has none
-            return cls(record.problem_id, record.condition, record.seed, sample)
-        return cls(record["problem_id"], record["condition"], record["seed"], record.get("sample"))
+            sample = getattr(record, "sample", None)  # a resolution has neither
+            at = getattr(record, "at", None)
+            return cls(record.problem_id, record.condition, record.seed, sample, at)
+        return cls(
+            record["problem_id"],
+            record["condition"],
+            record["seed"],
+            record.get("sample"),
+            record.get("at"),
+        )
 
     @property
     def compact(self) -> tuple:
-        """The key as a plain tuple: three fields, four for a self-consistency sample (also the
-        order keys sort in, and the form error messages show)."""
-        return tuple(self) if self.sample is not None else tuple(self)[:3]
+        """The key as a plain tuple: three fields, then the sample and `'@'` + the cut where there
+        are (also the order keys sort in, and the form error messages show). Keys of one
+        condition all have the same form, so the order never compares a sample with a cut."""
+        tail = () if self.sample is None else (self.sample,)
+        return tuple(self)[:3] + tail + (() if self.at is None else (f"@{self.at:06d}",))
 
     def __str__(self) -> str:
         return repr(self.compact)
@@ -165,12 +177,19 @@ class Record:
     # Arms of a run with --likelihoods: the splice's log-probabilities and, on sealed arms, the
     # action openers' (`Likelihoods`). None elsewhere, and in every run without the flag.
     likelihoods: Likelihoods | None = None
+    # Arms at a cut other than the paper's (`nudge run --cuts`): the cut's index in the base's
+    # generated ids (the reasoning an arm keeps is what precedes it, less a deleted sentence).
+    # None at the paper's cut, just before the think-close.
+    at: int | None = None
+    # B / oracle_B of a run with --cuts that closed their thinking: the extra cuts their arms fork
+    # at (indices in generated_ids, ascending, each before `boundary`). None elsewhere.
+    cuts: list[int] | None = None
 
     def to_json(self) -> str:
         """One line of JSON with sorted keys: the byte-exact form written to records.jsonl.
 
-        `continuation` is left out when token-exact, and `sample`, `signals`, `cut` and
-        `likelihoods` when None, so the records of local runs without them keep the bytes they
+        `continuation` is left out when token-exact, and `sample`, `signals`, `cut`,
+        `likelihoods`, `at` and `cuts` when None, so the records of local runs without them keep the bytes they
         always had."""
         data = asdict(self)
         if data["continuation"] == "token":
@@ -271,6 +290,9 @@ def read_records(path: str | Path, error: Error) -> Iterator[tuple[int, Record]]
         sample = data.get("sample")
         if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool)):
             raise error(f"{where}: field sample must be an integer or absent")
+        at = data.get("at")
+        if at is not None and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
+            raise error(f"{where}: field at must be a non-negative integer or absent")
         for key, kind in (("problem_id", str), ("condition", str), ("seed", int)):
             if not isinstance(data[key], kind) or isinstance(data[key], bool):
                 raise error(f"{where}: field {key} must be a {kind.__name__}")

@@ -72,6 +72,8 @@ def load_value_tables(
         for _, record in iter_records(run_dir.path / RECORDS):
             if record.sample is not None:  # self-consistency samples: a signal, no TOOL
                 continue
+            if record.at is not None:  # arms at extra cuts: the position statistics' alone
+                continue
             group["records"][RecordKey.of(record)] = slim(record)
         for number, resolution in iter_resolutions(resolutions):
             key = RecordKey.of(resolution)
@@ -100,7 +102,7 @@ def _table(
     right = {t: np.zeros(n, np.int64) for t in tools}
     s = np.full(n, -1, np.int8)
     for key, record in records.items():
-        problem_id, condition, seed = key.compact
+        problem_id, condition, seed = key.compact[:3]
         i = row_of[(problem_id, seed)]
         actions[condition][i] = action_code(record.action.kind)
         if condition == NO_TOOL_BASE:

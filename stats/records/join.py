@@ -113,7 +113,8 @@ def table_from_records(
     Records must be unique per (problem_id, condition, seed). `conditions` adds arms that were
     asked for even where no record holds them.
     """
-    arms_of = [r for r in records if r.sample is None]  # samples: signals, not arms
+    # samples: signals, not arms; arms at extra cuts: the position statistics' (stats/position/)
+    arms_of = [r for r in records if r.sample is None and r.at is None]
     rows = Rows.of((r.problem_id, r.seed) for r in arms_of)
     found_at: list[dict[str, Record]] = [{} for _ in rows.keys]
     where = rows.index()

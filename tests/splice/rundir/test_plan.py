@@ -42,14 +42,14 @@ def test_phases_follow_the_protocol_order_and_units_walk_seed_then_chunk():
 def test_canonical_order_is_problem_then_condition_then_seed():
     conditions = parse_conditions("B")  # NT, B
     assert list(canonical_keys(["p", "q"], conditions, [0, 1])) == [
-        ("p", "NT", 0, None),
-        ("p", "NT", 1, None),
-        ("p", "B", 0, None),
-        ("p", "B", 1, None),
-        ("q", "NT", 0, None),
-        ("q", "NT", 1, None),
-        ("q", "B", 0, None),
-        ("q", "B", 1, None),
+        ("p", "NT", 0, None, None),
+        ("p", "NT", 1, None, None),
+        ("p", "B", 0, None, None),
+        ("p", "B", 1, None, None),
+        ("q", "NT", 0, None, None),
+        ("q", "NT", 1, None, None),
+        ("q", "B", 0, None, None),
+        ("q", "B", 1, None, None),
     ]
 
 
@@ -58,10 +58,10 @@ def test_consistency_samples_follow_nt_and_are_listed_per_sample():
     conditions = [conditions[0], CONSISTENCY_CONDITION, *conditions[1:]]
     assert phases_of(conditions) == ["NT", "consistency", "B"]
     assert list(canonical_keys(["p"], conditions, [0], samples=2)) == [
-        ("p", "NT", 0, None),
-        ("p", "consistency", 0, 0),
-        ("p", "consistency", 0, 1),
-        ("p", "B", 0, None),
+        ("p", "NT", 0, None, None),
+        ("p", "consistency", 0, 0, None),
+        ("p", "consistency", 0, 1, None),
+        ("p", "B", 0, None, None),
     ]
 
 
@@ -113,7 +113,7 @@ def test_each_unit_reads_the_parts_it_forks_from():
 def test_the_keys_a_unit_must_hold():
     plan = Plan.from_manifest(_manifest(consistency_samples=2))
     assert plan.base_codes == {"NT", "consistency", "B"}
-    assert plan.expected_keys(Unit("B", 0, 0)) == {("p0", "B", 0, None), ("p1", "B", 0, None)}
+    assert plan.expected_keys(Unit("B", 0, 0)) == {("p0", "B", 0, None, None), ("p1", "B", 0, None, None)}
     assert plan.expected_keys(Unit("consistency", 0, 2)) == {
         ("p4", "consistency", 0, 0),
         ("p4", "consistency", 0, 1),
@@ -121,7 +121,7 @@ def test_the_keys_a_unit_must_hold():
     # arms only for the problems whose B record closed its thinking
     bases = {"B": {"p0": {"boundary": None}, "p1": {"boundary": 7}}}
     assert plan.expected_keys(Unit("arms", 0, 0), bases) == {
-        ("p1", arm, 0, None) for arm in ("empty", "conf", "doubt", "neutral")
+        ("p1", arm, 0, None, None) for arm in ("empty", "conf", "doubt", "neutral")
     }
 
 
