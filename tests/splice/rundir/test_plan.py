@@ -113,10 +113,13 @@ def test_each_unit_reads_the_parts_it_forks_from():
 def test_the_keys_a_unit_must_hold():
     plan = Plan.from_manifest(_manifest(consistency_samples=2))
     assert plan.base_codes == {"NT", "consistency", "B"}
-    assert plan.expected_keys(Unit("B", 0, 0)) == {("p0", "B", 0, None, None), ("p1", "B", 0, None, None)}
+    assert plan.expected_keys(Unit("B", 0, 0)) == {
+        ("p0", "B", 0, None, None),
+        ("p1", "B", 0, None, None),
+    }
     assert plan.expected_keys(Unit("consistency", 0, 2)) == {
-        ("p4", "consistency", 0, 0),
-        ("p4", "consistency", 0, 1),
+        ("p4", "consistency", 0, 0, None),
+        ("p4", "consistency", 0, 1, None),
     }
     # arms only for the problems whose B record closed its thinking
     bases = {"B": {"p0": {"boundary": None}, "p1": {"boundary": 7}}}
