@@ -151,6 +151,13 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         help="with --likelihoods: also score these arms' openers (codes), after a think-close",
     )
     parser.add_argument(
+        "--cuts",
+        default=None,
+        metavar="SPEC",
+        help="also fork every arm at these cuts of each base's reasoning: all (after every "
+        "sentence), fractions such as 0.25,0.5,0.75, or sentences:3,7 (after those sentences)",
+    )
+    parser.add_argument(
         "--resolve",
         action="store_true",
         help="then execute every TOOL record's call on the task's offline tools, let the model "
@@ -208,6 +215,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         consistency_samples=args.consistency_samples,
         signals=args.signals,
         likelihoods=args.likelihoods,
+        cuts=args.cuts,
         score_openers=tuple(args.score_openers.split(",")) if args.score_openers else (),
         resolve=args.resolve,
         retrieve_k=args.retrieve_k,

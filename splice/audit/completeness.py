@@ -36,10 +36,10 @@ def check_completeness(run: StoredRun) -> Check:
     if not path.is_file():
         return Check("completeness", FAIL, f"{path}: missing; the run did not finish")
     try:
-        keys, boundaries = _read_keys(path)
+        keys, boundaries, cuts = _read_keys(path)
     except _Unreadable as exc:
         return Check("completeness", FAIL, str(exc))
-    expected = list(_expected_keys(run, boundaries))
+    expected = list(_expected_keys(run, boundaries, cuts))
     problems = _key_problems(path, keys, expected, boundaries)
     if not problems:
         problems = _part_problems(run, path)
@@ -65,10 +65,11 @@ def _lines(path: Path) -> Iterator[str]:
         yield line.text
 
 
-def _read_keys(path: Path) -> tuple[list[RecordKey], dict[RecordKey, int | None]]:
-    """Each record's key, and each base record's boundary."""
+def _read_keys(path: Path) -> tuple[list[RecordKey], dict[RecordKey, int | None], dict]:
+    """Each record's key, each base record's boundary, and each base record's extra cuts."""
     keys: list[RecordKey] = []
     boundaries: dict[RecordKey, int | None] = {}
+    cuts: dict[RecordKey, list[int]] = {}
     for line in json_lines(path, _Unreadable, objects=False, skip_blank=False):
         try:
             record = line.value
@@ -76,20 +77,27 @@ def _read_keys(path: Path) -> tuple[list[RecordKey], dict[RecordKey, int | None]
             hash(key)  # a tampered field could hold a list
             if key.condition in BASE_CODES:
                 boundaries.setdefault(key, boundary_of(record))
+                cuts.setdefault(key, [int(at) for at in record.get("cuts") or ()])
         except (KeyError, TypeError, AttributeError) as exc:
             raise _Unreadable(f"{path}:{line.number}: not a record (field {exc})") from None
         keys.append(key)
-    return keys, boundaries
+    return keys, boundaries, cuts
 
 
-def _expected_keys(run: StoredRun, boundaries: dict[RecordKey, int | None]) -> Iterator[RecordKey]:
-    """The plan's keys in canonical order; an arm only where its base's record closed."""
+def _expected_keys(
+    run: StoredRun, boundaries: dict[RecordKey, int | None], cuts: dict[RecordKey, list[int]]
+) -> Iterator[RecordKey]:
+    """The plan's keys in canonical order; an arm only where its base's record closed, at the
+    paper's cut and then at each extra cut its base lists."""
     parents = {c.code: c.parent for c in run.plan.conditions if c.kind == "arm"}
     for chunk in run.plan.mine:
         for key in run.plan.keys(chunk):
             parent = parents.get(key.condition)
-            if parent is None or boundaries.get(key._replace(condition=parent)) is not None:
+            if parent is None:
                 yield key
+            elif boundaries.get(key._replace(condition=parent)) is not None:
+                yield key
+                yield from (key._replace(at=at) for at in cuts[key._replace(condition=parent)])
 
 
 def _key_problems(
@@ -117,7 +125,7 @@ def _key_problems(
     for number, key in enumerate(keys, 1):
         if key in wanted:
             continue
-        base = key._replace(condition=parents.get(key.condition), sample=None)
+        base = key._replace(condition=parents.get(key.condition), sample=None, at=None)
         if base in boundaries and boundaries[base] is None:
             problems.append(
                 f"{path}:{number}: arm record {key}, but its base {base.condition} never closed its "

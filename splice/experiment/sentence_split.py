@@ -25,15 +25,23 @@ from collections.abc import Callable, Sequence
 _END = re.compile(r"[.!?]+[\"'”’)\]]*\s+|\n\s*")
 
 
+def sentence_chars(text: str) -> list[int]:
+    """The index in `text` of each sentence's first non-blank character, in order ([0] for blank
+    text or one sentence that starts with it)."""
+    content_end = len(text.rstrip())
+    starts = [len(text) - len(text.lstrip()) if content_end else 0]
+    for match in _END.finditer(text):
+        start = match.end()
+        if start < content_end:
+            start += len(text[start:]) - len(text[start:].lstrip())
+            if start < content_end and start > starts[-1]:
+                starts.append(start)
+    return starts
+
+
 def last_sentence_char(text: str) -> int:
     """The index in `text` of the last sentence's first non-blank character (0 for blank text)."""
-    content_end = len(text.rstrip())
-    start = 0
-    for match in _END.finditer(text):
-        if match.end() < content_end:
-            start = match.end()
-    blank = len(text[start:]) - len(text[start:].lstrip())
-    return start + blank if start + blank < content_end else 0
+    return sentence_chars(text)[-1]
 
 
 def last_sentence_start(ids: Sequence[int], decode: Callable[[list[int]], str]) -> int:

@@ -108,6 +108,10 @@ class RunConfig:
     likelihoods: bool = False
     # further arms (codes) whose openers are scored, after an appended think-close
     score_openers: tuple[str, ...] = ()
+    # further cuts of each base's reasoning, every arm forked at each (splice/experiment/cuts.py):
+    # "all", fractions "0.25,0.5" or "sentences:3,7"; resolved: its canonical spelling. None:
+    # the paper's cut alone
+    cuts: str | None = None
 
     def to_dict(self) -> dict:
         """The config as plain JSON values (tuples become lists).
@@ -115,7 +119,7 @@ class RunConfig:
         A run without the resolution phase leaves out `resolve` and `retrieve_k`, one with the
         default signals `consistency_samples` and `signals`, one without an interventions file
         `interventions`, one without likelihoods
-        `likelihoods` and `score_openers`, and one with the engine's default
+        `likelihoods` and `score_openers`, one with the paper's cut alone `cuts`, and one with the engine's default
         memory share `gpu_memory_utilization` or its eager decode (`static_decode` off), so its manifest is the one earlier versions wrote,
         and their runs still resume.
         """
@@ -138,6 +142,8 @@ class RunConfig:
             del data["likelihoods"]
         if not self.score_openers:
             del data["score_openers"]
+        if self.cuts is None:  # the paper's cut alone: as earlier versions wrote
+            del data["cuts"]
         if self.quant_compute is None:  # unquantised: the manifest earlier versions wrote
             del data["quant_compute"]
         if self.gpu_memory_utilization is None:  # the engine's default: as earlier versions wrote

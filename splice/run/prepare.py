@@ -275,6 +275,7 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
         retrieve_k=valid.retrieve_k,
         quant_compute=model.quant_compute,
         likelihoods=requested.likelihoods,
+        cuts=valid.cuts,
         score_openers=tuple(
             c.code for c in valid.conditions if c.code in set(requested.score_openers)
         ),

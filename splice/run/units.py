@@ -41,6 +41,7 @@ from nudgeability.splice.experiment.conditions import (
     TOOL_BASE,
     Condition,
 )
+from nudgeability.splice.experiment.cuts import cut_positions, parse_cuts
 from nudgeability.splice.experiment.openers import Openers, action_openers
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
 from nudgeability.splice.experiment.sentence_split import last_sentence_start
@@ -78,6 +79,14 @@ class UnitContext:
 
     prepared: Prepared  # the config, task, family, problems, prompts, splices and plan
     backend: Backend
+
+    def cuts_of(self, reasoning: Sequence[int]) -> list[int] | None:
+        """The extra cuts of a base's reasoning (`--cuts`; splice/experiment/cuts.py), None
+        in a run with the paper's cut alone."""
+        spec = self.prepared.config.cuts
+        if spec is None:
+            return None
+        return cut_positions(parse_cuts(spec), reasoning, self.prepared.family.decode)
 
     def arms_of(self, base: str) -> list[Condition]:
         """The arms that fork from `base`, in canonical order (the run's plan)."""
@@ -164,7 +173,10 @@ def base_record(
         is_answer=ctx.prepared.task.holds_answer,
     )
     graded = base == NO_TOOL_BASE or action.kind == SELF
-    return _record(ctx, problem, base, None, seed, prompt, None, boundary, out, action, graded)
+    record = _record(ctx, problem, base, None, seed, prompt, None, boundary, out, action, graded)
+    if boundary is not None and ctx.arms_of(base):
+        record = replace(record, cuts=ctx.cuts_of(generated[:boundary]))
+    return record
 
 
 def _record(
@@ -212,6 +224,7 @@ class ArmGroup:
     base: str
     arms: list[Condition]
     prefix_tokens: int
+    at: int | None = None  # an extra cut (`--cuts`); None: the paper's
     # --likelihoods: the openers after this base's close and where their scoring rows sit
     openers: Openers | None = None
     opener_rows: list[OpenerRows] = field(default_factory=list)
@@ -220,25 +233,30 @@ class ArmGroup:
 def arm_requests(
     ctx: UnitContext, seed: int, index: int, base: str, boundary: int, generated: list[int]
 ) -> list[tuple[ForkRequest, ArmGroup]]:
-    """The forks of every arm of `base` for the problem at `index`: one from the base's cut for
-    the arms that keep the reasoning whole, and one from the start of the reasoning's last
-    sentence (splice/experiment/sentence_split.py) for those that delete or replace it."""
+    """The forks of every arm of `base` for the problem at `index`, at the paper's cut (the
+    base's `boundary`) and then at each extra cut (`--cuts`) in ascending order: at each, one
+    from the cut for the arms that keep the reasoning whole, and one from the start of the last
+    sentence before the cut (splice/experiment/sentence_split.py) for those that delete or
+    replace it."""
     arms = ctx.arms_of(base)
     whole = [arm for arm in arms if arm.edit is None]
     edited = [arm for arm in arms if arm.edit is not None]
     requests = []
-    if whole:
-        requests.append(arm_request(ctx, seed, index, base, boundary, generated, whole))
-    if edited:
-        start = last_sentence_start(generated[:boundary], ctx.prepared.family.decode)
-        requests.append(arm_request(ctx, seed, index, base, start, generated, edited))
+    for at in [None, *(ctx.cuts_of(generated[:boundary]) or [])]:
+        cut = boundary if at is None else at
+        if whole:
+            requests.append(arm_request(ctx, seed, index, base, cut, generated, whole, at))
+        if edited:
+            start = last_sentence_start(generated[:cut], ctx.prepared.family.decode)
+            requests.append(arm_request(ctx, seed, index, base, start, generated, edited, at))
     return requests
 
 
 def in_arm_order(ctx: UnitContext, base: str, records: list[Record]) -> list[Record]:
-    """One problem's arm records of `base`, from its forks, in canonical order."""
+    """One problem's arm records of `base`, from its forks, in canonical order: by arm, each at
+    the paper's cut and then at its extra cuts in ascending order."""
     order = {arm.code: k for k, arm in enumerate(ctx.arms_of(base))}
-    return sorted(records, key=lambda record: order[record.condition])
+    return sorted(records, key=lambda r: (order[r.condition], -1 if r.at is None else r.at))
 
 
 def arm_request(
@@ -249,6 +267,7 @@ def arm_request(
     boundary: int,
     generated: list[int],
     arms: list[Condition],
+    at: int | None = None,
 ) -> tuple[ForkRequest, ArmGroup]:
     """The fork of `arms` of `base` for the problem at `index`, from the base's ids before
     `boundary` (its cut, or where an edit begins).
@@ -269,7 +288,7 @@ def arm_request(
     ]
     shared = ctx.shared(base, prompt)
     request = ForkRequest(prefix, suffixes, params, stem=len(reasoning) + 1, shared=shared)
-    group = ArmGroup(index, base, arms, len(reasoning))
+    group = ArmGroup(index, base, arms, len(reasoning), at)
     config = ctx.prepared.config
     if config.likelihoods:
         family = ctx.prepared.family
@@ -299,6 +318,8 @@ def arm_records(
         if group.openers is not None:
             scored = arm_likelihoods(outs, j, group.opener_rows, group.openers)
             record = replace(record, likelihoods=scored)
+        if group.at is not None:
+            record = replace(record, at=group.at)
         records.append(record)
     for out in outs[len(group.arms) :]:  # the opener-scoring rows: work done, no record
         counts.add(out, shared=False)

@@ -28,6 +28,7 @@ from nudgeability.splice.experiment.conditions import (
     parse_conditions,
     register_user_conditions,
 )
+from nudgeability.splice.experiment.cuts import CutsError, parse_cuts
 from nudgeability.splice.experiment.intervention_file import (
     InterventionFile,
     load_intervention_file,
@@ -57,6 +58,7 @@ class Validated:
     device: str  # "cpu", "cuda", "cuda:N", or SERVER for a run on a server
     retrieve_k: int | None  # with --resolve only
     interventions: InterventionFile | None = None  # --interventions, loaded and checked
+    cuts: str | None = None  # --cuts, in its canonical spelling
 
 
 def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validated:
@@ -91,6 +93,7 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
             f"--quant-compute {requested.quant_compute!r}: expected one of {', '.join(QUANT_COMPUTES)}"
         )
     _check_likelihoods(requested, conditions)
+    cuts = _cuts(requested)
     if remote is not None:
         _check_remote(requested, remote)
     device = SERVER if remote is not None else resolve_device(requested.device)
@@ -100,8 +103,25 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
             f"--family {requested.family!r}: unknown; known families: {', '.join(KNOWN_FAMILIES)}"
         )
     return Validated(
-        temperature, top_p, tuple(seeds), conditions, device, _retrieve_k(requested), user
+        temperature, top_p, tuple(seeds), conditions, device, _retrieve_k(requested), user, cuts
     )
+
+
+def _cuts(requested: RunConfig) -> str | None:
+    """`--cuts` read and spelled canonically (splice/experiment/cuts.py); refused with
+    `--resolve`, whose resolutions are keyed by the paper's cut alone."""
+    if requested.cuts is None:
+        return None
+    try:
+        spec = parse_cuts(requested.cuts)
+    except CutsError as exc:
+        raise ConfigError(str(exc)) from None
+    if requested.resolve:
+        raise ConfigError(
+            "--cuts: the resolution phase resolves the arms at the paper's cut only; run the "
+            "extra cuts without --resolve"
+        )
+    return str(spec)
 
 
 def _user_interventions(requested: RunConfig) -> InterventionFile | None:

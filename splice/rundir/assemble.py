@@ -47,12 +47,28 @@ def assemble_records(plan: Plan, read_part: ReadPart, parts_dir: Path) -> Iterat
                     )
                 found[key] = line
         closed: dict[RecordKey, bool] = {}  # (problem, base, seed) -> base closed
+        cuts: dict[RecordKey, list[int]] = {}  # (problem, base, seed) -> its extra cuts
         for key in plan.keys(chunk):
             line = found.pop(key, None)
             if line is not None:
                 if key.condition in plan.base_codes:
-                    closed[key._replace(sample=None)] = json.loads(line)["boundary"] is not None
+                    data = json.loads(line)
+                    closed[key._replace(sample=None)] = data["boundary"] is not None
+                    cuts[key._replace(sample=None)] = data.get("cuts") or []
+                    yield line
+                    continue
                 yield line
+                base = key._replace(condition=get_condition(key.condition).parent)
+                for at in cuts.get(base, []):  # the arm at each extra cut, after the paper's
+                    extra = found.pop(key._replace(at=at), None)
+                    if extra is None:
+                        raise IncompleteRunError(
+                            f"{_part_name(parts_dir, Unit(ARMS_PHASE, key.seed, chunk))}: no "
+                            f"record for arm {key.condition} of problem {key.problem_id} at "
+                            f"cut {at} (seed {key.seed}), though its base lists that cut; "
+                            "delete that part file and run again to recompute the unit"
+                        )
+                    yield extra
             elif key.condition in plan.base_codes:  # every base has a record
                 raise IncompleteRunError(
                     f"{parts_dir}: no record for {tuple(key)}; run the same command again: parts "

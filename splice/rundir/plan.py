@@ -226,8 +226,9 @@ class Plan:
     ) -> set[RecordKey]:
         """The keys the part of a record unit must hold. A base unit: one record per problem of
         its chunk; the self-consistency unit: `samples` per problem; the arms unit: one per arm
-        of each problem whose base record closed its thinking, read from `base_records` (each
-        base with arms -> {problem id: its record}, same seed and chunk)."""
+        of each problem whose base record closed its thinking, at the paper's cut and at each of
+        the extra cuts the base record lists (`cuts`), read from `base_records` (each base with
+        arms -> {problem id: its record}, same seed and chunk)."""
         ids = self.problems_of(unit.chunk)
         if unit.phase == CONSISTENCY:
             return {
@@ -240,5 +241,6 @@ class Plan:
             arms = [arm.code for arm in self.arms_of(base)]
             for pid in ids:
                 if records[pid].get("boundary") is not None:
-                    keys.update(RecordKey(pid, arm, unit.seed) for arm in arms)
+                    for at in [None, *(records[pid].get("cuts") or ())]:
+                        keys.update(RecordKey(pid, arm, unit.seed, at=at) for arm in arms)
         return keys
