@@ -158,6 +158,14 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "sentence), fractions such as 0.25,0.5,0.75, or sentences:3,7 (after those sentences)",
     )
     parser.add_argument(
+        "--samples-per-arm",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --decoding sampled: decode every arm N times from its cut, each sample from "
+        "its own random stream (default: 1)",
+    )
+    parser.add_argument(
         "--resolve",
         action="store_true",
         help="then execute every TOOL record's call on the task's offline tools, let the model "
@@ -216,6 +224,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         signals=args.signals,
         likelihoods=args.likelihoods,
         cuts=args.cuts,
+        samples_per_arm=args.samples_per_arm,
         score_openers=tuple(args.score_openers.split(",")) if args.score_openers else (),
         resolve=args.resolve,
         retrieve_k=args.retrieve_k,

@@ -96,8 +96,7 @@ def _expected_keys(
             if parent is None:
                 yield key
             elif boundaries.get(key._replace(condition=parent)) is not None:
-                yield key
-                yield from (key._replace(at=at) for at in cuts[key._replace(condition=parent)])
+                yield from run.plan.arm_keys(key, cuts[key._replace(condition=parent)])
 
 
 def _key_problems(

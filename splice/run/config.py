@@ -112,6 +112,9 @@ class RunConfig:
     # "all", fractions "0.25,0.5" or "sentences:3,7"; resolved: its canonical spelling. None:
     # the paper's cut alone
     cuts: str | None = None
+    # sampled decoding: each arm decoded N times from its cut, sample k >= 1 from its own stream
+    # (sample 0 is the arm's record as a run without it writes it); 1: once
+    samples_per_arm: int = 1
 
     def to_dict(self) -> dict:
         """The config as plain JSON values (tuples become lists).
@@ -119,7 +122,8 @@ class RunConfig:
         A run without the resolution phase leaves out `resolve` and `retrieve_k`, one with the
         default signals `consistency_samples` and `signals`, one without an interventions file
         `interventions`, one without likelihoods
-        `likelihoods` and `score_openers`, one with the paper's cut alone `cuts`, and one with the engine's default
+        `likelihoods` and `score_openers`, one with the paper's cut alone `cuts`, one
+        decoding each arm once `samples_per_arm`, and one with the engine's default
         memory share `gpu_memory_utilization` or its eager decode (`static_decode` off), so its manifest is the one earlier versions wrote,
         and their runs still resume.
         """
@@ -144,6 +148,8 @@ class RunConfig:
             del data["score_openers"]
         if self.cuts is None:  # the paper's cut alone: as earlier versions wrote
             del data["cuts"]
+        if self.samples_per_arm == 1:  # likewise one decoding of each arm
+            del data["samples_per_arm"]
         if self.quant_compute is None:  # unquantised: the manifest earlier versions wrote
             del data["quant_compute"]
         if self.gpu_memory_utilization is None:  # the engine's default: as earlier versions wrote

@@ -43,17 +43,18 @@ class OpenerRows:
 
 def add_scoring(
     request: ForkRequest,
-    arms: list[Condition],
+    arms: list[Condition | None],
     openers: Openers,
     close_ids: list[int],
     opener_codes: tuple[str, ...],
 ) -> list[OpenerRows]:
     """Make every arm of `request` (one suffix per arm of `arms`, in order) score its splice, and
-    append the opener-scoring rows of the sealed arms and of those in `opener_codes`."""
+    append the opener-scoring rows of the sealed arms and of those in `opener_codes` (None in
+    `arms`: a row whose openers another row scores)."""
     request.params = [replace(p, score_suffix=True) for p in request.params]
     rows = []
     for j, arm in enumerate(arms):
-        if not (arm.sealed or arm.code in opener_codes):
+        if arm is None or not (arm.sealed or arm.code in opener_codes):
             continue
         context = list(request.suffixes[j]) + ([] if arm.sealed else list(close_ids))
         k = len(request.suffixes)

@@ -276,6 +276,7 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
         quant_compute=model.quant_compute,
         likelihoods=requested.likelihoods,
         cuts=valid.cuts,
+        samples_per_arm=requested.samples_per_arm,
         score_openers=tuple(
             c.code for c in valid.conditions if c.code in set(requested.score_openers)
         ),

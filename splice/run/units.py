@@ -48,7 +48,7 @@ from nudgeability.splice.experiment.sentence_split import last_sentence_start
 from nudgeability.splice.run.likelihoods import OpenerRows, add_scoring, arm_likelihoods
 from nudgeability.splice.run.prepare import Prepared
 from nudgeability.splice.run.signals import with_b_signals
-from nudgeability.splice.rundir.records import Record
+from nudgeability.splice.rundir.records import Record, RecordKey
 from nudgeability.splice.tasks import Problem
 
 
@@ -225,6 +225,8 @@ class ArmGroup:
     arms: list[Condition]
     prefix_tokens: int
     at: int | None = None  # an extra cut (`--cuts`); None: the paper's
+    # each arm's sample (`--samples-per-arm`), parallel to `arms`: None for the first, 1..N-1
+    samples: list[int | None] = field(default_factory=list)
     # --likelihoods: the openers after this base's close and where their scoring rows sit
     openers: Openers | None = None
     opener_rows: list[OpenerRows] = field(default_factory=list)
@@ -254,9 +256,9 @@ def arm_requests(
 
 def in_arm_order(ctx: UnitContext, base: str, records: list[Record]) -> list[Record]:
     """One problem's arm records of `base`, from its forks, in canonical order: by arm, each at
-    the paper's cut and then at its extra cuts in ascending order."""
+    the paper's cut and then at its extra cuts in ascending order, each cut's samples in order."""
     order = {arm.code: k for k, arm in enumerate(ctx.arms_of(base))}
-    return sorted(records, key=lambda r: (order[r.condition], -1 if r.at is None else r.at))
+    return sorted(records, key=lambda r: (order[r.condition], *RecordKey.of(r).order[3:]))
 
 
 def arm_request(
@@ -278,23 +280,27 @@ def arm_request(
     run is a prefix of it): the same bits. The base's shared start is the request's too, so the
     stem continues it as the base's row did."""
     problem = ctx.prepared.problems[index]
+    config = ctx.prepared.config
     reasoning = list(generated[:boundary])
     prompt = list(ctx.prepared.prompts[index].for_base(base))
     prefix = prompt + reasoning
+    # each arm's samples side by side: the first keeps the arm's stream, sample k its own
+    samples = [None, *range(1, config.samples_per_arm)]
+    arms = [arm for arm in arms for _ in samples]
     suffixes = [list(ctx.prepared.splices[arm.code]) for arm in arms]
-    params = [
-        ctx.params(seed, problem.id, arm.code, ctx.prepared.config.max_new_tokens_arm)
-        for arm in arms
-    ]
+    params = []
+    for arm, k in zip(arms, samples * (len(arms) // len(samples))):
+        p = ctx.params(seed, problem.id, arm.code, config.max_new_tokens_arm)
+        params.append(p if k is None else replace(p, seed_key=(*p.seed_key, k)))
     shared = ctx.shared(base, prompt)
     request = ForkRequest(prefix, suffixes, params, stem=len(reasoning) + 1, shared=shared)
-    group = ArmGroup(index, base, arms, len(reasoning), at)
-    config = ctx.prepared.config
-    if config.likelihoods:
+    group = ArmGroup(index, base, arms, len(reasoning), at, samples * (len(arms) // len(samples)))
+    if config.likelihoods:  # scored once per arm, on its first sample's row
         family = ctx.prepared.family
         group.openers = action_openers(family, ctx.prepared.task, base)
+        firsts = [arm if k is None else None for arm, k in zip(arms, group.samples)]
         group.opener_rows = add_scoring(
-            request, arms, group.openers, family.think_close_ids, config.score_openers
+            request, firsts, group.openers, family.think_close_ids, config.score_openers
         )
     return request, group
 
@@ -315,11 +321,13 @@ def arm_records(
             group.prefix_tokens,
             out,
         )
+        sample = group.samples[j] if group.samples else None
         if group.openers is not None:
-            scored = arm_likelihoods(outs, j, group.opener_rows, group.openers)
+            first = j - (sample or 0)  # the likelihoods of the arm's first sample
+            scored = arm_likelihoods(outs, first, group.opener_rows, group.openers)
             record = replace(record, likelihoods=scored)
-        if group.at is not None:
-            record = replace(record, at=group.at)
+        if group.at is not None or sample is not None:
+            record = replace(record, at=group.at, sample=sample)
         records.append(record)
     for out in outs[len(group.arms) :]:  # the opener-scoring rows: work done, no record
         counts.add(out, shared=False)

@@ -94,6 +94,7 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
         )
     _check_likelihoods(requested, conditions)
     cuts = _cuts(requested)
+    _check_arm_samples(requested)
     if remote is not None:
         _check_remote(requested, remote)
     device = SERVER if remote is not None else resolve_device(requested.device)
@@ -105,6 +106,24 @@ def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validate
     return Validated(
         temperature, top_p, tuple(seeds), conditions, device, _retrieve_k(requested), user, cuts
     )
+
+
+def _check_arm_samples(requested: RunConfig) -> None:
+    """`--samples-per-arm N`: N >= 1; above 1 only with sampled decoding (greedy samples would
+    be copies) and without `--resolve` (resolutions are keyed by an arm's first sample)."""
+    n = requested.samples_per_arm
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError(f"--samples-per-arm {n}: must be a whole number >= 1")
+    if n > 1 and requested.decoding != "sampled":
+        raise ConfigError(
+            f"--samples-per-arm {n}: greedy decoding gives one continuation per arm; add "
+            "--decoding sampled"
+        )
+    if n > 1 and requested.resolve:
+        raise ConfigError(
+            f"--samples-per-arm {n}: the resolution phase resolves each arm's first sample only; "
+            "run the samples without --resolve"
+        )
 
 
 def _cuts(requested: RunConfig) -> str | None:

@@ -59,14 +59,14 @@ def assemble_records(plan: Plan, read_part: ReadPart, parts_dir: Path) -> Iterat
                     continue
                 yield line
                 base = key._replace(condition=get_condition(key.condition).parent)
-                for at in cuts.get(base, []):  # the arm at each extra cut, after the paper's
-                    extra = found.pop(key._replace(at=at), None)
+                # the arm's further samples, then its records at each extra cut of its base
+                for more in plan.arm_keys(key, cuts.get(base, []))[1:]:
+                    extra = found.pop(more, None)
                     if extra is None:
                         raise IncompleteRunError(
                             f"{_part_name(parts_dir, Unit(ARMS_PHASE, key.seed, chunk))}: no "
-                            f"record for arm {key.condition} of problem {key.problem_id} at "
-                            f"cut {at} (seed {key.seed}), though its base lists that cut; "
-                            "delete that part file and run again to recompute the unit"
+                            f"record {more}, though its base closed its thinking; delete that "
+                            "part file and run again to recompute the unit"
                         )
                     yield extra
             elif key.condition in plan.base_codes:  # every base has a record

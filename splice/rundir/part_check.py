@@ -64,7 +64,7 @@ def part_problem(path: Path, expected: set[RecordKey]) -> str | None:
 
 
 def _order(key: RecordKey) -> tuple:
-    return key.compact
+    return key.order
 
 
 def base_records(plan: Plan, unit: Unit, path_of: Callable[[Unit], Path]) -> dict[str, dict]:

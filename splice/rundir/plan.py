@@ -116,6 +116,14 @@ class Plan:
     shard: tuple[int, int] | None = None
     samples: int = 0  # --consistency-samples K: K records per problem of the consistency unit
     resolve: bool = False  # the resolution phase follows the arms
+    arm_samples: int = 1  # --samples-per-arm N: records per arm and cut
+
+    def arm_keys(self, key: RecordKey, cuts: Sequence[int]) -> list[RecordKey]:
+        """The keys of one arm of one problem and seed (`key`, at the paper's cut): at the
+        paper's cut and then at each extra cut of its base (`cuts`), each cut's samples in order
+        (the first None, then 1..N-1)."""
+        samples = [None, *range(1, self.arm_samples)]
+        return [key._replace(at=at, sample=k) for at in [None, *cuts] for k in samples]
 
     @classmethod
     def from_manifest(cls, manifest: Mapping, where: str | Path = MANIFEST) -> Plan:
@@ -135,6 +143,7 @@ class Plan:
                 shard=None if shard is None else (int(shard[0]), int(shard[1])),
                 samples=samples,
                 resolve=bool(config.get("resolve")),
+                arm_samples=int(config.get("samples_per_arm") or 1),
             )
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             what = exc.args[0] if isinstance(exc, KeyError) else exc
@@ -241,6 +250,7 @@ class Plan:
             arms = [arm.code for arm in self.arms_of(base)]
             for pid in ids:
                 if records[pid].get("boundary") is not None:
-                    for at in [None, *(records[pid].get("cuts") or ())]:
-                        keys.update(RecordKey(pid, arm, unit.seed, at=at) for arm in arms)
+                    cuts = records[pid].get("cuts") or ()
+                    for arm in arms:
+                        keys.update(self.arm_keys(RecordKey(pid, arm, unit.seed), cuts))
         return keys

@@ -74,11 +74,17 @@ class RecordKey(NamedTuple):
 
     @property
     def compact(self) -> tuple:
-        """The key as a plain tuple: three fields, then the sample and `'@'` + the cut where there
-        are (also the order keys sort in, and the form error messages show). Keys of one
-        condition all have the same form, so the order never compares a sample with a cut."""
+        """The key as a plain tuple, the form error messages show: three fields, then the sample
+        and `'@'` + the cut where there are."""
         tail = () if self.sample is None else (self.sample,)
         return tuple(self)[:3] + tail + (() if self.at is None else (f"@{self.at:06d}",))
+
+    @property
+    def order(self) -> tuple:
+        """The order keys sort in: problem, condition, seed, then the cut (the paper's first)
+        and the sample (the first, None, first)."""
+        at = -1 if self.at is None else self.at
+        return (*tuple(self)[:3], at, -1 if self.sample is None else self.sample)
 
     def __str__(self) -> str:
         return repr(self.compact)

@@ -9,12 +9,13 @@ and a damaged arms part is recomputed into the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 from helpers.engine_reference import hf_greedy
-from helpers.tiny_runs import read_records, run_verify
+from helpers.tiny_runs import nudge_run_args, read_records, run_nudge, run_verify
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import get_family
@@ -117,10 +118,80 @@ def test_cut_records_are_the_same_bytes_on_both_schedules_and_any_chunking(model
     assert (tmp_path / "units" / "records.jsonl").read_bytes() == first
 
 
-def test_cuts_are_refused_with_the_resolution_phase(model):
+def test_cuts_and_samples_refuse_what_they_cannot_run(model):
     from nudgeability.splice.run.config import ConfigError
 
     with pytest.raises(ConfigError, match="--cuts: the resolution phase"):
         prepare(RunConfig(model=str(model), **{**TINY, "resolve": True}))
     with pytest.raises(ConfigError, match="--cuts '1.5'"):
         prepare(RunConfig(model=str(model), **{**TINY, "cuts": "1.5"}))
+    with pytest.raises(ConfigError, match="--samples-per-arm 3: greedy decoding"):
+        prepare(RunConfig(model=str(model), **{**TINY, "samples_per_arm": 3}))
+    with pytest.raises(ConfigError, match="--samples-per-arm 0: must be"):
+        prepare(RunConfig(model=str(model), **{**SAMPLED, "samples_per_arm": 0}))
+
+
+SAMPLED = dict(TINY, decoding="sampled", seeds=(0, 1), cuts="0.5", samples_per_arm=3)
+
+
+def test_samples_per_arm_do_not_depend_on_the_batch_schedule_or_workers(model, tmp_path):
+    """Each arm's 3 samples at each cut: the same bytes on both schedules, at any chunking and
+    across worker processes; `nudge verify` replays every unit; the first sample of each arm is
+    the record a run without the flag writes; and each sample equals its prompt run alone."""
+    records = _run(model, tmp_path / "stream", schedule="stream", **SAMPLED, chunk_size=4)
+    first = (tmp_path / "stream" / "records.jsonl").read_bytes()
+    _run(model, tmp_path / "units", schedule="units", **SAMPLED, chunk_size=1)
+    assert (tmp_path / "units" / "records.jsonl").read_bytes() == first
+    status, err = run_nudge(
+        nudge_run_args(
+            model,
+            tmp_path / "workers",
+            n=4,
+            max_new_tokens="24,8",
+            conditions="empty,conf,doubt",
+            decoding="sampled",
+            seeds="0,1",
+            cuts="0.5",
+            samples_per_arm=3,
+            chunk_size=1,
+            workers=2,
+        )
+    )
+    assert status == 0, err
+    assert (tmp_path / "workers" / "records.jsonl").read_bytes() == first
+    status, out = run_verify(tmp_path / "units", "--all")
+    assert status == 0 and out[-1] == "verdict: PASS", out
+
+    arms = [r for r in records if r.get("prefix_tokens") is not None]
+    by_arm: dict[tuple, list[dict]] = {}
+    for arm in arms:
+        by_arm.setdefault((arm["problem_id"], arm["condition"], arm["seed"], arm.get("at")), [])
+        by_arm[(arm["problem_id"], arm["condition"], arm["seed"], arm.get("at"))].append(arm)
+    assert by_arm and all([r.get("sample") for r in rs] == [None, 1, 2] for rs in by_arm.values())
+    assert any(len({tuple(r["generated_ids"]) for r in rs}) > 1 for rs in by_arm.values())
+
+    # the first samples are a run without the flag, line for line
+    plain = _run(model, tmp_path / "plain", **{**SAMPLED, "samples_per_arm": 1})
+    assert [r for r in records if r.get("sample") is None] == plain
+
+    # every sample equals its full prompt decoded alone by the engine with the sample's stream
+    from nudgeability.engine import Engine
+    from nudgeability.splice.run.runner import unit_context
+
+    ctx = unit_context(prepare(RunConfig(model=str(model), **SAMPLED)), progress=False)
+    engine = Engine(ctx.backend.engine.model, ctx.backend.engine.tokenizer)
+    bases = {(r["problem_id"], r["seed"]): r for r in records if r["condition"] == "B"}
+    checked = 0
+    for (pid, code, seed, at), samples in sorted(by_arm.items(), key=str)[:4]:
+        base = bases[(pid, seed)]
+        cut = base["boundary"] if at is None else at
+        prompt = _b_prompt(model, pid) + base["generated_ids"][:cut]
+        for k, record in enumerate(samples):
+            params = ctx.params(seed, pid, code, 8)
+            key = params.seed_key if k == 0 else (*params.seed_key, k)
+            params = dataclasses.replace(params, seed_key=key)
+            splice = list(ctx.prepared.splices[code])
+            (alone,) = engine.generate([prompt + splice], params)
+            assert alone.token_ids == record["generated_ids"], (pid, code, at, k)
+            checked += 1
+    assert checked == 12
