@@ -5,7 +5,8 @@ nudge stats RUN_DIR... [--label RUN_DIR=NAME]... [--out DIR] [--n-boot N] [--see
     summarises the run directories and writes DIR/stats.json and the tables (table.md, .csv,
     .tex; the paper's tables by number, table1.*, table4.* ... table9.*, sealed.*, summaries.*;
     delegation_value.* for runs made with `nudge run --resolve`; grounding.json, .md, .csv
-    for runs that stored uncertainty signals), together and atomically:
+    for runs that stored uncertainty signals; by_position.* for runs made with `nudge run
+    --cuts`), together and atomically:
     nudgeability.stats.report.pipeline.run_stats.
 
 What each file holds: stats/report/document.py; the profile thresholds:

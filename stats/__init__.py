@@ -7,7 +7,8 @@ come from nudgeability.splice.experiment.conditions. Each folder is a layer, and
 this list: records/ joins run directories into tables; estimators/ computes every estimate
 (`summarize`) with its 95% bootstrap interval; resampling/ is the bootstrap itself (numba kernels
 and numpy twins), apart from any statistic; delegation/ and grounding/ are the delegation-value
-and grounded-nudge pipelines (estimators, join, summary); report/ writes stats.json, the tables
+and grounded-nudge pipelines (estimators, join, summary); position/ is S, WT, WTrand and L against
+where the arms were forked (runs with extra cuts); report/ writes stats.json, the tables
 and the figures, and holds the pipelines of `nudge stats` and `nudge report` (cli.py: their
 flags). Definitions are in stats/README.md; each file states its own.
 """

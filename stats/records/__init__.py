@@ -8,11 +8,20 @@ one experiment into its ExperimentTable (`Rows` and `competence_label` are the r
 delegation and grounding joins share). The file names come from splice/rundir/layout.py.
 """
 
-from .join import Rows, competence_label, load_experiments, table_from_records
+from .join import (
+    GatheredExperiment,
+    Rows,
+    competence_label,
+    gather_experiments,
+    load_experiments,
+    table_from_records,
+)
 from .reading import iter_records, iter_resolutions, json_lines
 from .run_dirs import RecordsError, RunDir, labelled_run_dirs, read_run_dir
 
 __all__ = [
+    "GatheredExperiment",
+    "gather_experiments",
     "RecordsError",
     "RunDir",
     "Rows",

@@ -43,7 +43,7 @@ from .reading import iter_records
 from .run_dirs import RecordsError, RunDir, check_poolable, labelled_run_dirs
 
 
-def _parent(code: str) -> str | None:
+def parent_of(code: str) -> str | None:
     """The base an arm forks from (shipped, or a user's registered from its run's manifest);
     None for a base."""
     try:
@@ -138,7 +138,7 @@ def table_from_records(
                 correct[name][i] = graded(record)
         for c in conditions:
             # A base has no parent; a code this version does not know is taken as a fork of B.
-            parent = _parent(c)
+            parent = parent_of(c)
             if c in found and (parent is None or _closed(found.get(parent))):
                 arms[c][i] = action_code(found[c].action.kind)
     return ExperimentTable(
@@ -154,14 +154,58 @@ def table_from_records(
 
 
 @dataclass
-class _Experiment:
-    """What the join gathers for one experiment while it reads its run directories."""
+class GatheredExperiment:
+    """What the join gathers for one experiment while it reads its run directories: its slim
+    records (every one, the arms at extra cuts and the samples included) and what the manifests
+    asked for. `table()` is its ExperimentTable; stats/position/ reads the arms at extra cuts."""
 
-    label: ExperimentLabel
+    first_label: ExperimentLabel  # the first run directory's label
     first: RunDir  # the run directory every other one must pool with
     asked: set[str]  # the conditions the manifests asked for
     levels: set[str]  # the continuation levels seen
     seen: dict[RecordKey, tuple[str, Record]]  # key -> (where it was read, slim record)
+
+    @property
+    def label(self) -> ExperimentLabel:
+        """The experiment's label, at the continuation level of its least faithful record."""
+        return replace(self.first_label, continuation=least_faithful(self.levels))
+
+    @property
+    def records(self) -> list[Record]:
+        """The slim records, in the order they were read."""
+        return [record for _, record in self.seen.values()]
+
+    @property
+    def conditions(self) -> list[str]:
+        """The conditions the manifests asked for, sorted."""
+        return sorted(self.asked)
+
+    @property
+    def has_cuts(self) -> bool:
+        """Whether some arm was forked at a cut other than the paper's (`nudge run --cuts`)."""
+        return any(key.at is not None for key in self.seen)
+
+    def table(self) -> ExperimentTable:
+        return table_from_records(self.records, self.label, self.conditions)
+
+
+def gather_experiments(
+    run_dirs: Sequence[str | Path], labels: Mapping[str | Path, str] | None = None
+) -> list[GatheredExperiment]:
+    """The records of each distinct (model, task, decoding) among the run directories, in order
+    of first appearance, each run directory checked against the first of its experiment (as
+    `load_experiments`, which makes their tables)."""
+    experiments: dict[tuple[str, ...], GatheredExperiment] = {}
+    for run_dir in labelled_run_dirs(run_dirs, labels):
+        key = run_dir.label.key
+        if key not in experiments:
+            level = run_dir.label.continuation
+            experiments[key] = GatheredExperiment(run_dir.label, run_dir, set(), {level}, {})
+        experiment = experiments[key]
+        check_poolable(experiment.first, run_dir)
+        experiment.asked.update(run_dir.conditions)
+        _read_records(run_dir, experiment)
+    return list(experiments.values())
 
 
 def load_experiments(
@@ -171,29 +215,12 @@ def load_experiments(
     order of first appearance. `labels` maps run directories to a name that keeps them as their
     own rows ("model (name)"). Raises RecordsError naming the file and line of any bad record,
     or the differing keys of runs that cannot be pooled."""
-    experiments: dict[tuple[str, ...], _Experiment] = {}
-    for run_dir in labelled_run_dirs(run_dirs, labels):
-        key = run_dir.label.key
-        if key not in experiments:
-            level = run_dir.label.continuation
-            experiments[key] = _Experiment(run_dir.label, run_dir, set(), {level}, {})
-        experiment = experiments[key]
-        check_poolable(experiment.first, run_dir)
-        experiment.asked.update(run_dir.conditions)
-        _read_records(run_dir, experiment)
-    return [
-        table_from_records(
-            [record for _, record in e.seen.values()],
-            replace(e.label, continuation=least_faithful(e.levels)),
-            sorted(e.asked),
-        )
-        for e in experiments.values()
-    ]
+    return [experiment.table() for experiment in gather_experiments(run_dirs, labels)]
 
 
-def _read_records(run_dir: RunDir, experiment: _Experiment) -> None:
+def _read_records(run_dir: RunDir, experiment: GatheredExperiment) -> None:
     """Add a run directory's records to its experiment, checked against its manifest."""
-    label, path = experiment.label, run_dir.path / RECORDS
+    label, path = experiment.first_label, run_dir.path / RECORDS
     for number, record in iter_records(path):
         if record.task != label.task:
             raise RecordsError(

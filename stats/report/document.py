@@ -10,12 +10,15 @@ stats.json (schema SCHEMA_VERSION) is one object:
     claims            cohort -> the paper's cross-experiment statements (estimators/claims.py)
     delegation_value  one DelegationValueSummary per resolved experiment (delegation/summary.py);
                       absent when no run was resolved
+    by_position       one PositionSummary per experiment whose arms were also forked at extra
+                      cuts (`nudge run --cuts`; position/estimators.py); absent otherwise
 
 grounding.json is a list of GroundingSummary (grounding/summary.py), written only when a run
 stored uncertainty signals. Summaries are written by serialize.to_jsonable (every field and
 property, NaN as null) and read back by from_jsonable into equal objects. `stats_files` gives
 every file of a `nudge stats` output directory, the tables rendered by report/tables/;
-`write_files` writes them together and atomically.
+`write_files` writes them together and atomically. A run without extra cuts writes exactly the
+files and bytes it wrote before the by-position view existed.
 """
 
 from __future__ import annotations
@@ -32,18 +35,21 @@ from ..estimators.across import AcrossExperiments, across_cohorts
 from ..estimators.claims import claims_by_cohort
 from ..estimators.summary import ExperimentSummary
 from ..grounding.summary import GroundingSummary
+from ..position.estimators import PositionSummary
 from ..records import RecordsError
 from .serialize import from_jsonable, to_jsonable
 from .tables import delegation as value_tables
 from .tables import experiments as experiment_tables
 from .tables import grid as grids
 from .tables import grounding as grounding_tables
+from .tables import position as position_tables
 from .tables.paper import GRID_NAMES, GRIDS
 
 STATS_FILE = "stats.json"
 GROUNDING_FILE = "grounding.json"
 SCHEMA_VERSION = 1
 VALUE_KEY = "delegation_value"  # the key of stats.json that holds the delegation value
+POSITION_KEY = "by_position"  # the key of stats.json that holds the by-position view
 TABLE_FILES = ("table.md", "table.csv", "table.tex")
 # the paper's tables by number, and its cross-experiment statements: table1.md, ..., summaries.tex
 PAPER_TABLE_FILES = tuple(
@@ -57,6 +63,7 @@ def stats_document(
     summaries: Sequence[ExperimentSummary],
     run_dirs: Sequence[str | Path],
     values: Sequence[DelegationValueSummary] = (),
+    positions: Sequence[PositionSummary] = (),
 ) -> dict:
     """The content of stats.json (module docstring)."""
     return {
@@ -66,6 +73,7 @@ def stats_document(
         "across": to_jsonable(across_cohorts(summaries)),
         "claims": to_jsonable(claims_by_cohort(summaries)),
         **({VALUE_KEY: to_jsonable(list(values))} if values else {}),
+        **({POSITION_KEY: to_jsonable(list(positions))} if positions else {}),
     }
 
 
@@ -78,12 +86,13 @@ def stats_files(
     run_dirs: Sequence[str | Path],
     values: Sequence[DelegationValueSummary] = (),
     grounding: Sequence[GroundingSummary] = (),
+    positions: Sequence[PositionSummary] = (),
 ) -> dict[str, str]:
     """File name -> text of every file `nudge stats` writes: stats.json and the experiment
     tables; the delegation-value tables when a run was resolved; grounding.json and its tables
-    when a run stored signals."""
+    when a run stored signals; the by-position table when a run forked arms at extra cuts."""
     files = {
-        STATS_FILE: _json(stats_document(summaries, run_dirs, values)),
+        STATS_FILE: _json(stats_document(summaries, run_dirs, values, positions)),
         "table.md": experiment_tables.render_markdown(summaries),
         "table.csv": experiment_tables.render_csv(summaries),
         "table.tex": experiment_tables.render_latex(summaries),
@@ -104,6 +113,8 @@ def stats_files(
         files[GROUNDING_FILE] = _json(to_jsonable(list(grounding)))
         renderers = (grounding_tables.render_markdown, grounding_tables.render_csv)
         files |= {name: render(grounding) for name, render in zip(GROUNDING_TABLE_FILES, renderers)}
+    if positions:
+        files |= grids.files(position_tables.by_position(positions))
     return files
 
 
@@ -154,6 +165,16 @@ def read_values(path: str | Path) -> list[DelegationValueSummary]:
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
         return from_jsonable(list[DelegationValueSummary], document.get(VALUE_KEY, []))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_positions(path: str | Path) -> list[PositionSummary]:
+    """The by-position summaries stored in a stats.json ([] when it holds none)."""
+    file = stats_file(path)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+        return from_jsonable(list[PositionSummary], document.get(POSITION_KEY, []))
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordsError(f"{file}: {exc}") from None
 

@@ -4,8 +4,9 @@
     result.summaries, result.values, result.grounding, result.written
 
 `run_stats` joins the run directories' records once (records/), summarises every experiment
-(estimators/summary.py), the delegation value of the resolved ones (delegation/) and the grounded
-nudges of those that stored signals (grounding/), then writes stats.json, grounding.json and
+(estimators/summary.py), the delegation value of the resolved ones (delegation/), the grounded
+nudges of those that stored signals (grounding/) and the by-position view of those whose arms
+were also forked at extra cuts (position/), then writes stats.json, grounding.json and
 every table together and atomically (document.py): an error anywhere leaves the previous files.
 `run_report` reads stats.json files (or summarises run directories the same way) and draws the
 figures (figures/). `report_run` is what `nudge run` does after a run: both, into OUT-report/, and
@@ -30,12 +31,15 @@ from ..estimators.summary import ExperimentSummary, summarize
 from ..grounding.join import load_signals
 from ..grounding.signals import DEFAULT_FOLDS
 from ..grounding.summary import GroundingSummary, ground
-from ..records import RecordsError, load_experiments
+from ..position.estimators import PositionSummary, summarize_positions
+from ..position.join import position_tables
+from ..records import RecordsError, gather_experiments
 from ..table import ExperimentTable
 from .document import (
     STATS_FILE,
     is_stats,
     read_grounding,
+    read_positions,
     read_run_dirs,
     read_stats,
     read_values,
@@ -45,6 +49,7 @@ from .document import (
 from .figures.delegation import draw_value
 from .figures.experiments import draw_all
 from .figures.grounding import draw_grounding
+from .figures.position import draw_positions
 from .html.data import browser_data
 from .html.page import REPORT_FILE, render_page
 
@@ -59,6 +64,7 @@ class Summaries:
     values: list[DelegationValueSummary]  # experiments with resolutions only
     grounding: list[GroundingSummary]  # experiments with uncertainty signals only
     warnings: list[str]
+    positions: list[PositionSummary] = field(default_factory=list)  # runs with extra cuts only
 
 
 def no_label_warning(table: ExperimentTable) -> str:
@@ -85,7 +91,11 @@ def summarize_runs(
     records.load_experiments says), with the same bootstrap seed and replicates for all."""
     warnings: list[str] = []
     summaries = []
-    tables = load_experiments(run_dirs, labels)
+    gathered = gather_experiments(run_dirs, labels)
+    tables = [experiment.table() for experiment in gathered]
+    cut_tables = [position_tables(e.records, e.label, e.conditions) for e in gathered if e.has_cuts]
+    del gathered  # every table is made: a campaign's records need not stay in memory
+    positions = [summarize_positions(t, n_boot=n_boot, seed=seed) for t in cut_tables]
     for table in tables:
         if not (table.s >= 0).any():
             warnings.append(no_label_warning(table))
@@ -102,7 +112,7 @@ def summarize_runs(
         found = ground(table, signals, folds=folds, n_boot=n_boot, seed=seed)
         if found is not None:
             grounding.append(found)
-    return Summaries(summaries, values, grounding, warnings)
+    return Summaries(summaries, values, grounding, warnings, positions)
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ class StatsResult:
     grounding: list[GroundingSummary]
     warnings: list[str]
     written: list[Path]
+    positions: list[PositionSummary] = field(default_factory=list)
 
 
 def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
@@ -140,9 +151,13 @@ def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
         labels=options.labels,
         warn=warn,
     )
-    files = stats_files(found.summaries, options.run_dirs, found.values, found.grounding)
+    files = stats_files(
+        found.summaries, options.run_dirs, found.values, found.grounding, found.positions
+    )
     written = write_files(options.out, files)
-    return StatsResult(found.summaries, found.values, found.grounding, found.warnings, written)
+    return StatsResult(
+        found.summaries, found.values, found.grounding, found.warnings, written, found.positions
+    )
 
 
 @dataclass(frozen=True)
@@ -166,6 +181,7 @@ class ReportResult:
     grounding: list[GroundingSummary]
     warnings: list[str]
     written: list[Path]
+    positions: list[PositionSummary] = field(default_factory=list)
 
 
 def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult:
@@ -173,6 +189,7 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
     summaries: list[ExperimentSummary] = []
     values: list[DelegationValueSummary] = []
     grounding: list[GroundingSummary] = []
+    positions: list[PositionSummary] = []
     run_dirs, recorded = [], []  # given as sources; named by a stats.json
     for source in map(Path, options.sources):
         if is_stats(source):
@@ -180,6 +197,7 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
             recorded += read_run_dirs(source)
             grounding += read_grounding(source if source.is_dir() else source.parent)
             values += read_values(source)
+            positions += read_positions(source)
         elif source.is_dir() and not (source / MANIFEST).exists():
             raise RecordsError(
                 f"{source}: holds no {STATS_FILE} (written by `nudge stats --out`) and no "
@@ -199,13 +217,15 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
         summaries += found.summaries
         values += found.values
         grounding += found.grounding
+        positions += found.positions
         warnings = found.warnings
     written = draw_all(summaries, options.out) + draw_value(values, options.out)
     written += draw_grounding(grounding, options.out)
+    written += draw_positions(positions, options.out)
     written += write_html(
-        options.out, summaries, values, grounding, [*recorded, *run_dirs], written
+        options.out, summaries, values, grounding, [*recorded, *run_dirs], written, positions
     )
-    return ReportResult(summaries, values, grounding, warnings, written)
+    return ReportResult(summaries, values, grounding, warnings, written, positions)
 
 
 def report_dir(run_dir: str | Path) -> Path:
@@ -255,10 +275,11 @@ def write_html(
     grounding: Sequence[GroundingSummary],
     run_dirs: Sequence[str | Path],
     figures: Sequence[Path],
+    positions: Sequence[PositionSummary] = (),
 ) -> list[Path]:
     """report.html (html/page.py): every table (the Markdown `nudge stats` writes), every PNG
     figure just drawn, and the browser over the run directories that can still be read."""
-    files = stats_files(summaries, run_dirs, values, grounding)
+    files = stats_files(summaries, run_dirs, values, grounding, positions)
     tables = {name: text for name, text in files.items() if name.endswith(".md")}
     tables = {name: tables[name] for name in sorted(tables, key=_table_order)}
     page = render_page(

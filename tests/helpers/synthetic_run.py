@@ -19,7 +19,7 @@ import numpy as np
 
 from nudgeability.models.families.action import Action
 from nudgeability.splice.experiment.conditions import CONDITIONS, REPORT_ORDER
-from nudgeability.splice.rundir.records import Record
+from nudgeability.splice.rundir.records import Likelihoods, Record
 from nudgeability.splice.tasks.problem import GradeRecord
 
 ARMS = tuple(c for c in REPORT_ORDER if c not in ("NT", "B"))
@@ -54,11 +54,16 @@ def record_line(
     boundary: int | None = None,
     text: str = "...",
     readable: bool = False,
+    at: int | None = None,
+    cuts: list[int] | None = None,
+    splice_logprob: float | None = None,
 ) -> str:
     """One records.jsonl line in the runner's schema (built with Record). `boundary` is kept on
     B and oracle_B only, as the runner writes it. `readable`: the form the report's browser
     shows (the condition's sentence id, a named answer, a search call with its query, no F1);
-    otherwise the bare form the estimators read (answer "x", F1 = EM)."""
+    otherwise the bare form the estimators read (answer "x", F1 = EM). A run made with
+    `nudge run --cuts`: `at` on an arm at an extra cut, `cuts` on its base; `splice_logprob`:
+    the arm's likelihoods (`--likelihoods`), one splice token of that log-probability."""
     tool = readable and kind == "TOOL"
     is_base = condition in ("B", "oracle_B")
     answer = (f"answer of {problem_id}" if readable else "x") if kind == "SELF" else None
@@ -87,6 +92,11 @@ def record_line(
         )
         if graded
         else None,
+        at=at,
+        cuts=cuts if is_base else None,
+        likelihoods=None
+        if splice_logprob is None
+        else Likelihoods(splice_logprobs=[splice_logprob], splice_logprob=splice_logprob),
     ).to_json()
 
 
@@ -179,3 +189,109 @@ def write_run(
     (path / "records.jsonl").write_text("".join(line + "\n" for line in lines))
     (path / "timings.jsonl").write_text("")
     return path
+
+
+# The pairs a cuts run may fork, by name: (confidence arm, doubt arm, base), as conditions.py.
+CUT_PAIRS = {
+    "first": ("conf", "doubt", "B"),
+    "second": ("conf_second", "doubt_second", "B"),
+    "oracle": ("oracle_conf", "oracle_doubt", "oracle_B"),
+}
+
+
+def cut_records(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    pairs: tuple[str, ...] = ("first",),
+    seeds: tuple[int, ...] = (0,),
+    likelihoods: bool = False,
+    extra: tuple[str, ...] = ("neutral",),
+    task: str = "musique",
+    max_boundary: int = 40,
+) -> list[str]:
+    """The records.jsonl lines of a run made with `nudge run --cuts`, drawn at random: per
+    problem and seed NT (graded at random, sometimes ungradeable), each base of `pairs` (B, and
+    oracle_B for the oracle pair) with a small random boundary (so that cuts fall on bin edges
+    and tie) and 0 to 4 random cuts before it, or now and then never closed; every arm of
+    `pairs` and `extra` (B's arms) at the paper's cut and at each cut, its action drawn with
+    every kind, now and then missing; `likelihoods`: most arms carry a random splice
+    log-probability."""
+    kinds = np.array(KINDS)
+    bases = {CUT_PAIRS[name][2] for name in pairs}
+    arms_of = {
+        base: [code for name in pairs for code in CUT_PAIRS[name][:2] if CUT_PAIRS[name][2] == base]
+        for base in bases
+    }
+    arms_of.setdefault("B", [])
+    arms_of["B"] += list(extra)
+    lines = []
+
+    def arm_kind() -> str | None:
+        return None if rng.random() < 0.06 else str(rng.choice(kinds, p=[0.4, 0.4, 0.1, 0.1]))
+
+    def logprob() -> float | None:
+        return float(-rng.gamma(2.0, 3.0)) if likelihoods and rng.random() < 0.9 else None
+
+    for seed in seeds:
+        for i in range(n):
+            pid = f"p{i:04d}"
+            s = int(rng.choice([-1, 0, 1], p=[0.1, 0.4, 0.5]))
+            lines.append(
+                record_line(
+                    pid,
+                    "NT",
+                    "SELF",
+                    task=task,
+                    seed=seed,
+                    graded=True,
+                    correct=None if s < 0 else bool(s),
+                )
+            )
+            for base in sorted(bases | {"B"}):
+                kind = str(rng.choice(kinds, p=[0.45, 0.45, 0.05, 0.05]))
+                closed = rng.random() > 0.05
+                boundary = int(rng.integers(2, max_boundary + 1)) if closed else None
+                cuts = (
+                    sorted(
+                        int(a)
+                        for a in rng.choice(
+                            np.arange(1, boundary),
+                            size=min(int(rng.integers(0, 5)), boundary - 1),
+                            replace=False,
+                        )
+                    )
+                    if closed
+                    else None
+                )
+                lines.append(
+                    record_line(
+                        pid,
+                        base,
+                        kind,
+                        task=task,
+                        seed=seed,
+                        boundary=boundary,
+                        cuts=cuts,
+                        graded=kind == "SELF",
+                        correct=bool(rng.random() < 0.5),
+                    )
+                )
+                if not closed:
+                    continue
+                for at in (None, *cuts):
+                    for code in arms_of[base]:
+                        arm = arm_kind()
+                        if arm is not None:
+                            lines.append(
+                                record_line(
+                                    pid,
+                                    code,
+                                    arm,
+                                    task=task,
+                                    seed=seed,
+                                    at=at,
+                                    splice_logprob=logprob(),
+                                )
+                            )
+    return lines

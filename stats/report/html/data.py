@@ -16,6 +16,15 @@ question, the gold and the inserted sentences from what the manifest says the ru
 model (`shown`), the cut from B's record (`cut`, where its text reaches the think-close the arms
 forked at). A run made before those were recorded shows no question or gold, no sentences, and
 B's whole text before the cut. The browser shows what the estimators only count.
+
+A run made with `nudge run --cuts` also forked arms at extra cuts (records with `at`); they never
+stand in for the paper's arms of a row. Its experiment gets one more key, only then:
+
+    cuts         {row index: [[at, relative position, base code, {code: arm}], ...]}, each
+                 problem's extra cuts in order (base B first, then oracle_B), the relative
+                 position at / the base's boundary (null without one), each arm as above
+
+which cuts.js (added to the page only then) shows under the paper's arms, side by side per cut.
 """
 
 from __future__ import annotations
@@ -120,8 +129,13 @@ def browser_data(run_dirs: Sequence[str | Path]) -> dict:
             {"name": name, "task": label.task, "records": {}, "manifest": manifest},
         )
         for _, record in iter_records(path / RECORDS):
-            if record.sample is None:
-                key = (record.problem_id, record.seed)
+            if record.sample is not None:
+                continue
+            key = (record.problem_id, record.seed)
+            if record.at is not None:  # an arm at an extra cut: its own column of the row
+                at_cuts = experiment.setdefault("cuts", {}).setdefault(key, {})
+                at_cuts.setdefault(record.at, {})[record.condition] = record
+            else:
                 experiment["records"].setdefault(key, {})[record.condition] = record
     return {
         "provenance": found_provenance,
@@ -135,8 +149,14 @@ def _experiment(experiment: dict) -> dict:
     problems = {} if shown is None else shown.problems
     present = {c for conditions in experiment["records"].values() for c in conditions}
     arms = [c for c in report_order() if c in present and c not in ("NT", "B")]
-    rows = []
+    cut_arms = experiment.get("cuts")
+    if cut_arms is not None:
+        present |= {c for found in cut_arms.values() for here in found.values() for c in here}
+        arms = [c for c in report_order() if c in present and c not in ("NT", "B")]
+    rows, cuts = [], {}
     for (pid, seed), conditions in experiment["records"].items():
+        if cut_arms is not None and (pid, seed) in cut_arms:
+            cuts[len(rows)] = _cuts(cut_arms[(pid, seed)], conditions, arms)
         problem = problems.get(pid)
         nt, base = conditions.get("NT"), conditions.get("B")
         s = -1 if nt is None or _grade(nt) is None else _grade(nt)
@@ -153,11 +173,7 @@ def _experiment(experiment: dict) -> dict:
                 s,
                 "" if nt is None else _summary(nt.action),
                 b,
-                {
-                    c: [r.action.kind, _summary(r.action), r.text, _grade(r)]
-                    for c in arms
-                    if (r := conditions.get(c)) is not None
-                },
+                {c: _arm(r) for c in arms if (r := conditions.get(c)) is not None},
             ]
         )
     return {
@@ -168,4 +184,23 @@ def _experiment(experiment: dict) -> dict:
         "parents": {c: get_condition(c).parent for c in arms},
         "sentences": {} if shown is None else dict(shown.sentences),
         "rows": rows,
+        **({"cuts": cuts} if cut_arms is not None else {}),
     }
+
+
+def _arm(record: Record) -> list:
+    return [record.action.kind, _summary(record.action), record.text, _grade(record)]
+
+
+def _cuts(found: dict[int, dict[str, Record]], conditions: dict[str, Record], arms) -> list:
+    """One row's extra cuts (module docstring): per base and cut, its arms in `arms` order."""
+    out = []
+    for base in ("B", "oracle_B"):
+        mine = [c for c in arms if get_condition(c).parent == base]
+        record = conditions.get(base)
+        boundary = None if record is None else record.boundary
+        for at in sorted(found):
+            here = {c: _arm(found[at][c]) for c in mine if c in found[at]}
+            if here:
+                out.append([at, None if not boundary else at / boundary, base, here])
+    return out

@@ -3,7 +3,8 @@
 Sections: the provenance of every run directory (manifest.json), every table `nudge stats`
 writes (their Markdown turned into HTML tables: one rendering of each table, tables/), every
 figure `nudge report` draws (its PNG inline), and the problem browser (browser.js over the JSON
-of data.py). `render_page` returns the text; report/pipeline.py writes it atomically.
+of data.py; cuts.js, only when a run forked arms at extra cuts, shows them too). `render_page`
+returns the text; report/pipeline.py writes it atomically.
 """
 
 from __future__ import annotations
@@ -123,7 +124,12 @@ def render_page(
         for name, text in tables.items()
     )
     css = (_HERE / "page.css").read_text(encoding="utf-8")
-    script = (_HERE / "browser.js").read_text(encoding="utf-8")
+    scripts = ["browser.js"]
+    if any("cuts" in e for e in data.get("experiments", [])):
+        scripts.append("cuts.js")
+    script = "\n".join(
+        f"<script>{(_HERE / name).read_text(encoding='utf-8')}</script>" for name in scripts
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{css}</style></head>
@@ -140,6 +146,6 @@ def render_page(
 <section id="sec-provenance"><h2>Provenance</h2>{_provenance_html(data.get("provenance", []))}</section>
 </main>
 <script id="data" type="application/json">{blob}</script>
-<script>{script}</script>
+{script}
 </body></html>
 """
