@@ -18,9 +18,13 @@ from nudgeability.splice.run.config import RunConfig
 from .campaign import Campaign, CampaignEstimate, TaskShape, estimate_campaign
 from .rates import Rates, measure, row_counts
 from .schedule import Timeline, stream_timeline, units_timeline
-from .workload import Lengths, Workload, workload_of
+from .workload import ALL_CUTS_ASSUMED, Lengths, Workload, workload_of
 
 LEFT_OUT_RESOLVE = "the resolution phase (--resolve): its length depends on the tool calls made"
+LEFT_OUT_CUTS = (
+    f"the count of --cuts all's cuts, which the reasoning decides: {ALL_CUTS_ASSUMED} per base "
+    "taken, each arm's stem as long as at the paper's cut"
+)
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,7 @@ def estimate_run(
         generated_tokens=whole.generated_tokens(lengths),
         startup_seconds=m.startup_seconds,
         compute_seconds=max(seconds),
-        left_out=(LEFT_OUT_RESOLVE,) if config.resolve else (),
+        left_out=(LEFT_OUT_RESOLVE,) * config.resolve + (LEFT_OUT_CUTS,) * (config.cuts == "all"),
     )
 
 

@@ -25,6 +25,7 @@ from nudgeability.splice.experiment.conditions import (
     ORACLE_BASE,
     TOOL_BASE,
 )
+from nudgeability.splice.experiment.cuts import parse_cuts
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE
 
 # The paper campaign's lengths (protocol: bases of up to 4,096 new tokens, arms of up to 2,048):
@@ -112,6 +113,21 @@ class Workload:
         return sum(b.prompt for b in self.bases())
 
 
+# `--cuts all` cuts after every sentence, a count only the reasoning decides: the estimate takes
+# this many per base (estimate/README.md)
+ALL_CUTS_ASSUMED = 8
+
+
+def arm_copies(config) -> int:
+    """How many times each arm of a closed base runs: once per cut (the paper's and each extra
+    cut of `--cuts`) and per sample (`--samples-per-arm`)."""
+    cuts = 0
+    if config.cuts is not None:
+        spec = parse_cuts(config.cuts)
+        cuts = ALL_CUTS_ASSUMED if spec.kind == "all" else len(spec.values)
+    return (1 + cuts) * config.samples_per_arm
+
+
 def workload_of(prepared, chunks: Iterable[int] | None = None) -> Workload:
     """The workload of a prepared run (splice/run/prepare.py `Prepared`), or of some of its
     chunks (a worker's shard)."""
@@ -119,6 +135,7 @@ def workload_of(prepared, chunks: Iterable[int] | None = None) -> Workload:
     by_id = {p.id: prompts for p, prompts in zip(prepared.problems, prepared.prompts)}
     starts = prepared.starts
     phases = [p for p in plan.phases if p not in (ARMS_PHASE, RESOLVE_PHASE)]
+    copies = arm_copies(config)
     out = []
     for chunk in plan.mine if chunks is None else chunks:
         problems = []
@@ -128,7 +145,7 @@ def workload_of(prepared, chunks: Iterable[int] | None = None) -> Workload:
                 base = NO_TOOL_BASE if phase == CONSISTENCY else phase
                 prompt = prompts.for_base(base)
                 shared = starts.length(base, prompt) if starts is not None else 0
-                arms = tuple(len(prepared.splices[a.code]) for a in plan.arms_of(phase))
+                arms = tuple(len(prepared.splices[a.code]) for a in plan.arms_of(phase)) * copies
                 count = plan.samples if phase == CONSISTENCY else 1
                 bases += [BaseWork(phase, len(prompt), shared, arms)] * count
             problems.append(tuple(replace(b, seed=s) for s in plan.seeds for b in bases))

@@ -57,7 +57,9 @@ def parse_cuts(text: str) -> CutSpec:
         counts = []
         for part in text.removeprefix("sentences:").split(","):
             if not part.strip().isdigit() or int(part) < 1:
-                raise CutsError(f"--cuts {text!r}: sentence count {part!r} is not a whole number ≥ 1")
+                raise CutsError(
+                    f"--cuts {text!r}: sentence count {part!r} is not a whole number ≥ 1"
+                )
             counts.append(int(part))
         return CutSpec("sentences", tuple(sorted(set(counts))))
     fractions = []

@@ -253,3 +253,17 @@ def test_cpu_workers_share_a_campaign_runs_problems():
     for two_workers, half in zip(halves.runs, alone.runs):
         assert two_workers.wall_seconds == pytest.approx(half.wall_seconds)
         assert two_workers.generated_tokens == pytest.approx(2 * half.generated_tokens)
+
+
+@pytest.mark.parametrize(
+    "cuts, samples, copies",
+    [(None, 1, 1), ("0.25,0.5", 1, 3), ("sentences:2,4,6", 3, 12), ("all", 2, 18)],
+)
+def test_each_arm_runs_once_per_cut_and_sample(cuts, samples, copies):
+    from nudgeability.estimate.workload import ALL_CUTS_ASSUMED, arm_copies
+    from nudgeability.splice.run.config import RunConfig
+
+    config = RunConfig(cuts=cuts, samples_per_arm=samples)
+    # the paper's cut, plus the spec's cuts (--cuts all: the assumed count), times the samples
+    assert ALL_CUTS_ASSUMED == 8
+    assert arm_copies(config) == copies

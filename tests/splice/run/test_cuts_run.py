@@ -68,7 +68,9 @@ def test_arms_at_every_cut_equal_hf_generate_on_their_full_prompt(model, tmp_pat
         n = base["boundary"]
         expected = sorted({min(n - 1, max(1, round(f * n))) for f in FRACTIONS}) if n > 1 else []
         assert base["cuts"] == expected
-        arms = [r for r in records if r["problem_id"] == base["problem_id"] and "prefix_tokens" in r]
+        arms = [
+            r for r in records if r["problem_id"] == base["problem_id"] and "prefix_tokens" in r
+        ]
         arms = [r for r in arms if r["prefix_tokens"] is not None]
         # each arm at the paper's cut, then at each extra cut in ascending order
         for code in ("empty", "conf", "doubt"):
