@@ -242,7 +242,8 @@ class Engine:
     def submit_fork(
         self, request: ForkRequest, *, return_logits=False, checked=False
     ) -> list[SequenceRef]:
-        """Queue one fork group (one ref per arm, in order); see `ForkRequest` for `stem`/`reuse`."""
+        """Queue one fork group (one ref per arm, in order); see `ForkRequest` for `stem`, `reuse`
+        and `trunk`."""
         if not checked:
             req.check_fork(request, self, "")
         params = req.per_item(request.params, len(request.suffixes), "suffix")
@@ -252,7 +253,11 @@ class Engine:
             if base is None:
                 raise EngineInputError(f"reuse: {request.reuse} is not a sequence of this engine")
         groups, rows = req.fork_groups(self._builder, request, params, base, return_logits)
-        self._reserve(groups)
+        try:
+            self._reserve(groups)
+        except EngineInputError:
+            self._builder.discard(groups)  # nothing may count on runs these groups were to compute
+            raise
         for group in groups:
             self.scheduler.add(group)
         for row in rows:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nudgeability.engine.sequence import sources
+
 if TYPE_CHECKING:  # the step's types, for the hints only (no import cycle)
     from nudgeability.engine.scheduling.step_plan import StepPlan
     from nudgeability.engine.step_run import StepRun
@@ -83,8 +85,9 @@ def account(engine, plan: StepPlan, run: StepRun, seconds: float) -> None:
 def _record(engine, run: StepRun, seconds: float) -> StepRecord:
     sched = engine.scheduler
     groups = sched.admitted + sched.waiting
-    runs = {id(s): s for g in sched.admitted for s in g.segments if s.start is not None}
-    live = sum(s.written for s in runs.values() if s.start is not None)
+    # the runs behind the segments: a trunk once, however many views of it are read
+    runs = {id(r): r for g in sched.admitted for r in sources(g.segments) if r.start is not None}
+    live = sum(r.written for r in runs.values())
     live += sum(
         r.computed for r in (*sched.running, *sched.retained) if r.holds_slots and r.stem is None
     )

@@ -7,16 +7,18 @@ prefix is a run of its own, one for all live requests with the same tokens, and 
 prompt is computed by one row continuing it: the lone row of a generate prompt (the rest joins
 its suffix), the stem row of a fork with a `stem` (the rest joins the stem), or else a row of its
 own whose run the arms read. A `stem` is computed as one row continuing the segments before it
-(exactly as the base computed it); the fork group reads them all as segments.
+(exactly as the base computed it); the fork group reads them all as segments. A stem inside a
+`trunk` is a view of the one trunk run that all live forks of the same base share (trunks.py).
 """
 
 from __future__ import annotations
 
+from nudgeability.engine import trunks
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.sampling.sampler import uniform_stream
 from nudgeability.engine.sampling.sampling_params import SamplingParams
 from nudgeability.engine.scheduling.group_shape import GroupShape
-from nudgeability.engine.sequence import ForkRequest, Group, Run, Sequence
+from nudgeability.engine.sequence import ForkRequest, Group, Run, Sequence, View, sources
 
 
 class Builder:
@@ -27,6 +29,7 @@ class Builder:
         self._groups = 0
         self._rows = 0
         self._shared: dict[tuple[int, ...], Run] = {}
+        self.trunks = trunks.Trunks()
         self.made: list[Run] = []
 
     def run(self, tokens: list[int], offset: int) -> Run:
@@ -42,9 +45,20 @@ class Builder:
             own.owned = True
         group = Group(self._groups, segments, own)
         self._groups += 1
-        for run in segments:
+        for run in sources(segments):
             run.holders += 1
         return group
+
+    def discard(self, groups: list[Group]) -> None:
+        """Let go of what `groups` (a refused request's, never scheduled) hold, so that no later
+        request counts on a shared start or a trunk that nothing will compute."""
+        for group in groups:
+            for run in sources(group.segments):
+                run.holders -= 1
+            for row in group.rows:
+                if row.copy_from is not None:
+                    row.copy_from[0].pins -= 1
+                    row.copy_from = None
 
     def prompt(self, tokens: list[int], shared: int, params, groups: list) -> list[Run]:
         """The segments of a prompt: one run, or a shared run and the rest computed as a row
@@ -99,7 +113,9 @@ def fork_groups(
     live requests), then the `stem` computed (or copied from `reuse`) as one row continuing it;
     the rest of the prompt between them joins the stem, or the suffix of a lone arm, or else is a
     run computed by a row of its own. A prefix with neither is one run that the fork group
-    prefills itself, as before.
+    prefills itself, as before. With a `trunk`, that row computes (or copies) the whole trunk,
+    and the fork reads a `View` of its stem; a later fork of the same trunk while it is live
+    reads its own view of it and the same segments before it, and makes no row (trunks.py).
     """
     shape = GroupShape.of(
         len(request.prefix_ids),
@@ -134,27 +150,38 @@ def fork_groups(
         # A copied stem is never run through the model here, so its last hidden state does not
         # exist; computing it again gives the same KV bits (engine/README.md, *A stem*).
         base = None
+    # A trunk keeps no hidden state at a view's end: an arm scoring from there needs its own stem.
+    tokens = trunks.trunk_tokens(request, cut) if request.trunk and stem and not keep_last else None
+    key = trunks.key_of(prefix[:cut], shared, tokens) if tokens else None
     groups: list[Group] = []
     made = builder.made = []  # the runs this request creates (what its prefill computes)
     segments = _base_segments(base, prefix[:cut], prefix[cut:]) if base is not None else None
-    if segments is None:  # no base, or its KV is gone: compute the prompt's segments
+    if base is not None and tokens:
+        trunks.check_base_trunk(base.context, tokens)
+    trunk = builder.trunks.find(key) if key else None
+    if trunk is not None:  # a live trunk of the same base: read it, compute nothing
+        segments, base = trunk.segments + [View(trunk.run, stem)], None
+    elif segments is None:  # no base, or its KV is gone: compute the prompt's segments
         base = None
         segments = builder.prompt(prefix[:cut], shared, params[0], groups)
     if keep_last and not stem:  # before any group holds the run: a refusal leaves nothing held
         _keep_last_hidden(segments[-1], made)
-    if stem:
-        stem_run = builder.run(prefix[cut:], cut)
+    if stem and trunk is None:
+        run_ids = tokens or prefix[cut:]  # the whole trunk, or the stem alone
+        stem_run = builder.run(run_ids, cut)
         stem_run.keep_last = keep_last
         stem_group = builder.group(segments)
-        stem_row = builder.row(stem_group, prefix[cut:], params[0], samples=False, stem=stem_run)
+        stem_row = builder.row(stem_group, run_ids, params[0], samples=False, stem=stem_run)
         if base is not None:
-            stem_row.copy_from = (base, stem)
+            stem_row.copy_from = (base, len(run_ids))
             base.pins += 1
         groups.append(stem_group)
-        segments = segments + [stem_run]
+        if tokens:
+            builder.trunks.add(key, stem_run, segments)
+        segments = segments + [View(stem_run, stem) if tokens else stem_run]
     group = builder.group(segments)
-    copied = stem if base is not None else 0
-    group.computed = sum(s.length for s in segments if s in made) - copied
+    copied = segments[-1].source.length if base is not None and stem else 0
+    group.computed = sum(r.length for r in sources(segments) if r in made) - copied
     rows = builder.arms(group, suffixes, params, return_logits)
     for row, own, k in zip(rows, request.suffixes, starts):
         if row.params.score_suffix:
@@ -263,6 +290,9 @@ def check_fork(request: ForkRequest, engine, where: str) -> None:
         raise EngineInputError(
             f"{where}shared {request.shared} is not within the prefix before its stem"
         )
+    trunks.check_trunk(request, engine.runner.max_positions, where)
+    if request.trunk:
+        check_ids(request.trunk_ids, f"{where}trunk_ids", False, engine.vocab_size)
     for j, (suffix, params) in enumerate(zip(request.suffixes, per)):
         _check_context(
             len(request.prefix_ids) + len(suffix) + params.max_new_tokens, engine, where, j

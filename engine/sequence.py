@@ -43,6 +43,20 @@ class ForkRequest:
     `SequenceRef` from `Engine.submit`, running or retained) to copy them from its cache instead of
     computing them again, and a replay that recomputes them gets the same records. `stem = 0`
     prefills the whole prefix in chunks.
+
+    `trunk` > 0 (with a `stem`, `trunk >= stem`) says that the stem is the first `stem` tokens of
+    a longer stretch of the same base, `trunk_ids` (exactly `trunk` tokens: the base's last
+    prompt token and its next `trunk - 1` generated tokens, so `trunk_ids[:stem]` is the
+    prefix's stem). Forks of one base cut at several places then share one trunk instead of a
+    stem each: every live fork with the same prompt before the stem, the same `shared` and the
+    same `trunk_ids` reads the same trunk run, copied from `reuse` or computed once as the stem
+    would be, each fork reading its own first `stem` tokens of it (engine/trunks.py). Where the
+    engine is batch-invariant (fp32 on CPU) the arms' bits are those of the same fork with
+    `trunk = 0`. With `reuse`, the base must have generated the trunk's tokens already. Only
+    the memory changes: the pool holds one trunk, not a stem per fork; a fork that joins a live
+    trunk computes none of its prefix (`Completion.shared_prefill_tokens` 0). A fork whose arms
+    score their suffixes from the prefix's last position keeps a stem of its own (the trunk
+    keeps no hidden state in its middle).
     """
 
     prefix_ids: list[int]
@@ -51,6 +65,8 @@ class ForkRequest:
     stem: int = 0
     reuse: SequenceRef | None = None
     shared: int = 0
+    trunk: int = 0
+    trunk_ids: list[int] | None = None
 
 
 @dataclass
@@ -119,6 +135,59 @@ class Run:
     def complete(self) -> bool:
         return self.start is not None and self.written == self.length
 
+    @property
+    def source(self) -> Run:
+        """The run that holds this segment's slots (itself; a `View`'s trunk)."""
+        return self
+
+
+class View:
+    """The first `length` tokens of a trunk run (engine/trunks.py), read by a group as a segment
+    of its own: the same pool slots, positions and token ids as the trunk's first `length`, so
+    the attention sees the shape a stem of `length` tokens would have. It holds no slots itself:
+    a group that reads it holds its trunk (`source`), which goes back to the pool when no group
+    reads any view of it."""
+
+    __slots__ = ("source", "length")
+
+    owned = True  # never prefilled by a reader: the trunk's own row computes (or copies) it
+    keep_last = False
+    last_hidden = None
+
+    def __init__(self, trunk: Run, length: int):
+        if not 0 < length <= trunk.length:
+            raise ValueError(f"a view of {length} tokens of a trunk of {trunk.length}")
+        self.source = trunk
+        self.length = length
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.source.token_ids[: self.length]
+
+    @property
+    def offset(self) -> int:
+        return self.source.offset
+
+    @property
+    def start(self) -> int | None:
+        return self.source.start
+
+    @property
+    def written(self) -> int:
+        return min(self.source.written, self.length)
+
+    @property
+    def complete(self) -> bool:
+        return self.source.start is not None and self.source.written >= self.length
+
+
+def sources(segments) -> list[Run]:
+    """The runs that hold `segments`' slots, each once (a trunk once for all its views)."""
+    seen: dict[int, Run] = {}
+    for segment in segments:
+        seen.setdefault(id(segment.source), segment.source)
+    return list(seen.values())
+
 
 @dataclass(eq=False)
 class Group:
@@ -126,7 +195,7 @@ class Group:
     (None when every segment is another's); a row's slot s sits at position `prefix_len + s`."""
 
     id: int
-    segments: list[Run]
+    segments: list[Run | View]
     own: Run | None
     rows: list[Sequence] = field(default_factory=list)
     waiting: deque = field(default_factory=deque)  # rows not admitted yet (or preempted)

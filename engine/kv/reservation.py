@@ -21,7 +21,7 @@ from nudgeability.engine.kv.kv_pool import (
     step_margin_bytes,
 )
 from nudgeability.engine.scheduling.group_shape import GroupShape
-from nudgeability.engine.sequence import Group
+from nudgeability.engine.sequence import Group, sources
 
 # (layer index, kv heads, head size, dtype) of a layer that stores KV: `KVPool.allocate`'s input
 LayerSpec = tuple[int, int, int, torch.dtype]
@@ -98,7 +98,10 @@ def request_blocks(
                 f"{shape.prefix}, {len(group.rows)} arms) but max_batch_tokens is "
                 f"{max_batch_tokens}; raise the budget"
             )
-        # a run read from another sequence (a reused base) stays while this group reads it
+        # a run read from another sequence (a reused base, a live trunk: all of it, once, however
+        # few of its tokens the group reads) stays while this group reads it
         total += prefix + sum(arms)
-        total += sum(pool.blocks_for(s.length) for s in group.segments if s.start is not None)
+        total += sum(
+            pool.blocks_for(r.length) for r in sources(group.segments) if r.start is not None
+        )
     return total

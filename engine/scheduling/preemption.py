@@ -11,7 +11,7 @@ needs it later computes it again, with the same bits (engine/README.md, batch in
 
 from __future__ import annotations
 
-from nudgeability.engine.sequence import Group, Sequence
+from nudgeability.engine.sequence import Group, Sequence, sources
 
 
 class Preemption:
@@ -41,11 +41,13 @@ class Preemption:
             id(run)
             for group in self.admitted
             if any(r.holds_slots for r in group.rows)
-            for run in group.segments
+            for run in sources(group.segments)
         }
         for group in reversed(self.admitted + self.waiting):
             run = group.segments[0] if group.segments else None
             if run is None or run.start is None or run.offset or id(run) in busy:
+                continue
+            if run.source is not run:  # a trunk's view: its own row wrote it, no reader prefills
                 continue
             self._free_run(run)
             for reader in [g for g in self.admitted if g.segments[0] is run]:
@@ -90,6 +92,8 @@ class Preemption:
         return True
 
     def _free_run(self, run) -> None:
+        if run.source is not run:
+            raise RuntimeError("a trunk's view is never given back itself: its trunk is")
         self.pool.give_run(run.start, run.length)
         run.start, run.written = None, 0
 

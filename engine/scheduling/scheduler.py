@@ -33,7 +33,7 @@ import torch
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.scheduling.preemption import Preemption
 from nudgeability.engine.scheduling.step_plan import StepPlan
-from nudgeability.engine.sequence import Group, Sequence
+from nudgeability.engine.sequence import Group, Sequence, sources
 
 # Positions per prefill chunk: a prefix's chunks start at multiples of it, whatever the step's
 # budget, so that a prefix's KV is the same under any budget of at least this many tokens.
@@ -312,7 +312,7 @@ class Scheduler(Preemption):
             return
         group.admitted = False
         self.admitted.remove(group)
-        for run in group.segments:
+        for run in sources(group.segments):  # a view's trunk: freed when no group reads it
             run.holders -= 1
             if run.holders == 0 and run.start is not None:
                 self.pool.give_run(run.start, run.length)
