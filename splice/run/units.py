@@ -251,6 +251,14 @@ def arm_requests(
         if edited:
             start = last_sentence_start(generated[:cut], ctx.prepared.family.decode)
             requests.append(arm_request(ctx, seed, index, base, start, generated, edited, at))
+    if len(requests) > 1:
+        # The forks' stems are all starts of the paper cut's: one trunk of the base's KV serves
+        # them all, each reading its own first tokens of it, with the bits of a stem of its own
+        # (engine/README.md, *A trunk*)
+        prompt = ctx.prepared.prompts[index].for_base(base)
+        trunk = [prompt[-1], *generated[:boundary]]
+        for request, _ in requests:
+            request.trunk, request.trunk_ids = len(trunk), list(trunk)
     return requests
 
 
