@@ -12,13 +12,16 @@ stats.json (schema SCHEMA_VERSION) is one object:
                       absent when no run was resolved
     by_position       one PositionSummary per experiment whose arms were also forked at extra
                       cuts (`nudge run --cuts`; position/estimators.py); absent otherwise
+    openers           one ExperimentOpeners per experiment whose arms carry P(TOOL) (`nudge run
+                      --likelihoods`; estimators/openers.py); absent otherwise
 
 grounding.json is a list of GroundingSummary (grounding/summary.py), written only when a run
 stored uncertainty signals. Summaries are written by serialize.to_jsonable (every field and
 property, NaN as null) and read back by from_jsonable into equal objects. `stats_files` gives
 every file of a `nudge stats` output directory, the tables rendered by report/tables/;
 `write_files` writes them together and atomically. A run without extra cuts writes exactly the
-files and bytes it wrote before the by-position view existed.
+files and bytes it wrote before the by-position view existed, and a run without likelihoods
+those it wrote before the opener checks.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from nudgeability.util.json_errors import json_error
 from ..delegation.summary import DelegationValueSummary
 from ..estimators.across import AcrossExperiments, across_cohorts
 from ..estimators.claims import claims_by_cohort
+from ..estimators.openers import ExperimentOpeners
 from ..estimators.summary import ExperimentSummary
 from ..grounding.summary import GroundingSummary
 from ..position.estimators import PositionSummary
@@ -42,6 +46,7 @@ from .tables import delegation as value_tables
 from .tables import experiments as experiment_tables
 from .tables import grid as grids
 from .tables import grounding as grounding_tables
+from .tables import openers as opener_tables
 from .tables import position as position_tables
 from .tables.paper import GRID_NAMES, GRIDS
 
@@ -50,6 +55,7 @@ GROUNDING_FILE = "grounding.json"
 SCHEMA_VERSION = 1
 VALUE_KEY = "delegation_value"  # the key of stats.json that holds the delegation value
 POSITION_KEY = "by_position"  # the key of stats.json that holds the by-position view
+OPENERS_KEY = "openers"  # the key that holds the opener checks (--likelihoods)
 TABLE_FILES = ("table.md", "table.csv", "table.tex")
 # the paper's tables by number, and its cross-experiment statements: table1.md, ..., summaries.tex
 PAPER_TABLE_FILES = tuple(
@@ -64,6 +70,7 @@ def stats_document(
     run_dirs: Sequence[str | Path],
     values: Sequence[DelegationValueSummary] = (),
     positions: Sequence[PositionSummary] = (),
+    openers: Sequence[ExperimentOpeners] = (),
 ) -> dict:
     """The content of stats.json (module docstring)."""
     return {
@@ -74,6 +81,7 @@ def stats_document(
         "claims": to_jsonable(claims_by_cohort(summaries)),
         **({VALUE_KEY: to_jsonable(list(values))} if values else {}),
         **({POSITION_KEY: to_jsonable(list(positions))} if positions else {}),
+        **({OPENERS_KEY: to_jsonable(list(openers))} if openers else {}),
     }
 
 
@@ -87,12 +95,13 @@ def stats_files(
     values: Sequence[DelegationValueSummary] = (),
     grounding: Sequence[GroundingSummary] = (),
     positions: Sequence[PositionSummary] = (),
+    openers: Sequence[ExperimentOpeners] = (),
 ) -> dict[str, str]:
     """File name -> text of every file `nudge stats` writes: stats.json and the experiment
     tables; the delegation-value tables when a run was resolved; grounding.json and its tables
     when a run stored signals; the by-position table when a run forked arms at extra cuts."""
     files = {
-        STATS_FILE: _json(stats_document(summaries, run_dirs, values, positions)),
+        STATS_FILE: _json(stats_document(summaries, run_dirs, values, positions, openers)),
         "table.md": experiment_tables.render_markdown(summaries),
         "table.csv": experiment_tables.render_csv(summaries),
         "table.tex": experiment_tables.render_latex(summaries),
@@ -115,6 +124,8 @@ def stats_files(
         files |= {name: render(grounding) for name, render in zip(GROUNDING_TABLE_FILES, renderers)}
     if positions:
         files |= grids.files(position_tables.by_position(positions))
+    if openers:
+        files |= grids.files(opener_tables.opener_grid(openers))
     return files
 
 
@@ -175,6 +186,16 @@ def read_positions(path: str | Path) -> list[PositionSummary]:
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
         return from_jsonable(list[PositionSummary], document.get(POSITION_KEY, []))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_openers(path: str | Path) -> list[ExperimentOpeners]:
+    """The opener checks stored in a stats.json ([] when it holds none)."""
+    file = stats_file(path)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+        return from_jsonable(list[ExperimentOpeners], document.get(OPENERS_KEY, []))
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordsError(f"{file}: {exc}") from None
 

@@ -26,6 +26,7 @@ from nudgeability.util.atomic import atomic_write_files
 
 from ..delegation.join import load_value_tables
 from ..delegation.summary import DelegationValueSummary, summarize_value
+from ..estimators.openers import ExperimentOpeners, experiment_openers
 from ..estimators.profiles import ProfileRule
 from ..estimators.summary import ExperimentSummary, summarize
 from ..grounding.join import load_signals
@@ -39,6 +40,7 @@ from .document import (
     STATS_FILE,
     is_stats,
     read_grounding,
+    read_openers,
     read_positions,
     read_run_dirs,
     read_stats,
@@ -65,6 +67,7 @@ class Summaries:
     grounding: list[GroundingSummary]  # experiments with uncertainty signals only
     warnings: list[str]
     positions: list[PositionSummary] = field(default_factory=list)  # runs with extra cuts only
+    openers: list[ExperimentOpeners] = field(default_factory=list)  # runs with --likelihoods only
 
 
 def no_label_warning(table: ExperimentTable) -> str:
@@ -94,6 +97,7 @@ def summarize_runs(
     gathered = gather_experiments(run_dirs, labels)
     tables = [experiment.table() for experiment in gathered]
     cut_tables = [position_tables(e.records, e.label, e.conditions) for e in gathered if e.has_cuts]
+    openers = [experiment_openers(e.records, e.label, n_boot=n_boot, seed=seed) for e in gathered]
     del gathered  # every table is made: a campaign's records need not stay in memory
     positions = [summarize_positions(t, n_boot=n_boot, seed=seed) for t in cut_tables]
     for table in tables:
@@ -112,7 +116,9 @@ def summarize_runs(
         found = ground(table, signals, folds=folds, n_boot=n_boot, seed=seed)
         if found is not None:
             grounding.append(found)
-    return Summaries(summaries, values, grounding, warnings, positions)
+    return Summaries(
+        summaries, values, grounding, warnings, positions, [o for o in openers if o is not None]
+    )
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,7 @@ class StatsResult:
     warnings: list[str]
     written: list[Path]
     positions: list[PositionSummary] = field(default_factory=list)
+    openers: list[ExperimentOpeners] = field(default_factory=list)
 
 
 def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
@@ -152,11 +159,22 @@ def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
         warn=warn,
     )
     files = stats_files(
-        found.summaries, options.run_dirs, found.values, found.grounding, found.positions
+        found.summaries,
+        options.run_dirs,
+        found.values,
+        found.grounding,
+        found.positions,
+        found.openers,
     )
     written = write_files(options.out, files)
     return StatsResult(
-        found.summaries, found.values, found.grounding, found.warnings, written, found.positions
+        found.summaries,
+        found.values,
+        found.grounding,
+        found.warnings,
+        written,
+        found.positions,
+        found.openers,
     )
 
 
@@ -182,6 +200,7 @@ class ReportResult:
     warnings: list[str]
     written: list[Path]
     positions: list[PositionSummary] = field(default_factory=list)
+    openers: list[ExperimentOpeners] = field(default_factory=list)
 
 
 def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult:
@@ -190,6 +209,7 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
     values: list[DelegationValueSummary] = []
     grounding: list[GroundingSummary] = []
     positions: list[PositionSummary] = []
+    openers: list[ExperimentOpeners] = []
     run_dirs, recorded = [], []  # given as sources; named by a stats.json
     for source in map(Path, options.sources):
         if is_stats(source):
@@ -198,6 +218,7 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
             grounding += read_grounding(source if source.is_dir() else source.parent)
             values += read_values(source)
             positions += read_positions(source)
+            openers += read_openers(source)
         elif source.is_dir() and not (source / MANIFEST).exists():
             raise RecordsError(
                 f"{source}: holds no {STATS_FILE} (written by `nudge stats --out`) and no "
@@ -218,14 +239,22 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
         values += found.values
         grounding += found.grounding
         positions += found.positions
+        openers += found.openers
         warnings = found.warnings
     written = draw_all(summaries, options.out) + draw_value(values, options.out)
     written += draw_grounding(grounding, options.out)
     written += draw_positions(positions, options.out)
     written += write_html(
-        options.out, summaries, values, grounding, [*recorded, *run_dirs], written, positions
+        options.out,
+        summaries,
+        values,
+        grounding,
+        [*recorded, *run_dirs],
+        written,
+        positions,
+        openers,
     )
-    return ReportResult(summaries, values, grounding, warnings, written, positions)
+    return ReportResult(summaries, values, grounding, warnings, written, positions, openers)
 
 
 def report_dir(run_dir: str | Path) -> Path:
@@ -276,10 +305,11 @@ def write_html(
     run_dirs: Sequence[str | Path],
     figures: Sequence[Path],
     positions: Sequence[PositionSummary] = (),
+    openers: Sequence[ExperimentOpeners] = (),
 ) -> list[Path]:
     """report.html (html/page.py): every table (the Markdown `nudge stats` writes), every PNG
     figure just drawn, and the browser over the run directories that can still be read."""
-    files = stats_files(summaries, run_dirs, values, grounding, positions)
+    files = stats_files(summaries, run_dirs, values, grounding, positions, openers)
     tables = {name: text for name, text in files.items() if name.endswith(".md")}
     tables = {name: tables[name] for name in sorted(tables, key=_table_order)}
     page = render_page(

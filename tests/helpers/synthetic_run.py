@@ -13,6 +13,7 @@ This is the one builder of fake runs in the tests.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -57,13 +58,15 @@ def record_line(
     at: int | None = None,
     cuts: list[int] | None = None,
     splice_logprob: float | None = None,
+    openers: tuple[float, float] | None = None,
 ) -> str:
     """One records.jsonl line in the runner's schema (built with Record). `boundary` is kept on
     B and oracle_B only, as the runner writes it. `readable`: the form the report's browser
     shows (the condition's sentence id, a named answer, a search call with its query, no F1);
     otherwise the bare form the estimators read (answer "x", F1 = EM). A run made with
     `nudge run --cuts`: `at` on an arm at an extra cut, `cuts` on its base; `splice_logprob`:
-    the arm's likelihoods (`--likelihoods`), one splice token of that log-probability."""
+    the arm's likelihoods (`--likelihoods`), one splice token of that log-probability, and
+    `openers` = (P(TOOL), P(answer)) a sealed arm's opener probabilities beside them."""
     tool = readable and kind == "TOOL"
     is_base = condition in ("B", "oracle_B")
     answer = (f"answer of {problem_id}" if readable else "x") if kind == "SELF" else None
@@ -96,7 +99,12 @@ def record_line(
         cuts=cuts if is_base else None,
         likelihoods=None
         if splice_logprob is None
-        else Likelihoods(splice_logprobs=[splice_logprob], splice_logprob=splice_logprob),
+        else Likelihoods(
+            splice_logprobs=[splice_logprob],
+            splice_logprob=splice_logprob,
+            tool_opener_logprob=None if openers is None else math.log(openers[0]),
+            answer_opener_logprob=None if openers is None else math.log(openers[1]),
+        ),
     ).to_json()
 
 
