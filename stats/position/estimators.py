@@ -99,9 +99,11 @@ class PositionSummary:
 
     @property
     def pairs(self) -> tuple[str, ...]:
-        """The pairs estimated at some extra cut, in PAIRS order."""
-        found = {name for point in self.points if not point.bin.paper for name in point.pairs}
-        return tuple(name for name in PAIRS if name in found)
+        """The pairs estimated at some extra cut: the shipped ones in PAIRS order, then a
+        user's (read back from stats.json, where this process may not know them) as found."""
+        found = [name for point in self.points if not point.bin.paper for name in point.pairs]
+        known = [name for name in PAIRS if name in found]
+        return tuple(known + [name for name in dict.fromkeys(found) if name not in known])
 
 
 def pair_at_position(

@@ -77,11 +77,28 @@ def plot_by_position(positions: Sequence, out_dir: str | Path) -> list[Path]:
                     fontsize=8,
                     transform=ax.transAxes,
                 )
+            elif name != "S" and _all_undefined(e, name):
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"{name} undefined at every position:\nno flip landed on a problem\n"
+                    "with a competence label",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    transform=ax.transAxes,
+                )
             elif col == 0:
                 ax.legend(fontsize=7, title="pair")
             elif name == "WT":
                 ax.legend(fontsize=6)
     return save_figure(figure, out_dir, POSITION_FIGURE)
+
+
+def _all_undefined(e, name: str) -> bool:
+    """Whether every point of every pair has `name` undefined (NaN), so its panel is empty."""
+    values = [getattr(p.pairs[pair], name) for p in e.points for pair in p.pairs]
+    return all(value != value for value in values)  # NaN is the one value unequal to itself
 
 
 def draw_positions(positions: Sequence, out_dir: str | Path) -> list[Path]:

@@ -153,3 +153,14 @@ def test_chromium_shows_a_problems_extra_cuts(runs):
             assert f'<div class="arm" data-code="{code}"><h4>' in block
             assert block.index(f'data-code="{code}"') < block.index("</pre>", block.index(code))
             assert f'<span class="tag {arm[0]}">' in block
+
+
+def test_a_pair_this_process_does_not_know_is_kept_when_read_back(runs, tmp_path):
+    """A user's pair (`--interventions`) is read back from stats.json by a `nudge report` that
+    never loaded the file: the figure still draws it."""
+    _, stats, _ = runs["cuts"]
+    text = (stats.written[0].parent / "stats.json").read_text()
+    (tmp_path / "stats.json").write_text(text.replace('"second"', '"zz_user"'))
+    (position,) = read_positions(tmp_path)
+    assert "zz_user" in position.pairs and "second" not in position.pairs
+    assert position.pairs[:2] == ("first", "oracle")
