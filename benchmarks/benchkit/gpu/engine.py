@@ -23,7 +23,9 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
 5. **the campaign workload against HF `generate_batch`**: bases (prompts of 1,024 random tokens,
    128 new tokens, EOS ignored), then 8 arms forked from each base's 64th token, 64 new tokens;
    the engine with static decode and CUDA graphs (`nudge run --static-decode`) and eagerly, each
-   one's tokens compared with HF's.
+   one's tokens compared with HF's;
+6. **one trunk for many cuts**: forks at 8 cuts of one base's generation reading one trunk of its
+   KV, against a stem per fork: the pool's peak blocks and the logits' agreement (trunk.py).
 
 Parts 1 and 2 are here, the timed parts 3 to 5 in engine_speed.py, the inputs they share in
 engine_inputs.py. `section(deadline, dry_run=False)` returns rows `(check, result)` for check.py's
@@ -43,6 +45,7 @@ from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3
 from . import quant as gpu_quant
 from .engine_inputs import Row, greedy_params, make_engine, random_ids
 from .engine_speed import campaign, decode_floor, prefill
+from .trunk import trunk_forks
 
 # the shape of Qwen3-8B (quant.py holds it), with what a whole model needs besides
 QWEN3_8B = dict(
@@ -276,6 +279,7 @@ GPU_SIZES = dict(
     arm_new=64,
     max_rows=128,
     hf_page=256,
+    trunk_new=256,
 )
 # the same parts on CPU, small enough for the suite (tests/benchmarks/test_gpu_check_dry_run.py)
 DRY_SIZES = dict(
@@ -301,6 +305,7 @@ DRY_SIZES = dict(
     arm_new=3,
     max_rows=16,
     hf_page=16,
+    trunk_new=16,
 )
 DRY_SHAPE = QUANT_PACKABLE_QWEN3
 PARTS = (
@@ -311,6 +316,7 @@ PARTS = (
     ("decode steps against the bandwidth floor", decode_floor),
     ("prefill", prefill),
     ("the campaign workload against HF generate_batch", campaign),
+    ("one trunk for many cuts", trunk_forks),
 )
 
 
