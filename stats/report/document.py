@@ -14,6 +14,9 @@ stats.json (schema SCHEMA_VERSION) is one object:
                       cuts (`nudge run --cuts`; position/estimators.py); absent otherwise
     openers           one ExperimentOpeners per experiment whose arms carry P(TOOL) (`nudge run
                       --likelihoods`; estimators/openers.py); absent otherwise
+    samples           one ExperimentSamples per experiment whose arms were sampled more than
+                      once (`nudge run --samples-per-arm`; estimators/samples.py); absent
+                      otherwise
 
 grounding.json is a list of GroundingSummary (grounding/summary.py), written only when a run
 stored uncertainty signals. Summaries are written by serialize.to_jsonable (every field and
@@ -37,6 +40,7 @@ from ..delegation.summary import DelegationValueSummary
 from ..estimators.across import AcrossExperiments, across_cohorts
 from ..estimators.claims import claims_by_cohort
 from ..estimators.openers import ExperimentOpeners
+from ..estimators.samples import ExperimentSamples
 from ..estimators.summary import ExperimentSummary
 from ..grounding.summary import GroundingSummary
 from ..position.estimators import PositionSummary
@@ -48,6 +52,7 @@ from .tables import grid as grids
 from .tables import grounding as grounding_tables
 from .tables import openers as opener_tables
 from .tables import position as position_tables
+from .tables import samples as sample_tables
 from .tables.paper import GRID_NAMES, GRIDS
 
 STATS_FILE = "stats.json"
@@ -56,6 +61,7 @@ SCHEMA_VERSION = 1
 VALUE_KEY = "delegation_value"  # the key of stats.json that holds the delegation value
 POSITION_KEY = "by_position"  # the key of stats.json that holds the by-position view
 OPENERS_KEY = "openers"  # the key that holds the opener checks (--likelihoods)
+SAMPLES_KEY = "samples"  # the key that holds S over every sample (--samples-per-arm)
 TABLE_FILES = ("table.md", "table.csv", "table.tex")
 # the paper's tables by number, and its cross-experiment statements: table1.md, ..., summaries.tex
 PAPER_TABLE_FILES = tuple(
@@ -71,6 +77,7 @@ def stats_document(
     values: Sequence[DelegationValueSummary] = (),
     positions: Sequence[PositionSummary] = (),
     openers: Sequence[ExperimentOpeners] = (),
+    samples: Sequence[ExperimentSamples] = (),
 ) -> dict:
     """The content of stats.json (module docstring)."""
     return {
@@ -82,6 +89,7 @@ def stats_document(
         **({VALUE_KEY: to_jsonable(list(values))} if values else {}),
         **({POSITION_KEY: to_jsonable(list(positions))} if positions else {}),
         **({OPENERS_KEY: to_jsonable(list(openers))} if openers else {}),
+        **({SAMPLES_KEY: to_jsonable(list(samples))} if samples else {}),
     }
 
 
@@ -96,12 +104,13 @@ def stats_files(
     grounding: Sequence[GroundingSummary] = (),
     positions: Sequence[PositionSummary] = (),
     openers: Sequence[ExperimentOpeners] = (),
+    samples: Sequence[ExperimentSamples] = (),
 ) -> dict[str, str]:
     """File name -> text of every file `nudge stats` writes: stats.json and the experiment
     tables; the delegation-value tables when a run was resolved; grounding.json and its tables
     when a run stored signals; the by-position table when a run forked arms at extra cuts."""
     files = {
-        STATS_FILE: _json(stats_document(summaries, run_dirs, values, positions, openers)),
+        STATS_FILE: _json(stats_document(summaries, run_dirs, values, positions, openers, samples)),
         "table.md": experiment_tables.render_markdown(summaries),
         "table.csv": experiment_tables.render_csv(summaries),
         "table.tex": experiment_tables.render_latex(summaries),
@@ -126,6 +135,8 @@ def stats_files(
         files |= grids.files(position_tables.by_position(positions))
     if openers:
         files |= grids.files(opener_tables.opener_grid(openers))
+    if samples:
+        files |= grids.files(sample_tables.samples_grid(samples))
     return files
 
 
@@ -196,6 +207,16 @@ def read_openers(path: str | Path) -> list[ExperimentOpeners]:
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
         return from_jsonable(list[ExperimentOpeners], document.get(OPENERS_KEY, []))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_samples(path: str | Path) -> list[ExperimentSamples]:
+    """The sampled pairs stored in a stats.json ([] when it holds none)."""
+    file = stats_file(path)
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+        return from_jsonable(list[ExperimentSamples], document.get(SAMPLES_KEY, []))
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordsError(f"{file}: {exc}") from None
 

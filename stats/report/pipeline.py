@@ -28,6 +28,7 @@ from ..delegation.join import load_value_tables
 from ..delegation.summary import DelegationValueSummary, summarize_value
 from ..estimators.openers import ExperimentOpeners, experiment_openers
 from ..estimators.profiles import ProfileRule
+from ..estimators.samples import ExperimentSamples, experiment_samples
 from ..estimators.summary import ExperimentSummary, summarize
 from ..grounding.join import load_signals
 from ..grounding.signals import DEFAULT_FOLDS
@@ -43,6 +44,7 @@ from .document import (
     read_openers,
     read_positions,
     read_run_dirs,
+    read_samples,
     read_stats,
     read_values,
     stats_files,
@@ -68,6 +70,7 @@ class Summaries:
     warnings: list[str]
     positions: list[PositionSummary] = field(default_factory=list)  # runs with extra cuts only
     openers: list[ExperimentOpeners] = field(default_factory=list)  # runs with --likelihoods only
+    samples: list[ExperimentSamples] = field(default_factory=list)  # --samples-per-arm only
 
 
 def no_label_warning(table: ExperimentTable) -> str:
@@ -98,6 +101,7 @@ def summarize_runs(
     tables = [experiment.table() for experiment in gathered]
     cut_tables = [position_tables(e.records, e.label, e.conditions) for e in gathered if e.has_cuts]
     openers = [experiment_openers(e.records, e.label, n_boot=n_boot, seed=seed) for e in gathered]
+    sampled = [experiment_samples(e.records, e.label, n_boot=n_boot, seed=seed) for e in gathered]
     del gathered  # every table is made: a campaign's records need not stay in memory
     positions = [summarize_positions(t, n_boot=n_boot, seed=seed) for t in cut_tables]
     for table in tables:
@@ -117,7 +121,13 @@ def summarize_runs(
         if found is not None:
             grounding.append(found)
     return Summaries(
-        summaries, values, grounding, warnings, positions, [o for o in openers if o is not None]
+        summaries,
+        values,
+        grounding,
+        warnings,
+        positions,
+        [o for o in openers if o is not None],
+        [s for s in sampled if s is not None],
     )
 
 
@@ -145,6 +155,7 @@ class StatsResult:
     written: list[Path]
     positions: list[PositionSummary] = field(default_factory=list)
     openers: list[ExperimentOpeners] = field(default_factory=list)
+    samples: list[ExperimentSamples] = field(default_factory=list)
 
 
 def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
@@ -165,6 +176,7 @@ def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
         found.grounding,
         found.positions,
         found.openers,
+        found.samples,
     )
     written = write_files(options.out, files)
     return StatsResult(
@@ -175,6 +187,7 @@ def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
         written,
         found.positions,
         found.openers,
+        found.samples,
     )
 
 
@@ -201,6 +214,7 @@ class ReportResult:
     written: list[Path]
     positions: list[PositionSummary] = field(default_factory=list)
     openers: list[ExperimentOpeners] = field(default_factory=list)
+    samples: list[ExperimentSamples] = field(default_factory=list)
 
 
 def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult:
@@ -210,6 +224,7 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
     grounding: list[GroundingSummary] = []
     positions: list[PositionSummary] = []
     openers: list[ExperimentOpeners] = []
+    samples: list[ExperimentSamples] = []
     run_dirs, recorded = [], []  # given as sources; named by a stats.json
     for source in map(Path, options.sources):
         if is_stats(source):
@@ -219,6 +234,7 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
             values += read_values(source)
             positions += read_positions(source)
             openers += read_openers(source)
+            samples += read_samples(source)
         elif source.is_dir() and not (source / MANIFEST).exists():
             raise RecordsError(
                 f"{source}: holds no {STATS_FILE} (written by `nudge stats --out`) and no "
@@ -240,6 +256,7 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
         grounding += found.grounding
         positions += found.positions
         openers += found.openers
+        samples += found.samples
         warnings = found.warnings
     written = draw_all(summaries, options.out) + draw_value(values, options.out)
     written += draw_grounding(grounding, options.out)
@@ -253,8 +270,11 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
         written,
         positions,
         openers,
+        samples,
     )
-    return ReportResult(summaries, values, grounding, warnings, written, positions, openers)
+    return ReportResult(
+        summaries, values, grounding, warnings, written, positions, openers, samples
+    )
 
 
 def report_dir(run_dir: str | Path) -> Path:
@@ -306,10 +326,11 @@ def write_html(
     figures: Sequence[Path],
     positions: Sequence[PositionSummary] = (),
     openers: Sequence[ExperimentOpeners] = (),
+    samples: Sequence[ExperimentSamples] = (),
 ) -> list[Path]:
     """report.html (html/page.py): every table (the Markdown `nudge stats` writes), every PNG
     figure just drawn, and the browser over the run directories that can still be read."""
-    files = stats_files(summaries, run_dirs, values, grounding, positions, openers)
+    files = stats_files(summaries, run_dirs, values, grounding, positions, openers, samples)
     tables = {name: text for name, text in files.items() if name.endswith(".md")}
     tables = {name: tables[name] for name in sorted(tables, key=_table_order)}
     page = render_page(
