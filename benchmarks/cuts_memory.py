@@ -7,7 +7,7 @@ Two cases, SmolLM2 on StrategyQA: the demo's bases (`--n 8`, the primary arms, `
 whose reasoning is one to three sentences (14 to 30 tokens); and longer traces: B's whole
 generation (up to 384 tokens; SmolLM2 ends after about 60) taken as its reasoning, as if it
 closed there, cut at 9 fractions, the conf and doubt arms 16 tokens
-each. For each problem whose B closed, the runner's own arm forks (splice/run/units.py
+each. For each problem whose B closed, the runner's own arm forks (splice/run/units/arms.py
 `arm_requests`: every arm at the paper's cut and at each extra cut, with the base's shared
 start) run on a fresh engine twice: as `nudge run` submits them (one
 trunk of the base's KV, each fork reading its first tokens of it), and with the trunk taken off

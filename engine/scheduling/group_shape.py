@@ -1,5 +1,5 @@
 """The sizes that decide a group's KV memory (prefix, suffixes, budgets), and what a set of groups
-costs: how work is sized before it exists (`splice/run/validation.py`, `splice/run/resolve.py`)."""
+costs: how work is sized before it exists (`splice/run/validation.py`, `splice/run/units/resolve.py`)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ blocks are taken as slots are written.
 at all could be scheduled: preemption.py, the `Preemption` half of `Scheduler`.
 
 `GroupShape` and `batch_cost` (group_shape.py) size work before it exists (`splice/run/prepare.py`,
-`splice/run/resolve.py`).
+`splice/run/units/resolve.py`).
 """
 
 from __future__ import annotations

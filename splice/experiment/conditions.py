@@ -147,7 +147,7 @@ CONDITIONS: tuple[Condition, ...] = (
 )
 CONSISTENCY = "consistency"
 # Not in CONDITIONS: it is not a run the conditions list selects but part of the uncertainty
-# signals (splice/run/signals.py), added by `--consistency-samples K`.
+# signals (splice/run/units/signals.py), added by `--consistency-samples K`.
 CONSISTENCY_CONDITION = Condition(
     CONSISTENCY,
     "K unaided samples at temperature 1.0, top-p 0.95: the self-consistency signal",

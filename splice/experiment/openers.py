@@ -1,5 +1,5 @@
 """The openers of the two actions, whose probability right after the think-close a run scores
-(`nudge run --likelihoods`; splice/run/likelihoods.py).
+(`nudge run --likelihoods`; splice/run/units/likelihoods.py).
 
 P(TOOL) is the probability of the family's tool-call opener (models/families/base.py
 `call_opener`: `<tool_call>` for Qwen3 and ChatML, `<|tool_call>` for Gemma 4, the tool's name on

@@ -49,7 +49,7 @@ def last_sentence_start(ids: Sequence[int], decode: Callable[[list[int]], str]) 
 
     `decode` maps ids to text (the family's `decode`: special tokens kept, no clean-up). The
     offsets are those of decoding each prefix `ids[:i]`, as the record's `cut` is measured
-    (splice/run/units.py `_record`). Empty `ids` give 0; so does a reasoning that is one sentence.
+    (splice/run/units/base.py `_record`). Empty `ids` give 0; so does a reasoning that is one sentence.
     """
     ids = list(ids)
     if not ids:

@@ -93,7 +93,7 @@ class RunConfig:
     static_decode: bool | None = None
     shard: tuple[int, int] | None = None  # (k, n): this run computes chunk i when i % n == k - 1
     consistency_samples: int = 0  # K unaided samples per problem for self-consistency (0: none)
-    # B's token uncertainty and hidden state at the cut (splice/run/signals.py); on with --signals,
+    # B's token uncertainty and hidden state at the cut (splice/run/units/signals.py); on with --signals,
     # and with --consistency-samples (a grounded-nudge run)
     signals: bool = False
     resolve: bool = False  # the resolution phase: execute each TOOL record's call (resolve.py)
@@ -104,7 +104,7 @@ class RunConfig:
     # None: fused for a quantised checkpoint; resolved None for an unquantised one or a server
     quant_compute: str | None = None
     # each arm's splice log-probabilities and, on sealed arms, the action openers' probabilities
-    # right after the think-close (splice/run/likelihoods.py); on with --likelihoods
+    # right after the think-close (splice/run/units/likelihoods.py); on with --likelihoods
     likelihoods: bool = False
     # further arms (codes) whose openers are scored, after an appended think-close
     score_openers: tuple[str, ...] = ()

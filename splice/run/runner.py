@@ -33,15 +33,15 @@ from nudgeability.engine import Engine
 from nudgeability.engine import engine as engine_module
 from nudgeability.splice.experiment.conditions import CONSISTENCY
 from nudgeability.splice.run.config import RunConfig
-from nudgeability.splice.run.consistency import run_consistency_unit
 from nudgeability.splice.run.device_batching import pool_rows
 from nudgeability.splice.run.parts import reusable, store_unit
 from nudgeability.splice.run.prepare import Prepared, with_chunk_size
 from nudgeability.splice.run.progress import PhaseBar, RunEta
-from nudgeability.splice.run.resolve import run_resolve_unit
 from nudgeability.splice.run.schedule import STREAM, choose_schedule
 from nudgeability.splice.run.stream import Stream
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
+from nudgeability.splice.run.units.consistency import run_consistency_unit
+from nudgeability.splice.run.units.resolve import run_resolve_unit
 from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions
 from nudgeability.splice.rundir.layout import MANIFEST, RESOLUTIONS, side_file
 from nudgeability.splice.rundir.manifest import OutputDirError, read_manifest

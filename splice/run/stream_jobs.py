@@ -19,15 +19,7 @@ from typing import TYPE_CHECKING
 
 from nudgeability.engine import Completion, SequenceRef
 from nudgeability.splice.experiment.conditions import ARM_BASES, CONSISTENCY, TOOL_BASE
-from nudgeability.splice.run.consistency import consistency_inputs, consistency_record
 from nudgeability.splice.run.parts import reusable, store_unit
-from nudgeability.splice.run.resolve import (
-    in_canonical_order,
-    resolutions_of,
-    resolve_requests,
-    thinking_opens_after_result,
-)
-from nudgeability.splice.run.signals import HIDDEN_PASS, attach_signals
 from nudgeability.splice.run.units import (
     UnitCounts,
     arm_records,
@@ -36,6 +28,14 @@ from nudgeability.splice.run.units import (
     base_record,
     in_arm_order,
 )
+from nudgeability.splice.run.units.consistency import consistency_inputs, consistency_record
+from nudgeability.splice.run.units.resolve import (
+    in_canonical_order,
+    resolutions_of,
+    resolve_requests,
+    thinking_opens_after_result,
+)
+from nudgeability.splice.run.units.signals import HIDDEN_PASS, attach_signals
 from nudgeability.splice.rundir.layout import side_file
 from nudgeability.splice.rundir.plan import ARMS_PHASE, Unit
 from nudgeability.splice.rundir.records import Record, RecordKey

@@ -146,7 +146,7 @@ def _cuts(requested: RunConfig) -> str | None:
 def _user_interventions(requested: RunConfig) -> InterventionFile | None:
     """`--interventions FILE` loaded, checked and registered (its errors name the file, line and
     field). An edit of the reasoning is refused with `--resolve`, whose prompts continue the
-    base's whole reasoning (splice/run/resolve.py)."""
+    base's whole reasoning (splice/run/units/resolve.py)."""
     if requested.interventions is None:
         return None
     user = load_intervention_file(requested.interventions)

@@ -13,7 +13,9 @@ RESOLUTIONS = "resolutions.jsonl"
 TIMINGS = "timings.jsonl"
 PARTS = "parts"
 DAMAGED = "damaged"
-SIGNALS_DIR = "signals"  # the side files stats reads beside the records (splice/run/signals.py)
+SIGNALS_DIR = (
+    "signals"  # the side files stats reads beside the records (splice/run/units/signals.py)
+)
 LOCK = ".lock"
 # the sha256 of each part written since the seal (all of them, in a run not yet sealed)
 PART_HASHES = "part_hashes.jsonl"

@@ -7,7 +7,7 @@ is batched exactly as in an uninterrupted unsharded run and gives the same bytes
 
 Phases run in the protocol's order: NT, the self-consistency samples, B, oracle_B, then the arms
 (forks of B's and oracle_B's prefixes), then, with `--resolve`, the resolution of every TOOL record
-(splice/run/resolve.py). Shard k of n computes the chunks whose index i has i % n == k - 1. The
+(splice/run/units/resolve.py). Shard k of n computes the chunks whose index i has i % n == k - 1. The
 records file lists problems in drawn order, then conditions in canonical order, then seeds (then
 the samples of the self-consistency condition).
 

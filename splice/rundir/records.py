@@ -2,7 +2,7 @@
 
 A `Record` is one line of records.jsonl per (problem, condition, seed), and for the
 self-consistency samples per sample; a `ResolutionRecord` one line of resolutions.jsonl per TOOL
-record (`nudge run --resolve`). The runner builds them (splice/run/units.py, resolve.py), writes
+record (`nudge run --resolve`). The runner builds them (splice/run/units/), writes
 them with `to_json` and reads its own parts back with `Record.from_json`; the stats and the
 report read run directories through `read_records` / `read_resolutions`, which check each line
 and hand back typed objects. Records carry no clock (timings go to a separate file), so that two
@@ -111,7 +111,7 @@ def _likelihoods(data: object) -> Likelihoods | None:
 @dataclass(frozen=True)
 class Likelihoods:
     """An arm's likelihoods under the model at its cut (`nudge run --likelihoods`;
-    splice/run/likelihoods.py), in nats, each from a teacher-forced forward of the arm's context.
+    splice/run/units/likelihoods.py), in nats, each from a teacher-forced forward of the arm's context.
 
     `splice_logprobs` holds log p(token | prompt, reasoning, earlier splice tokens) for each token
     of the arm's splice (the think-close ids included for a sealed arm; empty for `empty`), and
@@ -173,7 +173,7 @@ class Record:
     continuation: str = "token"
     # The self-consistency samples (condition `consistency`): which of the K samples, 0..K-1.
     sample: int | None = None
-    # The uncertainty signals (splice/run/signals.py): on B, its token uncertainty up to the cut and
+    # The uncertainty signals (splice/run/units/signals.py): on B, its token uncertainty up to the cut and
     # the reference of its hidden state; on a consistency sample, its answer key. None elsewhere.
     signals: dict | None = None
     # B / oracle_B that closed their thinking: where the cut falls in `text`, in characters (the

@@ -1,7 +1,7 @@
 """The executable tools: what a declared tool returns when the resolution phase calls it.
 
 Measurement never executes a call (splice/README.md, "Problems and prompts"); the optional
-resolution phase (`nudge run --resolve`, see `splice/run/resolve.py`) does, once per TOOL record. Every tool here is
+resolution phase (`nudge run --resolve`, see `splice/run/units/resolve.py`) does, once per TOOL record. Every tool here is
 deterministic and offline, so a resolution is a pure function of the record and the data file:
 
 - **MuSiQue `retrieve(query)`**: BM25 (the `bm25s` library, Lucene variant, k1 = 1.5, b = 0.75,

@@ -13,8 +13,8 @@ from nudgeability.models.families import get_family
 from nudgeability.models.testing.tiny_tokenizers import tiny_tokenizer
 from nudgeability.splice.experiment.openers import Openers, action_openers, check_exclusive
 from nudgeability.splice.run.config import ConfigError, RunConfig
-from nudgeability.splice.run.likelihoods import OpenerRows, arm_likelihoods
 from nudgeability.splice.run.remote import RemoteSpec
+from nudgeability.splice.run.units.likelihoods import OpenerRows, arm_likelihoods
 from nudgeability.splice.run.validation import validate
 from nudgeability.splice.rundir.records import Likelihoods, Record
 from nudgeability.splice.tasks import get_task

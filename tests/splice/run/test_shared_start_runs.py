@@ -14,8 +14,8 @@ from helpers.tiny_runs import read_records, run_verify
 from nudgeability.engine import Engine
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
-from nudgeability.splice.run.resolve import resolve_requests
 from nudgeability.splice.run.runner import run, unit_context
+from nudgeability.splice.run.units.resolve import resolve_requests
 from nudgeability.splice.rundir.manifest import manifest_text
 from nudgeability.splice.rundir.records import Record
 from nudgeability.splice.rundir.store import ConfigChangedError

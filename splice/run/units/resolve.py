@@ -31,7 +31,7 @@ from nudgeability.engine.scheduling.group_shape import GroupShape, batch_cost
 from nudgeability.models.families import SELF, TOOL, FamilyError
 from nudgeability.splice.experiment.conditions import ARM_BASES, base_of, get_condition
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
-from nudgeability.splice.run.units import UnitContext, UnitCounts
+from nudgeability.splice.run.units.base import UnitContext, UnitCounts
 from nudgeability.splice.rundir.records import Record, RecordKey, ResolutionRecord, record_sha256
 from nudgeability.splice.tasks import Problem
 from nudgeability.splice.tasks.tools import ToolCallError

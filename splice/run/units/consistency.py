@@ -1,7 +1,7 @@
 """The self-consistency unit: K unaided samples per problem in one batched Engine.generate.
 
 Its records are read and graded as NT's (never the competence label) and carry their answer key;
-see splice/run/signals.py for the signals and stats/grounding/join.py for how they are read back.
+see splice/run/units/signals.py for the signals and stats/grounding/join.py for how they are read back.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from nudgeability.engine import Completion, SamplingParams
 from nudgeability.splice.experiment.conditions import NO_TOOL_BASE
-from nudgeability.splice.run.signals import CONSISTENCY_TEMPERATURE, CONSISTENCY_TOP_P
-from nudgeability.splice.run.units import UnitContext, UnitCounts, base_record
+from nudgeability.splice.run.units.base import UnitContext, UnitCounts, base_record
+from nudgeability.splice.run.units.signals import CONSISTENCY_TEMPERATURE, CONSISTENCY_TOP_P
 from nudgeability.splice.rundir.records import Record
 
 

@@ -1,0 +1,37 @@
+"""The units of a run: what computes the records of one chunk (base.py, arms.py, and the optional
+phases: consistency.py, signals.py, likelihoods.py, resolve.py). The names the runner and the
+stream use are imported here."""
+
+from nudgeability.splice.run.units.arms import (
+    ArmGroup,
+    arm_record,
+    arm_records,
+    arm_request,
+    arm_requests,
+    in_arm_order,
+    run_arms_unit,
+)
+from nudgeability.splice.run.units.base import (
+    UnitContext,
+    UnitCounts,
+    base_inputs,
+    base_record,
+    run_base_unit,
+    wants_signals,
+)
+
+__all__ = [
+    "ArmGroup",
+    "UnitContext",
+    "UnitCounts",
+    "arm_record",
+    "arm_records",
+    "arm_request",
+    "arm_requests",
+    "base_inputs",
+    "base_record",
+    "in_arm_order",
+    "run_arms_unit",
+    "run_base_unit",
+    "wants_signals",
+]
