@@ -23,8 +23,9 @@ from .targeting import Stratum, targeting
 
 
 @dataclass(frozen=True)
-class PairSummary:
-    """S, WT, WTrand and L of one (+, -) pair, with intervals, counts and McNemar's test."""
+class PairEstimates:
+    """S, WT, WTrand and L of one (+, -) pair with their intervals and counts: what every view
+    of a pair reports (Table 1's `PairSummary`, the position view's `PairAtPosition`)."""
 
     pair: str
     S: float
@@ -41,6 +42,12 @@ class PairSummary:
     n_WT: int
     F: int
     H: int
+
+
+@dataclass(frozen=True)
+class PairSummary(PairEstimates):
+    """S, WT, WTrand and L of one (+, -) pair, with intervals, counts and McNemar's test."""
+
     n_events: int
     strata: tuple[Stratum, ...]
     mcnemar: McNemar

@@ -21,7 +21,7 @@ the log-probabilities.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -29,33 +29,16 @@ from nudgeability.splice.experiment.conditions import PAIRS
 
 from ..actions import TOOL
 from ..estimators.intervals import bootstrap, bootstrap_clustered, pair_arrays
-from ..estimators.sensitivity import sensitivity, sensitivity_indicators, swing
-from ..estimators.targeting import targeting
-from ..resampling.bootstrap import Interval
+from ..estimators.sensitivity import sensitivity_indicators, swing
+from ..estimators.summary import PairEstimates, summarize_pair
 from .bins import PositionBin
 from .join import PositionTable, PositionTables
 
 
 @dataclass(frozen=True)
-class PairAtPosition:
-    """S, WT, WTrand and L of one pair at one position, with 95% intervals and counts (the names
-    of estimators/summary.py's PairSummary)."""
+class PairAtPosition(PairEstimates):
+    """S, WT, WTrand and L of one pair at one position, with 95% intervals and counts."""
 
-    pair: str
-    S: float
-    S_ci: Interval
-    n_S: int
-    tool_plus: int
-    tool_minus: int
-    WT: float
-    WT_ci: Interval
-    WTrand: float
-    WTrand_ci: Interval
-    L: float
-    L_ci: Interval
-    n_WT: int
-    F: int
-    H: int
     bootstrap_undefined: dict[str, int] = field(default_factory=dict)
 
 
@@ -111,27 +94,12 @@ def pair_at_position(
 ) -> PairAtPosition:
     """The estimates of `pair` on one position table (module docstring)."""
     rows = table.table
-    base, plus, minus = pair_arrays(rows, pair)
-    sens, targ = sensitivity(plus, minus), targeting(rows.s, base, plus, minus)
     resample = bootstrap_clustered if rows.is_clustered else bootstrap
     boot = resample(rows, n_boot, seed, pair=pair)
+    found = summarize_pair(rows, pair, boot)  # Table 1's estimates, on this position's rows
+    shared = [f.name for f in fields(PairEstimates)]
     return PairAtPosition(
-        pair=pair,
-        S=sens.S,
-        S_ci=boot.S,
-        n_S=sens.n_S,
-        tool_plus=sens.tool_plus,
-        tool_minus=sens.tool_minus,
-        WT=targ.WT,
-        WT_ci=boot.WT,
-        WTrand=targ.WTrand,
-        WTrand_ci=boot.WTrand,
-        L=targ.L,
-        L_ci=boot.L,
-        n_WT=targ.n_WT,
-        F=targ.F,
-        H=targ.H,
-        bootstrap_undefined=boot.undefined,
+        **{name: getattr(found, name) for name in shared}, bootstrap_undefined=boot.undefined
     )
 
 

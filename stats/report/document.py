@@ -108,7 +108,8 @@ def stats_files(
 ) -> dict[str, str]:
     """File name -> text of every file `nudge stats` writes: stats.json and the experiment
     tables; the delegation-value tables when a run was resolved; grounding.json and its tables
-    when a run stored signals; the by-position table when a run forked arms at extra cuts."""
+    when a run stored signals; the by-position table when a run forked arms at extra cuts; the
+    opener table when arms carry P(TOOL); the samples table when arms were sampled N times."""
     files = {
         STATS_FILE: _json(stats_document(summaries, run_dirs, values, positions, openers, samples)),
         "table.md": experiment_tables.render_markdown(summaries),
@@ -181,44 +182,34 @@ def read_stats(path: str | Path) -> list[ExperimentSummary]:
         raise RecordsError(f"{file}: {exc}") from None
 
 
-def read_values(path: str | Path) -> list[DelegationValueSummary]:
-    """The delegation-value summaries stored in a stats.json ([] when it holds none)."""
+def _read_key(path: str | Path, key: str, kind):
+    """The list under `key` of a stats.json, read back as `kind` objects ([] when absent)."""
     file = stats_file(path)
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
-        return from_jsonable(list[DelegationValueSummary], document.get(VALUE_KEY, []))
+        return from_jsonable(list[kind], document.get(key, []))
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordsError(f"{file}: {exc}") from None
+
+
+def read_values(path: str | Path) -> list[DelegationValueSummary]:
+    """The delegation-value summaries stored in a stats.json ([] when it holds none)."""
+    return _read_key(path, VALUE_KEY, DelegationValueSummary)
 
 
 def read_positions(path: str | Path) -> list[PositionSummary]:
     """The by-position summaries stored in a stats.json ([] when it holds none)."""
-    file = stats_file(path)
-    try:
-        document = json.loads(file.read_text(encoding="utf-8"))
-        return from_jsonable(list[PositionSummary], document.get(POSITION_KEY, []))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RecordsError(f"{file}: {exc}") from None
+    return _read_key(path, POSITION_KEY, PositionSummary)
 
 
 def read_openers(path: str | Path) -> list[ExperimentOpeners]:
     """The opener checks stored in a stats.json ([] when it holds none)."""
-    file = stats_file(path)
-    try:
-        document = json.loads(file.read_text(encoding="utf-8"))
-        return from_jsonable(list[ExperimentOpeners], document.get(OPENERS_KEY, []))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RecordsError(f"{file}: {exc}") from None
+    return _read_key(path, OPENERS_KEY, ExperimentOpeners)
 
 
 def read_samples(path: str | Path) -> list[ExperimentSamples]:
     """The sampled pairs stored in a stats.json ([] when it holds none)."""
-    file = stats_file(path)
-    try:
-        document = json.loads(file.read_text(encoding="utf-8"))
-        return from_jsonable(list[ExperimentSamples], document.get(SAMPLES_KEY, []))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RecordsError(f"{file}: {exc}") from None
+    return _read_key(path, SAMPLES_KEY, ExperimentSamples)
 
 
 def read_run_dirs(path: str | Path) -> list[str]:

@@ -127,19 +127,20 @@ def test_cuts_and_samples_refuse_what_they_cannot_run(model):
         prepare(RunConfig(model=str(model), **{**TINY, "resolve": True}))
     with pytest.raises(ConfigError, match="--cuts '1.5'"):
         prepare(RunConfig(model=str(model), **{**TINY, "cuts": "1.5"}))
-    with pytest.raises(ConfigError, match="--samples-per-arm 3: greedy decoding"):
-        prepare(RunConfig(model=str(model), **{**TINY, "samples_per_arm": 3}))
+    with pytest.raises(ConfigError, match="--samples-per-arm 4: greedy decoding"):
+        prepare(RunConfig(model=str(model), **{**TINY, "samples_per_arm": 4}))
     with pytest.raises(ConfigError, match="--samples-per-arm 0: must be"):
         prepare(RunConfig(model=str(model), **{**SAMPLED, "samples_per_arm": 0}))
 
 
-SAMPLED = dict(TINY, decoding="sampled", seeds=(0, 1), cuts="0.5", samples_per_arm=3)
+SAMPLED = dict(TINY, decoding="sampled", seeds=(0, 1), cuts="0.5", samples_per_arm=4)
 
 
 def test_samples_per_arm_do_not_depend_on_the_batch_schedule_or_workers(model, tmp_path):
-    """Each arm's 3 samples at each cut: the same bytes on both schedules, at any chunking and
-    across worker processes; `nudge verify` replays every unit; the first sample of each arm is
-    the record a run without the flag writes; and each sample equals its prompt run alone."""
+    """Each arm's 4 samples at each cut: the same bytes on both schedules, at any chunking, across
+    worker processes and after a resume that recomputes a damaged arms part; `nudge verify`
+    replays every unit; the first sample of each arm is the record a run without the flag writes;
+    and each sample equals its prompt run alone."""
     records = _run(model, tmp_path / "stream", schedule="stream", **SAMPLED, chunk_size=4)
     first = (tmp_path / "stream" / "records.jsonl").read_bytes()
     _run(model, tmp_path / "units", schedule="units", **SAMPLED, chunk_size=1)
@@ -154,7 +155,7 @@ def test_samples_per_arm_do_not_depend_on_the_batch_schedule_or_workers(model, t
             decoding="sampled",
             seeds="0,1",
             cuts="0.5",
-            samples_per_arm=3,
+            samples_per_arm=4,
             chunk_size=1,
             workers=2,
         )
@@ -163,13 +164,19 @@ def test_samples_per_arm_do_not_depend_on_the_batch_schedule_or_workers(model, t
     assert (tmp_path / "workers" / "records.jsonl").read_bytes() == first
     status, out = run_verify(tmp_path / "units", "--all")
     assert status == 0 and out[-1] == "verdict: PASS", out
+    part = next((tmp_path / "units" / "parts").glob("arms-*.jsonl"))
+    lines = part.read_text(encoding="utf-8").splitlines()
+    part.write_text("".join(x + "\n" for x in lines if '"sample":3' not in x), encoding="utf-8")
+    (tmp_path / "units" / "records.jsonl").unlink()
+    _run(model, tmp_path / "units", schedule="units", **SAMPLED, chunk_size=1)
+    assert (tmp_path / "units" / "records.jsonl").read_bytes() == first
 
     arms = [r for r in records if r.get("prefix_tokens") is not None]
     by_arm: dict[tuple, list[dict]] = {}
     for arm in arms:
         by_arm.setdefault((arm["problem_id"], arm["condition"], arm["seed"], arm.get("at")), [])
         by_arm[(arm["problem_id"], arm["condition"], arm["seed"], arm.get("at"))].append(arm)
-    assert by_arm and all([r.get("sample") for r in rs] == [None, 1, 2] for rs in by_arm.values())
+    assert by_arm and all([r.get("sample") for r in rs] == [None, 1, 2, 3] for rs in by_arm.values())
     assert any(len({tuple(r["generated_ids"]) for r in rs}) > 1 for rs in by_arm.values())
 
     # the first samples are a run without the flag, line for line
@@ -196,4 +203,4 @@ def test_samples_per_arm_do_not_depend_on_the_batch_schedule_or_workers(model, t
             (alone,) = engine.generate([prompt + splice], params)
             assert alone.token_ids == record["generated_ids"], (pid, code, at, k)
             checked += 1
-    assert checked == 12
+    assert checked == 16
