@@ -176,7 +176,9 @@ def test_samples_per_arm_do_not_depend_on_the_batch_schedule_or_workers(model, t
     for arm in arms:
         by_arm.setdefault((arm["problem_id"], arm["condition"], arm["seed"], arm.get("at")), [])
         by_arm[(arm["problem_id"], arm["condition"], arm["seed"], arm.get("at"))].append(arm)
-    assert by_arm and all([r.get("sample") for r in rs] == [None, 1, 2, 3] for rs in by_arm.values())
+    assert by_arm and all(
+        [r.get("sample") for r in rs] == [None, 1, 2, 3] for rs in by_arm.values()
+    )
     assert any(len({tuple(r["generated_ids"]) for r in rs}) > 1 for rs in by_arm.values())
 
     # the first samples are a run without the flag, line for line
