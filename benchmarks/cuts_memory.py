@@ -12,7 +12,7 @@ each. For each problem whose B closed, the runner's own arm forks (splice/run/un
 start) run on a fresh engine twice: as `nudge run` submits them (one
 trunk of the base's KV, each fork reading its first tokens of it), and with the trunk taken off
 (a stem of its own per fork, as before trunks). Each is measured by the engine's own accounting,
-the pool's peak blocks in use (`KVPool.peak_in_use`), beside the bound the issue sets: 1.3 x (one
+the pool's peak blocks in use (`KVPool.peak_in_use`), beside the bound the trunk is held to: 1.3 x (one
 base trace, the base's prompt and reasoning, plus the live arms, each arm's splice and
 generation), in blocks. The arms' tokens are checked equal in the two. Memory figures, so the
 machine need not be idle; writes its section of RESULTS.md.

@@ -78,7 +78,7 @@ def _read_keys(path: Path) -> tuple[list[RecordKey], dict[RecordKey, int | None]
             if key.condition in BASE_CODES:
                 boundaries.setdefault(key, boundary_of(record))
                 cuts.setdefault(key, [int(at) for at in record.get("cuts") or ()])
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise _Unreadable(f"{path}:{line.number}: not a record (field {exc})") from None
         keys.append(key)
     return keys, boundaries, cuts

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from nudgeability.splice.experiment.sentence_split import sentence_chars
+from nudgeability.splice.experiment.sentence_split import sentence_chars, token_holding
 
 KINDS = ("all", "fractions", "sentences")
 
@@ -83,14 +83,9 @@ def sentence_cuts(ids: Sequence[int], decode: Callable[[list[int]], str]) -> lis
     ids = list(ids)
     if not ids:
         return []
-    starts = sentence_chars(decode(ids))[1:]
-    if not starts:
-        return []
-    lengths = [len(decode(ids[:i])) for i in range(len(ids))]
     cuts = []
-    for target in starts:
-        # the last token whose prefix decodes to at most `target` characters holds it
-        i = max((i for i, n in enumerate(lengths) if n <= target), default=0)
+    for target in sentence_chars(decode(ids))[1:]:
+        i = token_holding(ids, decode, target)
         if i > 0 and (not cuts or i > cuts[-1]):
             cuts.append(i)
     return cuts

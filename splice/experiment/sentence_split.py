@@ -54,10 +54,23 @@ def last_sentence_start(ids: Sequence[int], decode: Callable[[list[int]], str]) 
     ids = list(ids)
     if not ids:
         return 0
-    target = last_sentence_char(decode(ids))
-    # the token holding `target`: the last i whose prefix decodes to at most `target` characters;
-    # the last sentence is short next to the reasoning, so walk back from the end
-    for i in range(len(ids) - 1, 0, -1):
-        if len(decode(ids[:i])) <= target:
-            return i
-    return 0
+    return token_holding(ids, decode, last_sentence_char(decode(ids)))
+
+
+def token_holding(ids: list[int], decode: Callable[[list[int]], str], target: int) -> int:
+    """The index of the token of `ids` that holds character `target` of their text: the last i
+    in [0, len(ids)) whose prefix `ids[:i]` decodes to at most `target` characters.
+
+    Found by bisection, in O(log n) decodes, since the prefixes' lengths only pass `target`
+    once: every prefix past that token decodes the text up to `target` and at least one more
+    character (the character itself, or a replacement character for its first bytes), so no
+    longer prefix falls back to `target` or below.
+    """
+    low, high = 0, len(ids) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(decode(ids[:middle])) <= target:
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -31,9 +31,8 @@ import numpy as np
 
 from nudgeability.splice.rundir.records import Record
 
+from ..actions import SELF, TOOL, action_code
 from ..resampling.bootstrap import Interval, Resamples, percentile_interval
-
-TOOL, SELF = "TOOL", "SELF"
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def opener_checks(
         row = rows.setdefault(record.condition, {}).setdefault(
             (record.problem_id, record.seed), [scored.p_tool, scored.p_answer, []]
         )
-        row[2].append(record.action.kind)
+        row[2].append(action_code(record.action.kind))
     return [_check(code, found, n_boot, seed) for code, found in rows.items()]
 
 

@@ -26,9 +26,8 @@ import numpy as np
 from nudgeability.splice.experiment.conditions import PAIRS
 from nudgeability.splice.rundir.records import Record
 
+from ..actions import TOOL, action_code, completed
 from ..resampling.bootstrap import Interval, Resamples, percentile_interval
-
-COMPLETED = ("SELF", "TOOL", "OTHER")
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ def sampled_pairs(
 ) -> list[SampledPair]:
     """One `SampledPair` per pair with both sides present, in PAIRS order; [] when no arm has a
     further sample (a run without `--samples-per-arm`)."""
-    actions: dict[str, dict[tuple[str, int], list[tuple[int, str]]]] = {}
+    actions: dict[str, dict[tuple[str, int], list[tuple[int, int]]]] = {}
     further = False
     for record in records:
         if record.at is not None or record.condition == "consistency":
@@ -70,7 +69,7 @@ def sampled_pairs(
         further |= record.sample is not None
         kept = actions.setdefault(record.condition, {})
         kept.setdefault((record.problem_id, record.seed), []).append(
-            (-1 if record.sample is None else record.sample, record.action.kind)
+            (-1 if record.sample is None else record.sample, action_code(record.action.kind))
         )
     if not further:
         return []
@@ -81,25 +80,25 @@ def sampled_pairs(
     return [p for p in found if p is not None]
 
 
-def _share(samples: list[tuple[int, str]]) -> tuple[float, int]:
-    done = [kind for _, kind in samples if kind in COMPLETED]
-    return (sum(kind == "TOOL" for kind in done) / len(done), len(done)) if done else (np.nan, 0)
+def _share(samples: list[tuple[int, int]]) -> tuple[float, int]:
+    codes = np.array([code for _, code in samples], dtype=np.int8)
+    done = codes[completed(codes)]
+    return (float((done == TOOL).mean()), len(done)) if len(done) else (np.nan, 0)
 
 
-def _first(samples: list[tuple[int, str]]) -> float:
-    kind = min(samples)[1]
-    return float(kind == "TOOL") if kind in COMPLETED else np.nan
+def _first(samples: list[tuple[int, int]]) -> float:
+    code = np.int8(min(samples)[1])
+    return float(code == TOOL) if completed(code) else np.nan
 
 
 def _pair(name: str, plus: dict, minus: dict, n_boot: int, seed: int) -> SampledPair | None:
-    rows = [key for key in plus if key in minus]
-    shares = [(_share(plus[k]), _share(minus[k])) for k in rows]
-    kept = [k for k, ((_, a), (_, b)) in zip(rows, shares) if a and b]
+    shares = {k: (_share(plus[k]), _share(minus[k])) for k in plus if k in minus}
+    kept = [k for k, ((_, a), (_, b)) in shares.items() if a and b]
     if not kept:
         return None
-    share_plus = np.array([_share(plus[k])[0] for k in kept])
-    share_minus = np.array([_share(minus[k])[0] for k in kept])
-    counts = [_share(plus[k])[1] + _share(minus[k])[1] for k in kept]
+    share_plus = np.array([shares[k][0][0] for k in kept])
+    share_minus = np.array([shares[k][1][0] for k in kept])
+    counts = [shares[k][0][1] + shares[k][1][1] for k in kept]
     diff = share_minus - share_plus
     problems = {pid: i for i, pid in enumerate(dict.fromkeys(pid for pid, _ in kept))}
     draws = Resamples.draw(np.array([problems[pid] for pid, _ in kept]), n_boot, seed)

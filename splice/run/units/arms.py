@@ -108,16 +108,16 @@ def arm_request(
     prompt = list(ctx.prepared.prompts[index].for_base(base))
     prefix = prompt + reasoning
     # each arm's samples side by side: the first keeps the arm's stream, sample k its own
-    samples = [None, *range(1, config.samples_per_arm)]
-    arms = [arm for arm in arms for _ in samples]
+    rows = [(arm, k) for arm in arms for k in [None, *range(1, config.samples_per_arm)]]
+    arms, samples = [arm for arm, _ in rows], [k for _, k in rows]
     suffixes = [list(ctx.prepared.splices[arm.code]) for arm in arms]
     params = []
-    for arm, k in zip(arms, samples * (len(arms) // len(samples))):
+    for arm, k in rows:
         p = ctx.params(seed, problem.id, arm.code, config.max_new_tokens_arm)
         params.append(p if k is None else replace(p, seed_key=(*p.seed_key, k)))
     shared = ctx.shared(base, prompt)
     request = ForkRequest(prefix, suffixes, params, stem=len(reasoning) + 1, shared=shared)
-    group = ArmGroup(index, base, arms, len(reasoning), at, samples * (len(arms) // len(samples)))
+    group = ArmGroup(index, base, arms, len(reasoning), at, samples)
     if config.likelihoods:  # scored once per arm, on its first sample's row
         family = ctx.prepared.family
         group.openers = action_openers(family, ctx.prepared.task, base)
