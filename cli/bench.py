@@ -1,4 +1,4 @@
-"""`nudge bench`: throughput of splice arms on your model and hardware (bench/sweep.py).
+"""`nudge bench`: throughput of splice arms on your model and hardware (costs/sweep.py).
 
 nudge bench                                         # SmolLM2, arms 1,4,16,64 x prefix 512,2048,8192
 nudge bench --model DIR --device cuda --dtype bfloat16 --baseline
@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     prefixes = _counts(args.prefix, "--prefix")
     if args.new < 1:
         raise ValueError(f"--new {args.new}: must be >= 1")
-    from nudgeability.bench.sweep import BenchOptions, run_bench
+    from nudgeability.costs.sweep import BenchOptions, run_bench
 
     options = BenchOptions(
         model=args.model,

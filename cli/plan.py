@@ -6,8 +6,8 @@ nudge plan --paper                            # the paper's nine models x two ta
 nudge plan --from-run runs/pilot --n 1000     # lengths measured on a pilot run's records
 nudge plan ... --json                         # one JSON object; `wall_seconds`, `gpu_hours`
 
-It prepares the run as `nudge run` would and measures its engine (nudgeability.estimate,
-estimate/README.md); the flags are `nudge run`'s.
+It prepares the run as `nudge run` would and measures its engine (nudgeability.costs.estimate,
+costs/README.md); the flags are `nudge run`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def register(subparsers) -> None:
         description="Prepare the run `nudge run` would with these flags, measure its engine on "
         "this device for a few seconds (prefill rate, decode step at the rows the run reaches), "
         "and estimate its wall time; with --paper, the paper's whole open-weight campaign "
-        "(nine models x two tasks, estimate/paper_campaign.toml) on this device. Every "
+        "(nine models x two tasks, costs/estimate/paper_campaign.toml) on this device. Every "
         "assumption is printed.",
     )
     add_config_flags(plan)
@@ -60,8 +60,8 @@ def register(subparsers) -> None:
 def _lengths(args: argparse.Namespace):
     from dataclasses import replace
 
-    from nudgeability.estimate import Lengths
-    from nudgeability.estimate.workload import lengths_from_run
+    from nudgeability.costs.estimate import Lengths
+    from nudgeability.costs.estimate.workload import lengths_from_run
 
     lengths = lengths_from_run(args.from_run) if args.from_run else Lengths()
     given = {  # flag -> its value and the fields it sets
@@ -78,10 +78,10 @@ def _lengths(args: argparse.Namespace):
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from nudgeability.estimate import report
-    from nudgeability.estimate.campaign import load_campaign
-    from nudgeability.estimate.rates_cache import CachedRates, save_rates
-    from nudgeability.estimate.run_estimate import estimate_paper, estimate_run, measure_run
+    from nudgeability.costs.estimate import report
+    from nudgeability.costs.estimate.campaign import load_campaign
+    from nudgeability.costs.estimate.rates_cache import CachedRates, save_rates
+    from nudgeability.costs.estimate.run_estimate import estimate_paper, estimate_run, measure_run
 
     config = config_from_args(args)
     lengths = _lengths(args)

@@ -203,8 +203,8 @@ def _run_workers(args: argparse.Namespace, requested, workers: int) -> int:
 
 
 def _announce(prepared, workers: int = 1) -> None:
-    """The run's expected work and time, before it starts (estimate/run_estimate.py)."""
-    from nudgeability.estimate.run_estimate import announcement
+    """The run's expected work and time, before it starts (costs/estimate/run_estimate.py)."""
+    from nudgeability.costs.estimate.run_estimate import announcement
 
     print(announcement(prepared, workers), file=sys.stderr, flush=True)
 

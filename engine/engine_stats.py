@@ -23,7 +23,9 @@ class StepRecord:
     waiting: int  # rows not admitted yet, in admitted or waiting groups
     kv_blocks: int  # pool blocks in use after the step
     live_tokens: int  # token slots whose KV is written and still needed, after the step
-    seconds: float = 0.0  # wall time of the step (what `nudge plan` measures: estimate/rates.py)
+    seconds: float = (
+        0.0  # wall time of the step (what `nudge plan` measures: costs/estimate/rates.py)
+    )
 
 
 @dataclass

@@ -8,7 +8,7 @@ Each folder is a layer; data flows one way (task -> prompts -> engine or backend
 - run/: one `nudge run`: its configuration (config.py), the checks naming the flag at fault
   (validation.py), the pipeline that resolves it (prepare.py), the units of work (units.py,
   consistency.py, resolve.py, signals.py), the runner (runner.py), a server instead of the engine
-  (remote.py); the throughput sweep of `nudge bench` is nudgeability.bench.sweep (bench/sweep.py);
+  (remote.py); the throughput sweep of `nudge bench` is nudgeability.costs.sweep (costs/sweep.py);
 - rundir/: the run format, written once: its file names (layout.py), the record types and their
   reader (records.py), the typed manifest and its reader, the plan, the seal, the store, the
   assembly, the part checks and `nudge merge` (README.md);

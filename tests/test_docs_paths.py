@@ -1,5 +1,5 @@
 """Every repository path a README names exists: a path with a folder (`stats/report/tables/grid.py`,
-`bench/`) from the repository's root or from the README's own folder, and a bare module name
+`costs/`) from the repository's root or from the README's own folder, and a bare module name
 (`grid.py`) somewhere under the README's folder (under the root for the top README). A README that
 names a moved or deleted file fails here, not in a newcomer's hands."""
 

@@ -14,7 +14,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("backends", "bench", "cli", "engine", "estimate", "models", "splice", "stats", "util")
+FOLDERS = ("backends", "cli", "costs", "engine", "models", "splice", "stats", "util")
 
 
 def _pyproject() -> dict:

@@ -1,11 +1,11 @@
 """benchkit: the code the scripts of benchmarks/ share. It is not installed (the wheel ships
-only `nudge bench`'s sweep, nudgeability.bench): a script run as `python benchmarks/X.py` has
+only `nudge bench`'s sweep, nudgeability.costs): a script run as `python benchmarks/X.py` has
 benchmarks/ as sys.path[0] and imports `benchkit.X`; the tests find it through pytest's
 `pythonpath` (pyproject.toml).
 
 - `workload.py`: the P1 splice workload's two runs (`run_fork`, `run_hf_per_arm`), `timed`, and
   the scripts' shared options (`workload_parser`); the workload itself is `nudge bench`'s
-  (nudgeability.bench.workload).
+  (nudgeability.costs.splice_workload).
 - `memory.py`: a child process's peak memory (`run_child`) and a process tree's (`tree_peaks`);
   `demo_probes.py`: the probes around an in-process `nudge run` (workers_memory.py).
 - `floor.py`: the linear and attention floors, interleaved with the engine step by step

@@ -1,6 +1,6 @@
 """Peak memory of a child process (`run_child`: it reports its own) and of a whole process tree
 (`tree_peaks`: sampled from outside). This process's own peak is `nudge bench`'s
-(nudgeability.bench.memory: `rss_kib`, `reset_peak`), re-exported here.
+(nudgeability.costs.memory: `rss_kib`, `reset_peak`), re-exported here.
 
 Linux keeps the peak RSS of a process (VmHWM) and lets a process reset it by writing "5" to
 /proc/self/clear_refs, so a child can report: the runtime baseline (Python + torch, no model), the
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from nudgeability.bench.memory import reset_peak, rss_kib
+from nudgeability.costs.memory import reset_peak, rss_kib
 
 __all__ = ["pss", "reset_peak", "rss_kib", "run_child", "tree_peaks"]
 

@@ -1,4 +1,4 @@
-"""The two ways every benchmark runs the splice workload (nudgeability.bench.workload, `nudge
+"""The two ways every benchmark runs the splice workload (nudgeability.costs.splice_workload, `nudge
 bench`'s): `run_fork` forks it on the engine, `run_hf_per_arm` runs HF's greedy reference on each
 arm's whole prompt; `timed` is the wall clock of one call; `workload_parser` the P1 options."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from nudgeability.bench.workload import Workload, hf_generate, splice_workload
+from nudgeability.costs.splice_workload import Workload, hf_generate, splice_workload
 from nudgeability.engine import SamplingParams
 
 __all__ = [

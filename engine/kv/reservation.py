@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from nudgeability.engine.decode_floor import activation_dtype, layer_kv_widths
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.kv.kv_pool import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -20,6 +19,7 @@ from nudgeability.engine.kv.kv_pool import (
     pool_blocks_for,
     step_margin_bytes,
 )
+from nudgeability.engine.kv.layers import activation_dtype, layer_kv_widths
 from nudgeability.engine.scheduling.group_shape import GroupShape
 from nudgeability.engine.sequence import Group, sources
 

@@ -5,7 +5,7 @@ seeds, the self-consistency samples, every arm of B and oracle_B) times the mean
 sequence of that phase has generated so far in this run (half its budget until one has), over
 the tokens generated per second of wall time since the first computed unit began. The
 resolution phase, whose calls are not known ahead, is not in it. `nudge plan`
-(estimate/README.md) estimates the same work before the run starts.
+(costs/README.md) estimates the same work before the run starts.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nudgeability.bench.reference import RTOL
+from nudgeability.models.testing.reference import RTOL
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -76,10 +76,10 @@ def test_a_failed_hf_request_fails_the_comparison_instead_of_timing_it():
 def test_the_campaign_lets_a_row_part_from_hf_only_at_hfs_own_near_tie():
     """The campaign's "tokens against HF": a row whose tokens part from HF's counts only where
     HF's own margin at that step (its top-1 against the engine's token) is a near-tie
-    (nudgeability.bench.reference `near_tie`); a parting at a wide margin is counted against."""
+    (nudgeability.models.testing.reference `near_tie`); a parting at a wide margin is counted against."""
     import torch
 
-    from nudgeability.bench.reference import RTOL, hf_greedy
+    from nudgeability.models.testing.reference import RTOL, hf_greedy
     from nudgeability.models.testing.tiny import tiny_model
 
     torch.manual_seed(0)

@@ -1,12 +1,12 @@
 """Random token ids, and the checks against THE reference every generation in the suite is held
 to: HF `generate(do_sample=False)` on one sequence alone (`hf_greedy`, owned by
-nudgeability.bench.reference, with the near-tie rule `parting` / `near_tie`)."""
+nudgeability.models.testing.reference, with the near-tie rule `parting` / `near_tie`)."""
 
 from __future__ import annotations
 
 import torch
 
-from nudgeability.bench.reference import hf_greedy, near_tie, parting
+from nudgeability.models.testing.reference import hf_greedy, near_tie, parting
 
 ARCHS = ("llama", "qwen3", "glm4", "gemma4")
 

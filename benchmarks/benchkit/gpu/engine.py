@@ -17,7 +17,7 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
    forward called directly on the same buffers (bitwise equal or not; CUDA only);
 3. **decode steps against the bandwidth floor**: the median step at 1, 12, 64 and 256 rows (groups
    of up to 16 arms on 1,024-token prefixes), with and without static decode / CUDA graphs,
-   against the bytes the step reads over the measured copy bandwidth (engine/decode_floor.py, the
+   against the bytes the step reads over the measured copy bandwidth (costs/floor.py, the
    one floor); a row that fails says so and the others still run;
 4. **prefill**: one prompt's prefill through the engine against HF's forward of it, tokens/s;
 5. **the campaign workload against HF `generate_batch`**: bases (prompts of 1,024 random tokens,

@@ -1,5 +1,5 @@
 """The timed parts of the GPU check's engine section (`engine.py`, which runs them): decode steps
-against the bandwidth floor (engine/decode_floor.py, the one floor), one prompt's prefill against
+against the bandwidth floor (costs/floor.py, the one floor), one prompt's prefill against
 HF's forward, and the campaign workload against HF's `generate_batch`. Each part takes the model
 and the section's sizes and returns rows `(check, result)`."""
 
@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s
+from nudgeability.costs.floor import copy_bandwidth, step_floor_s
 
 from .engine_inputs import Row, greedy_params, make_engine, random_ids, sync
 
@@ -75,7 +75,7 @@ def decode_floor(model, sizes) -> list[Row]:
     bandwidth = copy_bandwidth(model.device, sizes["copy_gib"])
     rows = [
         (
-            "copy bandwidth (read + write, engine/decode_floor.py)",
+            "copy bandwidth (read + write, costs/floor.py)",
             f"{bandwidth / 1e12:.3f} TB/s",
         )
     ]
@@ -221,10 +221,10 @@ def _hf_generate_batch(model, sizes, inputs: list[list[int]], new: int):
 
 def hf_margins(model, inputs, ours, theirs) -> list[float | None]:
     """For each row, None where the engine's tokens (`ours`) are HF's (`theirs`), else HF's own
-    margin where they part (nudgeability.bench.reference `parting`): at the first step that
+    margin where they part (nudgeability.models.testing.reference `parting`): at the first step that
     differs, HF's logits after the input and the tokens both made (THE reference, `hf_greedy`),
     its top-1 against the engine's token, relative to the largest |logit|."""
-    from nudgeability.bench.reference import hf_greedy, parting
+    from nudgeability.models.testing.reference import hf_greedy, parting
 
     margins = []
     for ids, a, b in zip(inputs, ours, theirs):
@@ -241,7 +241,7 @@ def hf_margins(model, inputs, ours, theirs) -> list[float | None]:
 def _same(ours, theirs, margins, rtol: float) -> str:
     """How many rows' tokens are identical or part only at HF's own near-tie (`near_tie` of
     `margins`, hf_margins), and the tokens that agree position by position."""
-    from nudgeability.bench.reference import near_tie
+    from nudgeability.models.testing.reference import near_tie
 
     tied = [m for m in margins if m is not None and near_tie(m, rtol)]
     rows = sum(m is None for m in margins) + len(tied)
@@ -259,7 +259,7 @@ def campaign(model, sizes) -> list[Row]:
     as `nudge run --static-decode`, and eagerly) and for HF's `generate_batch` (its first call
     on the model, so its time includes whatever it sets up per model). Each engine's tokens are
     compared with HF's: a row may part from HF's only where HF's own margin between its top-1
-    and the engine's token is a tie at the dtype's logit tolerance (nudgeability.bench.reference
+    and the engine's token is a tie at the dtype's logit tolerance (nudgeability.models.testing.reference
     `near_tie`: kernels that reduce in another order, on a deep or tiny random model, can tip such
     a tie either way); the row counts the others, a figure here, a failure in the dry-run test."""
     try:
@@ -299,7 +299,7 @@ def campaign(model, sizes) -> list[Row]:
             f"arms {n_arm / h_arms:.0f} tok/s ({h_arms:.1f} s)",
         )
     ]
-    from nudgeability.bench.reference import RTOL
+    from nudgeability.models.testing.reference import RTOL
 
     rtol = RTOL[model.dtype]
     for name, (t_bases, t_arms, base_tokens, arm_tokens) in ours.items():

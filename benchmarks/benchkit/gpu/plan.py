@@ -4,11 +4,11 @@ weight format, a profile of one graphed step by kernel class, and `nudge plan` o
 - **default path**: the engine as `nudge run --device cuda` builds it (static decode, CUDA
   graphs) on the random-init Qwen3-8B shape in bf16, and with its linears in FP8 and W4A16
   (quant.py `swap`), decode steps at 1 / 12 / 64 / 256 / 512 rows against the bandwidth floor
-  (engine_speed.py `_floor_cell`, engine/decode_floor.py);
+  (engine_speed.py `_floor_cell`, costs/floor.py);
 - **profile**: one graphed 12-row step under `torch.profiler`, its device time by kernel class
   (GEMM, attention, norms, rotary, elementwise, copies, sampling, other): what is not weight or
   KV reads;
-- **plan**: `nudge plan`'s measurement and estimate (nudgeability.estimate) of a demo-sized run
+- **plan**: `nudge plan`'s measurement and estimate (nudgeability.costs.estimate) of a demo-sized run
   of this model and of the paper's whole campaign on this device; the model is the random-init
   shape with the tiny Qwen3 tokenizer (models/testing), whose byte-level prompts are longer than
   a real tokenizer's: the campaign's prompt tokens are too (say so beside the figure).
@@ -51,7 +51,7 @@ def kernel_class(name: str) -> str:
 
 
 def default_path(model, sizes, rows=ROWS) -> list[Row]:
-    from nudgeability.engine.decode_floor import copy_bandwidth
+    from nudgeability.costs.floor import copy_bandwidth
 
     bandwidth = copy_bandwidth(model.device, sizes["copy_gib"])
     out = []
@@ -134,9 +134,9 @@ def profile(model, sizes) -> list[Row]:
 
 
 def plan(model, sizes, dry_run: bool) -> list[Row]:
-    from nudgeability.estimate import Lengths
-    from nudgeability.estimate.campaign import load_campaign
-    from nudgeability.estimate.run_estimate import estimate_paper, estimate_run, measure_run
+    from nudgeability.costs.estimate import Lengths
+    from nudgeability.costs.estimate.campaign import load_campaign
+    from nudgeability.costs.estimate.run_estimate import estimate_paper, estimate_run, measure_run
     from nudgeability.models.loader import LoadedModel, ModelSource
     from nudgeability.models.testing.tiny_tokenizers import tiny_tokenizer
     from nudgeability.splice.run.config import RunConfig
@@ -186,7 +186,7 @@ def plan(model, sizes, dry_run: bool) -> list[Row]:
             f"{run.generated_tokens:,.0f} new tokens expected",
         ),
         (
-            "plan: the paper's campaign (9 models x 2 tasks, estimate/paper_campaign.toml)",
+            "plan: the paper's campaign (9 models x 2 tasks, costs/estimate/paper_campaign.toml)",
             f"{paper.gpu_hours:.1f} hours of this device; per model: "
             + ", ".join(f"{m} {h:.1f}" for m, h in hours.items())
             + " (prompts as the tiny byte-level tokenizer counts them: longer than real)",

@@ -14,7 +14,7 @@ the flat decoding `table[code] * absmax` (bitsandbytes' formula) written here.
    took is named) against the exact dequantise-then-`F.linear`, at 1, 12 and 64 rows, bf16.
 2. A random-init Qwen3-8B-shaped model (36 layers; bf16), each format swapped into it in turn:
    one decode step (B new tokens against a 256-token cache) at B = 1, 12, 64, median of CUDA-event
-   timings, against the bf16 model and against the bandwidth floor of engine/decode_floor.py
+   timings, against the bf16 model and against the bandwidth floor of costs/floor.py
    (every weight as stored but the embedding table, the LM head in bf16, the KV cache, over the
    copy bandwidth measured here: the one floor engine.py uses too).
 
@@ -31,7 +31,7 @@ import types
 
 import torch
 
-from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s
+from nudgeability.costs.floor import copy_bandwidth, step_floor_s
 from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3, decoder_sizes
 
 ROWS = (1, 12, 64)
@@ -147,8 +147,8 @@ def restore(model, originals: dict) -> None:
 
 
 def stored_bytes(model) -> int:
-    """Bytes a decode step reads from weights (engine/decode_floor.py `weight_read_bytes`)."""
-    from nudgeability.engine.decode_floor import weight_read_bytes
+    """Bytes a decode step reads from weights (costs/floor.py `weight_read_bytes`)."""
+    from nudgeability.costs.floor import weight_read_bytes
 
     return weight_read_bytes(model)
 

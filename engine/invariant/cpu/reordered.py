@@ -44,7 +44,7 @@ class ReorderedLinear(torch.nn.Module):
         self.parts = reorder_slices(linear.weight, slices)
         self.bias = linear.bias
         # what a forward reads of the weight, which no parameter or buffer holds now
-        # (engine/decode_floor.py `weight_read_bytes` counts it)
+        # (costs/floor.py `weight_read_bytes` counts it)
         self.read_bytes = linear.weight.numel() * linear.weight.element_size()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

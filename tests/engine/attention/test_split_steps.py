@@ -68,8 +68,8 @@ def test_the_fused_greedy_ids_are_the_argmax_of_the_lm_head_and_hf_s_tokens(monk
     (`graphed_decode.with_greedy_head`): at every such step they equal the argmax of the model's
     own head on the same hidden states, and the completions equal HF's solo greedy tokens and
     those of the un-fused path (the same work keeping its logits)."""
-    from nudgeability.bench.reference import hf_greedy
     from nudgeability.engine import engine as engine_module
+    from nudgeability.models.testing.reference import hf_greedy
 
     model = tiny_model("qwen3", num_layers=2, seed=8)
     head = model.get_output_embeddings()

@@ -1,4 +1,4 @@
-"""The bandwidth floor of a decode step (engine/decode_floor.py): the bytes it reads, counted by
+"""The bandwidth floor of a decode step (costs/floor.py): the bytes it reads, counted by
 hand for tiny configs written out here, and the one floor both GPU benchmark scripts use."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nudgeability.engine.decode_floor import (
+from nudgeability.costs.floor import (
     floor_seconds,
     kv_read_bytes,
     kv_slot_bytes,

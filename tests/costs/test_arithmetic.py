@@ -1,4 +1,4 @@
-"""The estimator's arithmetic (estimate/rates.py, schedule.py, campaign.py) against cases worked
+"""The estimator's arithmetic (costs/estimate/rates.py, schedule.py, campaign.py) against cases worked
 by hand in each test's comments: step interpolation, the floor and its efficiency, the two
 schedules' seconds, the campaign's scaling, rows and file errors."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nudgeability.estimate.campaign import (
+from nudgeability.costs.estimate.campaign import (
     CampaignError,
     CampaignModel,
     Format,
@@ -14,9 +14,9 @@ from nudgeability.estimate.campaign import (
     model_rows,
     scaled_rates,
 )
-from nudgeability.estimate.rates import Rates, row_counts, staggered_budgets
-from nudgeability.estimate.schedule import parts, stream_timeline, units_timeline
-from nudgeability.estimate.workload import BaseWork, Lengths, Workload
+from nudgeability.costs.estimate.rates import Rates, row_counts, staggered_budgets
+from nudgeability.costs.estimate.schedule import parts, stream_timeline, units_timeline
+from nudgeability.costs.estimate.workload import BaseWork, Lengths, Workload
 
 
 def rates(decode=((1, 0.1),), prefill=100.0, weight=0, kv=0, context=0.0, bw=1e10) -> Rates:
@@ -242,7 +242,7 @@ def test_each_seed_is_a_unit_of_its_own():
 def test_cpu_workers_share_a_campaign_runs_problems():
     from dataclasses import replace
 
-    from nudgeability.estimate.campaign import TaskShape, estimate_campaign
+    from nudgeability.costs.estimate.campaign import TaskShape, estimate_campaign
 
     shape = TaskShape({"NT": 10.0, "B": 12.0}, {"NT": 0, "B": 0}, {"B": (3, 3)})
     one = replace(load_campaign(), tasks=("strategyqa",), problems=2)
@@ -260,7 +260,7 @@ def test_cpu_workers_share_a_campaign_runs_problems():
     [(None, 1, 1), ("0.25,0.5", 1, 3), ("sentences:2,4,6", 3, 12), ("all", 2, 18)],
 )
 def test_each_arm_runs_once_per_cut_and_sample(cuts, samples, copies):
-    from nudgeability.estimate.workload import ALL_CUTS_ASSUMED, arm_copies
+    from nudgeability.costs.estimate.workload import ALL_CUTS_ASSUMED, arm_copies
     from nudgeability.splice.run.config import RunConfig
 
     config = RunConfig(cuts=cuts, samples_per_arm=samples)

@@ -1,5 +1,5 @@
 """`nudge plan` end to end on the embedded model: the run it would make, measured, estimated and
-printed (estimate/run_estimate.py, report.py, cli/plan.py), and the lengths a run's records give."""
+printed (costs/estimate/run_estimate.py, report.py, cli/plan.py), and the lengths a run's records give."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from nudgeability.cli import main
-from nudgeability.estimate import Lengths
-from nudgeability.estimate.campaign import load_campaign
-from nudgeability.estimate.report import as_json, as_text
-from nudgeability.estimate.run_estimate import estimate_paper, estimate_run, measure_run
-from nudgeability.estimate.workload import lengths_from_records
+from nudgeability.costs.estimate import Lengths
+from nudgeability.costs.estimate.campaign import load_campaign
+from nudgeability.costs.estimate.report import as_json, as_text
+from nudgeability.costs.estimate.run_estimate import estimate_paper, estimate_run, measure_run
+from nudgeability.costs.estimate.workload import lengths_from_records
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 
@@ -93,7 +93,7 @@ def test_the_announcement_of_a_run_whose_chunk_size_the_pool_will_set(tmp_path, 
     `nudge run` prints at its start must not need one."""
     from dataclasses import replace
 
-    from nudgeability.estimate.run_estimate import announcement
+    from nudgeability.costs.estimate.run_estimate import announcement
 
     monkeypatch.setenv("NUDGE_CACHE", str(tmp_path))  # no rates measured here
     prepared = prepare(RunConfig(task="strategyqa", n=2))

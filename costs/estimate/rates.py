@@ -8,7 +8,7 @@ staggered so that they end in turn and the decode steps run a segment at each ro
 first (`staggered_budgets`); each step's wall time (engine/engine_stats.py `StepRecord.seconds`)
 after the first few of a segment (which allocate, compile or capture). `Rates.step_seconds`
 interpolates between the measured row counts and adds, for a step that reads more KV than the
-measured one, those bytes at the device's copy bandwidth (engine/decode_floor.py: the floor's
+measured one, those bytes at the device's copy bandwidth (costs/floor.py: the floor's
 own KV term), slowed by the measured step's efficiency against its floor.
 """
 
@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from nudgeability.engine import SamplingParams
-from nudgeability.engine.decode_floor import (
+from nudgeability.costs.floor import (
     activation_dtype,
     copy_bandwidth,
     layer_kv_widths,
     weight_read_bytes,
 )
+from nudgeability.engine import SamplingParams
 
 WARM_STEPS = 2  # decode steps left out of each measurement: allocation, compilation, capture
 STEPS = 6  # decode steps measured at each row count
@@ -89,7 +89,7 @@ class Rates:
         return kv
 
     def floor_seconds(self, rows: float, slots: float | None = None) -> float:
-        """The bandwidth floor of a step (engine/decode_floor.py): weights and the KV slots."""
+        """The bandwidth floor of a step (costs/floor.py): weights and the KV slots."""
         slots = self.measured_slots(rows) if slots is None else slots
         return (self.weight_bytes + self._kv_bytes(rows, slots)) / self.copy_bytes_per_s
 
@@ -178,7 +178,7 @@ def measure(engine, prompts: list[tuple[list[int], int]], rows: list[int]) -> Ra
     gib = 0.25 if device.type == "cpu" else 1.0
     size = activation_dtype(model).itemsize
     # what a step reads per slot: every layer's K and V (KV-shared layers read again), a
-    # sliding-window layer's for at most its window (engine/decode_floor.py)
+    # sliding-window layer's for at most its window (costs/floor.py)
     widths = layer_kv_widths(model)
     windows = [w for _, w, _ in widths if w is not None]
     return Rates(

@@ -1,7 +1,7 @@
 """THE reference every generation is checked and timed against: HF `generate(do_sample=False)`
 on one sequence alone. The tests check the engine's arms, a run's records and resolutions and the
 quantised models against it (tests/helpers/engine_reference.py); `nudge bench --baseline` and the
-benchmarks time it per arm (workload.hf_generate).
+benchmarks time it per arm (costs/splice_workload.py `hf_generate`).
 
 Where two runs of the same arithmetic round differently (another reduction order, bf16 kernels),
 greedy tokens may part at a near-tie: `parting` finds the first step where a run leaves the

@@ -32,7 +32,7 @@ from nudgeability.util.progress import progress_bar
 from nudgeability.util.threads import set_threads
 
 from .memory import memory_mark, memory_peak
-from .workload import hf_generate, splice_workload
+from .splice_workload import hf_generate, splice_workload
 
 # HBM bandwidth of common accelerators (GB/s, vendor figures) for the decode floor; others: pass it
 BANDWIDTH_GBS = {"H200": 4800.0, "H100 SXM": 3350.0, "H100 PCIe": 2000.0, "A100": 2039.0}

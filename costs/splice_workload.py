@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from nudgeability.models.testing.reference import hf_greedy
 from nudgeability.splice.tasks import MusiqueTask
-
-from .reference import hf_greedy
 
 SENTENCES = [
     "I am confident in this answer.",

@@ -114,7 +114,7 @@ class Workload:
 
 
 # `--cuts all` cuts after every sentence, a count only the reasoning decides: the estimate takes
-# this many per base (estimate/README.md)
+# this many per base (costs/README.md)
 ALL_CUTS_ASSUMED = 8
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from nudgeability.engine.kv.layers import activation_dtype, layer_kv_widths
+
 
 @dataclass(frozen=True)
 class StepBytes:
@@ -69,29 +71,6 @@ def weight_read_bytes(model: torch.nn.Module) -> int:
     return sum(seen.values()) + held
 
 
-def layer_kv_widths(model: torch.nn.Module) -> list[tuple[int, int | None, bool]]:
-    """Per decoder layer: (K+V values per slot, the layer's window or None, whether it stores KV).
-
-    Read from the attention modules themselves (`k_proj.out_features` is kv_heads x head_dim,
-    quantised layers included), not from the config, whose per-layer fields differ between
-    families and transformers releases (Gemma 4's full layers have their own head size). A
-    layer with no `k_proj` (Gemma 4's KV-shared layers) reads the KV of the last earlier layer of
-    its kind and stores none."""
-    out: list[tuple[int, int | None, bool]] = []
-    last: dict[bool, int] = {}
-    for layer in model.get_decoder().layers:
-        attn = layer.self_attn
-        window = getattr(attn, "sliding_window", None)
-        k_proj = getattr(attn, "k_proj", None)
-        if k_proj is not None:
-            width = 2 * k_proj.out_features
-            last[window is not None] = width
-            out.append((width, window, True))
-        else:
-            out.append((last[window is not None], window, False))
-    return out
-
-
 def kv_slot_bytes(model: torch.nn.Module, element_size: int) -> int:
     """Bytes of K and V one token slot takes in the KV pool, over the layers that store KV."""
     return sum(w for w, _, stores in layer_kv_widths(model) if stores) * element_size
@@ -110,12 +89,6 @@ def kv_read_bytes(model: torch.nn.Module, element_size: int, slots: int, rows: i
 def step_bytes(model: torch.nn.Module, slots: int, rows: int, kv_element_size: int) -> StepBytes:
     """What one decode step of `rows` rows over `slots` distinct KV slots reads."""
     return StepBytes(weight_read_bytes(model), kv_read_bytes(model, kv_element_size, slots, rows))
-
-
-def activation_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The dtype the model computes (and caches K/V) in: its input embedding's, which a quantised
-    checkpoint keeps in full precision (`model.dtype` can be a quantised weight's)."""
-    return model.get_input_embeddings().weight.dtype
 
 
 def floor_seconds(read_bytes: int, copy_bytes_per_s: float) -> float:
