@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 # subcommand -> the module that registers it. Only the chosen command's module is imported, so
@@ -59,16 +58,6 @@ def values_kept(argv: list[str]) -> list[str]:
         else:
             kept.append(arg)
     return kept
-
-
-def check_out(value: str | os.PathLike) -> None:
-    """`--out DIR` of a command that writes a directory: refused at once, naming the flag, when a
-    file is in the way (before any work)."""
-    from nudgeability.util.atomic import directory_problem
-
-    problem = directory_problem(value)
-    if problem is not None:
-        raise ValueError(f"--out {value}: {problem}; pass another --out")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,8 @@ from nudgeability.stats.report import pipeline
 from nudgeability.stats.report.document import STATS_FILE
 from nudgeability.stats.report.pipeline import ReportOptions, run_report
 
-from . import check_out
 from .stats import add_profile_options, positive, warn, write_and_print
+from .values import check_out
 
 
 def _run_report(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from nudgeability.stats.records import RecordsError
 from nudgeability.stats.report.document import STATS_FILE
 from nudgeability.stats.report.pipeline import StatsOptions, run_stats
 
-from . import check_out
+from .values import check_out
 
 
 def warn(message: str) -> None:

@@ -1,6 +1,9 @@
-"""The compact values of `nudge run`'s flags, parsed: a `ConfigError` naming the flag, else the value."""
+"""The values of the commands' flags, checked: `nudge run`'s compact values parsed (a `ConfigError`
+naming the flag, else the value), and `--out DIR` of a command that writes a directory."""
 
 from __future__ import annotations
+
+import os
 
 from nudgeability.splice.run.config import ConfigError
 
@@ -50,3 +53,13 @@ def parse_n(text: str) -> int | None:
         return int(text)
     except ValueError:
         raise ConfigError(f"--n {text!r}: expected a positive whole number or 'all'") from None
+
+
+def check_out(value: str | os.PathLike) -> None:
+    """`--out DIR` of a command that writes a directory: refused at once, naming the flag, when a
+    file is in the way (before any work)."""
+    from nudgeability.util.atomic import directory_problem
+
+    problem = directory_problem(value)
+    if problem is not None:
+        raise ValueError(f"--out {value}: {problem}; pass another --out")

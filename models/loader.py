@@ -13,10 +13,7 @@ from pathlib import Path
 import torch
 
 from nudgeability.models import smollm2
-
-
-class ModelLoadError(ValueError):
-    """A model spec that cannot be resolved or loaded; the message says what to fix."""
+from nudgeability.models.errors import ModelLoadError
 
 
 @dataclass

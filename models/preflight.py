@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from nudgeability.models.loader import ModelLoadError
+from nudgeability.models.errors import ModelLoadError
 from nudgeability.util.json_errors import json_error
 
 # At least one of these is needed to build a tokenizer (tokenizer_config.json alone only points).

@@ -1,5 +1,8 @@
 """Data flows one way: every import of the package, lazy ones too, against the layer table.
 
+No module imports itself round a loop either, however long the loop and whatever the layers:
+an import for types only (under `if TYPE_CHECKING`) runs nothing and is the one exception.
+
 The table is the top README's ("Layers", in "Where things live"): one row per layer, bottom first,
 each naming the package it holds and the layers it imports from; a layer may import what those
 may, and so on down. This file parses that table (the README is its one owner) and walks every
@@ -15,6 +18,7 @@ code against this table.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import sys
@@ -67,6 +71,7 @@ class Edge:
     source: str  # the importing module, dotted without the namespace
     target: str  # the imported module
     where: str  # path:line
+    typing_only: bool = False  # under `if TYPE_CHECKING`: never executed
 
 
 def modules_of(root: Path) -> dict[str, tuple[Path, bool]]:
@@ -100,7 +105,15 @@ def imports_of(root: Path) -> tuple[dict[str, tuple[Path, bool]], list[Edge]]:
     edges = []
     for name, (path, is_package) in modules.items():
         package = name if is_package else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+            for statement in node.body
+            for inner in ast.walk(statement)
+        }
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -117,7 +130,8 @@ def imports_of(root: Path) -> tuple[dict[str, tuple[Path, bool]], list[Edge]]:
                 continue
             for target in filter(None, map(known, targets)):
                 if target != name:
-                    edges.append(Edge(name, target, f"{path.relative_to(root)}:{node.lineno}"))
+                    where = f"{path.relative_to(root)}:{node.lineno}"
+                    edges.append(Edge(name, target, where, id(node) in typing_only))
     return modules, edges
 
 
@@ -153,14 +167,8 @@ def against_the_layers(edges: list[Edge], layers: list[Layer]) -> list[str]:
     return list(dict.fromkeys(wrong))  # two names of one import statement: one line
 
 
-def cycles(edges: list[Edge], layers: list[Layer]) -> list[list[str]]:
-    """Every set of layers whose packages import each other round a loop (Tarjan's components)."""
-    packages = [layer.package for layer in layers]
-    graph: dict[str, set[str]] = defaultdict(set)
-    for edge in edges:
-        source, target = layer_of(edge.source, packages), layer_of(edge.target, packages)
-        if None not in (source, target) and source != target:
-            graph[source].add(target)
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of nodes that reach each other round a loop (Tarjan's components), sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -169,7 +177,7 @@ def cycles(edges: list[Edge], layers: list[Layer]) -> list[list[str]]:
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
-        for other in sorted(graph[node]):
+        for other in sorted(graph.get(node, ())):
             if other not in index:
                 visit(other)
                 low[node] = min(low[node], low[other])
@@ -182,10 +190,48 @@ def cycles(edges: list[Edge], layers: list[Layer]) -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for package in packages:
-        if package not in index:
-            visit(package)
-    return found
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def cycles(edges: list[Edge], layers: list[Layer]) -> list[list[str]]:
+    """Every set of layers whose packages import each other round a loop."""
+    packages = [layer.package for layer in layers]
+    graph: dict[str, set[str]] = defaultdict(set)
+    for edge in edges:
+        source, target = layer_of(edge.source, packages), layer_of(edge.target, packages)
+        if None not in (source, target) and source != target:
+            graph[source].add(target)
+    return loops(graph)
+
+
+def module_cycles(edges: list[Edge]) -> list[str]:
+    """One line per loop of modules that import each other when they run (a package's
+    `__init__` is its own module), naming the imports that close it."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for edge in edges:
+        if not edge.typing_only:
+            graph[edge.source].add(edge.target)
+    lines = []
+    for loop in loops(graph):
+        inside = set(loop)
+        wheres = sorted(
+            {
+                f"{e.where} ({e.source} -> {e.target})"
+                for e in edges
+                if not e.typing_only and e.source in inside and e.target in inside
+            }
+        )
+        lines.append(" <-> ".join(loop) + ": " + "; ".join(wheres))
+    return lines
+
+
+@functools.cache
+def _checkout() -> tuple[dict[str, tuple[Path, bool]], list[Edge]]:
+    """This checkout's modules and imports, walked once for the tests below."""
+    return imports_of(ROOT)
 
 
 def test_the_layer_table_is_ordered_and_covers_every_installed_folder():
@@ -196,18 +242,22 @@ def test_the_layer_table_is_ordered_and_covers_every_installed_folder():
         below = [p for p in layer.imports if p not in seen]
         assert below == [], f"layer {layer.name} imports from {below}, not rows above it"
         seen.add(layer.package)
-    modules, edges = imports_of(ROOT)
+    modules, edges = _checkout()
     assert unplaced(modules, edges, [layer.package for layer in layers]) == []
 
 
 def test_no_module_imports_against_the_layers():
     layers = read_layers(HERE / "README.md")
-    assert against_the_layers(imports_of(ROOT)[1], layers) == []
+    assert against_the_layers(_checkout()[1], layers) == []
 
 
 def test_no_two_layers_import_each_other():
     layers = read_layers(HERE / "README.md")
-    assert cycles(imports_of(ROOT)[1], layers) == []
+    assert cycles(_checkout()[1], layers) == []
+
+
+def test_no_module_imports_itself_round_a_loop():
+    assert module_cycles(_checkout()[1]) == []
 
 
 def test_the_walk_finds_lazy_type_only_and_named_imports_and_cycles(tmp_path):
@@ -235,4 +285,8 @@ def test_the_walk_finds_lazy_type_only_and_named_imports_and_cycles(tmp_path):
         "low/base.py:6",  # a module named in a string
     ]
     assert cycles(edges, layers) == [["high", "low"]]
+    assert [edge.where for edge in edges if edge.typing_only] == ["low/base.py:3"]
+    loop = module_cycles(edges)  # the lazy import and the named one close it; the typing one not
+    assert [line.partition(":")[0] for line in loop] == ["high.top <-> low.base"]
+    assert "low/base.py:3" not in loop[0] and "low/base.py:5" in loop[0]
     assert unplaced(modules, edges, ["low"]) == ["high.top"]  # high/ only groups

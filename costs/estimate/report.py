@@ -6,15 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from .campaign import CampaignEstimate
-from .run_estimate import RunEstimate
-
-
-def duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:,.1f} h"
+from .run_estimate import RunEstimate, duration
 
 
 def as_json(run: RunEstimate, paper: CampaignEstimate | None = None) -> dict:

@@ -277,7 +277,6 @@ def announcement(prepared, workers: int) -> str:
     from nudgeability.splice.run.schedule import choose_schedule
 
     from .rates_cache import load_rates
-    from .report import duration
 
     lengths = Lengths()
     threads = 1 if workers > 1 else torch.get_num_threads()
@@ -307,3 +306,12 @@ def announcement(prepared, workers: int) -> str:
         f"{head}; expected to take {duration(run.wall_seconds)} (rates measured by `nudge plan` "
         f"at {cached.measured_at})"
     )
+
+
+def duration(seconds: float) -> str:
+    """An estimate's wall time as a reader takes it in: seconds, minutes or hours."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"

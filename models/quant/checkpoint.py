@@ -20,7 +20,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from nudgeability.models.loader import ModelLoadError
+from nudgeability.models.errors import ModelLoadError
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
