@@ -1,4 +1,4 @@
-"""Q1: SmolLM2 in FP8 / W4A16 / BNB4, each compute path, against fp32: size, load, peak RSS, decode tok/s.
+"""SmolLM2 in FP8 / W4A16 / BNB4, each compute path, against fp32: size, load, peak RSS, decode tok/s.
 
     python benchmarks/bench_quant.py [--new 32] [--prompt 64] [--threads 1] [--rounds 2]
 
@@ -33,8 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchkit.memory import rss_kib, run_child
+from benchkit.child_memory import run_child
 from benchkit.results import publish
+
+from nudgeability.costs.memory import rss_kib
 
 MiB = 2**20
 
@@ -268,7 +270,7 @@ def main() -> None:
         "after loading is mostly the runtime; the first forward makes every weight resident.",
     ]
     body = "\n".join(lines)
-    publish("Q1 quantised checkpoints (benchmarks/bench_quant.py)", body)
+    publish("Quantised checkpoints (benchmarks/bench_quant.py)", body)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""P1/P2 and the engine's floor: Engine.fork against HF generate() per arm, HF's deepcopy
+"""The engine's fork and its floor: Engine.fork against HF generate() per arm, HF's deepcopy
 prompt-cache reuse, and the floor no implementation of the same work can beat.
 
     python benchmarks/fork_vs_generate.py [--arms 12] [--prefix 1024] [--new 48] [--threads 1]
@@ -22,15 +22,10 @@ import statistics
 import torch
 from benchkit.floor import AttentionKernels, Round, interleaved_fork
 from benchkit.results import publish
-from benchkit.workload import (
-    run_fork,
-    run_hf_per_arm,
-    splice_workload,
-    timed,
-    workload_parser,
-)
+from benchkit.splice_runs import run_fork, run_hf_per_arm, timed, workload_parser
 from transformers import DynamicCache
 
+from nudgeability.costs.splice_workload import splice_workload
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.loader import load_model
 
@@ -170,7 +165,7 @@ def main():
             f"Linear floor pieces (median): prefix forward {med(lambda r: r.prefix):.3f} s, "
             f"packed suffixes {med(lambda r: r.suffix):.3f} s, decode {c - 1} × "
             f"{1000 * med(lambda r: r.linear.step):.1f} ms. The floor's own ratio b/floor = "
-            f"{t_b / med(lambda r: r.linear.wall):.2f}× is the most P1 could show.",
+            f"{t_b / med(lambda r: r.linear.wall):.2f}× is the most this comparison could show.",
             "",
             f"- **engine wall / linear floor = {wall_ratio:.2f}** (target ≤ 1.15: "
             f"**{'met' if wall_ratio <= 1.15 else 'NOT met'}**).",
@@ -188,9 +183,7 @@ def main():
             "of this construction can measure here.",
         ]
     )
-    publish(
-        "P1/P2 fork vs generate (benchmarks/fork_vs_generate.py)", body, write=not args.no_write
-    )
+    publish("Fork against generate (benchmarks/fork_vs_generate.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Where the engine's CUDA prefill and eager decode step spend their time: the profile behind the
-first H200 run's prefill and decode findings (benchmarks/RESULTS.md, *GPU profile*).
+"""Where the engine's CUDA prefill and eager decode step spend their time (`torch.profiler`), for
+reading beside the GPU check's timings (benchmarks/gpu_check.py).
 
     python benchmarks/gpu_profile.py            # on a GPU, from a bare checkout (about a minute)
     python benchmarks/gpu_profile.py --dry-run  # the same on CPU with a tiny model

@@ -1,4 +1,4 @@
-"""P3 peer: Engine.fork against llama.cpp (llama-cpp-python) on the same GGUF SmolLM2 file.
+"""llama.cpp as a peer: Engine.fork against llama.cpp (llama-cpp-python) on the same GGUF SmolLM2 file.
 
     pip install -e '.[bench]'      # builds llama-cpp-python from source: 15+ minutes on 2 cores
     python benchmarks/llama_cpp_peer.py [--arms 12] [--prefix 1024] [--new 48]
@@ -15,8 +15,9 @@ import time
 
 import numpy as np
 from benchkit.results import publish
-from benchkit.workload import splice_workload, workload_parser
+from benchkit.splice_runs import workload_parser
 
+from nudgeability.costs.splice_workload import splice_workload
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models import smollm2
 from nudgeability.models.loader import load_model
@@ -98,7 +99,7 @@ def main():
             f"tokens agreeing before the first difference, per arm: {first_diff}.",
         ]
     )
-    publish("P3 peer: llama.cpp (benchmarks/llama_cpp_peer.py)", body, write=not args.no_write)
+    publish("llama.cpp as a peer (benchmarks/llama_cpp_peer.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""R1: the P1 splice workload (12 arms on a 1,024-token prefix, 48 new tokens) three ways.
+"""Remote against local: the splice workload (12 arms on a 1,024-token prefix, 48 new tokens) three ways.
 
     python benchmarks/remote_vs_local.py [--arms 12] [--prefix 1024] [--new 48] [--concurrency 4]
 
@@ -24,8 +24,9 @@ from pathlib import Path
 
 from benchkit.results import publish
 from benchkit.servers import free_port, llama_server_command, remote_fork, serving
-from benchkit.workload import splice_workload, workload_parser
+from benchkit.splice_runs import workload_parser
 
+from nudgeability.costs.splice_workload import splice_workload
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.families import get_family
 from nudgeability.models.loader import load_model
@@ -98,7 +99,7 @@ def main() -> None:
             f"| {cached} | {overhead} | {row['level']} |"
         )
     body = "\n".join(lines)
-    publish("R1 remote vs local (benchmarks/remote_vs_local.py)", body, write=not args.no_write)
+    publish("Remote against local (benchmarks/remote_vs_local.py)", body, write=not args.no_write)
 
 
 if __name__ == "__main__":

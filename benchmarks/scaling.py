@@ -1,4 +1,4 @@
-"""Scaling: time and peak memory of Engine.fork as the arms N and the prefix P grow; P4 memory floor.
+"""Scaling: time and peak memory of Engine.fork as the arms N and the prefix P grow; memory against its floor.
 
     python benchmarks/scaling.py [--new 48]
 
@@ -17,8 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from benchkit.memory import reset_peak, rss_kib, run_child
+from benchkit.child_memory import run_child
 from benchkit.results import write_section
+
+from nudgeability.costs.memory import reset_peak, rss_kib
 
 HERE = Path(__file__).resolve().parent
 ARMS = (1, 2, 4, 8, 12, 16, 32, 64)
@@ -27,8 +29,8 @@ PREFIXES = (256, 512, 1024, 2048, 4096)
 
 def child(arms: int, prefix: int, new: int) -> None:
     import torch
-    from benchkit.workload import splice_workload
 
+    from nudgeability.costs.splice_workload import splice_workload
     from nudgeability.engine import Engine, SamplingParams
     from nudgeability.models.loader import load_model
 
@@ -158,7 +160,7 @@ def main():
             "",
             *lines,
             "",
-            f"- **P4 memory** (12 arms, 1,024-token prefix): weights + fork peak {p4['model_mib']:.0f} MiB vs floor {p4['floor_mib']:.0f} MiB "
+            f"- **Memory against the floor** (12 arms, 1,024-token prefix): weights + fork peak {p4['model_mib']:.0f} MiB vs floor {p4['floor_mib']:.0f} MiB "
             f"= {ratio:.3f}× (target ≤ 1.15×: **{'met' if ratio <= 1.15 else 'NOT met'}**).",
             "- Per-arm cost from N=1 to N=64: "
             + ", ".join(f"{r['wall_s'] / r['arms']:.2f}" for r in by_n)
@@ -173,7 +175,7 @@ def main():
         (HERE / "scaling.json").write_text(
             json.dumps({"by_arms": by_n, "by_prefix": by_p}, indent=1) + "\n"
         )
-        write_section("Scaling and P4 memory (benchmarks/scaling.py)", body)
+        write_section("Scaling and memory (benchmarks/scaling.py)", body)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchkit.demo_probes import RATIO, Probe, install, mib, reset_peak, weight_bytes
-from benchkit.memory import tree_peaks
+from benchkit.child_memory import tree_peaks
+from benchkit.demo_probes import RATIO, Probe, install, mib, weight_bytes
 from benchkit.results import publish
 
 
@@ -43,6 +43,7 @@ def child(n: int, workers: str, dump: Path) -> dict:
 
     import nudgeability.splice.run.runner as runner
     from nudgeability.cli import main
+    from nudgeability.costs.memory import reset_peak
 
     probe = Probe()
     install(probe)

@@ -3,7 +3,7 @@ allocator peak, or on CPU the RSS rise.
 
 Linux keeps the peak RSS of a process (VmHWM) and lets a process reset it by writing "5" to
 /proc/self/clear_refs (`reset_peak`). The benchmarks' child-process measure is
-benchmarks/benchkit/memory.py (not installed).
+benchmarks/benchkit/child_memory.py (not installed).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The splice workload of `nudge bench` (and of the benchmarks, benchmarks/benchkit/workload.py):
+"""The splice workload of `nudge bench` (and of the benchmarks, benchmarks/benchkit/splice_runs.py):
 `splice_workload` gives one long real prefix (the shipped MuSiQue sample's paragraphs) and N
 short real suffixes; `hf_generate` is the per-arm HF baseline, through HF's greedy reference
 (reference.py)."""

@@ -129,7 +129,7 @@ def fork_groups(
     if 0 < shared < cut and (stem or len(suffixes) == 1):
         # The rest of the prompt goes to the one row that continues the shared start anyway (the
         # stem row, or a lone arm: a generate prompt), into that row's own slots. A run of its
-        # own would end in a part-filled block per prompt on top of the row's (campaign.py, peak
+        # own would end in a part-filled block per prompt on top of the row's (benchmarks/batching.py, peak
         # KV); and a base's stem then starts where the base's row does, so `reuse` copies it.
         if not stem:
             suffixes = [prefix[shared:] + suffixes[0]]

@@ -11,6 +11,8 @@ import ctypes
 import os
 from pathlib import Path
 
+from nudgeability.costs.memory import reset_peak
+
 MIB = 2**20
 PAGE = os.sysconf("SC_PAGE_SIZE")
 RATIO = 1.3  # the target: the peak within 1.3x of weights + peak live KV
@@ -36,10 +38,6 @@ def status() -> dict[str, int]:
         if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             out[key] = int(value.split()[0]) * 1024
     return out
-
-
-def reset_peak() -> None:
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 def heap() -> dict[str, int]:

@@ -19,7 +19,7 @@ Two floors, both measured in the benchmark's own process:
   each arm's token against its own slots padded to a multiple of OWN_BLOCK, one token's heads
   per kernel item, the arms grouped by that width (`own_keys_attention`). Not a floor of the
   work but of the construction: what a cascade whose every call has a shape fixed by the row
-  alone must run at the least, on one core (the P1 benchmark's thread count). The gap between
+  alone must run at the least, on one core (fork_vs_generate.py's thread count). The gap between
   the two attention rows is the kernels' price of invariance on the machine; the gap between
   the engine and linear + fixed-shape is everything else the engine does.
 

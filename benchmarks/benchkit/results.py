@@ -9,12 +9,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-# benchmarks/RESULTS.md, beside this package
-RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
+# benchmarks/RESULTS.md, beside this package, in the repository's root
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 _HEADER = (
-    "# Benchmark results\n\nOne section per script of benchmarks/, its latest figures; each is "
-    "rewritten by its script (benchkit/results.py). Earlier results, and the comparisons with "
-    "earlier commits, are in git history.\n"
+    "# Benchmark results\n\nOne section per script of benchmarks/ that writes one: its latest "
+    "figures, the command that produced them and the machine, rewritten whole by the script "
+    "(benchkit/results.py). Earlier figures are in git history.\n"
 )
 
 
@@ -25,12 +26,21 @@ def machine() -> str:
     return f"{platform.machine()}, {cores} cores, Python {platform.python_version()}, torch {torch.__version__}"
 
 
+def command_line() -> str:
+    """This process's command, the script named by its path from the repository's root (as the
+    README says to run it), wherever it was started from."""
+    script = Path(sys.argv[0]).resolve()
+    if script.is_relative_to(ROOT):
+        script = script.relative_to(ROOT)
+    return " ".join(["python", str(script), *sys.argv[1:]])
+
+
 def write_section(name: str, body: str, command: str | None = None) -> None:
     """Replace (or append) the section `name` of RESULTS.md with `body`.
 
     The section records the command that produced it, the date and the machine.
     """
-    command = command or "python " + " ".join(sys.argv)
+    command = command or command_line()
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     section = (
         f"<!-- BEGIN {name} -->\n## {name}\n\n"

@@ -1,7 +1,7 @@
 """benchmarks/benchkit/floor.py's fixed-shape attention runs the calls the engine runs: in every decode step of
 a real fork, the same shapes of shared-keys and own-keys calls (query rows, keys, bias), the
 arms grouped by their own keys' width as the engine groups them, crossing a width mid-fork. On
-one thread, as the P1 benchmark runs (on more, the engine deals a call's rows to the cores)."""
+one thread, as benchmarks/fork_vs_generate.py runs (on more, the engine deals a call's rows to the cores)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A sequence's logits do not depend on what else is in the batch, bit for bit (vLLM's needle
 test): one prompt alone against the same prompt at a random position among 2-64 others, in fp32
 and bf16. What makes it hold, and what breaks it without the engine's padding, is in
-engine/README.md (batch invariance) and benchmarks/RESULTS.md (`benchmarks/batch_invariance.py`)."""
+engine/README.md (batch invariance)."""
 
 from __future__ import annotations
 

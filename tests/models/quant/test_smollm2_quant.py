@@ -116,8 +116,7 @@ def test_smollm2_fp32_kernels_decode_the_exact_paths_greedy_tokens(
     smollm2, smol_checkpoints, qt, fmt
 ):
     """The fused fp32 kernels differ from the exact path only in the order of fp32 sums: on
-    these prompts that changes no greedy token (benchmarks/quant_agreement.py measures 32
-    sequences of 64 tokens, RESULTS.md Q2)."""
+    these prompts that changes no greedy token."""
     fused = qt.load_quantized(smol_checkpoints[fmt], compute="fused")
     paths = {p for by in compute_paths(fused).values() for p in by}
     assert len(paths) == 1 and paths.pop().endswith("_simd(fp32)")

@@ -1,6 +1,5 @@
-"""Peak memory of a child process (`run_child`: it reports its own) and of a whole process tree
-(`tree_peaks`: sampled from outside). This process's own peak is `nudge bench`'s
-(nudgeability.costs.memory: `rss_kib`, `reset_peak`), re-exported here.
+"""Peak memory of a child process (`run_child`: it reports its own, by costs/memory.py `rss_kib`
+and `reset_peak`) and of a whole process tree (`tree_peaks`: sampled from outside).
 
 Linux keeps the peak RSS of a process (VmHWM) and lets a process reset it by writing "5" to
 /proc/self/clear_refs, so a child can report: the runtime baseline (Python + torch, no model), the
@@ -14,10 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-from nudgeability.costs.memory import reset_peak, rss_kib
-
-__all__ = ["pss", "reset_peak", "rss_kib", "run_child", "tree_peaks"]
 
 
 def run_child(script: str, *args: str) -> dict:

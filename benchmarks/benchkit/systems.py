@@ -1,4 +1,4 @@
-"""The systems benchmarks/campaign.py runs side by side, each on the same sequences, each returning a
+"""The systems benchmarks/batching.py runs side by side, each on the same sequences, each returning a
 `Run`: wall time, the generated tokens, and what it can say about its rows and its KV.
 
 - `engine`: this engine (continuous batching over the block pool), with a row budget and a KV
@@ -151,7 +151,7 @@ def run_hf_padded(model, tok, work, *, batch: int = 16) -> Run:
 
 
 # ----- (e) llama.cpp's llama-server ------------------------------------------------------------
-# llama.cpp's `llama-server` as a throughput reference for `campaign.py`, on its own arithmetic:
+# llama.cpp's `llama-server` as a throughput reference for `batching.py`, on its own arithmetic:
 # the embedded SmolLM2 GGUF (Q4_1 weights, as stored), `-np` slots over one unified KV cache,
 # continuous batching and its prompt cache (`cache_prompt`). Every sequence is one `/completion`
 # request of token ids, sent `slots` at a time; greedy (`top_k` 1).

@@ -1,6 +1,6 @@
 """The campaign's shape on CPU: bases, then arms forked from each base's cut, four ways side by side.
 
-    python benchmarks/campaign.py [--problems 64] [--arms 8] [--rows 32] [--threads 2] [--small]
+    python benchmarks/batching.py [--problems 64] [--arms 8] [--rows 32] [--threads 2] [--small]
         [--skip hf_batch,llama] [--section NAME]
 
 SmolLM2-135M-Instruct fp32 on the shipped StrategyQA prompts (the with-tool prompt, rendered as a
@@ -16,7 +16,7 @@ Ways: (a) the engine (continuous batching over the block pool, `--rows` rows, KV
 token slots as `--rows` rows at their whole budget); (a′) the engine without the shared start;
 (c) HF `generate_batch` (paged cache, block sharing on) with that KV memory and `--rows` requests
 per batch; (d) HF `generate()` in padded batches of 16 (bases only); (e) llama.cpp's `llama-server`
-where it is built (benchkit/campaign.py: `--rows` slots, its prompt cache, the Q4_1 GGUF: a
+where it is built (benchkit/systems.py: `--rows` slots, its prompt cache, the Q4_1 GGUF: a
 throughput reference on its own arithmetic, not a like-for-like ratio). Each way reports wall time,
 tokens/s, mean rows per decode step against the maximum, and, where it can, peak KV against the
 KV of the tokens still needed. Writes its section of benchmarks/RESULTS.md.
@@ -31,7 +31,8 @@ import statistics
 import sys
 
 import torch
-from benchkit.campaign import (
+from benchkit.results import publish
+from benchkit.systems import (
     LLAMA_SERVER,
     Run,
     run_engine,
@@ -39,7 +40,6 @@ from benchkit.campaign import (
     run_hf_padded,
     run_llama_server,
 )
-from benchkit.results import publish
 
 from nudgeability.models.loader import load_model
 from nudgeability.splice.experiment.conditions import PRESETS
@@ -97,7 +97,7 @@ def row(name: str, run: Run, max_rows: int | None, reference: Run | None) -> str
     )
 
 
-SECTION = "Campaign: continuous batching (benchmarks/campaign.py)"
+SECTION = "Continuous batching (benchmarks/batching.py)"
 
 
 def table(title: str, runs: dict[str, Run], rows: int) -> list[str]:

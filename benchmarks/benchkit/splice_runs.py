@@ -1,24 +1,14 @@
-"""The two ways every benchmark runs the splice workload (nudgeability.costs.splice_workload, `nudge
-bench`'s): `run_fork` forks it on the engine, `run_hf_per_arm` runs HF's greedy reference on each
-arm's whole prompt; `timed` is the wall clock of one call; `workload_parser` the P1 options."""
+"""The two ways the benchmarks run `nudge bench`'s splice workload (costs/splice_workload.py):
+`run_fork` forks it on the engine, `run_hf_per_arm` runs HF's greedy reference on each arm's whole
+prompt; `timed` is the wall clock of one call; `workload_parser` the workload's options."""
 
 from __future__ import annotations
 
 import argparse
 import time
 
-from nudgeability.costs.splice_workload import Workload, hf_generate, splice_workload
+from nudgeability.costs.splice_workload import Workload, hf_generate
 from nudgeability.engine import SamplingParams
-
-__all__ = [
-    "Workload",
-    "hf_generate",
-    "run_fork",
-    "run_hf_per_arm",
-    "splice_workload",
-    "timed",
-    "workload_parser",
-]
 
 
 def run_fork(engine, w: Workload, new: int) -> list[list[int]]:
@@ -40,8 +30,8 @@ def timed(fn, *args):
 
 
 def workload_parser(description: str) -> argparse.ArgumentParser:
-    """A benchmark's parser with the P1 workload's options, --arms 12, --prefix 1024 and --new 48
-    (the workload of benchmarks/README.md), and --no-write; the script adds its own."""
+    """A benchmark's parser with the splice workload's options, --arms 12, --prefix 1024 and
+    --new 48 (the workload of benchmarks/README.md), and --no-write; the script adds its own."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--arms", type=int, default=12)
     ap.add_argument("--prefix", type=int, default=1024)
