@@ -7,7 +7,7 @@ SmolLM2-135M-Instruct in fp32 on CPU. All methods run the same greedy arms, side
 process; the script checks that they produce the same tokens, prints the wall-time ratios b/a and
 c/a beside the work-ratio bound, and writes its section of benchmarks/RESULTS.md.
 
-The floors are measured in the same process (`_floor.py`): the linear floor (HF's own forward
+The floors are measured in the same process (`benchkit/forward_floors.py`): the linear floor (HF's own forward
 with no cache: the prefix in one forward, the arms' suffix tokens packed into one sequence, and
 for each decode step the model on one token per arm with no past) and the attention floor (the
 fused attention kernels a cascade cannot avoid, alone, on the run's shapes). The engine's figures
@@ -20,7 +20,7 @@ import copy
 import statistics
 
 import torch
-from benchkit.floor import AttentionKernels, Round, interleaved_fork
+from benchkit.forward_floors import AttentionKernels, Round, interleaved_fork
 from benchkit.results import publish
 from benchkit.splice_runs import run_fork, run_hf_per_arm, timed, workload_parser
 from transformers import DynamicCache
@@ -142,7 +142,7 @@ def main():
             f"- **c/a = {t_c / t_a:.2f}×**; target ≥ 2: **{'met' if t_c / t_a >= 2 else 'NOT met'}**",
             "",
             f"Floors, same process, {torch.get_num_threads()} thread(s), measured interleaved "
-            "with the engine step by step (`benchkit/floor.py`: engine prefill, floors' "
+            "with the engine step by step (`benchkit/forward_floors.py`: engine prefill, floors' "
             "prefill, then per step: engine step, linear floor step, attention kernels), in "
             f"{args.rounds} such forks; figures are medians, ratios the median of the forks' "
             "ratios [min–max]. The linear floor is HF's forward with no cache; the attention floor "
@@ -150,7 +150,7 @@ def main():
             "(prefill: the packed suffix tokens against the prefix; decode: the folded arms "
             "against the prefix plus each arm against its own suffix). The fixed-shape attention "
             "is the same pieces on the shapes the engine's batch-invariant calls give them "
-            "(16-row query tiles, own keys padded to whole blocks: `benchkit/floor.py`).",
+            "(16-row query tiles, own keys padded to whole blocks: `benchkit/forward_floors.py`).",
             "",
             "| piece | engine | linear floor | attention floor | engine / linear | "
             "engine / (linear + attention) | fixed-shape attention | "

@@ -32,7 +32,7 @@ SENTENCES = [
 
 
 @dataclass
-class Workload:
+class SpliceWorkload:
     prefix: list[int]
     suffixes: list[list[int]]
 
@@ -49,7 +49,7 @@ def musique_text() -> str:
 
 def splice_workload(
     tokenizer, prefix_tokens: int = 1024, arms: int = 12, min_suffix: int = 10, max_suffix: int = 30
-) -> Workload:
+) -> SpliceWorkload:
     """A `prefix_tokens`-token prefix of real text and `arms` suffixes of `min_suffix`..`max_suffix`
     tokens, spread over the whole range."""
     ids = tokenizer(musique_text())["input_ids"]
@@ -60,7 +60,7 @@ def splice_workload(
         text = " " + " ".join(SENTENCES[(i + k) % len(SENTENCES)] for k in range(4))
         want = min_suffix + (i * 13) % (max_suffix - min_suffix + 1)
         suffixes.append(tokenizer(text)["input_ids"][:want])
-    return Workload(prefix=ids[:prefix_tokens], suffixes=suffixes)
+    return SpliceWorkload(prefix=ids[:prefix_tokens], suffixes=suffixes)
 
 
 def hf_generate(model, ids: list[int], new: int) -> list[int]:

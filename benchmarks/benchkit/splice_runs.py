@@ -7,17 +7,17 @@ from __future__ import annotations
 import argparse
 import time
 
-from nudgeability.costs.splice_workload import Workload, hf_generate
+from nudgeability.costs.splice_workload import SpliceWorkload, hf_generate
 from nudgeability.engine import SamplingParams
 
 
-def run_fork(engine, w: Workload, new: int) -> list[list[int]]:
+def run_fork(engine, w: SpliceWorkload, new: int) -> list[list[int]]:
     """The engine's arms of `w`, `new` greedy tokens each, EOS ignored."""
     arms = engine.fork(w.prefix, w.suffixes, SamplingParams(max_new_tokens=new, ignore_eos=True))
     return [a.token_ids for a in arms]
 
 
-def run_hf_per_arm(model, w: Workload, new: int) -> list[list[int]]:
+def run_hf_per_arm(model, w: SpliceWorkload, new: int) -> list[list[int]]:
     """HF `generate()` on each arm's full prompt alone, `new` tokens (EOS suppressed)."""
     return [hf_generate(model, w.prefix + s, new) for s in w.suffixes]
 

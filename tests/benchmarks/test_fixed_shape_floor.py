@@ -1,4 +1,4 @@
-"""benchmarks/benchkit/floor.py's fixed-shape attention runs the calls the engine runs: in every decode step of
+"""benchmarks/benchkit/forward_floors.py's fixed-shape attention runs the calls the engine runs: in every decode step of
 a real fork, the same shapes of shared-keys and own-keys calls (query rows, keys, bias), the
 arms grouped by their own keys' width as the engine groups them, crossing a width mid-fork. On
 one thread, as benchmarks/fork_vs_generate.py runs (on more, the engine deals a call's rows to the cores)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from benchkit.floor import AttentionKernels
+from benchkit.forward_floors import AttentionKernels
 from helpers.engine_reference import random_ids
 
 import nudgeability.engine.attention.cpu_attention as cpu_attention
