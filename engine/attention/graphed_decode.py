@@ -7,13 +7,16 @@ buckets at the engine's start, largest first, into one graph memory pool; each s
 bucket's graph. Everything the captured region reads is a persistent buffer (`StaticDecode.buffers()`, the pool, the weights),
 so a replay computes the step `load()` wrote. The first time a bucket's captured step runs, the
 engine compares it once with the eager cascade on the same step (`agrees`); on a disagreement
-beyond the dtype's bound it warns, records the fallback and runs eagerly from then on.
+beyond the dtype's bound it warns, records the fallback and runs eagerly from then on. A capture
+the device or the compiler cannot make (`capture_errors`) is recorded the same way and raises
+`StaticDecodeUnavailable`, on which the engine runs the eager cascade instead of failing.
 """
 
 from __future__ import annotations
 
 import torch
 
+from nudgeability.engine.attention.static_decode import StaticDecodeUnavailable
 from nudgeability.engine.sampling.sampler import greedy
 from nudgeability.util import fallbacks
 
@@ -28,6 +31,16 @@ from nudgeability.util import fallbacks
 # lies well above it.
 SELF_CHECK_BOUND = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 1e-1}
 EAGER = "eager cascade (step_attention)"
+
+
+def capture_errors() -> tuple[type[Exception], ...]:
+    """What warming a bucket's step up and capturing it can raise when the device or the compiler
+    cannot make the graph: the compiler's and Triton's errors (`fallbacks.compiler_errors`), a
+    CUDA error such as an invalidated capture (`torch.AcceleratorError`, which torch raises for
+    every failed CUDA call, `cudaStreamEndCapture`'s included), and the graph pool running out of
+    memory. Not every RuntimeError: a wrong argument to an op of our own is one too, and a bug."""
+    cuda = getattr(torch, "AcceleratorError", None)  # torch >= 2.8; before, a plain RuntimeError
+    return fallbacks.compiler_errors() + (torch.OutOfMemoryError,) + ((cuda,) if cuda else ())
 
 
 def relative_difference(captured: torch.Tensor, reference: torch.Tensor) -> float:
@@ -91,7 +104,20 @@ class GraphedDecode:
     def capture(self, cache, static) -> None:
         """Warm the bucket's step up (it compiles the flex kernels and makes every buffer the
         forward asks for, e.g. the write index per head count) on a side stream, then capture it
-        on the buffers `static.load()` rewrites."""
+        on the buffers `static.load()` rewrites. A capture that fails (`capture_errors`) is
+        recorded and raises `StaticDecodeUnavailable`."""
+        try:
+            self._capture(cache, static)
+        except capture_errors() as error:
+            self.graphs.pop(static.rows, None)
+            fallbacks.record(
+                f"cuda graph of static_decode bucket {static.rows}",
+                EAGER,
+                f"its capture failed: {type(error).__name__}: {str(error)[:300]}",
+            )
+            raise StaticDecodeUnavailable(str(error)) from error
+
+    def _capture(self, cache, static) -> None:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()

@@ -98,7 +98,9 @@ class StaticDecodeDispatch:
                 cache.layout = static
                 with torch.inference_mode():
                     self.graphs.capture(cache, static)
-        except StaticDecodeUnavailable:  # the compiler refused (recorded): eager from the start
+        # the compiler refused, or the device could not capture (a Triton launch, an invalidated
+        # capture: graphed_decode.capture_errors), recorded where it happened: eager from the start
+        except StaticDecodeUnavailable:
             self.drop()
         finally:
             self.runner.disengage()
