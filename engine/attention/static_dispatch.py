@@ -74,6 +74,10 @@ class StaticDecodeDispatch:
         none given, the largest bucket while the fixed-shape decode is on (no decode step is too
         wide for it), else no cap."""
         self.buckets = bucket_sizes(max_rows)
+        for bucket in set(self.statics) - set(self.buckets):  # no step takes them again
+            del self.statics[bucket]
+            if self.graphs is not None:
+                self.graphs.drop(bucket)
         if max_rows is None and self.enabled:
             return self.buckets[-1]
         return max_rows
