@@ -152,7 +152,8 @@ class Engine:
         """Capture the buckets' graphs up to the row cap now (`static_dispatch.capture_all`); call
         it after `limit_rows`, else the first step does: no bucket above the cap is compiled."""
         self._captured = True
-        self.static_dispatch.capture_all(self.pool, self.cache, self.pad_id)
+        with self.runner.on_device():
+            self.static_dispatch.capture_all(self.pool, self.cache, self.pad_id)
 
     @property
     def static_decode(self) -> bool:
@@ -297,12 +298,13 @@ class Engine:
             raise RuntimeError(
                 "the engine has work but could schedule none of it (KV pool too small?)"
             )
-        try:
-            run = self._run(plan)
-        except BaseException:
-            self.runner.disengage()
-            raise
-        finished = self._postprocess(plan, run)
+        with self.runner.on_device():  # a model on cuda:1 steps with cuda:1 current
+            try:
+                run = self._run(plan)
+            except BaseException:
+                self.runner.disengage()
+                raise
+            finished = self._postprocess(plan, run)
         account(self, plan, run, time.perf_counter() - t0)
         if not self.busy:
             self.runner.disengage()
