@@ -14,6 +14,8 @@ the device or the compiler cannot make (`capture_errors`) is recorded the same w
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from nudgeability.engine.attention.static_decode import StaticDecodeUnavailable
@@ -92,6 +94,8 @@ class GraphedDecode:
         self.step = step
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.checked: set[int] = set()  # buckets whose captured step agreed with the eager one
+        # host seconds each bucket's warm-up (the flex kernels' compile) and capture took
+        self.seconds: dict[int, float] = {}
         # One memory pool for every bucket's graph: a replay's intermediates are dead once it
         # returns, so graphs that never run at once can share them (each keeps its outputs).
         self.pool = None
@@ -106,8 +110,10 @@ class GraphedDecode:
         forward asks for, e.g. the write index per head count) on a side stream, then capture it
         on the buffers `static.load()` rewrites. A capture that fails (`capture_errors`) is
         recorded and raises `StaticDecodeUnavailable`."""
+        start = time.perf_counter()
         try:
             self._capture(cache, static)
+            self.seconds[static.rows] = time.perf_counter() - start
         except capture_errors() as error:
             self.graphs.pop(static.rows, None)
             fallbacks.record(

@@ -108,6 +108,22 @@ def test_a_capture_that_fails_leaves_the_engine_eager_recorded(
     assert taken["used"] == "eager cascade (step_attention)" and kind in taken["reason"]
 
 
+def test_a_capture_that_succeeds_is_timed_and_records_nothing(monkeypatch, cuda_runtime):
+    """The capture's host time per bucket (compile and capture), which `nudge plan` reports as
+    start-up (estimate/run_estimate.py `measure_run`)."""
+
+    class Captured(_InvalidatedCapture):
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(torch.cuda, "graph", Captured)
+    _, engine = _engine()
+    engine.capture()
+    graphs = engine.static_dispatch.graphs
+    assert engine.static_decode and sorted(graphs.seconds) == sorted(graphs.graphs) == [16]
+    assert fallbacks.taken() == []
+
+
 def test_an_error_of_our_own_in_the_capture_is_not_taken_for_a_fallback(monkeypatch, cuda_runtime):
     monkeypatch.setattr(static_decode, "flex_attention", _raises(TypeError("a bad argument")))
     _, engine = _engine()
