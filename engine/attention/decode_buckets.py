@@ -39,7 +39,7 @@ def bucket_for(rows: int, buckets: tuple[int, ...]) -> int | None:
 
 
 def capture_order(buckets: tuple[int, ...]) -> tuple[int, ...]:
-    """The order the buckets' graphs are captured at start: largest first, so that every smaller
+    """The order the buckets' graphs are captured in: largest first, so that every smaller
     graph's memory fits in what the largest one's capture already took from the shared graph
     pool (nano-vllm's `capture_cudagraph` does the same)."""
     return tuple(sorted(set(buckets), reverse=True))

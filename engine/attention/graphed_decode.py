@@ -3,7 +3,8 @@ captured step agrees with the eager cascade before it is trusted.
 
 `GraphedDecode` warms each bucket's step up on a side stream (which compiles its FlexAttention
 calls) and captures it, the LM head and the greedy argmax included (`with_greedy_head`), all
-buckets at the engine's start, largest first, into one graph memory pool; each step replays its
+buckets up to the row cap before the engine's first step (`Engine.capture`), largest first, into
+one graph memory pool; each step replays its
 bucket's graph. Everything the captured region reads is a persistent buffer (`StaticDecode.buffers()`, the pool, the weights),
 so a replay computes the step `load()` wrote. The first time a bucket's captured step runs, the
 engine compares it once with the eager cascade on the same step (`agrees`); on a disagreement
@@ -87,8 +88,8 @@ def with_greedy_head(forward, logits):
 
 class GraphedDecode:
     """CUDA graphs of the decode step (`with_greedy_head`), one per bucket, in one shared graph
-    memory pool; `StaticDecodeDispatch.capture_all` captures them at start, largest first, and
-    a bucket met later (the pool was replaced) is captured on first use (CUDA only)."""
+    memory pool; `StaticDecodeDispatch.capture_all` captures them before the first step, largest
+    first, and a bucket met later (the pool was replaced) is captured on first use (CUDA only)."""
 
     def __init__(self, step):
         self.step = step
