@@ -149,8 +149,7 @@ def measure_run(
         raise ValueError("nudge plan measures the local engine; a run on a server is its own")
     schedule = choose_schedule(prepared).name
     engine = unit_context(prepared, progress=False).backend.engine
-    engine.capture()  # as the run's first step would: its compile and capture are start-up
-    graphs = engine.static_dispatch.graphs
+    graphs = engine.static_dispatch.graphs  # captured by `unit_context`, as the run's are
     captures = tuple(sorted(graphs.seconds.items())) if graphs is not None else ()
     startup = process_seconds() if since is None else time.monotonic() - since
     if prepared.plan is None:  # CUDA with no chunk size: the runner takes the pool's rows

@@ -156,9 +156,11 @@ class _RotaryAttention(_Fused):
         query_states = key_states = None
         # before anything reaches the cache, so that HF's forward can still take the step
         if active() and not args and self._fits(hidden_states):
-            query_states = self._rotated(self.q_proj(hidden_states).view(hidden_shape), cos, sin)
+            query_states = self._rotated(
+                self.q_proj(hidden_states).view(hidden_shape), cos, sin, "q"
+            )
         if query_states is not None:
-            key_states = self._rotated(self.k_proj(hidden_states).view(hidden_shape), cos, sin, 1)
+            key_states = self._rotated(self.k_proj(hidden_states).view(hidden_shape), cos, sin, "k")
         if key_states is None:
             return super().forward(
                 hidden_states, position_embeddings, attention_mask, *args, **kwargs
@@ -206,10 +208,10 @@ class _RotaryAttention(_Fused):
         )
         return False
 
-    def _rotated(self, x: torch.Tensor, cos, sin, key: int = 0) -> torch.Tensor | None:
-        """[B, L, H, D] projections (the queries', or the keys' for `key`) to HF's [B, H, L, D]
-        rotated heads (a view, as HF's are); None where the kernel cannot launch (`_launch`)."""
-        norm = (self.k_norm if key else self.q_norm) if self._head_norm else None
+    def _rotated(self, x: torch.Tensor, cos, sin, which: str) -> torch.Tensor | None:
+        """[B, L, H, D] projections to HF's [B, H, L, D] rotated heads (a view, as HF's are);
+        None where the kernel cannot launch (`_launch`)."""
+        norm = getattr(self, f"{which}_norm") if self._head_norm else None
         out = _launch(
             ops.norm_rope,
             x,
