@@ -17,8 +17,3 @@ def manifest_fallbacks(root: Path) -> list[dict]:
         store.write_records([])
         store.seal()
     return json.loads((Path(root) / "manifest.json").read_text())["fallbacks"]
-
-
-def paths(root: Path) -> list[str]:
-    """The `path` of each fallback the manifest sealed in `root` lists, in order."""
-    return [f["path"] for f in manifest_fallbacks(root)]
