@@ -28,7 +28,7 @@ from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.invariant.cpu.cores import CORES
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.engine.kv.kv_pool import KVPool
-from nudgeability.engine.kv.reservation import memory_pool, request_blocks
+from nudgeability.engine.kv.reservation import memory_pool, request_blocks, sizes_pool_from_memory
 from nudgeability.engine.model_runner import ModelRunner
 from nudgeability.engine.outputs import append_tokens, keep_hidden
 from nudgeability.engine.sampling.choose import choose_tokens
@@ -42,12 +42,6 @@ from nudgeability.engine.suffix_scores import needs_hidden, score_suffixes
 from nudgeability.util.progress import progress_bar
 
 
-def sizes_pool_from_memory(device: torch.device) -> bool:
-    """Whether an engine with no `max_batch_tokens` on `device` sizes its pool from free memory
-    (CUDA) rather than growing it with the work (CPU, where untouched pages cost nothing)."""
-    return device.type == "cuda"
-
-
 @dataclass
 class _Call:
     refs: list[SequenceRef] = field(default_factory=list)
@@ -59,25 +53,25 @@ class Engine:
     `max_batch_tokens` is the KV pool, in token slots (rounded up to whole blocks of
     `block_size`, plus three blocks for rounding); None sizes the pool for everything submitted
     and not finished, so that nothing waits for memory, and on CUDA takes
-    `gpu_memory_utilization` (default 0.9) of the device memory free at start, less the
-    activations of the largest step, allocated up front and never grown (`kv/reservation.py`). `max_rows` caps the rows that decode
-    together (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and
-    contexts are prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when
-    `prefill_tokens` is smaller: on CPU the same bits, `attention/cpu_attention.prefix_chunk`; on
-    CUDA the prefixes' last bits change). `progress` shows a bar with prefill
-    and decode tokens/s per call. `compile_decode` runs the forward through
-    `torch.compile(dynamic=True)` (minutes of compiling on CPU). `trace` keeps a `StepRecord`
-    per step in `stats.trace`. `batch_invariant` pads every forward and LM-head call to the rows
-    that keep a sequence's logits independent of the batch (`model_runner`, engine/README.md);
-    False runs them at their natural row counts.
+    `gpu_memory_utilization` (default 0.9) of the device memory free at start, less the largest
+    step's activations, the graphs' memory pool and the self-checks' temporaries, allocated up
+    front and never grown (`kv/reservation.py`). `max_rows` caps the rows that decode together
+    (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and contexts are
+    prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when `prefill_tokens` is
+    smaller: on CPU the same bits, `attention/cpu_attention.prefix_chunk`; on CUDA the prefixes'
+    last bits change). `progress` shows a bar with prefill and decode tokens/s per call.
+    `compile_decode` runs the forward through `torch.compile(dynamic=True)` (minutes of compiling
+    on CPU). `trace` keeps a `StepRecord` per step in `stats.trace`. `batch_invariant` pads every
+    forward and LM-head call to the rows that keep a sequence's logits independent of the batch
+    (`model_runner`, engine/README.md); False runs them at their natural row counts.
     `static_decode` (opt-in; on a GPU faster than the eager cascade, benchmarks/gpu_check.py)
     runs every step's single-token rows with fixed shapes, rows padded to a bucket (up to the row
-    cap, at least 512: with no `max_rows` the rows are capped there), one FlexAttention call per
-    layer (`attention/static_decode.py`), the rest of a step that also prefills eagerly beside
-    them; `cuda_graphs` (default: with it on CUDA) captures every bucket at start, LM head and
-    greedy argmax included, and replays them, each bucket's first replayed step checked once
-    against the eager cascade (`attention/static_dispatch.py`). By default every step runs the
-    eager cascade (`attention/shared_prefix_attention.py`; on CPU through
+    cap; with no `max_rows` the rows are capped at 512), one FlexAttention call per layer
+    (`attention/static_decode.py`), the rest of a step that also prefills eagerly beside them;
+    `cuda_graphs` (default: with it on CUDA) captures the buckets at the first step (`capture`),
+    LM head and greedy argmax included, and replays them, each bucket's first replayed step
+    checked once against the eager cascade (`attention/static_dispatch.py`). By default every
+    step runs the eager cascade (`attention/shared_prefix_attention.py`; on CPU through
     engine/invariant/cpu/attention.py). `fused_layers` (CUDA, where Triton imports) runs a
     layer's norms, rotary and activation as Triton kernels (`fused/`), its first forward checked
     once against the library's.
@@ -138,6 +132,7 @@ class Engine:
                 rows=self.static_dispatch.head_rows(max_rows),
                 block_size=block_size,
                 fraction=gpu_memory_utilization,
+                decode=self.static_dispatch,
             )
             # a budget from then on: the pool never grows (a growth would be an OOM on the device)
             self.max_batch_tokens = max(1, (self._pool_blocks - 3) * block_size)
@@ -145,13 +140,20 @@ class Engine:
             self._pool_blocks = 4
         self._new_pool(self._pool_blocks)
         self.pool.allocate(layers)
-        self.static_dispatch.capture_all(self.pool, self.cache, self.pad_id)
+        self._captured = self.static_dispatch.graphs is None  # else at the first step, or `capture`
 
     def limit_rows(self, max_rows: int | None) -> None:
         """Cap the rows that decode together from now on (`max_rows` of the constructor)."""
         req.check_positive(max_rows=max_rows)
         cap = self.static_dispatch.row_cap(max_rows)  # buckets met later are captured on use
         self.max_rows = self.scheduler.max_rows = self.scheduler.lookahead = cap
+
+    def capture(self) -> None:
+        """Capture the buckets' graphs up to the row cap now (`static_dispatch.capture_all`); call
+        it after `limit_rows`, else the first step does: no bucket above the cap is compiled."""
+        self._captured = True
+        with self.runner.on_device():
+            self.static_dispatch.capture_all(self.pool, self.cache, self.pad_id)
 
     @property
     def static_decode(self) -> bool:
@@ -296,12 +298,13 @@ class Engine:
             raise RuntimeError(
                 "the engine has work but could schedule none of it (KV pool too small?)"
             )
-        try:
-            run = self._run(plan)
-        except BaseException:
-            self.runner.disengage()
-            raise
-        finished = self._postprocess(plan, run)
+        with self.runner.on_device():  # a model on cuda:1 steps with cuda:1 current
+            try:
+                run = self._run(plan)
+            except BaseException:
+                self.runner.disengage()
+                raise
+            finished = self._postprocess(plan, run)
         account(self, plan, run, time.perf_counter() - t0)
         if not self.busy:
             self.runner.disengage()
@@ -309,6 +312,8 @@ class Engine:
 
     # --- one step -------------------------------------------------------------------------------
     def _run(self, plan: StepPlan) -> StepRun:
+        if not self._captured:
+            self.capture()
         self.runner.engage()
         if needs_hidden(plan):  # the suffix scores read every token's state: one eager forward
             layout, hidden = self._run_eager(plan)
@@ -345,9 +350,6 @@ class Engine:
             if not row.retain:
                 del self._rows[row.id]
         return out
-
-    def _all_rows(self):
-        return list(self.scheduler.running) + list(self.scheduler.retained)
 
     # --- memory -----------------------------------------------------------------------------------
     def _reserve(self, groups) -> None:

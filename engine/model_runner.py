@@ -93,6 +93,12 @@ class ModelRunner:
         """The rows a forward of `rows` rows runs (module docstring)."""
         return max(self.min_rows, -(-rows // self.row_multiple) * self.row_multiple)
 
+    def on_device(self):
+        """The model's CUDA device as the current one for the duration, nothing off CUDA: the
+        streams, events and graphs torch makes, and Triton's launches, go to the current device,
+        so an engine on cuda:1 steps inside this (`Engine.step`, `Engine.capture`)."""
+        return torch.cuda.device(self.device) if self.device.type == "cuda" else nullcontext()
+
     def engage(self) -> None:
         """Switch the model to shared-prefix attention (until `disengage`); cheap when it already is.
 

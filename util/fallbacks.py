@@ -7,6 +7,11 @@ names the path, what runs instead and why, and `taken()` lists every fallback of
 the order they happened, for the manifest (the runner writes them beside the seal:
 splice/rundir/manifest.py). The list is process-wide on purpose: a fallback is a fact about the
 device and the libraries, whichever engine or layer met it first.
+
+`launch_errors()` and `compiler_errors()` are the exceptions a fast path falls back on: what
+Triton, Dynamo and Inductor raise when this device or this compiler cannot run a kernel. They are
+named classes, never `Exception`: a TypeError or an IndexError in the engine's own code is a bug
+to see, not a fallback to take.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import threading
 import warnings
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 
 class FallbackWarning(RuntimeWarning):
@@ -60,3 +66,33 @@ def reset() -> None:
     """Forget every fallback (a test, or a new run in the same process)."""
     with _lock:
         _taken.clear()
+
+
+@lru_cache(maxsize=1)
+def launch_errors() -> tuple[type[Exception], ...]:
+    """What a Triton kernel's first launch raises when this device cannot run it: more shared
+    memory, tensor memory or threads than the device has (`OutOfResources`,
+    triton/compiler/compiler.py `_init_handles`), or ptxas refusing the kernel for this GPU
+    (`PTXASError`, triton/backends/nvidia/compiler.py). Triton's own autotuner skips a config on
+    these (triton/runtime/autotuner.py). Not `CompilationError`: a kernel whose source does not
+    compile is ours to fix. Empty without Triton (nothing of it can launch then)."""
+    try:
+        from triton.runtime.errors import OutOfResources, PTXASError
+    except ImportError:
+        return ()
+    return (OutOfResources, PTXASError)
+
+
+@lru_cache(maxsize=1)
+def compiler_errors() -> tuple[type[Exception], ...]:
+    """What a `torch.compile`d call raises when Dynamo or Inductor cannot compile or run it:
+    every `TorchDynamoException` (torch/_dynamo/exc.py: `Unsupported`, a graph break under
+    `fullgraph=True`; `BackendCompilerFailed` and its `InductorError`, which wrap the lowering's
+    own errors, torch/_inductor/exc.py; `RecompileError`), `FailOnRecompileLimitHit` (not one of
+    them), the Inductor errors raised outside Dynamo's wrapper (`OperatorIssue`,
+    `CppCompileError`), and the launch errors of the Triton kernels it generated."""
+    from torch._dynamo.exc import FailOnRecompileLimitHit, TorchDynamoException
+    from torch._inductor.exc import CppCompileError, OperatorIssue
+
+    compiler = (TorchDynamoException, FailOnRecompileLimitHit, OperatorIssue, CppCompileError)
+    return compiler + launch_errors()

@@ -59,10 +59,21 @@ def as_text(run: RunEstimate, paper: CampaignEstimate | None = None) -> str:
         f"then {duration(run.compute_seconds)} of engine time on the slowest worker)"
         + (f", {run.gpu_hours:.2f} GPU-hours" if run.gpu_hours is not None else ""),
     ]
+    lines.append(startup_text(run))
     lines += [f"  not estimated: {what}" for what in run.left_out]
     if paper is not None:
         lines += [""] + campaign_text(paper).splitlines()
     return "\n".join(lines)
+
+
+def startup_text(run) -> str:
+    """Where the start goes: measured here, the CUDA graphs' compile and capture per bucket."""
+    text = f"  start-up measured here: {run.startup_seconds:.1f} s (imports, model, needle, engine"
+    if not run.captures:
+        return text + f"; no CUDA graphs to compile and capture on {run.device})"
+    per = ", ".join(f"bucket {rows} {seconds:.1f} s" for rows, seconds in run.captures)
+    total = sum(seconds for _, seconds in run.captures)
+    return text + f"; of it the graphs' compile and capture, {total:.1f} s: {per})"
 
 
 def campaign_text(paper: CampaignEstimate) -> str:
@@ -75,7 +86,8 @@ def campaign_text(paper: CampaignEstimate) -> str:
         "sequences run to their budget",
         "  each model's step: the measured model's efficiency against its floor, on that model's "
         "floor (its weights in its format, its KV) at this device's copy bandwidth; prefill "
-        "scaled by parameters; model loading not counted",
+        "scaled by parameters; model loading, compile and graph capture not counted (the "
+        "measured run's start-up above is the only figure for them)",
         "",
         "| model | format | task | rows a step | new tokens | hours |",
         "|---|---|---|---|---|---|",

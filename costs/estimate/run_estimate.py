@@ -43,9 +43,11 @@ class RunEstimate:
     sequences: float
     prompt_tokens: int
     generated_tokens: float
-    startup_seconds: float  # the process up to the first step: imports, model, needle
+    startup_seconds: float  # the process up to the first step: imports, model, needle, engine
     compute_seconds: float  # the slowest worker's engine time
     left_out: tuple[str, ...] = ()
+    # (bucket, seconds) of each CUDA graph's compile and capture, within startup_seconds
+    captures: tuple[tuple[int, float], ...] = ()
 
     @property
     def wall_seconds(self) -> float:
@@ -105,6 +107,7 @@ class Measured:
     workers: int
     max_rows: int | None  # the engine's row cap (CUDA: what its KV pool holds)
     reuse_stems: bool  # stream.py: forks copy their stem where the pool grows with the work
+    captures: tuple[tuple[int, float], ...] = ()  # RunEstimate.captures
 
 
 def measure_run(
@@ -145,8 +148,10 @@ def measure_run(
     if prepared.backend is not None:
         raise ValueError("nudge plan measures the local engine; a run on a server is its own")
     schedule = choose_schedule(prepared).name
-    startup = process_seconds() if since is None else time.monotonic() - since
     engine = unit_context(prepared, progress=False).backend.engine
+    graphs = engine.static_dispatch.graphs  # captured by `unit_context`, as the run's are
+    captures = tuple(sorted(graphs.seconds.items())) if graphs is not None else ()
+    startup = process_seconds() if since is None else time.monotonic() - since
     if prepared.plan is None:  # CUDA with no chunk size: the runner takes the pool's rows
         prepared = with_chunk_size(prepared, pool_rows_of(engine, prepared.config))
     reuse = engine.max_batch_tokens is None
@@ -159,7 +164,7 @@ def measure_run(
         for p in prepared.prompts
     ]
     rates = measure(engine, prompts, row_counts(peak / max(1, workers), engine.max_rows))
-    return Measured(prepared, schedule, rates, startup, workers, engine.max_rows, reuse)
+    return Measured(prepared, schedule, rates, startup, workers, engine.max_rows, reuse, captures)
 
 
 def estimate_run(
@@ -200,6 +205,7 @@ def estimate_run(
         generated_tokens=whole.generated_tokens(lengths),
         startup_seconds=m.startup_seconds,
         compute_seconds=max(seconds),
+        captures=m.captures,
         left_out=(LEFT_OUT_RESOLVE,) * config.resolve + (LEFT_OUT_CUTS,) * (config.cuts == "all"),
     )
 

@@ -3,17 +3,23 @@ captured step agrees with the eager cascade before it is trusted.
 
 `GraphedDecode` warms each bucket's step up on a side stream (which compiles its FlexAttention
 calls) and captures it, the LM head and the greedy argmax included (`with_greedy_head`), all
-buckets at the engine's start, largest first, into one graph memory pool; each step replays its
+buckets up to the row cap before the engine's first step (`Engine.capture`), largest first, into
+one graph memory pool; each step replays its
 bucket's graph. Everything the captured region reads is a persistent buffer (`StaticDecode.buffers()`, the pool, the weights),
 so a replay computes the step `load()` wrote. The first time a bucket's captured step runs, the
 engine compares it once with the eager cascade on the same step (`agrees`); on a disagreement
-beyond the dtype's bound it warns, records the fallback and runs eagerly from then on.
+beyond the dtype's bound it warns, records the fallback and runs eagerly from then on. A capture
+the device or the compiler cannot make (`capture_errors`) is recorded the same way and raises
+`StaticDecodeUnavailable`, on which the engine runs the eager cascade instead of failing.
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
 
+from nudgeability.engine.attention.static_decode import StaticDecodeUnavailable
 from nudgeability.engine.sampling.sampler import greedy
 from nudgeability.util import fallbacks
 
@@ -28,6 +34,16 @@ from nudgeability.util import fallbacks
 # lies well above it.
 SELF_CHECK_BOUND = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 1e-1}
 EAGER = "eager cascade (step_attention)"
+
+
+def capture_errors() -> tuple[type[Exception], ...]:
+    """What warming a bucket's step up and capturing it can raise when the device or the compiler
+    cannot make the graph: the compiler's and Triton's errors (`fallbacks.compiler_errors`), a
+    CUDA error such as an invalidated capture (`torch.AcceleratorError`, which torch raises for
+    every failed CUDA call, `cudaStreamEndCapture`'s included), and the graph pool running out of
+    memory. Not every RuntimeError: a wrong argument to an op of our own is one too, and a bug."""
+    cuda = getattr(torch, "AcceleratorError", None)  # torch >= 2.8; before, a plain RuntimeError
+    return fallbacks.compiler_errors() + (torch.OutOfMemoryError,) + ((cuda,) if cuda else ())
 
 
 def relative_difference(captured: torch.Tensor, reference: torch.Tensor) -> float:
@@ -72,13 +88,15 @@ def with_greedy_head(forward, logits):
 
 class GraphedDecode:
     """CUDA graphs of the decode step (`with_greedy_head`), one per bucket, in one shared graph
-    memory pool; `StaticDecodeDispatch.capture_all` captures them at start, largest first, and
-    a bucket met later (the pool was replaced) is captured on first use (CUDA only)."""
+    memory pool; `StaticDecodeDispatch.capture_all` captures them before the first step, largest
+    first, and a bucket met later (the pool was replaced) is captured on first use (CUDA only)."""
 
     def __init__(self, step):
         self.step = step
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
         self.checked: set[int] = set()  # buckets whose captured step agreed with the eager one
+        # host seconds each bucket's warm-up (the flex kernels' compile) and capture took
+        self.seconds: dict[int, float] = {}
         # One memory pool for every bucket's graph: a replay's intermediates are dead once it
         # returns, so graphs that never run at once can share them (each keeps its outputs).
         self.pool = None
@@ -91,7 +109,22 @@ class GraphedDecode:
     def capture(self, cache, static) -> None:
         """Warm the bucket's step up (it compiles the flex kernels and makes every buffer the
         forward asks for, e.g. the write index per head count) on a side stream, then capture it
-        on the buffers `static.load()` rewrites."""
+        on the buffers `static.load()` rewrites. A capture that fails (`capture_errors`) is
+        recorded and raises `StaticDecodeUnavailable`."""
+        start = time.perf_counter()
+        try:
+            self._capture(cache, static)
+            self.seconds[static.rows] = time.perf_counter() - start
+        except capture_errors() as error:
+            self.graphs.pop(static.rows, None)
+            fallbacks.record(
+                f"cuda graph of static_decode bucket {static.rows}",
+                EAGER,
+                f"its capture failed: {type(error).__name__}: {str(error)[:300]}",
+            )
+            raise StaticDecodeUnavailable(str(error)) from error
+
+    def _capture(self, cache, static) -> None:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()

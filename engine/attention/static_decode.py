@@ -361,7 +361,8 @@ def flex_decode_attention(q, handle, scaling: float, window: int | None) -> torc
         )
         return out.transpose(1, 2)
     if _compiled is None:
-        _compiled = torch.compile(flex_attention, dynamic=False)
+        # fullgraph: a graph break would run flex eagerly, a score matrix over the whole pool
+        _compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
     # Each (bucket, window, head shape, pool size) is its own static compile. Past Dynamo's
     # recompile limit the call would silently run eagerly with a full score matrix: allow the
     # compiles the engine's keys need, and fail loudly past them (the engine then drops to the
@@ -388,11 +389,11 @@ def flex_decode_attention(q, handle, scaling: float, window: int | None) -> torc
             f"Dynamo's recompile limit ({COMPILE_LIMIT}) hit: {error}",
         )
         raise StaticDecodeUnavailable(str(error)) from error
-    except torch._dynamo.exc.BackendCompilerFailed as error:  # a lowering this suite cannot run
+    except fallbacks.compiler_errors() as error:  # Dynamo, Inductor, a Triton launch: named
         fallbacks.record(
             f"static_decode flex_attention (bucket {layout.rows}, window {window})",
             "eager cascade (step_attention)",
-            f"Inductor could not compile it: {str(error)[:300]}",
+            f"the compiler could not compile or run it: {type(error).__name__}: {str(error)[:300]}",
         )
         raise StaticDecodeUnavailable(str(error)) from error
     return out.transpose(1, 2)

@@ -2,12 +2,13 @@
 
 `StaticDecodeDispatch` holds the engine's `static_decode` state: one `StaticDecode` per bucket
 (`static_decode.py`, buckets from `decode_buckets.py`), and the CUDA graphs that replay them
-(`graphed_decode.py`), captured at start, largest bucket first. A step's single-token rows run on
-a bucket's buffers, through a graph where graphs are on; in a step that also prefills, the other
-rows and prefix chunks run the eager cascade (`shared_prefix_attention.py`) in a second forward
-(a split step, `step_run.merged`). A step with no single-token row runs eagerly. The compiler
-refusing a step (`StaticDecodeUnavailable`) or a bucket's first captured step disagreeing with the
-eager cascade on the same step drops the fixed-shape decode for the rest of the engine's life.
+(`graphed_decode.py`), captured before the first step (`Engine.capture`), largest bucket first. A
+step's single-token rows run on a bucket's buffers, through a graph where graphs are on; in a step
+that also prefills, the other rows and prefix chunks run the eager cascade
+(`shared_prefix_attention.py`) in a second forward (a split step, `step_run.merged`). A step with
+no single-token row runs eagerly. The compiler or the capture refusing a step
+(`StaticDecodeUnavailable`) or a bucket's first captured step disagreeing with the eager cascade
+on the same step drops the fixed-shape decode for the rest of the engine's life.
 `Engine._run` (engine/engine.py) asks `run` first and runs the step eagerly where it says None.
 """
 
@@ -74,6 +75,10 @@ class StaticDecodeDispatch:
         none given, the largest bucket while the fixed-shape decode is on (no decode step is too
         wide for it), else no cap."""
         self.buckets = bucket_sizes(max_rows)
+        for bucket in set(self.statics) - set(self.buckets):  # no step takes them again
+            del self.statics[bucket]
+            if self.graphs is not None:
+                self.graphs.drop(bucket)
         if max_rows is None and self.enabled:
             return self.buckets[-1]
         return max_rows
@@ -98,7 +103,9 @@ class StaticDecodeDispatch:
                 cache.layout = static
                 with torch.inference_mode():
                     self.graphs.capture(cache, static)
-        except StaticDecodeUnavailable:  # the compiler refused (recorded): eager from the start
+        # the compiler refused, or the device could not capture (a Triton launch, an invalidated
+        # capture: graphed_decode.capture_errors), recorded where it happened: eager from the start
+        except StaticDecodeUnavailable:
             self.drop()
         finally:
             self.runner.disengage()

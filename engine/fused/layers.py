@@ -21,6 +21,11 @@ a reference forward) every module computes as before. What each family gets:
 
 Gemma 4's attention (per-tensor rotary, KV sharing) and decoder layer (per-layer inputs, a
 second MLP branch, layer scalars) stay HF's: only their norms and MLP are swapped.
+
+Nothing leaves the fused path quietly: a module that takes HF's forward for its dtypes (head
+norms kept in fp32, a mixed-dtype residual) records it, and a kernel this device cannot launch
+(`fallbacks.launch_errors`: Triton's shared memory or ptxas refusal) is recorded once, after
+which every swapped module runs HF's forward (`_launch`); both land in the run's manifest.
 """
 
 from __future__ import annotations
@@ -36,12 +41,34 @@ from nudgeability.engine.fused import triton_ops as ops
 from nudgeability.util import fallbacks
 
 FALLBACK_PATH = "fused layer kernels (engine/fused)"
+EAGER_OPS = "the HF modules' eager ops"
 _depth = 0  # how many `fused_forward` contexts are open (re-entrant)
+_failed = False  # a fused kernel could not launch on this device: HF's forward from then on
 
 
 def active() -> bool:
-    """Whether the swapped modules now call the fused kernels (inside `fused_forward`)."""
-    return _depth > 0
+    """Whether the swapped modules now call the fused kernels (inside `fused_forward`, and no
+    kernel has failed to launch)."""
+    return _depth > 0 and not _failed
+
+
+def _launch(op, *args, **kwargs):
+    """`op(*args, **kwargs)` (a triton_ops wrapper), or None where its kernel cannot launch on
+    this device: recorded, and every swapped module runs HF's forward from then on (a kernel
+    that fails at one shape is not tried at the next, mid-step or under a graph capture)."""
+    global _failed
+    try:
+        return op(*args, **kwargs)
+    except fallbacks.launch_errors() as error:
+        _failed = True
+        name = getattr(op, "__name__", str(op))
+        fallbacks.record(f"{FALLBACK_PATH}: {name}", EAGER_OPS, f"{type(error).__name__}: {error}")
+        return None
+
+
+def _bypass(module: torch.nn.Module, used: str, reason: str) -> None:
+    """Record that a swapped `module` takes HF's forward (`used`) for its dtypes."""
+    fallbacks.record(f"{FALLBACK_PATH}: {type(module).__name__}", used, reason)
 
 
 @contextmanager
@@ -69,19 +96,19 @@ class _CastThenScaleNorm(_Fused):
     """Qwen3RMSNorm, Glm4RMSNorm, LlamaRMSNorm: weight * (x / rms(x)).to(dtype)."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if not _depth:
-            return super().forward(hidden_states)
-        return ops.rms_norm(hidden_states, self.weight, _eps(self))
+        out = _launch(ops.rms_norm, hidden_states, self.weight, _eps(self)) if active() else None
+        return super().forward(hidden_states) if out is None else out
 
 
 class _ScaleThenCastNorm(_Fused):
     """Gemma4RMSNorm: (x / rms(x) * weight) in fp32, then the dtype; no weight without scale."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if not _depth:
+        if not active():
             return super().forward(hidden_states)
         weight = self.weight if self.with_scale else None
-        return ops.rms_norm(hidden_states, weight, _eps(self), ops.SCALE_THEN_CAST)
+        out = _launch(ops.rms_norm, hidden_states, weight, _eps(self), ops.SCALE_THEN_CAST)
+        return super().forward(hidden_states) if out is None else out
 
 
 class _GateUpMLP(_Fused):
@@ -90,9 +117,10 @@ class _GateUpMLP(_Fused):
     _act = ops.SILU
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not _depth:
+        if not active():
             return super().forward(x)
-        return self.down_proj(ops.act_mul(self.gate_proj(x), self.up_proj(x), self._act))
+        product = _launch(ops.act_mul, self.gate_proj(x), self.up_proj(x), self._act)
+        return super().forward(x) if product is None else self.down_proj(product)
 
 
 class _GeluGateUpMLP(_GateUpMLP):
@@ -103,10 +131,11 @@ class _FusedGateUpMLP(_Fused):
     """Glm4MLP: one gate_up projection, gate its first half; down(up * silu(gate))."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if not _depth:
+        if not active():
             return super().forward(hidden_states)
         gate, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
-        return self.down_proj(ops.act_mul(gate, up))  # up * silu(gate): the same product
+        product = _launch(ops.act_mul, gate, up)  # up * silu(gate): the same product
+        return super().forward(hidden_states) if product is None else self.down_proj(product)
 
 
 class _RotaryAttention(_Fused):
@@ -121,15 +150,21 @@ class _RotaryAttention(_Fused):
     _modeling = None
 
     def forward(self, hidden_states, position_embeddings, attention_mask=None, *args, **kwargs):
-        if not _depth or args or not self._fits(hidden_states):
-            return super().forward(
-                hidden_states, position_embeddings, attention_mask, *args, **kwargs
-            )
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         cos, sin = position_embeddings
-        query_states = self._rotated(self.q_proj(hidden_states).view(hidden_shape), cos, sin, "q")
-        key_states = self._rotated(self.k_proj(hidden_states).view(hidden_shape), cos, sin, "k")
+        query_states = key_states = None
+        # before anything reaches the cache, so that HF's forward can still take the step
+        if active() and not args and self._fits(hidden_states):
+            query_states = self._rotated(
+                self.q_proj(hidden_states).view(hidden_shape), cos, sin, "q"
+            )
+        if query_states is not None:
+            key_states = self._rotated(self.k_proj(hidden_states).view(hidden_shape), cos, sin, "k")
+        if key_states is None:
+            return super().forward(
+                hidden_states, position_embeddings, attention_mask, *args, **kwargs
+            )
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cache = kwargs.pop("cache", None)
         if cache is None:  # the old name, which 5.24+ layers translate before calling this
@@ -164,12 +199,21 @@ class _RotaryAttention(_Fused):
         if not self._head_norm:
             return True
         dtype = hidden_states.dtype
-        return self.q_norm.weight.dtype == dtype and self.k_norm.weight.dtype == dtype
+        if self.q_norm.weight.dtype == dtype and self.k_norm.weight.dtype == dtype:
+            return True
+        _bypass(
+            self,
+            "the HF attention forward",
+            f"its head norms' weights are {self.q_norm.weight.dtype}, the activations {dtype}",
+        )
+        return False
 
-    def _rotated(self, x: torch.Tensor, cos, sin, which: str) -> torch.Tensor:
-        """[B, L, H, D] projections to HF's [B, H, L, D] rotated heads (a view, as HF's are)."""
+    def _rotated(self, x: torch.Tensor, cos, sin, which: str) -> torch.Tensor | None:
+        """[B, L, H, D] projections to HF's [B, H, L, D] rotated heads (a view, as HF's are);
+        None where the kernel cannot launch (`_launch`)."""
         norm = getattr(self, f"{which}_norm") if self._head_norm else None
-        out = ops.norm_rope(
+        out = _launch(
+            ops.norm_rope,
             x,
             cos,
             sin,
@@ -177,7 +221,7 @@ class _RotaryAttention(_Fused):
             _eps(norm) if norm is not None else 0.0,
             self._interleaved,
         )
-        return out.transpose(1, 2)
+        return None if out is None else out.transpose(1, 2)
 
 
 class _InterleavedAttention(_RotaryAttention):
@@ -199,20 +243,24 @@ class _ResidualNormLayer(_Fused):
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         norm = self.post_attention_layernorm
-        if not _depth or args or not isinstance(norm, _CastThenScaleNorm):
+        if not active() or args or not isinstance(norm, _CastThenScaleNorm):
             return super().forward(hidden_states, *args, **kwargs)
         residual = hidden_states
         hidden_states = self.input_layernorm(hidden_states)
         hidden_states, _ = self.self_attn(hidden_states=hidden_states, **kwargs)
         if self._sandwich:
             hidden_states = self.post_self_attn_layernorm(hidden_states)
-        if hidden_states.dtype == residual.dtype:
-            hidden_states, residual = ops.rms_norm(
-                hidden_states, norm.weight, _eps(norm), residual=residual
-            )
-        else:  # a mixed-dtype add promotes: HF's own ops keep its rule
+        fused = None
+        if hidden_states.dtype != residual.dtype:  # a mixed-dtype add promotes: HF's rule
+            why = f"its attention output is {hidden_states.dtype}, the residual {residual.dtype}"
+            _bypass(self, "HF's residual add and norm", why)
+        elif active():  # not if a kernel of this layer has failed to launch
+            fused = _launch(ops.rms_norm, hidden_states, norm.weight, _eps(norm), residual=residual)
+        if fused is None:
             residual = residual + hidden_states
             hidden_states = norm(residual)
+        else:
+            hidden_states, residual = fused
         hidden_states = self.mlp(hidden_states)
         if self._sandwich:
             hidden_states = self.post_mlp_layernorm(hidden_states)
@@ -290,7 +338,7 @@ def adopt(model: torch.nn.Module) -> bool:
     """`fuse(model)` where Triton imports (the model runner calls it for a CUDA model); without
     Triton the model keeps HF's eager modules, recorded as a fallback (util/fallbacks.py)."""
     if not ops.available():
-        fallbacks.record(FALLBACK_PATH, "the HF modules' eager ops", "triton is not importable")
+        fallbacks.record(FALLBACK_PATH, EAGER_OPS, "triton is not importable")
         return False
     fuse(model)
     return True

@@ -19,7 +19,10 @@ and a kernel that disagrees or raises is replaced for good by the next one, reco
   `torch._scaled_mm` with blockwise scales (`scaled_mm.py`: activations quantised to e4m3 per
   1x128 block, the checkpoint's `activation_scheme: dynamic`, the checkpoint's 128x128 scales
   passed as torch requires them) at every row count; elsewhere, or if it raises or disagrees,
-  the Triton weight-only kernel (`triton_fp8`, the FP8 weight decoded in registers), recorded.
+  the Triton weight-only kernel (`triton_fp8`, the FP8 weight decoded in registers). On a GPU
+  each of those is recorded as a fallback: `scaled_mm_reason`'s refusal (another SM, a wheel
+  built with CUDA < 12.9, a layer cuBLAS would misread) when the path is chosen, a kernel that
+  raises or disagrees by the self-check. Off CUDA (a test's CPU tensors) nothing is recorded.
   The choice never depends on how many rows share the call, so that a token's activations are
   quantised alike whether it is prefilled or decoded. The fp8-fused arms may still agree with
   HF's forward less often than HF agrees with itself: on a deep random-init model an activation
@@ -193,8 +196,11 @@ def fp8_path(
     n, k = weight.shape
     scale = scale_inv.to(torch.float32).contiguous()
     capability, cuda = facts if facts is not None else scaled_mm.device_facts(weight.device)
-    use_scaled_mm = scaled_mm.scaled_mm_reason(weight, block, capability, cuda) is None
+    refused = scaled_mm.scaled_mm_reason(weight, block, capability, cuda)
+    use_scaled_mm = refused is None
     signature = f"fp8 [{n}, {k}] block {tuple(block)}"
+    if refused is not None and capability is not None:  # a GPU, or a wheel, that cannot take it
+        fallbacks.record(f"scaled_mm_blockwise {signature}", "triton_fp8", refused)
 
     def call(x, tile):
         return triton_kernels.fp8_matmul(x, weight, scale, block, tile)

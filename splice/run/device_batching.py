@@ -52,6 +52,6 @@ def pool_rows(pool_slots: int, max_new_tokens: int, max_new_tokens_arm: int) -> 
 def batches_from_pool(device: str) -> bool:
     """Whether a run on `device` (as validation.py resolves it) takes its rows and its default
     chunk size from the KV pool: where the engine sizes its pool from free memory (CUDA,
-    engine/engine.py `sizes_pool_from_memory`); not on CPU, where the pool grows with the work,
-    nor on a server, which batches on its own."""
+    engine/kv/reservation.py `sizes_pool_from_memory`); not on CPU, where the pool grows with the
+    work, nor on a server, which batches on its own."""
     return device != SERVER and engine_module.sizes_pool_from_memory(torch.device(device))

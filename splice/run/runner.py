@@ -200,6 +200,7 @@ def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
         )
         if engine_module.sizes_pool_from_memory(engine.runner.device):  # CUDA: device_batching.py
             engine.limit_rows(_pool_rows(engine, prepared.config))
+        engine.capture()  # the CUDA graphs of the buckets up to that cap, now: start-up's cost
         backend = EngineBackend(engine)
     backend.progress = progress  # an inner bar per backend call
     return UnitContext(prepared, backend)

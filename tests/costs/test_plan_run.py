@@ -41,6 +41,7 @@ def test_a_plan_measures_the_run_and_the_paper_campaign_and_names_its_assumption
     json.dumps(data)  # one JSON object
     text = as_text(run, paper)
     assert "the test" in text and "bases generate 50%" in text
+    assert run.captures == () and "no CUDA graphs to compile and capture on cpu" in text
     for model in load_campaign().models:
         assert model.name in text and model.source in text
 
@@ -99,3 +100,15 @@ def test_the_announcement_of_a_run_whose_chunk_size_the_pool_will_set(tmp_path, 
     prepared = prepare(RunConfig(task="strategyqa", n=2))
     line = announcement(replace(prepared, plan=None), 1)
     assert line.startswith("nudge run: ") and "`nudge plan`" in line
+
+
+def test_the_start_up_line_names_each_buckets_compile_and_capture():
+    """On CUDA the start-up `nudge plan` measured includes the graphs' compile and capture of
+    each bucket the run captures (estimate/run_estimate.py `measure_run`), listed as measured."""
+    from nudgeability.estimate.report import startup_text
+
+    run = SimpleNamespace(startup_seconds=312.4, captures=((16, 40.0), (32, 41.5)), device="cuda")
+    assert startup_text(run) == (
+        "  start-up measured here: 312.4 s (imports, model, needle, engine; of it the graphs' "
+        "compile and capture, 81.5 s: bucket 16 40.0 s, bucket 32 41.5 s)"
+    )

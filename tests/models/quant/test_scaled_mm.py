@@ -173,7 +173,7 @@ def test_a_rows_fp8_product_does_not_depend_on_how_many_rows_share_the_call(monk
     assert fallbacks.taken() == []
 
 
-def test_a_layer_whose_scale_blocks_cublas_would_misread_is_left_to_triton():
+def test_a_layer_whose_scale_blocks_cublas_would_misread_is_left_to_triton(checked):
     """K = 384 gives 3 scale blocks along K, which cuBLAS reads as 4 (the stand-in's rule):
     `_scaled_mm` is never offered for it, whatever the rows."""
     from nudgeability.models.quant import scaled_mm
@@ -183,5 +183,31 @@ def test_a_layer_whose_scale_blocks_cublas_would_misread_is_left_to_triton():
     assert "3 scale blocks" in scaled_mm.scaled_mm_reason(weight, (128, 128), *facts)
     assert scaled_mm.scaled_mm_reason(_layer(256, 512)[0], (128, 128), *facts) is None
     pytest.importorskip("triton")
-    path = cuda_kernels.fp8_path(weight, scale_inv, (128, 128), facts=facts)
+    with pytest.warns(fallbacks.FallbackWarning, match="3 scale blocks"):
+        path = cuda_kernels.fp8_path(weight, scale_inv, (128, 128), facts=facts)
     assert path.name == "triton_fp8"
+
+
+@pytest.mark.parametrize(
+    "facts, why",
+    [(((9, 0), (12, 8)), "needs CUDA >= 12.9"), (((8, 0), (12, 9)), "needs SM90")],
+)
+def test_a_wheel_or_gpu_that_cannot_take_scaled_mm_records_the_triton_path(
+    tmp_path, checked, facts, why
+):
+    """An SM90 GPU with a torch wheel built against CUDA 12.8 (or an SM80 GPU): `_scaled_mm`'s
+    blockwise scaling is refused up front, the layer runs the Triton weight-only kernel, and the
+    run's manifest says so."""
+    from helpers.sealed_fallbacks import manifest_fallbacks
+
+    pytest.importorskip("triton")
+    weight, scale_inv = _layer(256, 512)
+    with pytest.warns(fallbacks.FallbackWarning, match=why):
+        path = cuda_kernels.fp8_path(weight, scale_inv, (128, 128), facts=facts)
+    assert path.name == "triton_fp8"
+    (taken,) = manifest_fallbacks(tmp_path / "run")
+    assert taken["path"] == "scaled_mm_blockwise fp8 [256, 512] block (128, 128)"
+    assert taken["used"] == "triton_fp8" and why in taken["reason"]
+    fallbacks.reset()
+    cuda_kernels.fp8_path(weight, scale_inv, (128, 128))  # CPU tensors: no GPU, no fallback
+    assert fallbacks.taken() == []
