@@ -13,8 +13,7 @@ and the figures, and holds the pipelines of `nudge stats` and `nudge report` (cl
 flags). Definitions are in stats/README.md; each file states its own.
 """
 
-from nudgeability.splice.experiment.conditions import PAIRS
-from nudgeability.splice.experiment.conditions import REPORT_ORDER as CONDITIONS
+from nudgeability.splice.experiment.conditions import REPORT_ORDER, SHIPPED_PAIRS
 
 from .actions import NONE, OTHER, SELF, TOOL, TRUNC, UNKNOWN, action_code, codes_from_kinds
 from .delegation.join import load_value_tables
@@ -82,8 +81,8 @@ __all__ = [
     "ExperimentTable",
     "ExperimentLabel",
     "TableError",
-    "CONDITIONS",
-    "PAIRS",
+    "REPORT_ORDER",
+    "SHIPPED_PAIRS",
     "sensitivity",
     "Sensitivity",
     "targeting",
