@@ -3,7 +3,7 @@
 Arrays: `s` (1 unaided correct, 0 wrong, -1 unknown) and action arrays coded SELF=0, TOOL=1,
 OTHER=2, TRUNC=3, -1 = no arm (actions.py codes the kinds of models/families/action.py). An
 experiment is an ExperimentTable (table.py); its conditions, their report order and the +/- pairs
-come from nudgeability.splice.experiment.conditions. Each folder is a layer, and data flows down
+are its `known` (splice/experiment/conditions.py `ConditionSet`, read from its runs' manifests). Each folder is a layer, and data flows down
 this list: records/ joins run directories into tables; estimators/ computes every estimate
 (`summarize`) with its 95% bootstrap interval; resampling/ is the bootstrap itself (numba kernels
 and numpy twins), apart from any statistic; delegation/ and grounding/ are the delegation-value

@@ -12,9 +12,14 @@ import itertools
 import pytest
 
 from nudgeability.models.families.action import ACTION_KINDS, Action
-from nudgeability.splice.experiment.conditions import CONDITION_CODES, CONDITIONS, PAIR_HEADERS
+from nudgeability.splice.experiment.conditions import (
+    CONDITION_CODES,
+    CONDITIONS,
+    PAIR_HEADERS,
+    SHIPPED_CONDITIONS,
+    short_names,
+)
 from nudgeability.splice.rundir.records import Record
-from nudgeability.splice.experiment.conditions import SHIPPED_CONDITIONS, short_names
 from nudgeability.stats import REPORT_ORDER as REPORT_CONDITIONS
 from nudgeability.stats import SHIPPED_PAIRS as PAIRS
 from nudgeability.stats import ExperimentTable, table_from_records
