@@ -135,6 +135,7 @@ def remote_from_args(args: argparse.Namespace):
 def _run(args: argparse.Namespace) -> int:
     from nudgeability.splice.run.prepare import prepare
     from nudgeability.splice.run.runner import resumed_chunk_size, run
+    from nudgeability.splice.rundir.manifest import UserInterventions
     from nudgeability.util.threads import set_threads
 
     requested = config_from_args(args)
@@ -144,8 +145,10 @@ def _run(args: argparse.Namespace) -> int:
     if workers != 1:
         return _run_workers(args, requested, workers)
     set_threads(getattr(args, "threads", None))  # before prepare: the manifest records it
+    # a resume reads the run's own interventions from its manifest, never running the file again
+    recorded = UserInterventions.in_directory(_out(args, requested))
     with quiet_transformers(args.quiet):
-        prepared = prepare(requested, remote=remote)
+        prepared = prepare(requested, remote=remote, recorded=recorded)
     if not args.quiet and prepared.backend is None:
         _announce(prepared)
     config = prepared.config

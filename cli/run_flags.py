@@ -78,7 +78,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interventions",
         metavar="FILE",
-        help="a Python file defining INTERVENTIONS, arms added to the conditions "
+        help="a TOML, JSON or Python file of interventions, arms added to the conditions "
         "(splice/README.md, *Your own interventions*)",
     )
     parser.add_argument(

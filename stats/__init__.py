@@ -3,7 +3,7 @@
 Arrays: `s` (1 unaided correct, 0 wrong, -1 unknown) and action arrays coded SELF=0, TOOL=1,
 OTHER=2, TRUNC=3, -1 = no arm (actions.py codes the kinds of models/families/action.py). An
 experiment is an ExperimentTable (table.py); its conditions, their report order and the +/- pairs
-come from nudgeability.splice.experiment.conditions. Each folder is a layer, and data flows down
+are its `known` (splice/experiment/conditions.py `ConditionSet`, read from its runs' manifests). Each folder is a layer, and data flows down
 this list: records/ joins run directories into tables; estimators/ computes every estimate
 (`summarize`) with its 95% bootstrap interval; resampling/ is the bootstrap itself (numba kernels
 and numpy twins), apart from any statistic; delegation/ and grounding/ are the delegation-value
@@ -13,8 +13,7 @@ and the figures, and holds the pipelines of `nudge stats` and `nudge report` (cl
 flags). Definitions are in stats/README.md; each file states its own.
 """
 
-from nudgeability.splice.experiment.conditions import PAIRS
-from nudgeability.splice.experiment.conditions import REPORT_ORDER as CONDITIONS
+from nudgeability.splice.experiment.conditions import REPORT_ORDER, SHIPPED_PAIRS
 
 from .actions import NONE, OTHER, SELF, TOOL, TRUNC, UNKNOWN, action_code, codes_from_kinds
 from .delegation.join import load_value_tables
@@ -82,8 +81,8 @@ __all__ = [
     "ExperimentTable",
     "ExperimentLabel",
     "TableError",
-    "CONDITIONS",
-    "PAIRS",
+    "REPORT_ORDER",
+    "SHIPPED_PAIRS",
     "sensitivity",
     "Sensitivity",
     "targeting",

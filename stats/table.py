@@ -10,7 +10,9 @@ An experiment (model x task x decoding config) is reduced to arrays before any s
   -1 not graded (not SELF, or ungradeable);
 - `cluster`: the problem index of each row. Greedy runs have one row per problem; sampled runs
   have one row per (problem, seed), and the rows of one problem share a cluster, which the
-  clustered bootstrap resamples together.
+  clustered bootstrap resamples together;
+- `known`: the conditions its runs know (splice/experiment/conditions.py `ConditionSet`: the
+  shipped ones and the runs' own), where every statistic looks a pair or the report order up.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS, TOOL_BASE
+from nudgeability.splice.experiment.conditions import SHIPPED_CONDITIONS, TOOL_BASE, ConditionSet
 
 
 class TableError(ValueError):
@@ -77,6 +79,7 @@ class ExperimentTable:
     seed: np.ndarray | None = None
     problem_ids: tuple[str, ...] | None = None
     label: ExperimentLabel = field(default_factory=ExperimentLabel)
+    known: ConditionSet = SHIPPED_CONDITIONS
 
     def __post_init__(self) -> None:
         s = _int8_array("s", self.s, (-1, 1))
@@ -123,8 +126,8 @@ class ExperimentTable:
         return self.base if condition == TOOL_BASE else self.arms.get(condition)
 
     def has_pair(self, pair: str) -> bool:
-        """Whether both arms and the base of a named pair (see PAIRS) are present."""
-        plus, minus, base = PAIRS[pair]
+        """Whether both arms and the base of a named pair (`known.pairs`) are present."""
+        plus, minus, base = self.known.pairs[pair]
         return all(self.actions(code) is not None for code in (plus, minus, base))
 
     @property
@@ -158,6 +161,7 @@ class ExperimentTable:
             seed=self.seed[rows],
             problem_ids=ids,
             label=self.label,
+            known=self.known,
         )
 
     def for_seed(self, seed: int) -> ExperimentTable:

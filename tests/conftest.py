@@ -79,16 +79,6 @@ def smollm2():
 
 
 @pytest.fixture(autouse=True)
-def _no_user_condition_from_an_earlier_test():
-    """A run's own interventions are registered process-wide (splice/experiment/conditions.py):
-    one an earlier test registered in the same worker must not reach a later test."""
-    from nudgeability.splice.experiment.conditions import forget_user_conditions
-
-    forget_user_conditions()
-    yield
-
-
-@pytest.fixture(autouse=True)
 def _no_fallback_from_an_earlier_test():
     """The fallbacks taken are process-wide (util/fallbacks.py) and a run's manifest lists them:
     one an earlier test took in the same worker must not reach a later test's manifest."""

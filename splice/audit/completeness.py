@@ -10,14 +10,14 @@ by the runner's own code (splice/rundir/assemble.py).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import zip_longest
 from pathlib import Path
 
 from nudgeability.splice.audit.check import FAIL, OK, Check, summary
 from nudgeability.splice.audit.record_diff import first_difference
 from nudgeability.splice.audit.stored_run import StoredRun
-from nudgeability.splice.experiment.conditions import BASE_CODES, all_conditions
+from nudgeability.splice.experiment.conditions import BASE_CODES, Condition
 from nudgeability.splice.rundir.assemble import IncompleteRunError, assemble_records
 from nudgeability.splice.rundir.layout import PARTS, RECORDS
 from nudgeability.splice.rundir.part_check import base_records, part_problem
@@ -40,7 +40,7 @@ def check_completeness(run: StoredRun) -> Check:
     except _Unreadable as exc:
         return Check("completeness", FAIL, str(exc))
     expected = list(_expected_keys(run, boundaries, cuts))
-    problems = _key_problems(path, keys, expected, boundaries)
+    problems = _key_problems(path, keys, expected, boundaries, run.plan.conditions)
     if not problems:
         problems = _part_problems(run, path)
     if problems:
@@ -89,7 +89,7 @@ def _expected_keys(
 ) -> Iterator[RecordKey]:
     """The plan's keys in canonical order; an arm only where its base's record closed, at the
     paper's cut and then at each extra cut its base lists."""
-    parents = {c.code: c.parent for c in run.plan.conditions if c.kind == "arm"}
+    parents = {c.code: c.base for c in run.plan.conditions if c.kind == "arm"}
     for chunk in run.plan.mine:
         for key in run.plan.keys(chunk):
             parent = parents.get(key.condition)
@@ -104,6 +104,7 @@ def _key_problems(
     keys: list[RecordKey],
     expected: list[RecordKey],
     boundaries: dict[RecordKey, int | None],
+    conditions: Sequence[Condition],
 ) -> list[str]:
     where = {}
     problems = []
@@ -114,7 +115,7 @@ def _key_problems(
             )
         else:
             where[key] = number
-    parents = {c.code: c.parent for c in all_conditions()}
+    parents = {c.code: c.base for c in conditions}
     for key in expected:
         if key not in where:
             parent = parents.get(key.condition)

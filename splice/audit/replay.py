@@ -37,7 +37,7 @@ from nudgeability.splice.run.runner import compute_unit, unit_context
 from nudgeability.splice.run.units import UnitContext
 from nudgeability.splice.run.validation import resolve_device
 from nudgeability.splice.rundir.layout import MANIFEST, side_file
-from nudgeability.splice.rundir.manifest import Manifest
+from nudgeability.splice.rundir.manifest import Manifest, UserInterventions
 from nudgeability.splice.rundir.manifest_keys import compare_manifests
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.store import WorkStore, part_path
@@ -96,7 +96,9 @@ def replay_units(
     overrides["interventions"] = interventions
     requested = _requested(run.manifest.config, overrides, remote is not None)
     try:
-        prepared = prepare(requested, remote=remote)
+        # the run's own interventions as its manifest recorded them: the file is never run again
+        recorded = UserInterventions.of_manifest(run.manifest.data)
+        prepared = prepare(requested, remote=remote, recorded=recorded)
     except (ValueError, OSError) as exc:
         raise ReplayError(f"the manifest's configuration cannot be rebuilt here: {exc}") from None
     differences = [

@@ -1,4 +1,5 @@
-"""The experiment's conditions (runs) as data, and parsing a user's `--conditions` list.
+"""The experiment's conditions as data: the shipped ones, a run's own (`ConditionSet`), and
+parsing a `--conditions` list.
 
 Each problem is run unaided (NT) and with the tool (B). Every *arm* then forks from a base's
 reasoning prefix, cut just before the think-close marker, and does what its intervention says
@@ -8,15 +9,18 @@ condition; a *sealed* arm appends the family's think-close marker right after th
 oracle runs do the same with the `ask_expert` tool, forking from their own base `oracle_B`.
 
 The shipped codes are fixed: records, the runner and `nudgeability.stats` all use them. A run's
-own interventions (`nudge run --interventions FILE`, splice/experiment/intervention_file.py) are
-registered here by `register_user_conditions` when the run is prepared or its manifest is read,
-so that every reader that looks a condition or a pair up by code finds them.
+own arms (`nudge run --interventions FILE`, splice/experiment/intervention_file.py; recorded as
+data in its manifest) join them in a `ConditionSet`: one frozen value per run, built from the
+file or the manifest and handed to whatever looks a condition or a pair up by code (the plan, the
+stats' tables, the report). Nothing here changes after import, so reading two runs that give one
+code two meanings is two sets, never a clash in the process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -24,16 +28,16 @@ from nudgeability.splice.experiment.interventions import (
     ORACLE_BASE,
     SHIPPED,
     TOOL_BASE,
-    Intervention,
+    Condition,
 )
 
 POLARITY_NAMES = MappingProxyType({"+": "confidence", "-": "doubt"})
 VOICES = ("first", "second", "reviewer", "expert")
 NO_TOOL_BASE = "NT"  # the unaided base: its graded answer is the competence label
 PRIMARY_PAIR = "first"
-# The column header of each +/- pair in the report's controls table (stats/report/tables/experiments.py);
-# a user's pair is headed "S <name>" (register_user_conditions).
-_HEADERS = dict(
+# The column header of each shipped +/- pair in the report's controls table
+# (stats/report/tables/experiments.py); a user's pair is headed "S <name>" (`ConditionSet`).
+PAIR_HEADERS: Mapping[str, str] = MappingProxyType(
     {
         "first": "S",
         "second": "S 2nd",
@@ -43,107 +47,38 @@ _HEADERS = dict(
         "oracle": "S oracle",
     }
 )
-PAIR_HEADERS: MappingProxyType[str, str] = MappingProxyType(_HEADERS)
 
 
 class UnknownConditionError(ValueError):
     """A name in a conditions list that is neither a condition code nor a preset."""
 
 
-@dataclass(frozen=True)
-class Condition:
-    """One run of a problem.
-
-    kind: "base" (NT, B, oracle_B: generated from the prompt), "arm" (forked from `parent`) or
-        "samples" (`consistency`: K unaided samples per problem for the self-consistency signal,
-        run when `--consistency-samples K` asks for them, never the competence label).
-    polarity: "+" confidence, "-" doubt, "0" neutral, None for bases and the empty splice.
-    voice: who the sentence speaks as ("first", "second", "reviewer", "expert"), None if no voice.
-    sealed: the think-close marker follows the sentence at once.
-    oracle: the prompt declares `ask_expert` instead of the task's tool.
-    parent: the base an arm forks from ("B" or "oracle_B"); None for bases.
-    pair: the +/- contrast a confidence or doubt arm belongs to (a key of PAIR_HEADERS).
-    label: the short name figures print under the condition.
-    sentence: the id of a shipped arm's sentence in the sentences file.
-    text: a user's arm's inserted text ("" for `empty`: nothing).
-    edit: "delete" or "replace" the last sentence before the cut; None: the reasoning stays whole.
-    user: defined by the run's interventions file, not shipped.
-    """
-
-    code: str
-    description: str
-    kind: str
-    polarity: str | None = None
-    voice: str | None = None
-    sealed: bool = False
-    oracle: bool = False
-    parent: str | None = None
-    pair: str | None = None
-    label: str = ""
-    sentence: str | None = None
-    text: str | None = None
-    edit: str | None = None
-    user: bool = False
-
-    @property
-    def sentence_id(self) -> str | None:
-        """The id of the inserted sentence in the sentences file ("first.doubt", "neutral"), or
-        None (bases, `empty`, a user's arm, whose text the manifest records)."""
-        return self.sentence
-
-    @property
-    def is_control(self) -> bool:
-        """An arm without a confidence or doubt sentence (empty, neutral)."""
-        return self.kind == "arm" and self.polarity not in POLARITY_NAMES
-
-
-def arm_condition(intervention: Intervention, user: bool = False) -> Condition:
-    """The condition of one arm (splice/experiment/interventions.py `Intervention`)."""
-    return Condition(
-        intervention.code,
-        intervention.description,
-        "arm",
-        intervention.polarity_code,
-        intervention.voice,
-        sealed=intervention.seal,
-        oracle=intervention.base == ORACLE_BASE,
-        parent=intervention.base,
-        pair=intervention.pair,
-        label=intervention.label or intervention.code,
-        sentence=intervention.sentence,
-        text=intervention.text if intervention.sentence is None else None,
-        edit=intervention.edit,
-        user=user,
-    )
-
-
 _NT = Condition(
     NO_TOOL_BASE,
     "unaided base: no tool; its graded answer is the competence label",
-    "base",
-    label="NT",
+    base=None,
+    kind="base",
 )
 _B = Condition(
     TOOL_BASE,
     "with-tool base: gives the reasoning prefix and the base action",
-    "base",
-    label="B",
+    base=None,
+    kind="base",
 )
 _ORACLE_B = Condition(
     ORACLE_BASE,
     "oracle base: the with-tool prompt with ask_expert as the tool",
-    "base",
-    oracle=True,
+    base=None,
     label="oracle B",
+    kind="base",
 )
-_SHIPPED_ARMS = [arm_condition(intervention) for intervention in SHIPPED]
 # The bases, each before the arms that fork from it, the arms in the order SHIPPED lists them.
 CONDITIONS: tuple[Condition, ...] = (
     _NT,
     _B,
-    *(c for c in _SHIPPED_ARMS if c.parent == TOOL_BASE),
+    *(c for c in SHIPPED if c.base == TOOL_BASE),
     _ORACLE_B,
-    *(c for c in _SHIPPED_ARMS if c.parent == ORACLE_BASE),
+    *(c for c in SHIPPED if c.base == ORACLE_BASE),
 )
 CONSISTENCY = "consistency"
 # Not in CONDITIONS: it is not a run the conditions list selects but part of the uncertainty
@@ -151,8 +86,9 @@ CONSISTENCY = "consistency"
 CONSISTENCY_CONDITION = Condition(
     CONSISTENCY,
     "K unaided samples at temperature 1.0, top-p 0.95: the self-consistency signal",
-    "samples",
+    base=None,
     label="SC",
+    kind="samples",
 )
 
 
@@ -166,9 +102,6 @@ def with_consistency(conditions: list[Condition], samples: int) -> list[Conditio
 
 CONDITION_CODES: tuple[str, ...] = tuple(condition.code for condition in CONDITIONS)
 BASE_CODES: tuple[str, ...] = tuple(c.code for c in CONDITIONS if c.kind == "base")
-ARM_BASES: tuple[str, ...] = tuple(
-    code for code in BASE_CODES if any(c.parent == code for c in CONDITIONS)
-)  # the bases arms fork from ("B", "oracle_B"), in canonical order
 # What generates from a prompt, in order of work: the bases, with the consistency samples right
 # after NT (they use NT's unaided prompt).
 PROMPT_PHASES: tuple[str, ...] = (BASE_CODES[0], CONSISTENCY, *BASE_CODES[1:])
@@ -178,18 +111,15 @@ def _report_order() -> tuple[str, ...]:
     # Each base, then its controls (empty, neutral), then its confidence and doubt arms.
     order: list[str] = []
     for base in BASE_CODES:
-        arms = [c for c in CONDITIONS if c.parent == base]
+        arms = [c for c in CONDITIONS if c.base == base]
         order += [base, *(c.code for c in arms if c.is_control)]
         order += [c.code for c in arms if not c.is_control]
     return tuple(order)
 
 
-REPORT_ORDER: tuple[str, ...] = _report_order()  # the order reports and figures list conditions
-
-
-def report_order() -> tuple[str, ...]:
-    """REPORT_ORDER, then the user's arms registered in this process, in the order registered."""
-    return (*REPORT_ORDER, *_USER)
+# The order reports and figures list the shipped conditions; a run's own follow
+# (`ConditionSet.report_order`).
+REPORT_ORDER: tuple[str, ...] = _report_order()
 
 
 class Pair(NamedTuple):
@@ -207,12 +137,12 @@ def _pairs(conditions: Iterable[Condition]) -> dict[str, Pair]:
     for condition in conditions:
         if condition.pair is not None:
             sides = signed.setdefault(condition.pair, {})
-            if condition.polarity in sides:
+            if condition.side in sides:
                 raise UnknownConditionError(
-                    f"pair {condition.pair!r} has two {condition.polarity!r} arms: "
-                    f"{sides[condition.polarity].code}, {condition.code}"
+                    f"pair {condition.pair!r} has two {condition.side!r} arms: "
+                    f"{sides[condition.side].code}, {condition.code}"
                 )
-            sides[condition.polarity or ""] = condition
+            sides[condition.side or ""] = condition
     pairs = {}
     for name, arms in signed.items():
         plus, minus = arms.get("+"), arms.get("-")
@@ -221,76 +151,17 @@ def _pairs(conditions: Iterable[Condition]) -> dict[str, Pair]:
             raise UnknownConditionError(
                 f"pair {name!r} has one side only ({one}): give a + and a -"
             )
-        if plus.parent != minus.parent:
+        if plus.base != minus.base:
             raise UnknownConditionError(f"pair {name!r}: its + and - arms fork from two bases")
-        pairs[name] = Pair(plus.code, minus.code, plus.parent)
+        pairs[name] = Pair(plus.code, minus.code, plus.base)
     return pairs
 
 
-# name -> (confidence arm, doubt arm, base), in order of first appearance in CONDITIONS, then the
-# user's pairs (register_user_conditions).
-_PAIRS = _pairs(CONDITIONS)
-PAIRS: MappingProxyType[str, Pair] = MappingProxyType(_PAIRS)
-SHIPPED_PAIRS: tuple[str, ...] = tuple(_PAIRS)
-if set(SHIPPED_PAIRS) != set(_HEADERS):
+# The shipped pairs: name -> (confidence arm, doubt arm, base), in order of first appearance in
+# CONDITIONS; a run's own follow (`ConditionSet.pairs`).
+SHIPPED_PAIRS: Mapping[str, Pair] = MappingProxyType(_pairs(CONDITIONS))
+if set(SHIPPED_PAIRS) != set(PAIR_HEADERS):
     raise AssertionError("every shipped pair needs a header in PAIR_HEADERS")
-# The user's conditions registered in this process, by code, in the order registered. A registry
-# rather than an argument because the stats and the report look conditions and pairs up by code in
-# many modules; a code may be registered again only with the same definition.
-_USER: dict[str, Condition] = {}
-
-
-def register_user_conditions(conditions: Iterable[Condition]) -> None:
-    """Make a run's own arms known by code (get_condition, parse_conditions, PAIRS).
-
-    Refuses (`UnknownConditionError`) a code or pair name that a shipped condition or preset
-    already uses, a code already registered with another definition, and a pair with one side
-    only. Registering the same definitions again changes nothing.
-    """
-    new = [c for c in conditions if _USER.get(c.code) != c]
-    taken = {c.lower() for c in (*CONDITION_CODES, *PRESETS, CONSISTENCY)}
-    for condition in new:
-        if condition.code.lower() in taken:
-            raise UnknownConditionError(
-                f"code {condition.code!r} is a shipped condition's or preset's; choose another"
-            )
-        if condition.code in _USER:
-            raise UnknownConditionError(
-                f"condition {condition.code!r} is already defined otherwise in this process"
-            )
-    pairs = _pairs([*_USER.values(), *new])
-    for name in pairs:
-        if name in SHIPPED_PAIRS:
-            raise UnknownConditionError(f"pair {name!r} is a shipped pair's name; choose another")
-    _USER.update({c.code: c for c in new})
-    _PAIRS.update(pairs)
-    _HEADERS.update({name: f"S {name}" for name in pairs if name not in _HEADERS})
-
-
-def forget_user_conditions() -> None:
-    """Forget every user's condition and pair registered in this process (a test's clean slate)."""
-    for condition in _USER.values():
-        if condition.pair is not None:
-            _PAIRS.pop(condition.pair, None)
-            _HEADERS.pop(condition.pair, None)
-    _USER.clear()
-
-
-def user_conditions() -> tuple[Condition, ...]:
-    """The user's conditions registered in this process, in the order registered."""
-    return tuple(_USER.values())
-
-
-def all_conditions() -> tuple[Condition, ...]:
-    """The canonical order: each base, then its shipped arms, then the user's arms on it (with
-    no user's arm, CONDITIONS)."""
-    order: list[Condition] = []
-    for base in (c for c in CONDITIONS if c.kind == "base"):
-        order.append(base)
-        order += [c for c in CONDITIONS if c.parent == base.code]
-        order += [c for c in _USER.values() if c.parent == base.code]
-    return tuple(order)
-
 
 PRESETS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -314,47 +185,152 @@ PRESETS: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
 )
 
 
+class UserConditionError(UnknownConditionError):
+    """A run's own arm that cannot join the shipped ones: `index` is its place in the user's
+    list, `field` the field at fault."""
+
+    def __init__(self, index: int, field: str, message: str):
+        self.index, self.field = index, field
+        super().__init__(message)
+
+
+def _check_user(arms: tuple[Condition, ...]) -> None:
+    """Refuse a code or pair name that a shipped condition or preset uses, a code given twice, a
+    pair side given twice, a pair with one side only or with its sides on two bases."""
+    taken = {c.lower() for c in (*CONDITION_CODES, *PRESETS, CONSISTENCY)}
+    seen: set[str] = set()
+    sides: dict[str, dict[str | None, int]] = {}
+    for k, arm in enumerate(arms):
+        if arm.code.lower() in taken:
+            raise UserConditionError(
+                k, "code", f"{arm.code!r} is a shipped condition's or preset's; choose another"
+            )
+        if arm.code.lower() in seen:
+            raise UserConditionError(k, "code", f"{arm.code!r} is defined twice")
+        seen.add(arm.code.lower())
+        if arm.pair is not None:
+            if arm.pair in SHIPPED_PAIRS:
+                raise UserConditionError(
+                    k, "pair", f"{arm.pair!r} is a shipped pair's name; choose another"
+                )
+            pair = sides.setdefault(arm.pair, {})
+            if arm.side in pair:
+                raise UserConditionError(
+                    k, "side", f"pair {arm.pair!r} already has a {arm.side!r} side"
+                )
+            pair[arm.side] = k
+    for name, pair in sides.items():
+        if len(pair) == 1:
+            (lone,) = pair.values()
+            raise UserConditionError(
+                lone, "pair", f"pair {name!r} has one side only: add its other"
+            )
+        if arms[pair["+"]].base != arms[pair["-"]].base:
+            raise UserConditionError(pair["-"], "base", f"pair {name!r}: both sides need one base")
+
+
 def base_of(condition: Condition) -> str:
-    """The base whose prompt a condition uses: itself for a base, its parent for an arm."""
-    return condition.code if condition.kind == "base" else condition.parent
+    """The base whose prompt a condition uses: itself for a base, its `base` for an arm."""
+    return condition.code if condition.kind == "base" else condition.base
 
 
-def get_condition(code: str) -> Condition:
-    """The condition with this code (case-insensitive), shipped or registered by the user;
-    `UnknownConditionError` if there is none."""
-    for condition in (*CONDITIONS, *_USER.values()):
-        if condition.code.lower() == code.lower():
-            return condition
-    raise UnknownConditionError(f"unknown condition '{code}'; {_known()}")
+@dataclass(frozen=True)
+class ConditionSet:
+    """The shipped conditions and one run's own arms (`user`, in the order its file gave them):
+    what a reader of that run looks a condition, a pair, a header or the report's order up in.
 
-
-def parse_conditions(spec: str | Iterable[str]) -> list[Condition]:
-    """Resolve a comma-separated list of codes and presets into conditions, in canonical order.
-
-    Names match case-insensitively; presets are `primary` (NT, B, empty, conf, doubt, neutral),
-    `voices`, `sealed`, `oracle` and `all`. The bases a list needs are added implicitly: every
-    arm brings its parent base (B or oracle_B), and every list brings NT, since each estimator
-    that uses a base or an arm needs the competence label. The result follows the canonical order
-    (`all_conditions`), whatever the order given, and holds each condition once.
-
-    Raises `UnknownConditionError` naming the unknown name and listing the known ones.
+    Made once (from the run's interventions file, or the definitions its manifest records) and
+    handed on; it never changes. Refuses (`UnknownConditionError`) a user's code or pair name that
+    a shipped condition or preset uses, a code given twice, and a pair with one side only.
     """
-    names = spec.split(",") if isinstance(spec, str) else list(spec)
-    names = [name.strip() for name in names if name.strip()]
-    if not names:
-        raise UnknownConditionError(f"the conditions list is empty; {_known()}")
-    wanted: set[str] = set()
-    for name in names:
-        preset = PRESETS.get(name.lower())
-        codes = preset if preset is not None else (get_condition(name).code,)
-        for code in codes:
-            condition = get_condition(code)
-            wanted.update({condition.code, NO_TOOL_BASE})
-            if condition.parent is not None:
-                wanted.add(condition.parent)
-    return [condition for condition in all_conditions() if condition.code in wanted]
+
+    user: tuple[Condition, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_user(self.user)
+
+    @cached_property
+    def all(self) -> tuple[Condition, ...]:
+        """The canonical order: each base, then its shipped arms, then the user's arms on it."""
+        order: list[Condition] = []
+        for base in (c for c in CONDITIONS if c.kind == "base"):
+            order.append(base)
+            order += [c for c in (*CONDITIONS, *self.user) if c.base == base.code]
+        return tuple(order)
+
+    @cached_property
+    def pairs(self) -> Mapping[str, Pair]:
+        """Every named pair: the shipped ones (SHIPPED_PAIRS), then the user's."""
+        return MappingProxyType({**SHIPPED_PAIRS, **_pairs(self.user)})
+
+    @cached_property
+    def pair_headers(self) -> Mapping[str, str]:
+        """Each pair's column header: PAIR_HEADERS, a user's pair "S <name>"."""
+        return MappingProxyType({name: PAIR_HEADERS.get(name, f"S {name}") for name in self.pairs})
+
+    @cached_property
+    def report_order(self) -> tuple[str, ...]:
+        """REPORT_ORDER, then the user's arms in their file's order."""
+        return (*REPORT_ORDER, *(c.code for c in self.user))
+
+    @cached_property
+    def _by_code(self) -> Mapping[str, Condition]:
+        return {c.code.lower(): c for c in (*CONDITIONS, *self.user)}
+
+    def get(self, code: str) -> Condition:
+        """The condition with this code (case-insensitive); `UnknownConditionError` if none."""
+        found = self._by_code.get(code.lower())
+        if found is None:
+            raise UnknownConditionError(f"unknown condition '{code}'; {self._known()}")
+        return found
+
+    def parse(self, spec: str | Iterable[str]) -> list[Condition]:
+        """Resolve a comma-separated list of codes and presets into conditions, in canonical order.
+
+        Names match case-insensitively; presets are `primary` (NT, B, empty, conf, doubt,
+        neutral), `voices`, `sealed`, `oracle` and `all`. The bases a list needs are added
+        implicitly: every arm brings its base (B or oracle_B), and every list brings NT, since
+        each estimator that uses a base or an arm needs the competence label. The result follows
+        the canonical order (`all`), whatever the order given, and holds each condition once.
+
+        Raises `UnknownConditionError` naming the unknown name and listing the known ones.
+        """
+        names = spec.split(",") if isinstance(spec, str) else list(spec)
+        names = [name.strip() for name in names if name.strip()]
+        if not names:
+            raise UnknownConditionError(f"the conditions list is empty; {self._known()}")
+        wanted: set[str] = set()
+        for name in names:
+            preset = PRESETS.get(name.lower())
+            codes = preset if preset is not None else (self.get(name).code,)
+            for code in codes:
+                condition = self.get(code)
+                wanted.update({condition.code, NO_TOOL_BASE})
+                if condition.base is not None:
+                    wanted.add(condition.base)
+        return [condition for condition in self.all if condition.code in wanted]
+
+    def _known(self) -> str:
+        codes = (*CONDITION_CODES, *(c.code for c in self.user))
+        return f"known conditions: {', '.join(codes)}; presets: {', '.join(PRESETS)}"
 
 
-def _known() -> str:
-    codes = (*CONDITION_CODES, *_USER)
-    return f"known conditions: {', '.join(codes)}; presets: {', '.join(PRESETS)}"
+SHIPPED_CONDITIONS = ConditionSet()  # a run without interventions of its own
+get_condition = SHIPPED_CONDITIONS.get  # a shipped condition by code
+parse_conditions = SHIPPED_CONDITIONS.parse  # a conditions list of shipped codes
+
+
+def report_order(sets: Iterable[ConditionSet]) -> tuple[str, ...]:
+    """The order a report over several runs lists conditions in: REPORT_ORDER, then each run's
+    own arms, first seen first."""
+    return tuple(dict.fromkeys([*REPORT_ORDER, *(c for s in sets for c in s.report_order)]))
+
+
+def short_names(sets: Iterable[ConditionSet]) -> dict[str, str]:
+    """What a report over several runs prints under each condition code (`short_name`); a code
+    two runs define differently takes the first run's."""
+    names = {c.code: c.short_name for c in CONDITIONS}
+    for known in sets:
+        for condition in known.user:
+            names.setdefault(condition.code, condition.short_name)
+    return names

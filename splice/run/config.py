@@ -73,7 +73,7 @@ class RunConfig:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS[0]  # budget of the bases (NT, B, oracle_B)
     max_new_tokens_arm: int = DEFAULT_MAX_NEW_TOKENS[1]  # each arm's budget after the splice
     sentences: str | None = None  # the sentences file; None: the shipped sentences.toml
-    # a Python file of further interventions (splice/experiment/intervention_file.py), whose arms
+    # a file of further interventions (splice/experiment/intervention_file.py), whose arms
     # join the conditions; None: the shipped conditions only
     interventions: str | None = None
     # problems per unit of work (and per base batch); None: DEFAULT_CHUNK_SIZE on CPU and on a

@@ -102,15 +102,19 @@ class _Model:
 
 
 def prepare(
-    requested: RunConfig, loaded: LoadedModel | None = None, remote: RemoteSpec | None = None
+    requested: RunConfig,
+    loaded: LoadedModel | None = None,
+    remote: RemoteSpec | None = None,
+    recorded: UserInterventions | None = None,
 ) -> Prepared:
     """Validate and resolve the run `requested` asks for (see the module docstring); creates no file.
 
     `loaded` reuses a model already in memory (it must be the one `requested.model` names).
     `remote` sends the run to a server instead (see remote.py): `requested.model` is then the
-    model name the server answers to, and no model is loaded here.
+    model name the server answers to, and no model is loaded here. `recorded`: a stored run's
+    interventions (its manifest's), read from there instead of running the file again.
     """
-    valid = validate(requested, remote)
+    valid = validate(requested, remote, recorded)
     defaults = device_defaults(requested, valid.device)
     requested = replace(requested, dtype=defaults.dtype, static_decode=defaults.static_decode)
     sentences = load_sentences(requested.sentences)
@@ -129,7 +133,7 @@ def prepare(
     prompts = [render_prompts(task, model.family, problem, oracle) for problem in problems]
     splices = _splices(model.family, sentences, valid.conditions)
     if requested.likelihoods:
-        for base in {c.parent for c in valid.conditions if c.kind == "arm"}:
+        for base in {c.base for c in valid.conditions if c.kind == "arm"}:
             check_exclusive(action_openers(model.family, task, base), model.family, base)
     starts = shared_starts(task, model.family, oracle) if model.backend is None else None
     work = Workload(
@@ -327,7 +331,7 @@ def _splices(
         if condition.kind != "arm":
             continue
         text = _inserted(sentences, condition)
-        splices[condition.code] = tuple(family.splice_ids(text, sealed=condition.sealed))
+        splices[condition.code] = tuple(family.splice_ids(text, sealed=condition.seal))
     return splices
 
 
@@ -344,4 +348,4 @@ def _user_inputs(valid: Validated) -> UserInterventions | None:
     user = valid.interventions
     if user is None:
         return None
-    return UserInterventions(user.path, user.sha256, [i.to_dict() for i in user.interventions])
+    return UserInterventions(user.path, user.sha256, user.definitions())

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from nudgeability.engine import Completion, SequenceRef
-from nudgeability.splice.experiment.conditions import ARM_BASES, CONSISTENCY, TOOL_BASE
+from nudgeability.splice.experiment.conditions import CONSISTENCY, TOOL_BASE
+from nudgeability.splice.experiment.interventions import ARM_BASES
 from nudgeability.splice.run.parts import reusable, store_unit
 from nudgeability.splice.run.units import (
     UnitCounts,

@@ -23,14 +23,16 @@ from nudgeability.models.quant.compute import QUANT_COMPUTES
 from nudgeability.splice.experiment.conditions import (
     NO_TOOL_BASE,
     Condition,
+    ConditionSet,
     UnknownConditionError,
     base_of,
-    parse_conditions,
-    register_user_conditions,
 )
 from nudgeability.splice.experiment.cuts import CutsError, parse_cuts
 from nudgeability.splice.experiment.intervention_file import (
     InterventionFile,
+    InterventionFileError,
+    file_sha256,
+    from_definitions,
     load_intervention_file,
 )
 from nudgeability.splice.experiment.prompts import ProblemPrompts
@@ -44,6 +46,7 @@ from nudgeability.splice.run.config import (
 )
 from nudgeability.splice.run.device_batching import batches_from_pool
 from nudgeability.splice.run.remote import RemoteSpec
+from nudgeability.splice.rundir.manifest import UserInterventions
 from nudgeability.splice.tasks import Problem
 
 
@@ -61,19 +64,24 @@ class Validated:
     cuts: str | None = None  # --cuts, in its canonical spelling
 
 
-def validate(requested: RunConfig, remote: RemoteSpec | None = None) -> Validated:
+def validate(
+    requested: RunConfig,
+    remote: RemoteSpec | None = None,
+    recorded: UserInterventions | None = None,
+) -> Validated:
     """Check `requested` (and, for a run on a server, what a server cannot do); see the module
-    docstring. Loads nothing and creates no file."""
+    docstring. Loads nothing and creates no file. `recorded`: the interventions a stored run's
+    manifest holds (a resume, a replay), taken from there instead of the file (`_user_interventions`)."""
     temperature, top_p, seeds = resolve_decoding(requested.decoding, requested.seeds)
     if (requested.temperature, requested.top_p) not in ((None, None), (temperature, top_p)):
         raise ConfigError(
             f"temperature/top_p: --decoding {requested.decoding} uses {temperature}/{top_p}; "
             "leave them unset"
         )
-    user = _user_interventions(requested)
+    user = _user_interventions(requested, recorded)
     try:
-        added = () if user is None else tuple(c.code for c in user.conditions())
-        conditions = parse_conditions((*requested.conditions, *added))
+        known = ConditionSet() if user is None else user.conditions
+        conditions = known.parse((*requested.conditions, *(c.code for c in known.user)))
     except UnknownConditionError as exc:
         raise ConfigError(f"--conditions: {exc}") from None
     if min(requested.max_new_tokens, requested.max_new_tokens_arm) < 1:
@@ -143,17 +151,19 @@ def _cuts(requested: RunConfig) -> str | None:
     return str(spec)
 
 
-def _user_interventions(requested: RunConfig) -> InterventionFile | None:
-    """`--interventions FILE` loaded, checked and registered (its errors name the file, line and
-    field). An edit of the reasoning is refused with `--resolve`, whose prompts continue the
-    base's whole reasoning (splice/run/units/resolve.py)."""
+def _user_interventions(
+    requested: RunConfig, recorded: UserInterventions | None
+) -> InterventionFile | None:
+    """`--interventions FILE` loaded and checked (its errors name the file, line and field). A
+    stored run's (`recorded`) are read from its manifest, never by running the file, whose bytes
+    must still hash to the recorded sha256. An edit of the reasoning is refused with `--resolve`,
+    whose prompts continue the base's whole reasoning (splice/run/units/resolve.py)."""
     if requested.interventions is None:
         return None
-    user = load_intervention_file(requested.interventions)
-    try:
-        register_user_conditions(user.conditions())
-    except UnknownConditionError as exc:
-        raise ConfigError(f"--interventions {user.path}: {exc}") from None
+    if recorded is None:
+        user = load_intervention_file(requested.interventions)
+    else:
+        user = _recorded(Path(requested.interventions).expanduser().resolve(), recorded)
     edits = [i.code for i in user.interventions if i.edit is not None]
     if requested.resolve and edits:
         raise ConfigError(
@@ -161,6 +171,25 @@ def _user_interventions(requested: RunConfig) -> InterventionFile | None:
             "resolution phase does not follow yet; run them without --resolve"
         )
     return user
+
+
+def _recorded(path: Path, recorded: UserInterventions) -> InterventionFile:
+    """The stored run's interventions, from its manifest; the file only hashed."""
+    try:
+        sha256 = file_sha256(path)
+    except OSError as exc:
+        raise ConfigError(f"--interventions {path}: {exc.strerror or exc}") from None
+    if sha256 != recorded.sha256:
+        raise ConfigError(
+            f"--interventions {path}: its sha256 {sha256[:12]}... is not the run's "
+            f"inputs.interventions.sha256 {recorded.sha256[:12]}...: the file changed since the "
+            "run; give the file the run used"
+        )
+    try:
+        conditions = from_definitions(recorded.definitions, "manifest.json")
+    except InterventionFileError as exc:
+        raise ConfigError(f"--interventions: the run's recorded definitions: {exc}") from None
+    return InterventionFile(str(path), sha256, conditions)
 
 
 def _check_likelihoods(requested: RunConfig, conditions: list[Condition]) -> None:
@@ -320,7 +349,7 @@ def _check_batch_budget(work: Workload, budget: int) -> None:
         for base in sorted({base_of(condition) for condition in work.conditions}):
             length = len(prompt.for_base(base))
             shapes[base] = GroupShape.of(length, (0,), (work.base_budget,))
-            arms = [c for c in work.conditions if c.kind == "arm" and c.parent == base]
+            arms = [c for c in work.conditions if c.kind == "arm" and c.base == base]
             if arms:
                 shapes[f"{base} arms"] = GroupShape.of(
                     length + work.base_budget - 1,

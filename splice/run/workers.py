@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
 from nudgeability.splice.rundir.layout import MANIFEST, PART_SUFFIX, PARTS
+from nudgeability.splice.rundir.manifest import UserInterventions
 from nudgeability.splice.rundir.merge import MergeResult, merge
 from nudgeability.util.atomic import fsync_directory
 from nudgeability.util.progress import progress_bar
@@ -179,10 +180,15 @@ def run_workers(
     from nudgeability.splice.run.schedule import choose_schedule
     from nudgeability.splice.run.validation import validate
 
-    device = validate(config).device
-    if device != "cpu":
-        raise ValueError(f"--workers: CPU runs only (device {device})")
     layout = Workers(Path(out).absolute(), count)
+    # the interventions file is read once: a resume's from the shards' manifest, else here
+    recorded = UserInterventions.in_directory(layout.shard_dir(1))
+    valid = validate(config, recorded=recorded)
+    if valid.device != "cpu":
+        raise ValueError(f"--workers: CPU runs only (device {valid.device})")
+    user = valid.interventions
+    if user is not None:
+        recorded = UserInterventions(user.path, user.sha256, user.definitions())
     if layout.holds_a_run():
         raise ValueError(
             f"{out}: already holds a run; workers start in a new directory, or in one that holds "
@@ -206,7 +212,7 @@ def run_workers(
         signal.signal(signal.SIGTERM, _terminated)
     try:
         # the whole run prepared here first: a bad input fails once, before any worker starts
-        whole = prepare(config)
+        whole = prepare(config, recorded=recorded)
         # the needle too, once, at the workers' one thread: they inherit its result (schedule.py)
         choose_schedule(whole)
         if on_prepared is not None:
@@ -219,7 +225,8 @@ def run_workers(
         gc.freeze()  # the children's collector then leaves the parent's objects' pages shared
         try:
             for k in range(1, count + 1):
-                args = (config, k, count, layout.shard_dir(k), layout.log(k), loaded, os.getpid())
+                shard = (layout.shard_dir(k), layout.log(k))
+                args = (config, k, count, *shard, loaded, os.getpid(), recorded)
                 procs.append(fork.Process(target=_worker, args=args, name=f"nudge-worker-{k}"))
                 procs[-1].start()
             del loaded  # the children hold it; this process only waits
@@ -314,7 +321,7 @@ def _stored(layout: Workers, count: int) -> int:
 
 
 def _worker(
-    config: RunConfig, k: int, count: int, out: Path, log: Path, loaded, parent: int
+    config: RunConfig, k: int, count: int, out: Path, log: Path, loaded, parent: int, recorded
 ) -> None:
     """One forked worker: shard k of `count` of `config`, on the parent's model, at one thread,
     its output in its log. It dies with its parent (a kill -9 of `nudge run` leaves no worker
@@ -337,7 +344,8 @@ def _worker(
     try:
         # the worker's own phase lines go to its log (plain lines: not a terminal)
         progress = "ipykernel" not in sys.modules  # a notebook's bars would draw widgets
-        run(prepare(replace(config, shard=(k, count)), loaded=loaded), out, progress=progress)
+        shard = prepare(replace(config, shard=(k, count)), loaded=loaded, recorded=recorded)
+        run(shard, out, progress=progress)
     except BaseException as exc:  # the log's last line is the error, as `_wait` quotes it
         import traceback
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nudgeability.models.families import TOOL
-from nudgeability.splice.experiment.conditions import get_condition
 from nudgeability.splice.rundir.layout import PART_SUFFIX
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Plan, Unit
 from nudgeability.splice.rundir.records import Record, RecordKey
@@ -58,7 +57,7 @@ def assemble_records(plan: Plan, read_part: ReadPart, parts_dir: Path) -> Iterat
                     yield line
                     continue
                 yield line
-                base = key._replace(condition=get_condition(key.condition).parent)
+                base = key._replace(condition=plan.condition(key.condition).base)
                 # the arm's further samples, then its records at each extra cut of its base
                 for more in plan.arm_keys(key, cuts.get(base, []))[1:]:
                     extra = found.pop(more, None)
@@ -74,7 +73,7 @@ def assemble_records(plan: Plan, read_part: ReadPart, parts_dir: Path) -> Iterat
                     f"{parts_dir}: no record for {tuple(key)}; run the same command again: parts "
                     "are checked on resume and a damaged one is recomputed"
                 )
-            elif closed.get(key._replace(condition=get_condition(key.condition).parent), False):
+            elif closed.get(key._replace(condition=plan.condition(key.condition).base), False):
                 # An arm is absent only when its base never closed; this one's base did.
                 unit = Unit(ARMS_PHASE, key.seed, chunk)
                 raise IncompleteRunError(

@@ -9,9 +9,9 @@ and the sentences file), the package versions and the git commit of the nudgeabi
 question and gold, each arm's inserted sentence) for the report, and, for a run on the in-process
 engine, the length of each base's shared start (`shared_start`, splice/experiment/shared_start.py),
 which decides the path the engine computes the prompts on. A run with `--interventions FILE`
-also records the file (`inputs.interventions`: path and sha256) and its definitions
-(`interventions`), from which every reader registers the run's own conditions
-(`register_interventions`). It carries no clock and no host
+also records the file (`inputs.interventions`: path and sha256) and its definitions as data
+(`interventions`), from which every reader makes the run's conditions (`Manifest.condition_set`)
+without running the file. It carries no clock and no host
 name, so the same config on the same machine gives the same bytes, and shards of one run differ
 only in `config.shard`.
 
@@ -33,15 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from nudgeability.splice.experiment.conditions import (
-    UnknownConditionError,
-    arm_condition,
-    register_user_conditions,
-)
-from nudgeability.splice.experiment.interventions import (
-    Intervention,
-    InterventionError,
-    check_intervention,
+from nudgeability.splice.experiment.conditions import ConditionSet
+from nudgeability.splice.experiment.intervention_file import (
+    InterventionFileError,
+    from_definitions,
 )
 from nudgeability.splice.rundir.layout import MANIFEST
 from nudgeability.splice.rundir.manifest_keys import SEAL_KEY, SHARED_START_KEY, SHOWN_KEY
@@ -85,27 +80,41 @@ USER_INTERVENTIONS_KEY = "interventions"  # a user's interventions, as data (ide
 @dataclass(frozen=True)
 class UserInterventions:
     """A run's interventions file: where it was, its sha256, and what it defined
-    (splice/experiment/interventions.py `Intervention.to_dict`, one per intervention)."""
+    (splice/experiment/interventions.py `Condition.to_dict`, one per intervention)."""
 
     path: str
     sha256: str
     definitions: list[dict]
 
+    @classmethod
+    def of_manifest(cls, data: Mapping) -> UserInterventions | None:
+        """What a manifest recorded of the run's interventions file; None for a run without one
+        (or a manifest too malformed to say, which its other readers name)."""
+        found = data.get(USER_INTERVENTIONS_KEY)
+        stored = _object(_object(data.get("inputs")).get("interventions"))
+        if not isinstance(found, list) or not isinstance(stored.get("sha256"), str):
+            return None
+        return cls(str(stored.get("path")), stored["sha256"], found)
 
-def register_interventions(data: Mapping, where: str | Path = MANIFEST) -> None:
-    """Register the user's conditions a manifest defines (nothing for a run without them), so that
-    its codes and pairs are known (splice/experiment/conditions.py); `OutputDirError` naming the
-    field when they are malformed or clash with those already known."""
-    found = data.get(USER_INTERVENTIONS_KEY)
-    if found is None:
-        return
+    @classmethod
+    def in_directory(cls, directory: str | Path) -> UserInterventions | None:
+        """`of_manifest` of the run directory a resume continues; None where it holds no
+        readable manifest (the run's store says what is wrong with one)."""
+        try:
+            return cls.of_manifest(read_manifest(directory).data)
+        except (OutputDirError, OSError):
+            return None
+
+
+def manifest_conditions(
+    data: Mapping, where: str | Path = MANIFEST, error: Callable[[str], Exception] = OutputDirError
+) -> ConditionSet:
+    """The conditions a manifest's run knows: the shipped ones and the user's it records as data
+    (`interventions`); `error` naming the field when they are malformed. Runs no file."""
     try:
-        interventions = [Intervention(**d, where=(str(where), 0)) for d in found]
-        for intervention in interventions:
-            check_intervention(intervention)
-        register_user_conditions(arm_condition(i, user=True) for i in interventions)
-    except (TypeError, InterventionError, UnknownConditionError) as exc:
-        raise OutputDirError(f"{where}: field {USER_INTERVENTIONS_KEY}: {exc}") from None
+        return from_definitions(data.get(USER_INTERVENTIONS_KEY), where)
+    except (TypeError, InterventionFileError) as exc:
+        raise error(f"{where}: field {USER_INTERVENTIONS_KEY}: {exc}") from None
 
 
 def build_manifest(
@@ -294,6 +303,10 @@ class Manifest:
             found["model"], found["task"], found["decoding"], tuple(seeds), continuation
         )
 
+    def condition_set(self, error: Callable[[str], Exception] = OutputDirError) -> ConditionSet:
+        """The conditions the run knows: the shipped ones and its own (`manifest_conditions`)."""
+        return manifest_conditions(self.data, self.path, error)
+
     def conditions(self, error: Callable[[str], Exception] = OutputDirError) -> tuple[str, ...]:
         """The condition codes the config asked for (empty when it does not say)."""
         asked = self.config.get("conditions") or ()
@@ -319,5 +332,4 @@ def read_manifest(
         raise error(f"{path}:{exc.lineno}: {json_error(exc)}") from None
     if not isinstance(data, dict):
         raise error(f"{path}: not a JSON object")
-    register_interventions(data, path)
     return Manifest.from_dict(data, path)

@@ -24,16 +24,15 @@ from functools import cached_property
 from pathlib import Path
 
 from nudgeability.splice.experiment.conditions import (
-    ARM_BASES,
     CONSISTENCY,
     PROMPT_PHASES,
     Condition,
     UnknownConditionError,
-    parse_conditions,
     with_consistency,
 )
+from nudgeability.splice.experiment.interventions import ARM_BASES
 from nudgeability.splice.rundir.layout import MANIFEST
-from nudgeability.splice.rundir.manifest import OutputDirError, register_interventions
+from nudgeability.splice.rundir.manifest import OutputDirError, manifest_conditions
 from nudgeability.splice.rundir.records import RecordKey
 
 BASE_PHASES = PROMPT_PHASES  # NT, consistency (the K unaided samples), B, oracle_B
@@ -129,11 +128,11 @@ class Plan:
     def from_manifest(cls, manifest: Mapping, where: str | Path = MANIFEST) -> Plan:
         """The plan a manifest calls for; `OutputDirError` naming `where` and the field that is
         missing or malformed."""
-        register_interventions(manifest, where)  # a run's own conditions, before its codes are read
+        known = manifest_conditions(manifest, where)  # the shipped conditions and the run's own
         try:
             config = manifest["config"]
             samples = int(config.get("consistency_samples") or 0)
-            conditions = with_consistency(parse_conditions(config["conditions"]), samples)
+            conditions = with_consistency(known.parse(config["conditions"]), samples)
             shard = config["shard"]
             plan = cls(
                 problem_ids=tuple(manifest["problems"]),
@@ -195,7 +194,15 @@ class Plan:
 
     def arms_of(self, base: str) -> list[Condition]:
         """The arms that fork from `base`, in canonical order."""
-        return [c for c in self.conditions if c.kind == "arm" and c.parent == base]
+        return [c for c in self.conditions if c.kind == "arm" and c.base == base]
+
+    def condition(self, code: str) -> Condition:
+        """The run's condition with this code (KeyError if the run has none)."""
+        return self._by_code[code]
+
+    @cached_property
+    def _by_code(self) -> dict[str, Condition]:
+        return {c.code: c for c in self.conditions}
 
     @cached_property
     def arm_bases(self) -> tuple[str, ...]:

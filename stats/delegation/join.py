@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import NO_TOOL_BASE
+from nudgeability.splice.experiment.conditions import NO_TOOL_BASE, ConditionSet
 from nudgeability.splice.rundir.layout import RECORDS, RESOLUTIONS
 from nudgeability.splice.rundir.records import GradeRecord, Record, RecordKey, ResolutionRecord
 
@@ -67,7 +67,8 @@ def load_value_tables(
         if not resolutions.is_file():
             continue
         group = groups.setdefault(
-            run_dir.label.key, {"label": run_dir.label, "records": {}, "resolutions": {}}
+            run_dir.label.key,
+            {"label": run_dir.label, "records": {}, "resolutions": {}, "known": run_dir.known},
         )
         for _, record in iter_records(run_dir.path / RECORDS):
             if record.sample is not None:  # self-consistency samples: a signal, no TOOL
@@ -83,13 +84,14 @@ def load_value_tables(
             if record is None or action_code(record.action.kind) != TOOL:
                 raise RecordsError(f"{resolutions}:{number}: {key} is not a TOOL record of the run")
             group["resolutions"][key] = resolution
-    return [_table(g["label"], g["records"], g["resolutions"]) for g in groups.values()]
+    return [_table(g["label"], g["records"], g["resolutions"], g["known"]) for g in groups.values()]
 
 
 def _table(
     label: ExperimentLabel,
     records: dict[RecordKey, Record],
     resolutions: dict[RecordKey, ResolutionRecord],
+    known: ConditionSet,
 ) -> ValueTable:
     rows = Rows.of((key.problem_id, key.seed) for key in records)
     row_of = rows.index()
@@ -124,4 +126,5 @@ def _table(
         tool_right=right,
         cluster=rows.cluster,
         label=label,
+        known=known,
     )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS
+from nudgeability.splice.experiment.conditions import SHIPPED_CONDITIONS, ConditionSet
 
 from ..estimators.sensitivity import swing
 from ..estimators.targeting import STRATA
@@ -60,6 +60,7 @@ class DelegationValueSummary:
     swing: dict[str, ValueSwing]
     flips: dict[str, FlipValue]
     tools: dict[str, ToolAccuracy]
+    known: ConditionSet = SHIPPED_CONDITIONS  # the conditions its runs know (their pairs)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def value_contributions(table: ValueTable) -> tuple[np.ndarray, _Columns]:
         retained, right = accuracy_indicators(table.final[c])
         cols.accuracy[c] = cols.add(right, retained)
     for pair in table.pairs():
-        plus, minus, base = PAIRS[pair]
+        plus, minus, base = table.known.pairs[pair]
         both, right_minus, right_plus = swing_indicators(table.final[plus], table.final[minus])
         cols.swing[pair] = cols.add(both, right_minus, right_plus)
         index = np.zeros((len(STRATA), len(FLIP_QUANTITIES)), dtype=np.int64)
@@ -127,7 +128,7 @@ def summarize_value(
     }
     swings, flips = {}, {}
     for pair in table.pairs():
-        plus, minus, base = PAIRS[pair]
+        plus, minus, base = table.known.pairs[pair]
         n, right_minus, right_plus = cols.swing[pair]
         swings[pair] = dataclasses.replace(
             value_swing(table.final[plus], table.final[minus]),
@@ -166,4 +167,5 @@ def summarize_value(
         swing=swings,
         flips=flips,
         tools=tools,
+        known=table.known,
     )

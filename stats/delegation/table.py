@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS, REPORT_ORDER
+from nudgeability.splice.experiment.conditions import SHIPPED_CONDITIONS, ConditionSet
 
 from ..table import ExperimentLabel, TableError
 
@@ -23,7 +23,8 @@ class ValueTable:
     actions: condition code -> action codes (actions.py), "NT" and "B" included;
     final: condition code -> final outcomes (delegation_value.final_outcome);
     tool_resolved / tool_right: tool name -> per-row count of resolved calls / right answers;
-    cluster: the problem index of each row (rows of one problem are resampled together).
+    cluster: the problem index of each row (rows of one problem are resampled together);
+    known: the conditions its runs know (their pairs and report order).
     """
 
     s: np.ndarray
@@ -33,6 +34,7 @@ class ValueTable:
     tool_right: Mapping[str, np.ndarray] = field(default_factory=dict)
     cluster: np.ndarray | None = None
     label: ExperimentLabel = field(default_factory=ExperimentLabel)
+    known: ConditionSet = SHIPPED_CONDITIONS
 
     def __post_init__(self) -> None:
         n = len(self.s)
@@ -67,10 +69,10 @@ class ValueTable:
     def conditions(self) -> list[str]:
         """Conditions with both actions and outcomes, in report order (unknown codes last)."""
         present = [c for c in self.actions if c in self.final]
-        order = {code: k for k, code in enumerate(REPORT_ORDER)}
+        order = {code: k for k, code in enumerate(self.known.report_order)}
         return sorted(present, key=lambda c: (order.get(c, len(order)), c))
 
     def pairs(self) -> list[str]:
-        """The named (+, -) pairs (table.PAIRS) whose arms and base are all present."""
+        """The named (+, -) pairs (`known.pairs`) whose arms and base are all present."""
         have = set(self.conditions())
-        return [name for name, codes in PAIRS.items() if set(codes) <= have]
+        return [name for name, codes in self.known.pairs.items() if set(codes) <= have]

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS
-
 from ..resampling.bootstrap import (
     Interval,
     aggregate_by_cluster,
@@ -96,11 +94,12 @@ def bootstrap_units(
 
 
 def pair_arrays(table: ExperimentTable, pair: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(base, conf, doubt) action arrays of a named pair (splice/experiment/conditions.py's PAIRS);
-    ValueError for an unknown pair, TableError for a pair whose conditions are absent."""
-    if pair not in PAIRS:
-        raise ValueError(f"unknown pair {pair!r}: expected one of {', '.join(PAIRS)}")
-    plus, minus, base = PAIRS[pair]
+    """(base, conf, doubt) action arrays of a named pair (`table.known.pairs`); ValueError
+    for an unknown pair, TableError for a pair whose conditions are absent."""
+    pairs = table.known.pairs
+    if pair not in pairs:
+        raise ValueError(f"unknown pair {pair!r}: expected one of {', '.join(pairs)}")
+    plus, minus, base = pairs[pair]
     arrays = [table.actions(code) for code in (base, plus, minus)]
     missing = [code for code, a in zip((base, plus, minus), arrays) if a is None]
     if missing:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, TOOL_BASE, report_order
+from nudgeability.splice.experiment.conditions import PRIMARY_PAIR, SHIPPED_PAIRS, TOOL_BASE
 
 from ..actions import SELF, TOOL, completed
 from ..resampling.bootstrap import (
@@ -90,8 +90,8 @@ def _gamma(s: np.ndarray, base: np.ndarray) -> _Statistic:
 
 def _sealed_minus_open(table: ExperimentTable) -> _Statistic:
     """S_sealed - S (pp), each S over its own retained set I_S, from the same resampled problems."""
-    plus, minus, _ = PAIRS[PRIMARY_PAIR]
-    s_plus, s_minus, _ = PAIRS[SEALED_PAIR]
+    plus, minus, _ = SHIPPED_PAIRS[PRIMARY_PAIR]
+    s_plus, s_minus, _ = SHIPPED_PAIRS[SEALED_PAIR]
     open_ = sensitivity_indicators(table.actions(plus), table.actions(minus))
     sealed = sensitivity_indicators(table.actions(s_plus), table.actions(s_minus))
     return _Statistic(
@@ -105,7 +105,7 @@ def _statistics(table: ExperimentTable) -> dict[str, _Statistic]:
     """Every ratio statistic the table's conditions allow, by name (stats/README.md)."""
     s, base = table.s, table.base
     found = {"unaided_accuracy": _rate(s == 1, s >= 0)}
-    for code in report_order():
+    for code in table.known.report_order:
         actions = table.actions(code)
         if actions is not None:
             found[f"delegation.{code}"] = _rate(actions == TOOL, completed(actions))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS
+from nudgeability.splice.experiment.conditions import SHIPPED_CONDITIONS, ConditionSet
 from nudgeability.splice.rundir.records import Record
 
 from ..actions import TOOL, action_code, completed
@@ -57,10 +57,14 @@ class ExperimentSamples:
 
 
 def sampled_pairs(
-    records: Iterable[Record], *, n_boot: int = 2000, seed: int = 0
+    records: Iterable[Record],
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    known: ConditionSet = SHIPPED_CONDITIONS,
 ) -> list[SampledPair]:
-    """One `SampledPair` per pair with both sides present, in PAIRS order; [] when no arm has a
-    further sample (a run without `--samples-per-arm`)."""
+    """One `SampledPair` per pair of `known` with both sides present, in its order; [] when
+    no arm has a further sample (a run without `--samples-per-arm`)."""
     actions: dict[str, dict[tuple[str, int], list[tuple[int, int]]]] = {}
     further = False
     for record in records:
@@ -74,7 +78,7 @@ def sampled_pairs(
     if not further:
         return []
     found = []
-    for name, pair in PAIRS.items():
+    for name, pair in known.pairs.items():
         if pair.plus in actions and pair.minus in actions:
             found.append(_pair(name, actions[pair.plus], actions[pair.minus], n_boot, seed))
     return [p for p in found if p is not None]
@@ -119,11 +123,16 @@ def _pair(name: str, plus: dict, minus: dict, n_boot: int, seed: int) -> Sampled
 
 
 def experiment_samples(
-    records: Iterable[Record], label, *, n_boot: int = 2000, seed: int = 0
+    records: Iterable[Record],
+    label,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    known: ConditionSet = SHIPPED_CONDITIONS,
 ) -> ExperimentSamples | None:
-    """The sampled pairs of one experiment's records (`label`: its ExperimentLabel); None for a
-    run without further samples."""
-    pairs = sampled_pairs(records, n_boot=n_boot, seed=seed)
+    """The sampled pairs of one experiment's records (`label`: its ExperimentLabel; `known`:
+    what its runs know); None for a run without further samples."""
+    pairs = sampled_pairs(records, n_boot=n_boot, seed=seed, known=known)
     if not pairs:
         return None
     return ExperimentSamples(label.model, label.task, label.decoding, n_boot, seed, pairs)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR, report_order
+from nudgeability.splice.experiment.conditions import (
+    PRIMARY_PAIR,
+    SHIPPED_CONDITIONS,
+    ConditionSet,
+)
 
 from ..resampling.bootstrap import Interval
 from ..table import ExperimentTable, TableError
@@ -90,6 +94,8 @@ class ExperimentSummary:
     estimates: dict[str, Estimate] = field(default_factory=dict)
     seed_spread: SeedSpread | None = None  # sampled runs: the spread across seeds (seeds.py)
     repeated_labels: RepeatedLabels | None = None  # sampled runs: the repeated-label check
+    # the conditions its runs know (the table's): the report's order, labels and pair headers
+    known: ConditionSet = SHIPPED_CONDITIONS
 
     # The paper's headline names, read from the primary (first-person) pair.
     S = property(lambda self: self.primary.S)
@@ -158,7 +164,7 @@ def summarize(
     resample = bootstrap_clustered if table.is_clustered else bootstrap
     pairs = {
         name: summarize_pair(table, name, resample(table, n_boot, seed, pair=name))
-        for name in PAIRS
+        for name in table.known.pairs
         if table.has_pair(name)
     }
     per_seed = {}
@@ -168,7 +174,7 @@ def summarize(
             per_seed[value] = summarize_pair(rows, PRIMARY_PAIR, bootstrap(rows, n_boot, seed))
     primary = pairs[PRIMARY_PAIR]
     rule = profile_rule or ProfileRule()
-    known = table.s >= 0
+    labelled = table.s >= 0
     oracle_base = table.actions("oracle_B")
     base_correct = table.correct.get("B")
     return ExperimentSummary(
@@ -186,10 +192,10 @@ def summarize(
         profile=rule.label(primary.S, primary.S_ci, primary.L, primary.L_ci),
         pairs=pairs,
         per_seed=per_seed,
-        unaided_accuracy=diagnostics.Rate(int((table.s == 1).sum()), int(known.sum())),
+        unaided_accuracy=diagnostics.Rate(int((table.s == 1).sum()), int(labelled.sum())),
         delegation={
             c: diagnostics.delegation_rate(table.actions(c))
-            for c in report_order()
+            for c in table.known.report_order
             if table.actions(c) is not None
         },
         gamma=diagnostics.gamma(table.s, table.base),
@@ -207,4 +213,5 @@ def summarize(
         estimates=ratio_estimates(table, n_boot, seed),
         seed_spread=seed_spread(table, per_seed),
         repeated_labels=repeated_labels(table),
+        known=table.known,
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS, PRIMARY_PAIR
+from nudgeability.splice.experiment.conditions import PRIMARY_PAIR, SHIPPED_PAIRS
 
 from ..resampling.bootstrap import NAN_INTERVAL, Interval, Resamples, percentile_interval
 from .estimators import (
@@ -102,7 +102,7 @@ def ground(
 ) -> GroundingSummary | None:
     """The grounding results of an experiment table; None when it has no signal or no conf and
     doubt arms. Every row gets its fold from its problem (table.cluster)."""
-    plus, minus, base = PAIRS[PRIMARY_PAIR]  # conf, doubt, B: the first-person pair
+    plus, minus, base = SHIPPED_PAIRS[PRIMARY_PAIR]  # conf, doubt, B: the first-person pair
     conf, doubt = table.actions(plus), table.actions(minus)
     if conf is None or doubt is None or not (data.raw or data.hidden is not None):
         return None

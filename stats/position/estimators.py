@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import PAIRS
+from nudgeability.splice.experiment.conditions import SHIPPED_PAIRS
 
 from ..actions import TOOL
 from ..estimators.intervals import bootstrap, bootstrap_clustered, pair_arrays
@@ -82,10 +82,10 @@ class PositionSummary:
 
     @property
     def pairs(self) -> tuple[str, ...]:
-        """The pairs estimated at some extra cut: the shipped ones in PAIRS order, then a
-        user's (read back from stats.json, where this process may not know them) as found."""
+        """The pairs estimated at some extra cut: the shipped ones in their order, then a run's
+        own as found."""
         found = [name for point in self.points if not point.bin.paper for name in point.pairs]
-        known = [name for name in PAIRS if name in found]
+        known = [name for name in SHIPPED_PAIRS if name in found]
         return tuple(known + [name for name in dict.fromkeys(found) if name not in known])
 
 
@@ -106,7 +106,7 @@ def pair_at_position(
 def splice_likelihood(table: PositionTable, pair: str) -> SpliceLikelihood | None:
     """The likelihood view of `pair` on one position table; None when no problem of I_S has
     both sides' splice log-probabilities."""
-    plus_code, minus_code, _ = PAIRS[pair]
+    plus_code, minus_code, _ = table.table.known.pairs[pair]
     lp_plus, lp_minus = table.splice_logprob.get(plus_code), table.splice_logprob.get(minus_code)
     if lp_plus is None or lp_minus is None:
         return None
@@ -131,7 +131,7 @@ def position_point(
 ) -> PositionPoint:
     """The estimates of every pair of `pairs` (default: every pair present) on one table."""
     rows = table.table
-    names = [p for p in (PAIRS if pairs is None else pairs) if rows.has_pair(p)]
+    names = [p for p in (rows.known.pairs if pairs is None else pairs) if rows.has_pair(p)]
     found = {name: pair_at_position(table, name, n_boot, seed) for name in names}
     views = {name: splice_likelihood(table, name) for name in names}
     return PositionPoint(
@@ -151,7 +151,8 @@ def summarize_positions(
     and at the paper's cut (the paper's point shows only those pairs: the others are the
     experiment's own summary)."""
     at_cuts = [t for t in tables.tables if not t.bin.paper]
-    forked = [p for p in PAIRS if any(t.table.has_pair(p) for t in at_cuts)]
+    pairs = at_cuts[0].table.known.pairs if at_cuts else SHIPPED_PAIRS
+    forked = [p for p in pairs if any(t.table.has_pair(p) for t in at_cuts)]
     points = tuple(position_point(t, forked, n_boot, seed) for t in tables.tables)
     label = tables.label
     return PositionSummary(

@@ -35,7 +35,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nudgeability.splice.experiment.conditions import NO_TOOL_BASE, TOOL_BASE
+from nudgeability.splice.experiment.conditions import (
+    NO_TOOL_BASE,
+    SHIPPED_CONDITIONS,
+    TOOL_BASE,
+    ConditionSet,
+)
 from nudgeability.splice.rundir.records import Record, RecordKey
 
 from ..actions import NONE, action_code
@@ -89,9 +94,10 @@ def position_tables(
     label: ExperimentLabel,
     conditions: Sequence[str] = (),
     bins: int = DEFAULT_BINS,
+    known: ConditionSet = SHIPPED_CONDITIONS,
 ) -> PositionTables:
     """The tables of one experiment's records per position bin and at the paper's cut (module
-    docstring); `conditions` as for `table_from_records`."""
+    docstring); `conditions` and `known` as for `table_from_records`."""
     kept = [r for r in records if r.sample is None]
     rows = Rows.of((r.problem_id, r.seed) for r in kept if r.at is None)  # the own table's
     bases: dict[tuple[str, int, str], Record] = {}
@@ -104,7 +110,7 @@ def position_tables(
             at_cut[(*key, r.condition, int(r.at))] = r
         elif r.condition == NO_TOOL_BASE:
             competence[key] = competence_label(r)
-        elif parent_of(r.condition) is None:
+        elif parent_of(r.condition, known) is None:
             bases[(*key, r.condition)] = r
         else:
             paper_arms[(*key, r.condition)] = r
@@ -113,7 +119,7 @@ def position_tables(
     cuts: dict[tuple[str, int, str], tuple[int, set[int]]] = {}
     unplaced = 0
     for problem_id, seed, condition, at in at_cut:
-        parent = parent_of(condition) or TOOL_BASE
+        parent = parent_of(condition, known) or TOOL_BASE
         base = bases.get((problem_id, seed, parent))
         if base is None or base.boundary is None:
             unplaced += 1
@@ -126,7 +132,7 @@ def position_tables(
         cuts.setdefault((problem_id, seed, parent), (base.boundary, set()))[1].add(at)
     arm_codes = sorted({c for _, _, c, _ in at_cut})
     base_arms = sorted(
-        {parent_of(c) or TOOL_BASE for c in arm_codes} - {TOOL_BASE}
+        {parent_of(c, known) or TOOL_BASE for c in arm_codes} - {TOOL_BASE}
     )  # oracle_B: the oracle pair's base, an arm column as in the experiment's own table
 
     tables = []
@@ -160,7 +166,7 @@ def position_tables(
                 if at is not None:
                     position[b][j] = at / cuts[(problem_id, seed, b)][0]
             for c in arm_codes:
-                at = chosen.get((problem_id, seed, parent_of(c) or TOOL_BASE))
+                at = chosen.get((problem_id, seed, parent_of(c, known) or TOOL_BASE))
                 record = None if at is None else at_cut.get((problem_id, seed, c, at))
                 if record is not None:
                     arms[c][j] = action_code(record.action.kind)
@@ -173,25 +179,28 @@ def position_tables(
             seed=np.array([s for _, s in keys], dtype=np.int64),
             problem_ids=tuple(p for p, _ in keys),
             label=label,
+            known=known,
         )
         tables.append(PositionTable(position_bin, table, position, logprob))
 
-    tables.append(_paper_table(records, label, conditions, bases, paper_arms, bins))
+    tables.append(_paper_table(records, label, conditions, bases, paper_arms, bins, known))
     return PositionTables(label, int(bins), tuple(tables), unplaced)
 
 
-def _paper_table(records, label, conditions, bases, paper_arms, bins) -> PositionTable:
+def _paper_table(records, label, conditions, bases, paper_arms, bins, known) -> PositionTable:
     """The experiment's own table at the paper's cut, with the splice log-probabilities of its
     arms; the relative position is 1 where the base closed its thinking."""
-    table = table_from_records(records, label, conditions)
+    table = table_from_records(records, label, conditions, known)
     keys = list(zip(table.problem_ids, table.seed.tolist()))
     position = {}
-    for b in sorted({parent_of(c) or TOOL_BASE for c in table.arms if parent_of(c) is not None}):
+    for b in sorted(
+        {parent_of(c, known) or TOOL_BASE for c in table.arms if parent_of(c, known) is not None}
+    ):
         closed = [(p, s, b) in bases and bases[(p, s, b)].boundary is not None for p, s in keys]
         position[b] = np.where(closed, 1.0, np.nan)
     logprob = {
         c: np.array([_logprob(paper_arms.get((p, s, c))) for p, s in keys])
         for c in table.arms
-        if parent_of(c) is not None
+        if parent_of(c, known) is not None
     }
     return PositionTable(paper_point(bins), table, position, logprob)

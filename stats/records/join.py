@@ -30,9 +30,10 @@ import numpy as np
 from nudgeability.splice.experiment.conditions import (
     BASE_CODES,
     NO_TOOL_BASE,
+    SHIPPED_CONDITIONS,
     TOOL_BASE,
+    ConditionSet,
     UnknownConditionError,
-    get_condition,
 )
 from nudgeability.splice.rundir.layout import RECORDS
 from nudgeability.splice.rundir.records import Record, RecordKey, least_faithful
@@ -40,14 +41,20 @@ from nudgeability.splice.rundir.records import Record, RecordKey, least_faithful
 from ..actions import NONE, SELF, TRUNC, action_code, competence_code
 from ..table import ExperimentLabel, ExperimentTable
 from .reading import iter_records
-from .run_dirs import RecordsError, RunDir, check_poolable, labelled_run_dirs
+from .run_dirs import (
+    RecordsError,
+    RunDir,
+    check_poolable,
+    check_same_conditions,
+    labelled_run_dirs,
+)
 
 
-def parent_of(code: str) -> str | None:
-    """The base an arm forks from (shipped, or a user's registered from its run's manifest);
-    None for a base."""
+def parent_of(code: str, known: ConditionSet = SHIPPED_CONDITIONS) -> str | None:
+    """The base an arm forks from (`known`: the shipped conditions and the runs' own); None for a
+    base. A code this version does not know is taken as a fork of B."""
     try:
-        return get_condition(code).parent
+        return known.get(code).base
     except UnknownConditionError:
         return TOOL_BASE
 
@@ -106,12 +113,16 @@ def _closed(base_record: Record | None) -> bool:
 
 
 def table_from_records(
-    records: Sequence[Record], label: ExperimentLabel, conditions: Sequence[str] = ()
+    records: Sequence[Record],
+    label: ExperimentLabel,
+    conditions: Sequence[str] = (),
+    known: ConditionSet = SHIPPED_CONDITIONS,
 ) -> ExperimentTable:
     """Join the records of one experiment into its ExperimentTable (rules in the module docstring).
 
     Records must be unique per (problem_id, condition, seed). `conditions` adds arms that were
-    asked for even where no record holds them.
+    asked for even where no record holds them; `known` is what the runs' manifests define (the
+    table carries it to every statistic).
     """
     # samples: signals, not arms; arms at extra cuts: the position statistics' (stats/position/)
     arms_of = [r for r in records if r.sample is None and r.at is None]
@@ -138,7 +149,7 @@ def table_from_records(
                 correct[name][i] = graded(record)
         for c in conditions:
             # A base has no parent; a code this version does not know is taken as a fork of B.
-            parent = parent_of(c)
+            parent = parent_of(c, known)
             if c in found and (parent is None or _closed(found.get(parent))):
                 arms[c][i] = action_code(found[c].action.kind)
     return ExperimentTable(
@@ -150,6 +161,7 @@ def table_from_records(
         seed=np.array([seed for _, seed in rows.keys], dtype=np.int64),
         problem_ids=tuple(p for p, _ in rows.keys),
         label=label,
+        known=known,
     )
 
 
@@ -164,6 +176,7 @@ class GatheredExperiment:
     asked: set[str]  # the conditions the manifests asked for
     levels: set[str]  # the continuation levels seen
     seen: dict[RecordKey, tuple[str, Record]]  # key -> (where it was read, slim record)
+    known: ConditionSet = SHIPPED_CONDITIONS  # what the manifests define (the first run's)
 
     @property
     def label(self) -> ExperimentLabel:
@@ -186,7 +199,7 @@ class GatheredExperiment:
         return any(key.at is not None for key in self.seen)
 
     def table(self) -> ExperimentTable:
-        return table_from_records(self.records, self.label, self.conditions)
+        return table_from_records(self.records, self.label, self.conditions, self.known)
 
 
 def gather_experiments(
@@ -200,8 +213,11 @@ def gather_experiments(
         key = run_dir.label.key
         if key not in experiments:
             level = run_dir.label.continuation
-            experiments[key] = GatheredExperiment(run_dir.label, run_dir, set(), {level}, {})
+            experiments[key] = GatheredExperiment(
+                run_dir.label, run_dir, set(), {level}, {}, run_dir.known
+            )
         experiment = experiments[key]
+        check_same_conditions(experiment.first, run_dir)  # before: it names the code
         check_poolable(experiment.first, run_dir)
         experiment.asked.update(run_dir.conditions)
         _read_records(run_dir, experiment)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nudgeability.splice.experiment.conditions import SHIPPED_CONDITIONS, ConditionSet
 from nudgeability.splice.rundir.layout import MANIFEST
 from nudgeability.splice.rundir.manifest import Manifest, read_manifest
 from nudgeability.splice.rundir.manifest_keys import experiment_settings
@@ -39,6 +40,8 @@ class RunDir:
     conditions: tuple[str, ...] = ()  # the conditions the run asked for (manifest config)
     defining: Mapping[str, object] | None = None  # `experiment_settings`; None: an older manifest
     manifest: Manifest | None = field(default=None, repr=False, compare=False)
+    # the conditions its manifest defines: the shipped ones and the run's own (read as data)
+    known: ConditionSet = field(default=SHIPPED_CONDITIONS, repr=False, compare=False)
 
 
 def _differences(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:
@@ -72,6 +75,7 @@ def read_run_dir(path: str | Path) -> RunDir:
         manifest.conditions(RecordsError),
         experiment_settings(manifest.data),
         manifest,
+        manifest.condition_set(RecordsError),
     )
 
 
@@ -109,3 +113,17 @@ def check_poolable(reference: RunDir, run_dir: RunDir) -> None:
             f"other settings ({'; '.join(differences)}); pool only runs of one setting, or keep "
             f"them as separate rows: --label {reference.path}=NAME --label {run_dir.path}=NAME"
         )
+
+
+def check_same_conditions(reference: RunDir, run_dir: RunDir) -> None:
+    """Refuse to pool two runs of one experiment that give one condition code two meanings (in
+    runs of two experiments each code means what its own run says)."""
+    theirs = {c.code: c for c in run_dir.known.user}
+    for mine in reference.known.user:
+        other = theirs.get(mine.code)
+        if other is not None and other != mine:
+            raise RecordsError(
+                f"{run_dir.path / MANIFEST}: condition {mine.code!r} is defined otherwise than in "
+                f"{reference.path / MANIFEST}; keep them as separate rows: "
+                f"--label {reference.path}=NAME --label {run_dir.path}=NAME"
+            )

@@ -99,9 +99,16 @@ def summarize_runs(
     summaries = []
     gathered = gather_experiments(run_dirs, labels)
     tables = [experiment.table() for experiment in gathered]
-    cut_tables = [position_tables(e.records, e.label, e.conditions) for e in gathered if e.has_cuts]
+    cut_tables = [
+        position_tables(e.records, e.label, e.conditions, known=e.known)
+        for e in gathered
+        if e.has_cuts
+    ]
     openers = [experiment_openers(e.records, e.label, n_boot=n_boot, seed=seed) for e in gathered]
-    sampled = [experiment_samples(e.records, e.label, n_boot=n_boot, seed=seed) for e in gathered]
+    sampled = [
+        experiment_samples(e.records, e.label, n_boot=n_boot, seed=seed, known=e.known)
+        for e in gathered
+    ]
     del gathered  # every table is made: a campaign's records need not stay in memory
     positions = [summarize_positions(t, n_boot=n_boot, seed=seed) for t in cut_tables]
     for table in tables:

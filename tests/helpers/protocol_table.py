@@ -3,7 +3,8 @@ the independent reference the condition vocabulary and a run's records are check
 
 from __future__ import annotations
 
-# code -> (kind, polarity, voice, sealed, oracle, parent), in the canonical record order
+# code -> (kind, side, voice, seal, oracle, base), in the canonical record order (side: the
+# polarity of the inserted sentence, "0" for the neutral one)
 PROTOCOL = {
     "NT": ("base", None, None, False, False, None),
     "B": ("base", None, None, False, False, None),

@@ -12,12 +12,18 @@ import itertools
 import pytest
 
 from nudgeability.models.families.action import ACTION_KINDS, Action
-from nudgeability.splice.experiment.conditions import CONDITION_CODES, CONDITIONS, PAIR_HEADERS
+from nudgeability.splice.experiment.conditions import (
+    CONDITION_CODES,
+    CONDITIONS,
+    PAIR_HEADERS,
+    SHIPPED_CONDITIONS,
+    short_names,
+)
 from nudgeability.splice.rundir.records import Record
-from nudgeability.stats import CONDITIONS as REPORT_CONDITIONS
-from nudgeability.stats import PAIRS, ExperimentTable, table_from_records
+from nudgeability.stats import REPORT_ORDER as REPORT_CONDITIONS
+from nudgeability.stats import SHIPPED_PAIRS as PAIRS
+from nudgeability.stats import ExperimentTable, table_from_records
 from nudgeability.stats.actions import NONE, action_code, action_kind
-from nudgeability.stats.report.figures.experiments import CONDITION_LABELS
 from nudgeability.stats.report.tables.experiments import PAIR_COLUMNS
 from nudgeability.stats.table import ExperimentLabel
 
@@ -27,21 +33,21 @@ BY_CODE = {condition.code: condition for condition in CONDITIONS}
 def test_every_arm_forks_from_a_base_that_exists_and_bases_have_no_parent():
     for condition in CONDITIONS:
         if condition.kind == "arm":
-            assert BY_CODE[condition.parent].kind == "base", condition.code
+            assert BY_CODE[condition.base].kind == "base", condition.code
         else:
-            assert condition.kind == "base" and condition.parent is None, condition.code
+            assert condition.kind == "base" and condition.base is None, condition.code
 
 
 def test_the_pairs_stats_uses_are_exactly_the_conditions_plus_minus_pairs():
     # Brute force from the conditions' attributes: a + arm and a - arm that agree in everything
     # else (base, voice, sealed, oracle) form a pair.
-    signed = [c for c in CONDITIONS if c.polarity in ("+", "-")]
+    signed = [c for c in CONDITIONS if c.side in ("+", "-")]
     expected = {
-        (plus.code, minus.code, plus.parent)
+        (plus.code, minus.code, plus.base)
         for plus, minus in itertools.product(signed, signed)
-        if (plus.polarity, minus.polarity) == ("+", "-")
-        and (plus.parent, plus.voice, plus.sealed, plus.oracle)
-        == (minus.parent, minus.voice, minus.sealed, minus.oracle)
+        if (plus.side, minus.side) == ("+", "-")
+        and (plus.base, plus.voice, plus.seal, plus.oracle)
+        == (minus.base, minus.voice, minus.seal, minus.oracle)
     }
     assert {tuple(pair) for pair in PAIRS.values()} == expected
     assert len(PAIRS) == len(expected)
@@ -52,8 +58,9 @@ def test_the_pairs_stats_uses_are_exactly_the_conditions_plus_minus_pairs():
 
 def test_every_condition_is_in_the_report_order_once_and_has_a_figure_label():
     assert sorted(REPORT_CONDITIONS) == sorted(CONDITION_CODES)
+    labels = short_names([SHIPPED_CONDITIONS])
     for code in CONDITION_CODES:
-        assert CONDITION_LABELS[code], code
+        assert labels[code], code
     # the hand-checked order the reports have always used (bases, controls, then signed arms)
     assert REPORT_CONDITIONS[:6] == ("NT", "B", "empty", "neutral", "conf", "doubt")
     assert REPORT_CONDITIONS[-3:] == ("oracle_B", "oracle_conf", "oracle_doubt")

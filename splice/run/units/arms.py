@@ -202,7 +202,7 @@ def arm_record(
     action = ctx.prepared.family.parse_action(
         list(ctx.prepared.splices[arm.code]) + generated,
         out.finish_reason,
-        tools=declared_tools(ctx.prepared.task, arm.parent),
+        tools=declared_tools(ctx.prepared.task, arm.base),
         is_answer=ctx.prepared.task.holds_answer,
     )
     graded = action.kind == SELF

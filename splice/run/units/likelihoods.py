@@ -54,9 +54,9 @@ def add_scoring(
     request.params = [replace(p, score_suffix=True) for p in request.params]
     rows = []
     for j, arm in enumerate(arms):
-        if arm is None or not (arm.sealed or arm.code in opener_codes):
+        if arm is None or not (arm.seal or arm.code in opener_codes):
             continue
-        context = list(request.suffixes[j]) + ([] if arm.sealed else list(close_ids))
+        context = list(request.suffixes[j]) + ([] if arm.seal else list(close_ids))
         k = len(request.suffixes)
         request.suffixes += [context + list(openers.tool), context + list(openers.answer)]
         request.params += [SCORE_ONLY, SCORE_ONLY]

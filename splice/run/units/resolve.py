@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from nudgeability.engine import Completion, ForkRequest
 from nudgeability.engine.scheduling.group_shape import GroupShape, batch_cost
 from nudgeability.models.families import SELF, TOOL, FamilyError
-from nudgeability.splice.experiment.conditions import ARM_BASES, base_of, get_condition
+from nudgeability.splice.experiment.conditions import base_of
+from nudgeability.splice.experiment.interventions import ARM_BASES
 from nudgeability.splice.experiment.prompts import declared_tools, prompt_sha256
 from nudgeability.splice.run.units.base import UnitContext, UnitCounts
 from nudgeability.splice.rundir.records import Record, RecordKey, ResolutionRecord, record_sha256
@@ -277,7 +278,9 @@ def _resolved(
     # Read the turn as the family reads any commitment: after its final think-close. A turn that
     # starts outside the thinking block gets the close in front, so a direct answer counts.
     read = generated if open_ else list(ctx.prepared.family.think_close_ids) + generated
-    tools = declared_tools(ctx.prepared.task, base_of(get_condition(source.record.condition)))
+    tools = declared_tools(
+        ctx.prepared.task, base_of(ctx.prepared.plan.condition(source.record.condition))
+    )
     action = ctx.prepared.family.parse_action(
         read, out.finish_reason, tools=tools, is_answer=ctx.prepared.task.holds_answer
     )

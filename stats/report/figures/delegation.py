@@ -13,10 +13,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from nudgeability.splice.experiment.conditions import PRIMARY_PAIR, report_order
+from nudgeability.splice.experiment.conditions import PRIMARY_PAIR, report_order, short_names
 
 from ..cells import experiment_name, save_figure, whiskers
-from .experiments import CONDITION_LABELS
 
 VALUE_FIGURE = "delegation_value"
 
@@ -33,7 +32,11 @@ def plot_delegation_value(summaries: Sequence, out_dir: str | Path) -> list[Path
     out_dir.mkdir(parents=True, exist_ok=True)
     figure = Figure(figsize=(12.0, 4.8))
     left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
-    present = [c for c in report_order() if any(c in e.accuracy for e in summaries)]
+    present = [
+        c
+        for c in report_order(e.known for e in summaries)
+        if any(c in e.accuracy for e in summaries)
+    ]
     present += sorted({c for e in summaries for c in e.accuracy} - set(present))
     width = 0.8 / max(len(summaries), 1)
     x = np.arange(len(present))
@@ -49,7 +52,8 @@ def plot_delegation_value(summaries: Sequence, out_dir: str | Path) -> list[Path
             capsize=2,
             label=experiment_name(e),
         )
-    left.set_xticks(x, [CONDITION_LABELS.get(c, c) for c in present], rotation=45, ha="right")
+    names = short_names(e.known for e in summaries)
+    left.set_xticks(x, [names.get(c, c) for c in present], rotation=45, ha="right")
     left.set_ylabel("final accuracy (%)")
     left.set_ylim(0, 100)
     left.set_title("Final accuracy per condition (tool results used)")

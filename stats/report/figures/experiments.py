@@ -21,14 +21,13 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from nudgeability.splice.experiment.conditions import CONDITIONS, report_order
+from nudgeability.splice.experiment.conditions import report_order, short_names
 from nudgeability.util.atomic import remove_temporaries
 
 from ...estimators.across import cohorts
 from ..cells import experiment_name, save_figure, whiskers
 
 _TASK_MARKERS = ("o", "s", "^", "D", "v")
-CONDITION_LABELS = {c.code: c.label for c in CONDITIONS}  # the short name under each condition
 
 
 def plot_s_vs_l(summaries: Sequence, out_dir: Path) -> list[Path]:
@@ -113,7 +112,8 @@ def plot_flip_composition(summaries: Sequence, out_dir: Path) -> list[Path]:
 
 def plot_delegation(summaries: Sequence, out_dir: Path) -> list[Path]:
     """Grouped bars: delegation rate (%) per condition, one group per condition, one bar per experiment."""
-    present = [c for c in report_order() if any(c in e.delegation for e in summaries)]
+    order = report_order(e.known for e in summaries)
+    present = [c for c in order if any(c in e.delegation for e in summaries)]
     figure = Figure(
         figsize=(
             min(16.0, max(6.4, 2.0 + 0.35 * len(present) * max(1, len(summaries)) ** 0.5)),
@@ -126,7 +126,8 @@ def plot_delegation(summaries: Sequence, out_dir: Path) -> list[Path]:
     for i, e in enumerate(summaries):
         rates = [e.delegation[c].percent if c in e.delegation else np.nan for c in present]
         ax.bar(x + i * width - 0.4 + width / 2, rates, width, label=experiment_name(e))
-    ax.set_xticks(x, [CONDITION_LABELS.get(c, c) for c in present], rotation=45, ha="right")
+    names = short_names(e.known for e in summaries)
+    ax.set_xticks(x, [names.get(c, c) for c in present], rotation=45, ha="right")
     ax.set_ylabel("delegation rate (% TOOL)")
     ax.set_title("Delegation rate per condition")
     ax.legend(fontsize=7)

@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nudgeability.models.families.action import Action
-from nudgeability.splice.experiment.conditions import get_condition, report_order
 from nudgeability.splice.rundir.layout import MANIFEST, RECORDS
 from nudgeability.splice.rundir.manifest import Manifest
 from nudgeability.splice.rundir.records import Record
@@ -126,7 +125,13 @@ def browser_data(run_dirs: Sequence[str | Path]) -> dict:
         name = " / ".join((label.model, label.task, label.decoding))
         experiment = experiments.setdefault(
             label.key,
-            {"name": name, "task": label.task, "records": {}, "manifest": manifest},
+            {
+                "name": name,
+                "task": label.task,
+                "records": {},
+                "manifest": manifest,
+                "known": run.known,
+            },
         )
         for _, record in iter_records(path / RECORDS):
             if record.sample is not None:
@@ -144,19 +149,19 @@ def browser_data(run_dirs: Sequence[str | Path]) -> dict:
 
 
 def _experiment(experiment: dict) -> dict:
-    manifest, task = experiment["manifest"], experiment["task"]
+    manifest, task, known = experiment["manifest"], experiment["task"], experiment["known"]
     shown = manifest.shown
     problems = {} if shown is None else shown.problems
     present = {c for conditions in experiment["records"].values() for c in conditions}
-    arms = [c for c in report_order() if c in present and c not in ("NT", "B")]
+    arms = [c for c in known.report_order if c in present and c not in ("NT", "B")]
     cut_arms = experiment.get("cuts")
     if cut_arms is not None:
         present |= {c for found in cut_arms.values() for here in found.values() for c in here}
-        arms = [c for c in report_order() if c in present and c not in ("NT", "B")]
+        arms = [c for c in known.report_order if c in present and c not in ("NT", "B")]
     rows, cuts = [], {}
     for (pid, seed), conditions in experiment["records"].items():
         if cut_arms is not None and (pid, seed) in cut_arms:
-            cuts[len(rows)] = _cuts(cut_arms[(pid, seed)], conditions, arms)
+            cuts[len(rows)] = _cuts(cut_arms[(pid, seed)], conditions, arms, known)
         problem = problems.get(pid)
         nt, base = conditions.get("NT"), conditions.get("B")
         s = -1 if nt is None or _grade(nt) is None else _grade(nt)
@@ -180,8 +185,8 @@ def _experiment(experiment: dict) -> dict:
         "name": experiment["name"],
         "task": task,
         "conditions": arms,
-        "labels": {c: get_condition(c).label for c in arms},
-        "parents": {c: get_condition(c).parent for c in arms},
+        "labels": {c: known.get(c).short_name for c in arms},
+        "parents": {c: known.get(c).base for c in arms},
         "sentences": {} if shown is None else dict(shown.sentences),
         "rows": rows,
         **({"cuts": cuts} if cut_arms is not None else {}),
@@ -192,11 +197,11 @@ def _arm(record: Record) -> list:
     return [record.action.kind, _summary(record.action), record.text, _grade(record)]
 
 
-def _cuts(found: dict[int, dict[str, Record]], conditions: dict[str, Record], arms) -> list:
+def _cuts(found: dict[int, dict[str, Record]], conditions: dict[str, Record], arms, known) -> list:
     """One row's extra cuts (module docstring): per base and cut, its arms in `arms` order."""
     out = []
     for base in ("B", "oracle_B"):
-        mine = [c for c in arms if get_condition(c).parent == base]
+        mine = [c for c in arms if known.get(c).base == base]
         record = conditions.get(base)
         boundary = None if record is None else record.boundary
         for at in sorted(found):

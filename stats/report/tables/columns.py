@@ -3,12 +3,16 @@ estimate with its interval, a (+, -) pair's S, WT and L. Used by paper.py and sa
 
 from __future__ import annotations
 
-from nudgeability.splice.experiment.conditions import CONDITIONS
+from nudgeability.splice.experiment.conditions import short_names
 
 from ..cells import DAGGER, ci, fmt
 
 IDENT = ("model", "task", "decoding", "cohort")
-LABELS = {c.code: c.label for c in CONDITIONS}  # the short name of each condition
+
+
+def labels(summaries) -> dict[str, str]:
+    """The short name of each condition the experiments know (their runs' own included)."""
+    return short_names(e.known for e in summaries)
 
 
 def _model(e) -> str:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from nudgeability.splice.experiment.conditions import PAIRS
-
 from ..cells import ci, fmt, tex_escape
 from .grid import Grid, csv, latex, markdown
 
@@ -96,7 +94,7 @@ _NOTE = (
 
 def _pair_cells(e, pair, v, f, accuracy) -> list[str]:
     """One (+, -) pair's cells up to F; `accuracy(e, code)` is the accuracy cell of a condition."""
-    plus, minus, base = PAIRS[pair]
+    plus, minus, base = e.known.pairs[pair]
     return [
         e.model,
         e.task,

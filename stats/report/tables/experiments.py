@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nudgeability.splice.experiment.conditions import PAIR_HEADERS, PAIRS, PRIMARY_PAIR
+from nudgeability.splice.experiment.conditions import PAIR_HEADERS, PRIMARY_PAIR, SHIPPED_PAIRS
 
 from ...estimators.across import across_cohorts
 from ..cells import DAGGER, ci, fmt, tex_escape
@@ -50,17 +50,19 @@ _CSV_COLUMNS = (
     "self_to_tool_share",
 )
 # The pairs besides the primary one, with their column headers (splice/experiment/conditions.py owns both).
-PAIR_COLUMNS = tuple((name, PAIR_HEADERS[name]) for name in PAIRS if name != PRIMARY_PAIR)
+PAIR_COLUMNS = tuple((name, PAIR_HEADERS[name]) for name in SHIPPED_PAIRS if name != PRIMARY_PAIR)
 
 
 def _pair_columns(summaries: Sequence) -> tuple[tuple[str, str], ...]:
     """PAIR_COLUMNS, then the pairs of a run's own interventions that some experiment holds
-    (splice/experiment/conditions.py `register_user_conditions`)."""
-    shipped = {name for name, _ in PAIR_COLUMNS} | {PRIMARY_PAIR}
-    users = [
-        name for name in PAIRS if name not in shipped and any(name in e.pairs for e in summaries)
-    ]
-    return PAIR_COLUMNS + tuple((name, PAIR_HEADERS[name]) for name in users)
+    (each experiment's `known`: splice/experiment/conditions.py `ConditionSet.pair_headers`)."""
+    users = {
+        name: header
+        for e in summaries
+        for name, header in e.known.pair_headers.items()
+        if name not in SHIPPED_PAIRS and name in e.pairs
+    }
+    return PAIR_COLUMNS + tuple(users.items())
 
 
 def _pooled_share(medians) -> str:

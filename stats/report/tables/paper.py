@@ -33,12 +33,12 @@ from ...estimators.claims import claims_by_cohort
 from ..cells import DAGGER, fmt
 from .columns import (
     IDENT,
-    LABELS,
     ci_only,
     estimate_cell,
     estimate_record,
     ident,
     ident_record,
+    labels,
     pair_cells,
     pair_columns,
     pair_record,
@@ -49,7 +49,8 @@ from .sampled import table4, table5
 
 
 def _conditions(summaries: Sequence) -> list[str]:
-    return [c for c in report_order() if any(f"delegation.{c}" in e.estimates for e in summaries)]
+    order = report_order(e.known for e in summaries)
+    return [c for c in order if any(f"delegation.{c}" in e.estimates for e in summaries)]
 
 
 def table6(summaries: Sequence) -> Grid:
@@ -60,7 +61,7 @@ def table6(summaries: Sequence) -> Grid:
         "Task",
         "Decoding",
         "Cohort",
-        *(LABELS.get(c, c) for c in present),
+        *(labels(summaries).get(c, c) for c in present),
         "|∅ − B| (pp)",
         "0 − ∅ (pp)",
     ]

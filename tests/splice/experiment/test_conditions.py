@@ -27,11 +27,11 @@ def test_conditions_match_the_protocol_table():
     for condition in CONDITIONS:
         assert (
             condition.kind,
-            condition.polarity,
+            condition.side,
             condition.voice,
-            condition.sealed,
+            condition.seal,
             condition.oracle,
-            condition.parent,
+            condition.base,
         ) == PROTOCOL[condition.code]
         assert condition.description
 

@@ -73,21 +73,21 @@ def test_every_family_forks_arms_that_equal_hf_generate(tiny_checkpoint, tmp_pat
     assert {b is None for b in closed.values()} == {True, False}, closed  # both paths
     for pid in problems:
         for code in arm_codes:
-            parent = get_condition(code).parent
+            parent = get_condition(code).base
             assert ((pid, code) in by_key) == (closed[(pid, parent)] is not None)
     arms = [r for r in records if r["condition"] in arm_codes]
-    assert any(get_condition(r["condition"]).parent == "B" for r in arms)
+    assert any(get_condition(r["condition"]).base == "B" for r in arms)
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     sentences = load_sentences()
     for arm in arms:
         condition = get_condition(arm["condition"])
-        base = by_key[(arm["problem_id"], condition.parent)]
+        base = by_key[(arm["problem_id"], condition.base)]
         prompt = _prompt(family, task, problems[arm["problem_id"]], condition.oracle)
         assert arm["prompt_sha256"] == prompt_sha256(prompt)
         sentence = sentences.text(arm["sentence_id"]) if arm["sentence_id"] else ""
-        splice = family.splice_ids(sentence, sealed=condition.sealed)
-        ids = prompt + base["generated_ids"][: closed[(arm["problem_id"], condition.parent)]]
+        splice = family.splice_ids(sentence, sealed=condition.seal)
+        ids = prompt + base["generated_ids"][: closed[(arm["problem_id"], condition.base)]]
         generated = hf_greedy(
             model,
             ids + splice,

@@ -93,16 +93,16 @@ def _check_against_hf(model, family, records, n, gap, scored_open) -> tuple[int,
         prompt = render(family, *task.with_tool(problems[r["problem_id"]]))
         context = prompt + base["generated_ids"][: base["boundary"]]
         sentence = sentences.text(r["sentence_id"]) if r["sentence_id"] else ""
-        splice = family.splice_ids(sentence, condition.sealed)
+        splice = family.splice_ids(sentence, condition.seal)
         got = r["likelihoods"]
         want = _hf_logprobs(model, context, splice)
         assert got["splice_logprobs"] == pytest.approx(want, abs=1e-4)
         assert got["splice_logprob"] == pytest.approx(sum(want), abs=1e-3)
         arms += 1
-        if not (condition.sealed or r["condition"] in scored_open):
+        if not (condition.seal or r["condition"] in scored_open):
             assert got["tool_opener_logprob"] is None and got["answer_opener_logprob"] is None
             continue
-        closed = context + splice + ([] if condition.sealed else family.think_close_ids)
+        closed = context + splice + ([] if condition.seal else family.think_close_ids)
         tool = sum(_hf_logprobs(model, closed, tool_opener))
         answer = sum(_hf_logprobs(model, closed, answer_opener))
         assert got["tool_opener_logprob"] == pytest.approx(tool, abs=1e-4)

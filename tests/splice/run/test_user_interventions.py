@@ -3,7 +3,9 @@ own interventions*), read from the page, run on a tiny model. Each of its arms g
 `generate` gives on the full edited prompt, built here (the with-tool messages, B's reasoning up
 to the cut or, for the replace, up to the start of its last sentence found here by decoding, and
 "Wait." tokenised on its own); `nudge stats` reads the user's pair, S checked against a loop over
-the records; a resume with the file changed is refused naming the key; `nudge verify` replays it.
+the records; a resume with the file changed is refused naming the key; `nudge verify` replays it;
+and only the run executes the file (a line appended to it marks each execution): a resume,
+`nudge verify`, `nudge stats` and `nudge report` read its definitions from the manifest.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from nudgeability.splice.tasks import get_task, sample_problems
 
 README = Path(__file__).resolve().parents[3] / "splice" / "README.md"
 N, BUDGETS, ARCH, PUSH = 4, "24,16", "qwen3", 2.5
+# appended to the example: every execution of the file adds a line to FILE.ran
+MARKER = "\nwith open(__file__ + '.ran', 'a') as ran:\n    ran.write('ran\\n')\n"
 
 
 def readme_example() -> str:
@@ -71,7 +75,7 @@ def _last_sentence_start(family, reasoning: list[int]) -> int:
 def _run(root: Path, model, n: int, budgets: str, conditions: str):
     """`nudge run` of the README's example file on `model` (None: SmolLM2); (out, file, argv)."""
     path = root / "wait.py"
-    path.write_text(readme_example(), encoding="utf-8")
+    path.write_text(readme_example() + MARKER, encoding="utf-8")
     out = root / "out"
     argv = nudge_run_args(
         model, out, n=n, max_new_tokens=budgets, conditions=conditions, interventions=path
@@ -181,6 +185,21 @@ def test_nudge_verify_replays_the_users_arms(tiny_run):
     _, out, _, _ = tiny_run
     status, lines = run_verify(out, "--all")
     assert status == 0, lines
+
+
+def test_only_the_run_executes_the_file(tiny_run, tmp_path):
+    _, out, path, argv = tiny_run
+    marker = Path(f"{path}.ran")
+    assert marker.read_text() == "ran\n"  # the run's execution
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    status, lines = run_verify(copy, "--sample", "1")
+    assert status == 0, lines
+    assert run_nudge(["stats", copy, "--out", tmp_path / "stats", "--n-boot", "50"])[0] == 0
+    assert run_nudge(["report", tmp_path / "stats", "--out", tmp_path / "report"])[0] == 0
+    status, err = run_nudge([str(copy) if a == str(out) else a for a in argv])  # a resume
+    assert status == 0, err
+    assert marker.read_text() == "ran\n"
 
 
 def test_stats_reads_the_users_pair_and_the_report_shows_its_arms(tiny_run, tmp_path):
