@@ -17,9 +17,10 @@ import torch
 from nudgeability.engine.sampling.sampler import greedy
 from nudgeability.util import fallbacks
 
-# Largest |captured - eager| over the sampled rows' final hidden states, relative to the largest
-# |eager| value: two attention kernels summing in other orders differ by a few units of the
-# dtype's last place per layer; a stale slot or a wrong mask moves the states by O(1). bf16's
+# Largest |captured - eager| over what the step wrote (every real row's final hidden states, each
+# layer's K/V at the rows' slots), relative to the largest |eager| value: two attention kernels
+# summing in other orders differ by a few units of the dtype's last place per layer; a stale slot
+# or a wrong mask moves the states by O(1). bf16's
 # bound leaves room for a deep model: on a GPU, two correct paths of a random-init Qwen3-8B shape
 # (36 layers) can differ by over half of it, and a bucket that fails the check runs the much
 # slower eager step from then on (benchmarks/gpu_check.py). On CPU
@@ -31,17 +32,26 @@ EAGER = "eager cascade (step_attention)"
 
 
 def relative_difference(captured: torch.Tensor, reference: torch.Tensor) -> float:
-    """max |captured - reference| / max |reference| (one host read: this runs once per bucket)."""
+    """max |captured - reference| / max |reference| (one host read: this runs once per bucket);
+    0 for empty tensors (nothing was computed, so nothing differs; `amax` refuses them)."""
+    if reference.numel() == 0:
+        return 0.0
     scale = reference.float().abs().amax().clamp_min(1e-30)
     diff = (captured.float() - reference.float()).abs().amax() / scale
     value = diff.item()
     return float("inf") if value != value else value  # NaN disagrees with everything
 
 
-def agrees(path: str, captured: torch.Tensor, reference: torch.Tensor, used: str = EAGER) -> bool:
+def agrees(
+    path: str,
+    captured: torch.Tensor,
+    reference: torch.Tensor,
+    used: str = EAGER,
+    what: str = "the hidden states",
+) -> bool:
     """Whether the `captured` fast path's output agrees with the eager `reference` on the same
-    step within the dtype's bound; if not, warn once naming `path` and the difference, and record
-    the fallback to the eager cascade (util.fallbacks)."""
+    step within the dtype's bound (empty tensors agree); if not, warn once naming `path`, `what`
+    was compared and the difference, and record the fallback to `used` (util.fallbacks)."""
     bound = SELF_CHECK_BOUND.get(reference.dtype, 1e-3)
     difference = relative_difference(captured, reference)
     if difference <= bound:
@@ -50,9 +60,19 @@ def agrees(path: str, captured: torch.Tensor, reference: torch.Tensor, used: str
         path,
         used,
         f"its first step differs from the eager cascade by {difference:.3g} (relative, max over "
-        f"the sampled rows' hidden states; bound {bound:g} in {reference.dtype})",
+        f"{what}; bound {bound:g} in {reference.dtype})",
     )
     return False
+
+
+def written_kv(pool, slots: torch.Tensor) -> dict[int, torch.Tensor]:
+    """A copy of what each layer of `pool` (kv_pool.KVPool) holds at `slots`, by layer: [2, kv
+    heads, len(slots), head_dim], K then V (a layer that reads another's K/V holds none)."""
+    return {
+        layer: torch.stack([k.index_select(1, slots), v.index_select(1, slots)])
+        for layer, (k, v) in enumerate(zip(pool.k, pool.v))
+        if k is not None
+    }
 
 
 def with_greedy_head(forward, logits):
