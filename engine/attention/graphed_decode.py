@@ -6,7 +6,8 @@ calls) and captures it, the LM head and the greedy argmax included (`with_greedy
 buckets at the engine's start, largest first, into one graph memory pool; each step replays its
 bucket's graph. Everything the captured region reads is a persistent buffer (`StaticDecode.buffers()`, the pool, the weights),
 so a replay computes the step `load()` wrote. The first time a bucket's captured step runs, the
-engine compares it once with the eager cascade on the same step (`agrees`); on a disagreement
+engine compares it once with the eager cascade on the same step (`agrees`: every real row's final
+hidden states and the K/V of `written_kv`'s layers, sampling rows or not); on a disagreement
 beyond the dtype's bound it warns, records the fallback and runs eagerly from then on.
 """
 
@@ -17,16 +18,15 @@ import torch
 from nudgeability.engine.sampling.sampler import greedy
 from nudgeability.util import fallbacks
 
-# Largest |captured - eager| over what the step wrote (every real row's final hidden states, each
-# layer's K/V at the rows' slots), relative to the largest |eager| value: two attention kernels
-# summing in other orders differ by a few units of the dtype's last place per layer; a stale slot
-# or a wrong mask moves the states by O(1). bf16's
-# bound leaves room for a deep model: on a GPU, two correct paths of a random-init Qwen3-8B shape
-# (36 layers) can differ by over half of it, and a bucket that fails the check runs the much
-# slower eager step from then on (benchmarks/gpu_check.py). On CPU
-# (tests/engine/attention/test_graph_self_check_bound.py, the first decode step after a fork) correct paths
-# stay well below the bound at 12 and 36 layers, and a step whose rows read each other's own keys
-# lies well above it.
+# Largest |captured - eager| over what the step wrote (every real row's final hidden states; the
+# K/V at the rows' slots in `written_kv`'s layers), relative to the largest |eager| value: two
+# attention kernels summing in other orders differ by a few units of the dtype's last place per
+# layer; a stale slot or a wrong mask moves the states by O(1). bf16's bound leaves room for a
+# deep model: on a GPU, two correct paths of a random-init Qwen3-8B shape (36 layers) can differ
+# by over half of it, and a bucket that fails the check runs the much slower eager step from then
+# on (benchmarks/gpu_check.py). On CPU (tests/engine/attention/test_graph_self_check_bound.py, the
+# first decode step after a fork) correct paths stay well below the bound at 12 and 36 layers,
+# and a step whose rows read each other's own keys lies well above it.
 SELF_CHECK_BOUND = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 1e-1}
 EAGER = "eager cascade (step_attention)"
 
@@ -66,12 +66,21 @@ def agrees(
 
 
 def written_kv(pool, slots: torch.Tensor) -> dict[int, torch.Tensor]:
-    """A copy of what each layer of `pool` (kv_pool.KVPool) holds at `slots`, by layer: [2, kv
-    heads, len(slots), head_dim], K then V (a layer that reads another's K/V holds none)."""
+    """A copy of what `pool` (kv_pool.KVPool) holds at `slots`, by layer, [2, kv heads,
+    len(slots), head_dim] (K then V), for the first layer of each kv head count: where the step's
+    write index for that count (`StaticDecode.write_index`) is first used, and K/V depend on the
+    step's ids and positions and little else. Deeper layers are left to the final hidden states:
+    there two correct paths' K/V part by about twice as much as the states (bf16 on CPU: 0.04
+    against 0.02 at 36 layers), which would crowd the bound."""
+    first: dict[int, int] = {}
+    for layer, k in enumerate(pool.k):
+        if k is not None:  # a layer that reads another's K/V holds none
+            first.setdefault(k.shape[0], layer)
     return {
-        layer: torch.stack([k.index_select(1, slots), v.index_select(1, slots)])
-        for layer, (k, v) in enumerate(zip(pool.k, pool.v))
-        if k is not None
+        layer: torch.stack(
+            [pool.k[layer].index_select(1, slots), pool.v[layer].index_select(1, slots)]
+        )
+        for layer in first.values()
     }
 
 

@@ -184,7 +184,8 @@ class StaticDecodeDispatch:
 
         It compares everything the step leaves behind for every real row, sampling or not (a
         one-token prefill chunk short of its context's end chooses nothing, yet later tokens
-        read its K/V): the rows' final hidden states, and each layer's K/V at their slots."""
+        read its K/V): the rows' final hidden states, and the K/V at their slots of the layers
+        where each write index is first used (`graphed_decode.written_kv`)."""
         rows, path = len(plan.row_chunks), f"cuda graph of static_decode bucket {static.rows}"
         with torch.inference_mode():
             captured = hidden[0, :rows].clone()
