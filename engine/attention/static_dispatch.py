@@ -2,10 +2,11 @@
 
 `StaticDecodeDispatch` holds the engine's `static_decode` state: one `StaticDecode` per bucket
 (`static_decode.py`, buckets from `decode_buckets.py`), and the CUDA graphs that replay them
-(`graphed_decode.py`), captured at start, largest bucket first. A step's single-token rows run on
-a bucket's buffers, through a graph where graphs are on; in a step that also prefills, the other
-rows and prefix chunks run the eager cascade (`shared_prefix_attention.py`) in a second forward
-(a split step, `step_run.merged`). A step with no single-token row runs eagerly. The compiler
+(`graphed_decode.py`), captured at start, largest bucket first. A step's one-token chunks of rows
+with blocks of their own run on a bucket's buffers, through a graph where graphs are on (a row
+whose tokens go to a run, a stem's, runs eagerly: `split`); the other rows and prefix chunks run
+the eager cascade (`shared_prefix_attention.py`) in a second forward (a split step,
+`step_run.merged`). A step with no such chunk runs eagerly. The compiler
 refusing a step (`StaticDecodeUnavailable`) or a bucket's first captured step disagreeing with the
 eager cascade on the same step drops the fixed-shape decode for the rest of the engine's life.
 `Engine._run` (engine/engine.py) asks `run` first and runs the step eagerly where it says None.
