@@ -7,7 +7,8 @@ buckets up to the row cap before the engine's first step (`Engine.capture`), lar
 one graph memory pool; each step replays its
 bucket's graph. Everything the captured region reads is a persistent buffer (`StaticDecode.buffers()`, the pool, the weights),
 so a replay computes the step `load()` wrote. The first time a bucket's captured step runs, the
-engine compares it once with the eager cascade on the same step (`agrees`); on a disagreement
+engine compares it once with the eager cascade on the same step (`agrees`: every real row's final
+hidden states and the K/V of `written_kv`'s layers, sampling rows or not); on a disagreement
 beyond the dtype's bound it warns, records the fallback and runs eagerly from then on. A capture
 the device or the compiler cannot make (`capture_errors`) is recorded the same way and raises
 `StaticDecodeUnavailable`, on which the engine runs the eager cascade instead of failing.
@@ -23,15 +24,15 @@ from nudgeability.engine.attention.static_decode import StaticDecodeUnavailable
 from nudgeability.engine.sampling.sampler import greedy
 from nudgeability.util import fallbacks
 
-# Largest |captured - eager| over the sampled rows' final hidden states, relative to the largest
-# |eager| value: two attention kernels summing in other orders differ by a few units of the
-# dtype's last place per layer; a stale slot or a wrong mask moves the states by O(1). bf16's
-# bound leaves room for a deep model: on a GPU, two correct paths of a random-init Qwen3-8B shape
-# (36 layers) can differ by over half of it, and a bucket that fails the check runs the much
-# slower eager step from then on (benchmarks/gpu_check.py). On CPU
-# (tests/engine/attention/test_graph_self_check_bound.py, the first decode step after a fork) correct paths
-# stay well below the bound at 12 and 36 layers, and a step whose rows read each other's own keys
-# lies well above it.
+# Largest |captured - eager| over what the step wrote (every real row's final hidden states; the
+# K/V at the rows' slots in `written_kv`'s layers), relative to the largest |eager| value: two
+# attention kernels summing in other orders differ by a few units of the dtype's last place per
+# layer; a stale slot or a wrong mask moves the states by O(1). bf16's bound leaves room for a
+# deep model: on a GPU, two correct paths of a random-init Qwen3-8B shape (36 layers) can differ
+# by over half of it, and a bucket that fails the check runs the much slower eager step from then
+# on (benchmarks/gpu_check.py). On CPU (tests/engine/attention/test_graph_self_check_bound.py, the
+# first decode step after a fork) correct paths stay well below the bound at 12 and 36 layers,
+# and a step whose rows read each other's own keys lies well above it.
 SELF_CHECK_BOUND = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 1e-1}
 EAGER = "eager cascade (step_attention)"
 
@@ -47,17 +48,26 @@ def capture_errors() -> tuple[type[Exception], ...]:
 
 
 def relative_difference(captured: torch.Tensor, reference: torch.Tensor) -> float:
-    """max |captured - reference| / max |reference| (one host read: this runs once per bucket)."""
+    """max |captured - reference| / max |reference| (one host read: this runs once per bucket);
+    0 for empty tensors (nothing was computed, so nothing differs; `amax` refuses them)."""
+    if reference.numel() == 0:
+        return 0.0
     scale = reference.float().abs().amax().clamp_min(1e-30)
     diff = (captured.float() - reference.float()).abs().amax() / scale
     value = diff.item()
     return float("inf") if value != value else value  # NaN disagrees with everything
 
 
-def agrees(path: str, captured: torch.Tensor, reference: torch.Tensor, used: str = EAGER) -> bool:
+def agrees(
+    path: str,
+    captured: torch.Tensor,
+    reference: torch.Tensor,
+    used: str = EAGER,
+    what: str = "the hidden states",
+) -> bool:
     """Whether the `captured` fast path's output agrees with the eager `reference` on the same
-    step within the dtype's bound; if not, warn once naming `path` and the difference, and record
-    the fallback to the eager cascade (util.fallbacks)."""
+    step within the dtype's bound (empty tensors agree); if not, warn once naming `path`, `what`
+    was compared and the difference, and record the fallback to `used` (util.fallbacks)."""
     bound = SELF_CHECK_BOUND.get(reference.dtype, 1e-3)
     difference = relative_difference(captured, reference)
     if difference <= bound:
@@ -66,9 +76,28 @@ def agrees(path: str, captured: torch.Tensor, reference: torch.Tensor, used: str
         path,
         used,
         f"its first step differs from the eager cascade by {difference:.3g} (relative, max over "
-        f"the sampled rows' hidden states; bound {bound:g} in {reference.dtype})",
+        f"{what}; bound {bound:g} in {reference.dtype})",
     )
     return False
+
+
+def written_kv(pool, slots: torch.Tensor) -> dict[int, torch.Tensor]:
+    """A copy of what `pool` (kv_pool.KVPool) holds at `slots`, by layer, [2, kv heads,
+    len(slots), head_dim] (K then V), for the first layer of each kv head count: where the step's
+    write index for that count (`StaticDecode.write_index`) is first used, and K/V depend on the
+    step's ids and positions and little else. Deeper layers are left to the final hidden states:
+    there two correct paths' K/V part by about twice as much as the states (bf16 on CPU: 0.04
+    against 0.02 at 36 layers), which would crowd the bound."""
+    first: dict[int, int] = {}
+    for layer, k in enumerate(pool.k):
+        if k is not None:  # a layer that reads another's K/V holds none
+            first.setdefault(k.shape[0], layer)
+    return {
+        layer: torch.stack(
+            [pool.k[layer].index_select(1, slots), pool.v[layer].index_select(1, slots)]
+        )
+        for layer in first.values()
+    }
 
 
 def with_greedy_head(forward, logits):

@@ -3,12 +3,12 @@
 `StaticDecodeDispatch` holds the engine's `static_decode` state: one `StaticDecode` per bucket
 (`static_decode.py`, buckets from `decode_buckets.py`), and the CUDA graphs that replay them
 (`graphed_decode.py`), captured before the first step (`Engine.capture`), largest bucket first. A
-step's single-token rows run on a bucket's buffers, through a graph where graphs are on; in a step
-that also prefills, the other rows and prefix chunks run the eager cascade
-(`shared_prefix_attention.py`) in a second forward (a split step, `step_run.merged`). A step with
-no single-token row runs eagerly. The compiler or the capture refusing a step
-(`StaticDecodeUnavailable`) or a bucket's first captured step disagreeing with the eager cascade
-on the same step drops the fixed-shape decode for the rest of the engine's life.
+step's one-token chunks of rows with blocks of their own run on a bucket's buffers, through a graph
+where graphs are on (a row whose tokens go to a run, a stem's, runs eagerly: `split`); the other
+rows and prefix chunks run the eager cascade (`shared_prefix_attention.py`) in a second forward (a
+split step, `step_run.merged`). A step with no such chunk runs eagerly. The compiler or the capture
+refusing a step (`StaticDecodeUnavailable`) or a bucket's first captured step disagreeing with the
+eager cascade on the same step drops the fixed-shape decode for the rest of the engine's life.
 `Engine._run` (engine/engine.py) asks `run` first and runs the step eagerly where it says None.
 """
 
@@ -24,6 +24,7 @@ from nudgeability.engine.attention.graphed_decode import (
     GraphedDecode,
     agrees,
     with_greedy_head,
+    written_kv,
 )
 from nudgeability.engine.attention.static_decode import (
     MAX_SEGMENTS,
@@ -128,11 +129,21 @@ class StaticDecodeDispatch:
         return merged(first, ran, StepRun.of(*eager(rest)))
 
     def split(self, plan: StepPlan) -> tuple[StepPlan, StepPlan | None] | None:
-        """(the step's single-token rows, the rest of the step or None), or None to run the whole
-        step eagerly: no single-token row, or the fixed-shape decode is off or cannot take one."""
+        """(the step's one-token chunks of rows with blocks of their own, the rest of the step or
+        None), or None to run the whole step eagerly: no such chunk, or the fixed-shape decode is
+        off or cannot take them.
+
+        The fixed-shape mask (`StaticDecode.load`) shows a row its group's segments and its own
+        blocks, nothing else. A row whose tokens go to a run instead (`Sequence.stem`: a stem or a
+        trunk being computed, or the rest of a prompt after a shared start) keeps its earlier
+        tokens in that run, which is no segment of its own group: its chunk, one token long
+        whenever the run's length is 1 more than a multiple of the prefill chunk, runs eagerly
+        (the cascade reads a row's earlier tokens at its own slots, `Sequence.slot`, wherever
+        they lie); on the bucket that token would attend to the prompt alone and write wrong K/V
+        for every arm that reads the run."""
         if not self.enabled:
             return None
-        single = [c for c in plan.row_chunks if c[2] - c[1] == 1]
+        single = [c for c in plan.row_chunks if c[2] - c[1] == 1 and c[0].stem is None]
         if not single:
             return None  # a step that only prefills runs eagerly by design
         if len(single) > self.buckets[-1]:  # the row cap (`row_cap`) keeps this from happening
@@ -143,7 +154,8 @@ class StaticDecodeDispatch:
             why = f"a prefix of more than {MAX_SEGMENTS} segments"
             fallbacks.record("static_decode (many segments)", EAGER, why)
             return None
-        others = [c for c in plan.row_chunks if c[2] - c[1] != 1]
+        picked = {id(c[0]) for c in single}
+        others = [c for c in plan.row_chunks if id(c[0]) not in picked]
         rest = StepPlan(plan.prefix_chunks, others) if plan.prefix_chunks or others else None
         return StepPlan([], single), rest
 
@@ -175,13 +187,23 @@ class StaticDecodeDispatch:
     def _self_check(self, plan: StepPlan, static: StaticDecode, hidden, eager: Eager):
         """A bucket's first captured step against the eager cascade on the same step (run after
         it, so the pool keeps the eager K/V): None where they agree; on disagreement, the eager
-        step's `StepRun`, and eager for good (graphed_decode)."""
+        step's `StepRun`, and eager for good (graphed_decode).
+
+        It compares everything the step leaves behind for every real row, sampling or not (a
+        one-token prefill chunk short of its context's end chooses nothing, yet later tokens
+        read its K/V): the rows' final hidden states, and the K/V at their slots of the layers
+        where each write index is first used (`graphed_decode.written_kv`)."""
+        rows, path = len(plan.row_chunks), f"cuda graph of static_decode bucket {static.rows}"
         with torch.inference_mode():
-            captured = hidden[0].index_select(0, static.sample_index).clone()
+            captured = hidden[0, :rows].clone()
+            captured_kv = written_kv(static.pool, static.slots[:rows])
         layout, reference = eager(plan)
         with torch.inference_mode():
-            expected = reference[0].index_select(0, layout.sample_index)
-        if agrees(f"cuda graph of static_decode bucket {static.rows}", captured, expected):
+            rows_eager = reference[0, layout.row_start : layout.row_end]
+            compared = [("every real row's final hidden states", captured, rows_eager)]
+            for layer, kv in written_kv(static.pool, static.slots[:rows]).items():
+                compared.append((f"layer {layer}'s K/V at the rows' slots", captured_kv[layer], kv))
+        if all(agrees(path, c, e, what=what) for what, c, e in compared):
             self.graphs.checked.add(static.rows)
             return None
         self.drop()

@@ -7,11 +7,11 @@ import warnings
 
 import pytest
 import torch
+from helpers.cuda_standins import CapturedDecode
 from helpers.engine_reference import assert_matches_reference, mixed_fork_requests, random_ids
 
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
 from nudgeability.engine.attention import static_decode
-from nudgeability.engine.attention.graphed_decode import with_greedy_head
 from nudgeability.models.testing.tiny import tiny_model
 from nudgeability.util import fallbacks
 
@@ -81,31 +81,12 @@ def test_host_work_per_decode_step_does_not_grow_with_the_pool(monkeypatch):
         assert torch.allclose(a.logits, b.logits, rtol=0, atol=1e-5)
 
 
-class _Captured:
-    """Stands in for GraphedDecode on CPU: the "captured" step is the static (eager flex) forward,
-    optionally corrupted, so that the engine's self-check has something to compare."""
-
-    def __init__(self, engine, corrupt: float = 0.0):
-        self.engine, self.corrupt = engine, corrupt
-        self.graphs, self.checked, self.runs = {}, set(), 0
-
-    def drop(self, bucket):
-        self.checked.discard(bucket)
-
-    def run(self, cache, static):
-        self.runs += 1
-        runner = self.engine.runner
-        step = with_greedy_head(runner.forward, runner.logits)
-        hidden, ids = step(cache, static.input_ids, static.positions)
-        return (hidden + self.corrupt if self.corrupt else hidden), ids
-
-
 @pytest.mark.parametrize("corrupt", [0.0, 0.5])
 def test_a_captured_step_is_checked_once_against_the_eager_cascade(corrupt):
     fallbacks.reset()
     model = tiny_model("llama", num_layers=2, seed=6)
     engine = Engine(model, static_decode=True)
-    engine.static_dispatch.graphs = captured = _Captured(engine, corrupt)
+    engine.static_dispatch.graphs = captured = CapturedDecode(engine, corrupt)
     prefix, suffixes = random_ids(60, seed=8), [random_ids(n, seed=n) for n in (3, 5)]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
