@@ -11,7 +11,7 @@ needs it later computes it again, with the same bits (engine/README.md, batch in
 
 from __future__ import annotations
 
-from nudgeability.engine.sequence import Group, Sequence, sources
+from nudgeability.engine.sequence import Group, Row, sources
 
 
 class Preemption:
@@ -60,7 +60,7 @@ class Preemption:
             return True
         return False
 
-    def _evict(self, protect: Sequence) -> bool:
+    def _evict(self, protect: Row) -> bool:
         """Free some KV for `protect`'s sake (module docstring, preemption); False if nothing can go."""
         if self._drop_retained():  # a stem still to be copied from it is computed instead
             return True
@@ -104,7 +104,7 @@ class Preemption:
         self.waiting.append(group)
         self.waiting.sort(key=lambda g: g.id)
 
-    def _preempt(self, row: Sequence) -> None:
+    def _preempt(self, row: Row) -> None:
         for chunk in self._plan.row_chunks:  # planned earlier in this step: it no longer runs
             if chunk[0] is row:
                 self._plan.row_chunks.remove(chunk)

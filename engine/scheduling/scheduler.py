@@ -33,7 +33,7 @@ import torch
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.scheduling.preemption import Preemption
 from nudgeability.engine.scheduling.step_plan import StepPlan
-from nudgeability.engine.sequence import Group, Sequence, sources
+from nudgeability.engine.sequence import Group, Row, sources
 
 # Positions per prefill chunk: a prefix's chunks start at multiples of it, whatever the step's
 # budget, so that a prefix's KV is the same under any budget of at least this many tokens.
@@ -61,8 +61,8 @@ class Scheduler(Preemption):
         self.lookahead = lookahead if lookahead is not None else max_rows
         self.waiting: list[Group] = []  # not admitted, in submission order
         self.admitted: list[Group] = []  # admitted, in submission order
-        self.running: list[Sequence] = []  # rows feeding tokens, in admission order
-        self.retained: list[Sequence] = []  # finished rows whose KV is kept, oldest first
+        self.running: list[Row] = []  # rows feeding tokens, in admission order
+        self.retained: list[Row] = []  # finished rows whose KV is kept, oldest first
         self._admissions = 0
         self.preemptions = 0
         self._plan = StepPlan()
@@ -184,7 +184,7 @@ class Scheduler(Preemption):
         return True
 
     # --- rules --------------------------------------------------------------------------------
-    def _next_chunk(self, row: Sequence) -> int:
+    def _next_chunk(self, row: Row) -> int:
         """Context tokens the row feeds next: up to the next multiple of `chunk`."""
         left = len(row.context) - row.computed
         return min(left, (row.computed // self.chunk + 1) * self.chunk - row.computed)
@@ -215,18 +215,18 @@ class Scheduler(Preemption):
     def _unstarted(self) -> int:
         return sum(len(g.waiting) for g in self.admitted)
 
-    def _blocks_to_admit(self, row: Sequence, n: int) -> int | None:
+    def _blocks_to_admit(self, row: Row, n: int) -> int | None:
         """Blocks a row needs to start feeding `n` tokens; None when it cannot start yet."""
         if row.stem is not None:
             return self.pool.blocks_for(row.stem.length) if row.stem.start is None else 0
         return self.pool.blocks_for(row.computed + n) - len(row.blocks)
 
-    def _hold(self, row: Sequence) -> None:
+    def _hold(self, row: Row) -> None:
         row.admitted_at = self._admissions
         self._admissions += 1
         self.running.append(row)
 
-    def _copy_stem(self, row: Sequence) -> bool | None:
+    def _copy_stem(self, row: Row) -> bool | None:
         """Take a stem row's KV from its base's cache when the base still holds it: True when
         copied, False when the base's KV is gone (the row computes it), None while the base runs
         but has not written the stem yet (the row waits)."""
@@ -250,7 +250,7 @@ class Scheduler(Preemption):
         return start is not None
 
     # --- slots and preemption -----------------------------------------------------------------
-    def _give_slots(self, row: Sequence, n: int) -> bool:
+    def _give_slots(self, row: Row, n: int) -> bool:
         """Blocks for the row's next `n` context tokens, preempting others if the pool is full;
         False when the row itself had to be preempted."""
         while row.stem is None and self.pool.blocks_for(row.computed + n) > len(row.blocks):
@@ -278,7 +278,7 @@ class Scheduler(Preemption):
                 row.group.live -= 1
                 self._close_if_done(row.group)
 
-    def finish(self, row: Sequence) -> None:
+    def finish(self, row: Row) -> None:
         """A sampled row hit a stop condition: free what it holds unless it is retained or a stem
         may still be copied from it."""
         self.running.remove(row)
@@ -287,18 +287,18 @@ class Scheduler(Preemption):
             self.retained.append(row)
         self._free_if_unneeded(row)
 
-    def release(self, row: Sequence) -> None:
+    def release(self, row: Row) -> None:
         """The caller no longer needs a retained row's KV."""
         row.retain = False
         if row in self.retained:
             self.retained.remove(row)
         self._free_if_unneeded(row)
 
-    def _free_if_unneeded(self, row: Sequence) -> None:
+    def _free_if_unneeded(self, row: Row) -> None:
         if row.finished and not row.retain and row.pins == 0 and row.holds_slots:
             self._free_blocks(row)
 
-    def _free_blocks(self, row: Sequence) -> None:
+    def _free_blocks(self, row: Row) -> None:
         self.pool.give_blocks(row.blocks)
         row.blocks = []
         row.admitted_at = -1
