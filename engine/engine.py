@@ -25,7 +25,6 @@ from nudgeability.engine import requests as req
 from nudgeability.engine.attention.static_dispatch import StaticDecodeDispatch
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
-from nudgeability.engine.invariant.cpu.cores import CORES
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.kv.reservation import memory_pool, request_blocks, sizes_pool_from_memory
@@ -36,7 +35,7 @@ from nudgeability.engine.sampling.sampling_params import SamplingParams
 from nudgeability.engine.scheduling.scheduler import PREFILL_CHUNK, Scheduler
 from nudgeability.engine.scheduling.step_layout import StepLayout
 from nudgeability.engine.scheduling.step_plan import StepPlan
-from nudgeability.engine.sequence import Completion, ForkRequest, Sequence, SequenceRef
+from nudgeability.engine.sequence import Completion, ForkRequest, Row, SequenceRef
 from nudgeability.engine.step_run import StepRun
 from nudgeability.engine.suffix_scores import needs_hidden, score_suffixes
 from nudgeability.util.progress import progress_bar
@@ -59,10 +58,9 @@ class Engine:
     (None: no cap). `prefill_tokens` bounds one step's prefill tokens; prefixes and contexts are
     prefilled in chunks of `scheduler.PREFILL_CHUNK` positions (fewer when `prefill_tokens` is
     smaller: on CPU the same bits, `attention/cpu_attention.prefix_chunk`; on CUDA the prefixes'
-    last bits change). `progress` shows a bar with prefill and decode tokens/s per call.
-    `compile_decode` runs the forward through `torch.compile(dynamic=True)` (minutes of compiling
-    on CPU). `trace` keeps a `StepRecord` per step in `stats.trace`. `batch_invariant` pads every
-    forward and LM-head call to the rows that keep a sequence's logits independent of the batch
+    last bits change). `progress` shows a bar with prefill and decode tokens/s per call. `trace`
+    keeps a `StepRecord` per step in `stats.trace`. `batch_invariant` pads every forward and
+    LM-head call to the rows that keep a sequence's logits independent of the batch
     (`model_runner`, engine/README.md); False runs them at their natural row counts.
     `static_decode` (opt-in; on a GPU faster than the eager cascade, benchmarks/gpu_check.py)
     runs every step's single-token rows with fixed shapes, rows padded to a bucket (up to the row
@@ -88,7 +86,6 @@ class Engine:
         block_size: int = 16,
         progress: bool = False,
         prefill_tokens: int = 2048,
-        compile_decode: bool = False,
         trace: bool = False,
         batch_invariant: bool = True,
         static_decode: bool | None = None,
@@ -98,11 +95,6 @@ class Engine:
         req.check_positive(prefill_tokens=prefill_tokens, max_rows=max_rows, block_size=block_size)
         self.prefill_tokens = prefill_tokens
         self.runner = ModelRunner(model, batch_invariant, fused=fused_layers)
-        self._forward = (
-            _on_one_thread(torch.compile(self.runner.forward, dynamic=True))
-            if compile_decode
-            else self.runner.forward
-        )
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens
@@ -117,7 +109,7 @@ class Engine:
         )
         self.max_rows = self.static_dispatch.row_cap(max_rows)
         self._builder = req.Builder()
-        self._rows: dict[int, Sequence] = {}
+        self._rows: dict[int, Row] = {}
         self._need_blocks = 0  # blocks all unfinished work could take (max_batch_tokens None)
         self.gpu_memory_utilization = gpu_memory_utilization
         layers = []
@@ -319,7 +311,7 @@ class Engine:
             layout, hidden = self._run_eager(plan)
             return StepRun.of(layout, hidden, hidden=hidden)
         ran = self.static_dispatch.run(
-            plan, self.pool, self.cache, self._forward, self._run_eager, self.pad_id
+            plan, self.pool, self.cache, self.runner.forward, self._run_eager, self.pad_id
         )
         return ran if ran is not None else StepRun.of(*self._run_eager(plan))
 
@@ -329,7 +321,7 @@ class Engine:
         )
         self.cache.layout = layout
         with torch.inference_mode():
-            hidden = self._forward(self.cache, layout.input_ids, layout.positions)
+            hidden = self.runner.forward(self.cache, layout.input_ids, layout.positions)
         return layout, hidden
 
     def _postprocess(self, plan: StepPlan, run: StepRun) -> list[tuple[SequenceRef, Completion]]:
@@ -386,14 +378,3 @@ class Engine:
         if not self.busy:
             self._need_blocks = 0
         return [done[ref.id] for ref in refs]
-
-
-def _on_one_thread(forward):
-    """`forward` with the cores' shared work run on the calling thread (`Cores.one_thread`:
-    dynamo must not trace a job while another core writes what it guards on)."""
-
-    def run(*args, **kwargs):
-        with CORES.one_thread():
-            return forward(*args, **kwargs)
-
-    return run

@@ -22,7 +22,7 @@ from nudgeability.engine.attention import shared_prefix_attention
 from nudgeability.engine.attention.graphed_decode import agrees
 from nudgeability.engine.errors import UnsupportedModelError
 from nudgeability.engine.fused import layers as fused_layers
-from nudgeability.engine.invariant.cpu.products import TILE_ROWS, forget_reordered
+from nudgeability.engine.invariant.cpu.weights import TILE_ROWS, forget_reordered
 from nudgeability.engine.invariant.linears import adopt, invariant_forward
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.util.heap import hold_freed_heap, release_freed_heap

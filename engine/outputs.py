@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from nudgeability.engine.sequence import Sequence
+from nudgeability.engine.sequence import Row
 
 
-def sampling_inputs(rows: list[Sequence], device):
+def sampling_inputs(rows: list[Row], device):
     """`sampler.sample`'s inputs for `rows`, or None when every one is greedy (decided on the
     host, so that a greedy step sends nothing to the device)."""
     sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
@@ -24,13 +24,13 @@ def sampling_inputs(rows: list[Sequence], device):
     return temperature, top_p, uniforms, torch.tensor(sampled, device=device)
 
 
-def uncertainty_rows(rows: list[Sequence], device) -> torch.Tensor | None:
+def uncertainty_rows(rows: list[Row], device) -> torch.Tensor | None:
     """Positions among `rows` of those that asked for token_stats, or None when none did."""
     asked = [i for i, r in enumerate(rows) if r.logprobs is not None]
     return torch.tensor(asked, device=device) if asked else None
 
 
-def record_uncertainty(rows: list[Sequence], logprobs: list[float], entropies: list[float]):
+def record_uncertainty(rows: list[Row], logprobs: list[float], entropies: list[float]):
     """Append the log-probability and entropy of each asking row's new token (host values, in
     the order of uncertainty_rows)."""
     asked = [r for r in rows if r.logprobs is not None]
@@ -39,7 +39,7 @@ def record_uncertainty(rows: list[Sequence], logprobs: list[float], entropies: l
         row.entropies.append(entropy)
 
 
-def keep_hidden(rows: list[Sequence], hidden: torch.Tensor) -> None:
+def keep_hidden(rows: list[Row], hidden: torch.Tensor) -> None:
     """Store the hidden state that chose each row's first token, for the rows that asked for it
     (float16, CPU): the state at the prompt's last position."""
     for i, row in enumerate(rows):
@@ -48,8 +48,8 @@ def keep_hidden(rows: list[Sequence], hidden: torch.Tensor) -> None:
 
 
 def append_tokens(
-    rows: list[Sequence], tokens: list[int], logits: torch.Tensor, eos_ids: set[int], tokenizer
-) -> list[Sequence]:
+    rows: list[Row], tokens: list[int], logits: torch.Tensor, eos_ids: set[int], tokenizer
+) -> list[Row]:
     """Append each row's new token (and its logits when asked); the rows it finished."""
     finished = []
     for i, (row, token) in enumerate(zip(rows, tokens)):
@@ -63,7 +63,7 @@ def append_tokens(
     return finished
 
 
-def _check_stop(row: Sequence, token: int, eos_ids: set[int], tokenizer) -> None:
+def _check_stop(row: Row, token: int, eos_ids: set[int], tokenizer) -> None:
     params = row.params
     if token in eos_ids and not params.ignore_eos:
         row.finish_reason, row.stop = "eos", token
@@ -75,7 +75,7 @@ def _check_stop(row: Sequence, token: int, eos_ids: set[int], tokenizer) -> None
         row.finish_reason = "length"
 
 
-def _completed_stop_string(row: Sequence, tokenizer) -> str | None:
+def _completed_stop_string(row: Row, tokenizer) -> str | None:
     """The stop string the newest token completes, if any (the engine refuses stop strings
     without a tokenizer up front)."""
     if not row.params.stop_strings:

@@ -18,7 +18,7 @@ from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.sampling.sampler import uniform_stream
 from nudgeability.engine.sampling.sampling_params import SamplingParams
 from nudgeability.engine.scheduling.group_shape import GroupShape
-from nudgeability.engine.sequence import ForkRequest, Group, Run, Sequence, View, sources
+from nudgeability.engine.sequence import ForkRequest, Group, Row, Run, View, sources
 
 
 class Builder:
@@ -78,8 +78,8 @@ class Builder:
         groups.append(group)
         return [run, rest]
 
-    def row(self, group: Group, suffix: list[int], params: SamplingParams, **kwargs) -> Sequence:
-        row = Sequence(self._rows, group, list(suffix), params, **kwargs)
+    def row(self, group: Group, suffix: list[int], params: SamplingParams, **kwargs) -> Row:
+        row = Row(self._rows, group, list(suffix), params, **kwargs)
         self._rows += 1
         group.rows.append(row)
         group.waiting.append(row)
@@ -104,9 +104,9 @@ def fork_groups(
     builder: Builder,
     request: ForkRequest,
     params: list[SamplingParams],
-    base: Sequence | None,
+    base: Row | None,
     return_logits: bool,
-) -> tuple[list[Group], list[Sequence]]:
+) -> tuple[list[Group], list[Row]]:
     """The groups of one fork request and its arm rows.
 
     The prefix becomes a chain of segments: a `shared` run (one per distinct tokens among the
@@ -200,7 +200,7 @@ def _keep_last_hidden(run: Run, made: list[Run]) -> None:
     run.keep_last = True
 
 
-def _base_segments(base: Sequence, prompt_ids: list[int], stem_ids: list[int]):
+def _base_segments(base: Row, prompt_ids: list[int], stem_ids: list[int]):
     """The segments a fork shares with the base it reuses (None when the base's KV is gone: the
     fork then computes them again, with the same result); refuses a base whose tokens differ."""
     segments = base.group.segments

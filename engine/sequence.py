@@ -197,7 +197,7 @@ class Group:
     id: int
     segments: list[Run | View]
     own: Run | None
-    rows: list[Sequence] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     waiting: deque = field(default_factory=deque)  # rows not admitted yet (or preempted)
     admitted: bool = False
     live: int = 0  # rows not finished
@@ -214,7 +214,7 @@ class Group:
 
 
 @dataclass(eq=False)
-class Sequence:
+class Row:
     """One row: the tokens it feeds (`context` = suffix then generated tokens), where their KV goes,
     and what it has produced. `computed` counts the context tokens whose KV is written.
 
@@ -235,7 +235,7 @@ class Sequence:
     solo: bool = False  # a generate prompt: its completion counts the prompt as its own prefill
     retain: bool = False  # keep its KV after it finishes, until released
     pins: int = 0  # stem rows that may still copy their KV from this row's
-    copy_from: tuple[Sequence, int] | None = None  # a stem row's base: (row, tokens to copy)
+    copy_from: tuple[Row, int] | None = None  # a stem row's base: (row, tokens to copy)
     recomputed: int = 0  # context tokens computed again after preemptions
     finish_reason: str | None = None
     stop: int | str | None = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from nudgeability.engine.scheduling.step_plan import StepPlan
-from nudgeability.engine.sequence import Sequence
+from nudgeability.engine.sequence import Row
 
 # Rows whose logits are computed at once (a multiple of the model runner's 16-row tile, so that
 # the blocks change no bit: engine/model_runner.py).
@@ -45,7 +45,7 @@ def needs_hidden(plan: StepPlan) -> bool:
 @torch.inference_mode()
 def score_suffixes(plan: StepPlan, hidden: torch.Tensor, logits_of) -> None:
     """Keep the last hidden states that forks asked for, and write the suffix log-probabilities
-    this step computes into their rows (`Sequence.suffix_scores`).
+    this step computes into their rows (`Row.suffix_scores`).
 
     `hidden` is the step's `[1, T, hidden]` output, its tokens in plan order (prefix chunks, then
     row chunks: `scheduling/step_layout.py`, `attention/static_decode.py` `load`); `logits_of` is
@@ -59,7 +59,7 @@ def score_suffixes(plan: StepPlan, hidden: torch.Tensor, logits_of) -> None:
             run.last_hidden = hidden[0, t - 1].clone()
     index: list[int] = []  # token positions in this step whose next token is a suffix token
     targets: list[int] = []
-    into: list[tuple[Sequence, int]] = []
+    into: list[tuple[Row, int]] = []
     first_states, first_targets, first_into = [], [], []
     for row, s0, s1 in plan.row_chunks:
         at = t

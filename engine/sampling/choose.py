@@ -12,7 +12,7 @@ import torch
 
 from nudgeability.engine.outputs import record_uncertainty, sampling_inputs, uncertainty_rows
 from nudgeability.engine.sampling.sampler import greedy, sample, token_uncertainty
-from nudgeability.engine.sequence import Sequence
+from nudgeability.engine.sequence import Row
 from nudgeability.engine.step_run import StepRun
 
 
@@ -39,14 +39,12 @@ class HostTokens:
         return self._host.tolist()
 
 
-def needs_logits(rows: list[Sequence]) -> bool:
+def needs_logits(rows: list[Row]) -> bool:
     """Whether any of `rows` samples, keeps its logits or asked for token_stats."""
     return any(not r.params.greedy or r.logits is not None or r.logprobs is not None for r in rows)
 
 
-def choose_tokens(
-    rows: list[Sequence], run: StepRun, runner
-) -> tuple[list[int], torch.Tensor | None]:
+def choose_tokens(rows: list[Row], run: StepRun, runner) -> tuple[list[int], torch.Tensor | None]:
     """(each row's token, the rows' fp32 logits or None where the forward's greedy ids served,
     which also sets `run.fused`): `rows` are the step's sampling rows, `run` what its forwards
     computed, `runner` the `ModelRunner`."""

@@ -20,7 +20,8 @@ budget or on what else runs (`engine/README.md`, batch invariance). No row reser
 blocks are taken as slots are written.
 
 **Preemption** when a running row needs a block and none is free, and what is freed when nothing
-at all could be scheduled: preemption.py, the `Preemption` half of `Scheduler`.
+at all could be scheduled: preemption.py, a `Preemption` the scheduler holds. Both act on one
+`Queues` (queues.py): the groups and rows on the pool.
 
 `GroupShape` and `batch_cost` (group_shape.py) size work before it exists (`splice/run/prepare.py`,
 `splice/run/units/resolve.py`).
@@ -32,15 +33,16 @@ import torch
 
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.scheduling.preemption import Preemption
+from nudgeability.engine.scheduling.queues import Queues
 from nudgeability.engine.scheduling.step_plan import StepPlan
-from nudgeability.engine.sequence import Group, Sequence, sources
+from nudgeability.engine.sequence import Group, Row
 
 # Positions per prefill chunk: a prefix's chunks start at multiples of it, whatever the step's
 # budget, so that a prefix's KV is the same under any budget of at least this many tokens.
 PREFILL_CHUNK = 2048
 
 
-class Scheduler(Preemption):
+class Scheduler:
     """Groups and rows waiting and running on one `KVPool`; see the module docstring."""
 
     def __init__(
@@ -59,14 +61,30 @@ class Scheduler(Preemption):
         self.max_step_tokens = max_step_tokens
         self.chunk = chunk
         self.lookahead = lookahead if lookahead is not None else max_rows
-        self.waiting: list[Group] = []  # not admitted, in submission order
-        self.admitted: list[Group] = []  # admitted, in submission order
-        self.running: list[Sequence] = []  # rows feeding tokens, in admission order
-        self.retained: list[Sequence] = []  # finished rows whose KV is kept, oldest first
+        self.queues = Queues(pool)
+        self.preemption = Preemption(self.queues)
         self._admissions = 0
-        self.preemptions = 0
-        self._plan = StepPlan()
-        self._budget = [0]
+
+    @property
+    def waiting(self) -> list[Group]:
+        return self.queues.waiting
+
+    @property
+    def admitted(self) -> list[Group]:
+        return self.queues.admitted
+
+    @property
+    def running(self) -> list[Row]:
+        return self.queues.running
+
+    @property
+    def retained(self) -> list[Row]:
+        return self.queues.retained
+
+    @property
+    def preemptions(self) -> int:
+        """Rows preempted so far (each recomputes its context)."""
+        return self.preemption.count
 
     @property
     def busy(self) -> bool:
@@ -78,8 +96,8 @@ class Scheduler(Preemption):
 
     # --- the four passes ----------------------------------------------------------------------
     def schedule(self) -> StepPlan:
-        plan = self._plan = StepPlan()
-        budget = self._budget = [self.max_step_tokens]
+        plan = StepPlan()
+        budget = [self.max_step_tokens]
         self._running_rows(plan, budget)
         while True:
             for _ in range(3):  # a stem copied or a group admitted can let rows start at once
@@ -88,7 +106,7 @@ class Scheduler(Preemption):
                 self._admit_groups(plan, budget)
                 if plan.row_chunks or plan.prefix_chunks:
                     break
-            if plan.row_chunks or plan.prefix_chunks or not self._unstick():
+            if plan.row_chunks or plan.prefix_chunks or not self.preemption.unstick():
                 break
         plan.row_chunks.sort(key=lambda c: (c[0].group.id, c[0].id))
         return plan
@@ -103,7 +121,7 @@ class Scheduler(Preemption):
             n = self._next_chunk(row)
             if n > 1 and not self._fits(plan, n, budget):
                 continue
-            if self._give_slots(row, n):
+            if self._give_slots(row, n, plan, budget):
                 plan.row_chunks.append((row, row.computed, row.computed + n))
                 budget[0] -= n
 
@@ -121,7 +139,7 @@ class Scheduler(Preemption):
                         return  # its base has not written the stem yet
                     if taken:
                         group.waiting.popleft()
-                        self._close_if_done(group)
+                        self.queues.close_if_done(group)
                         continue
                 n = self._next_chunk(row)
                 need = self._blocks_to_admit(row, n)
@@ -133,7 +151,7 @@ class Scheduler(Preemption):
                 self._hold(row)
                 if row.stem is not None and row.stem.start is None:
                     row.stem.start = self.pool.take_run(row.stem.length)
-                self._give_slots(row, n)
+                self._give_slots(row, n, plan, budget)
                 plan.row_chunks.append((row, row.computed, row.computed + n))
                 budget[0] -= n
 
@@ -184,7 +202,7 @@ class Scheduler(Preemption):
         return True
 
     # --- rules --------------------------------------------------------------------------------
-    def _next_chunk(self, row: Sequence) -> int:
+    def _next_chunk(self, row: Row) -> int:
         """Context tokens the row feeds next: up to the next multiple of `chunk`."""
         left = len(row.context) - row.computed
         return min(left, (row.computed // self.chunk + 1) * self.chunk - row.computed)
@@ -215,18 +233,18 @@ class Scheduler(Preemption):
     def _unstarted(self) -> int:
         return sum(len(g.waiting) for g in self.admitted)
 
-    def _blocks_to_admit(self, row: Sequence, n: int) -> int | None:
+    def _blocks_to_admit(self, row: Row, n: int) -> int | None:
         """Blocks a row needs to start feeding `n` tokens; None when it cannot start yet."""
         if row.stem is not None:
             return self.pool.blocks_for(row.stem.length) if row.stem.start is None else 0
         return self.pool.blocks_for(row.computed + n) - len(row.blocks)
 
-    def _hold(self, row: Sequence) -> None:
+    def _hold(self, row: Row) -> None:
         row.admitted_at = self._admissions
         self._admissions += 1
         self.running.append(row)
 
-    def _copy_stem(self, row: Sequence) -> bool | None:
+    def _copy_stem(self, row: Row) -> bool | None:
         """Take a stem row's KV from its base's cache when the base still holds it: True when
         copied, False when the base's KV is gone (the row computes it), None while the base runs
         but has not written the stem yet (the row waits)."""
@@ -250,7 +268,7 @@ class Scheduler(Preemption):
         return start is not None
 
     # --- slots and preemption -----------------------------------------------------------------
-    def _give_slots(self, row: Sequence, n: int) -> bool:
+    def _give_slots(self, row: Row, n: int, plan: StepPlan, budget: list[int]) -> bool:
         """Blocks for the row's next `n` context tokens, preempting others if the pool is full;
         False when the row itself had to be preempted."""
         while row.stem is None and self.pool.blocks_for(row.computed + n) > len(row.blocks):
@@ -258,8 +276,8 @@ class Scheduler(Preemption):
             if start is not None:
                 row.blocks.append(start)
                 continue
-            if not self._evict(protect=row):
-                self._preempt(row)
+            if not self.preemption.evict(row, plan, budget):
+                self.preemption.preempt(row, plan, budget)
                 return False
         return True
 
@@ -276,9 +294,9 @@ class Scheduler(Preemption):
                 self.running.remove(row)
                 row.admitted_at = -1
                 row.group.live -= 1
-                self._close_if_done(row.group)
+                self.queues.close_if_done(row.group)
 
-    def finish(self, row: Sequence) -> None:
+    def finish(self, row: Row) -> None:
         """A sampled row hit a stop condition: free what it holds unless it is retained or a stem
         may still be copied from it."""
         self.running.remove(row)
@@ -287,33 +305,13 @@ class Scheduler(Preemption):
             self.retained.append(row)
         self._free_if_unneeded(row)
 
-    def release(self, row: Sequence) -> None:
+    def release(self, row: Row) -> None:
         """The caller no longer needs a retained row's KV."""
         row.retain = False
         if row in self.retained:
             self.retained.remove(row)
         self._free_if_unneeded(row)
 
-    def _free_if_unneeded(self, row: Sequence) -> None:
+    def _free_if_unneeded(self, row: Row) -> None:
         if row.finished and not row.retain and row.pins == 0 and row.holds_slots:
-            self._free_blocks(row)
-
-    def _free_blocks(self, row: Sequence) -> None:
-        self.pool.give_blocks(row.blocks)
-        row.blocks = []
-        row.admitted_at = -1
-        self._close_if_done(row.group)
-
-    def _close_if_done(self, group: Group) -> None:
-        """A group with no live row and no row holding slots lets go of its segments."""
-        if group.live or group.waiting or not group.admitted:
-            return
-        if any(r.holds_slots for r in group.rows):
-            return
-        group.admitted = False
-        self.admitted.remove(group)
-        for run in sources(group.segments):  # a view's trunk: freed when no group reads it
-            run.holders -= 1
-            if run.holders == 0 and run.start is not None:
-                self.pool.give_run(run.start, run.length)
-                run.start = None
+            self.queues.free_blocks(row)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nudgeability.engine.sequence import Group, Sequence
+from nudgeability.engine.sequence import Group, Row
 
 
 @dataclass
@@ -17,7 +17,7 @@ class StepPlan:
     contiguous in the forward."""
 
     prefix_chunks: list[tuple[Group, int, int]] = field(default_factory=list)
-    row_chunks: list[tuple[Sequence, int, int]] = field(default_factory=list)
+    row_chunks: list[tuple[Row, int, int]] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -32,7 +32,7 @@ class StepPlan:
             1 for row, s0, s1 in self.row_chunks if s1 - s0 == 1 and s0 >= len(row.suffix_ids)
         )
 
-    def sampling(self) -> list[Sequence]:
+    def sampling(self) -> list[Row]:
         """The rows that choose a token this step: their chunk ends their context."""
         return [r for r, _, s1 in self.row_chunks if r.samples and s1 == len(r.context)]
 

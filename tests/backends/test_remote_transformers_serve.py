@@ -5,7 +5,9 @@ a run killed with SIGKILL and resumed gives the same bytes too, and `nudge verif
 the run against the server byte for byte and names a forged record's text.
 
 One server for the module (starting it costs a model load); the runs are kept small
-(4 StrategyQA problems, NT, B and the conf and doubt arms, 24/12 new tokens).
+(2 StrategyQA problems, NT, B and the conf and doubt arms, 24/12 new tokens: at 24 tokens SmolLM2
+closes its thinking on one of the two at least, tests/splice/audit/test_verify_smollm2.py, so the
+arms run too).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from nudgeability.splice.tasks import get_task
 pytestmark = pytest.mark.slow
 
 KEY = "sk-test-do-not-print-0123456789"
+N = 2
 BASES = ("NT", "B")
 ARMS = ("conf", "doubt")  # they bring their base B, and NT
 
@@ -56,7 +59,7 @@ def _args(url: str, model: str, out: Path, *extra, **changes) -> list:
     """The test's `nudge run` against the server; `changes` replace flags (`api="chat"`)."""
     flags = {"backend": "openai", "base_url": url, "api": "completions", "tokenizer": model}
     flags |= {"prompt_format": "text", "api_key_env": "NUDGE_TEST_KEY", "concurrency": 3}
-    flags |= {"n": 4, "conditions": "conf,doubt", "max_new_tokens": "24,12", "chunk_size": 2}
+    flags |= {"n": N, "conditions": "conf,doubt", "max_new_tokens": "24,12", "chunk_size": 1}
     return [*nudge_run_args(model, out, **(flags | changes)), *extra]
 
 
@@ -83,8 +86,9 @@ def test_every_record_is_there_and_reads_as_a_local_run(server, first_run):
     task = get_task("strategyqa")
     manifest = json.loads((out / "manifest.json").read_text())
     bases = {(r["problem_id"], r["condition"]): r for r in records if r["condition"] in BASES}
-    assert len(bases) == 4 * len(BASES)
+    assert len(bases) == N * len(BASES)
     closed = [p for (p, c), r in bases.items() if c == "B" and r["boundary"] is not None]
+    assert closed  # the arms ran (module docstring)
     assert len(records) == len(bases) + len(ARMS) * len(closed)
     assert len({(r["problem_id"], r["condition"], r["seed"]) for r in records}) == len(records)
     for r in records:
@@ -218,7 +222,7 @@ def test_verify_replays_the_run_against_the_server_and_names_a_forged_text(
     # only the replay can see it
     forged = shutil.copytree(out, tmp_path / "forged")
     part = forged / "parts" / "B-s0-c00001.jsonl"
-    target = part.read_text(encoding="utf-8").split("\n")[1]
+    target = part.read_text(encoding="utf-8").split("\n")[0]
     record = json.loads(target)
     record["text"] = "Yes. " + record["text"]
     forge_record(forged, part, target, record)
@@ -229,7 +233,7 @@ def test_verify_replays_the_run_against_the_server_and_names_a_forged_text(
     assert status == 1 and lines[-1] == "verdict: FAIL (replay)", lines
     key = (record["problem_id"], record["condition"], record["seed"])
     assert _line(lines, "replay").startswith(
-        f"replay: FAIL: 1 of 1 regenerated units differ ({part.stem}); first: {part}:2: "
+        f"replay: FAIL: 1 of 1 regenerated units differ ({part.stem}); first: {part}:1: "
         f'record {key}: first differing field text[char 0]: stored "Yes. '
     )  # the forged text shown where it differs: its first characters
 

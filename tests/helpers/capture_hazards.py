@@ -28,7 +28,7 @@ from nudgeability.engine.invariant.cpu.cores import CORES
 
 def _key(t: torch.Tensor) -> int | None:
     """A tensor's storage address (views share it); None for an empty tensor, and for oneDNN's
-    opaque layout (on CPU a model weight's reordered copy, engine/invariant/cpu/products.py: kept beside the
+    opaque layout (on CPU a model weight's reordered copy, engine/invariant/cpu/weights.py: kept beside the
     weight, and never on the CUDA path a graph captures)."""
     if t.numel() == 0 or t.layout == torch._mkldnn:
         return None

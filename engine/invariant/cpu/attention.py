@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from nudgeability.engine.invariant.cpu.cores import CORES
-from nudgeability.engine.invariant.cpu.products import TILE_ROWS
+from nudgeability.engine.invariant.cpu.weights import TILE_ROWS
 from nudgeability.engine.scheduling.step_layout import KEY_ALIGN
 
 QUERY_TILE = TILE_ROWS

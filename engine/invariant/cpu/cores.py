@@ -97,11 +97,9 @@ class Cores:
 
     @contextmanager
     def one_thread(self) -> Iterator[None]:
-        """Every `run` and `share` inside runs its jobs in turn on the calling thread. For a
-        compiled forward: dynamo traces each job on the thread that calls it, guarding on what
-        the job reads (a step layout's memo of masks), and a job another core runs meanwhile
-        writes there: "Guard failed on the same frame it was created" (a clean-clone CI run,
-        tests/engine/test_compiled_decode.py). Which core runs a job decides no bit."""
+        """Every `run` and `share` inside runs its jobs in turn on the calling thread: for
+        whatever sees only its own thread's ops (a dispatch mode watching a forward,
+        tests/helpers/capture_hazards.py). Which core runs a job decides no bit."""
         before = self._running
         self._running = True
         try:

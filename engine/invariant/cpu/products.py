@@ -10,10 +10,10 @@ The construction: every product runs as calls of exactly `TILE_ROWS` rows (the l
 with zero rows), so that the kernel only ever sees one shape per weight, `[TILE_ROWS, K] x
 [K, N_slice]`, whatever M is. An fp32 product calls oneDNN's matmul once per tile (the op
 inductor calls for a packed CPU linear, `torch.ops.mkldnn._linear_pointwise`; the model's
-weights up to REORDER_MAX_COLUMNS wide reordered once into its blocked layout, `_packed_slices`,
+weights up to REORDER_MAX_COLUMNS wide reordered once into its blocked layout and kept, cpu/weights.py,
 or, in a run that owns its model, cpu/reordered.py), which is faster than MKL's GEMM at these
 shapes. Other dtypes go through `torch.bmm` over the tiles. Weights run in column slices fixed
-by their shape alone (`column_slices`): wide ones (the LM head) in slices of `SLICE_COLUMNS` (a
+by their shape alone (`weights.column_slices`): wide ones (the LM head) in slices of `SLICE_COLUMNS` (a
 slice's weight stays in cache across the tiles), others of at least `HALVED_COLUMNS` in two
 halves, so that a decode step of one tile still gives every core of two a share of each
 product. What is left is where a row sits inside its tile: 16-row tiles keep a row's bits at
@@ -29,8 +29,8 @@ only where a block gives every row the very bits a tile gives it: `blocks_agree`
 once per block size and kind of weight slice (shape, layout, dtype, thread count) on this
 machine, and a size for which it does not hold is not used: a row's bits are its tile's
 either way. Likewise the column halves, which only double the calls on one core (every worker
-of `nudge run`'s default): there a reordered weight runs whole (`product_slices`) where
-`whole_agrees` finds that the whole gives every column the halves' bits.
+of `nudge run`'s default): there a reordered weight runs whole (`weights.product_slices`) where
+`weights.whole_agrees` finds that the whole gives every column the halves' bits.
 
 `linear` is what the model's adopted linears call inside the engine's CPU forward
 (engine/invariant/linears.py); `in_row_tiles` is what a quantised layer's fused kernel runs in
@@ -39,171 +39,29 @@ there (models/quant/compute.py). What the construction costs: benchmarks/fork_vs
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from nudgeability.engine.invariant.cpu.cores import CORES
+from nudgeability.engine.invariant.cpu.weights import (
+    ONEDNN,
+    TILE_ROWS,
+    column_slices,
+    dense_slices,
+    onednn_tile,
+    packed_slices,
+)
 
-TILE_ROWS = 16
 # the larger calls a product takes, largest first, each where it gives a tile's bits
 # (`blocks_agree`): the larger the call, the less oneDNN's per-call setup costs a row
 BLOCK_SIZES = (1024, 256, 64)
-SLICE_COLUMNS = 4096  # columns per call of a wide weight; fixed per weight shape
-HALVED_COLUMNS = 512  # a weight at least this wide runs in two column halves (`column_slices`)
-# The widest weight reordered into oneDNN's layout (`reorderable`): in the supported models only
-# the LM head is wider, and its table is the embedding's in tied models, which must stay dense
-# for the lookups, so a reordered head would hold the largest weight twice (in SmolLM2 a fifth
-# of the weights). The head runs from the plain layout instead, in every path.
-REORDER_MAX_COLUMNS = SLICE_COLUMNS
-
-
-def column_slices(n: int) -> list[tuple[int, int]]:
-    """The column slices `[(s0, s1)]` a weight of `n` output columns runs in, fixed by `n` alone:
-    a wide weight (the LM head) in slices of SLICE_COLUMNS, one of at least HALVED_COLUMNS in two
-    halves (cut at a multiple of 16), so that even one tile's product is work for two cores; a
-    narrow one whole."""
-    if n > SLICE_COLUMNS:
-        return [(s0, min(s0 + SLICE_COLUMNS, n)) for s0 in range(0, n, SLICE_COLUMNS)]
-    if n >= HALVED_COLUMNS:
-        half = -(-(n // 2) // 16) * 16
-        return [(0, half), (half, n)]
-    return [(0, n)]
-
-
-def product_slices(n: int, k: int, cores: int) -> list[tuple[int, int]]:
-    """The slices a reordered weight [n, k] runs in on `cores` cores: its `column_slices`, or
-    on one core, where halves only add calls, the weight whole, if `whole_agrees` (module docstring, *Blocks*)."""
-    slices = column_slices(n)
-    if cores == 1 and len(slices) == 2 and whole_agrees(n, k):
-        return [(0, n)]
-    return slices
-
-
-_WHOLE: dict[tuple, bool] = {}  # (n, k, threads) -> `whole_agrees`
-
-
-def whole_agrees(n: int, k: int) -> bool:
-    """Whether a weight [n, k] reordered whole gives every column of a 16-row tile the very bits
-    its two `column_slices` halves give, measured once per shape and thread count on a random
-    weight and tile (the kernel's answer is the shapes', not the values'). Where it holds, the
-    whole weight is only a cheaper way to run the halves; where not, the halves run."""
-    key = (n, k, torch.get_num_threads())
-    agrees = _WHOLE.get(key)
-    if agrees is None:
-        generator = torch.Generator().manual_seed(1)
-        weight = torch.randn(n, k, generator=generator)
-        x = torch.randn(TILE_ROWS, k, generator=generator)
-        with torch.no_grad():
-            whole = _onednn_tile(x, reorder_slices(weight, [(0, n)])[0])
-            halves = [_onednn_tile(x, part) for part in reorder_slices(weight, column_slices(n))]
-        agrees = _WHOLE[key] = torch.equal(whole, torch.cat(halves, dim=1))
-    return agrees
-
-
-def _onednn_matmul_available() -> bool:
-    try:
-        return torch.backends.mkldnn.is_available() and hasattr(
-            torch.ops.mkldnn, "_linear_pointwise"
-        )
-    except (AttributeError, RuntimeError):
-        return False
-
-
-ONEDNN = _onednn_matmul_available()  # products by oneDNN's matmul where torch was built with it
 
 
 def _onednn_for(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether a product goes to oneDNN: fp32, eager. Under torch.compile the graph's own GEMM
-    runs instead (inductor lowers `_linear_pointwise` only for a frozen, constant weight)."""
-    return (
-        ONEDNN
-        and x.dtype == torch.float32
-        and weight.dtype == torch.float32
-        and not torch.compiler.is_compiling()
-    )
-
-
-def _onednn_tile(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """One [TILE_ROWS, K] tile times `weight` [N, K] (dense, or packed by `_packed_slices`) by
-    oneDNN's matmul (`mkldnn::_linear_pointwise`, the op inductor calls for a packed linear)."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
-
-
-def _dense_slices(weight_t: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
-    """Each slice's weight rows [s1 - s0, K], contiguous, as oneDNN's matmul takes them."""
-    return [weight_t[:, s0:s1].t().contiguous() for s0, s1 in slices]
-
-
-_PACKED: dict[int, tuple] = {}  # id(Parameter) -> (what it was made from, its reordered slices)
-
-
-def _packed_slices(weight: torch.Tensor) -> list[torch.Tensor]:
-    """The `product_slices` of a model weight (a Parameter) at the cores in use, reordered once into oneDNN's blocked layout
-    for TILE_ROWS-row calls (as inductor packs a frozen linear's weight; a dense weight runs a
-    slower kernel on its plain layout), kept while the Parameter
-    lives and remade when it changes: a new storage, shape or strides, or an in-place write that
-    bumps its version. A write the version counter cannot see (through `.data`, or into an
-    inference tensor) is not seen: `forget_reordered` drops a model's copies, and every
-    `ModelRunner` calls it when it takes a model. Kept here, not on the Parameter, so that a
-    model still pickles whole (oneDNN's layout has no storage to save). A weight made for one
-    call (a dequantised one) is not worth a reorder and goes dense, and so does a weight that is
-    not `reorderable` (the LM head). The reordered copy costs the weight's size again in memory,
-    which a run that owns its model does not pay (engine/invariant/cpu/reordered.py)."""
-    n, k = weight.shape
-    if not isinstance(weight, torch.nn.Parameter) or not reorderable(weight):
-        return _dense_slices(weight.t(), column_slices(n))
-    slices = product_slices(n, k, CORES.count)
-    try:
-        version = weight._version
-    except RuntimeError:  # an inference tensor has no version counter (`forget_reordered`)
-        version = None
-    key = (weight.data_ptr(), version, tuple(weight.shape), weight.stride(), tuple(slices))
-    kept = _PACKED.get(id(weight))
-    if kept is None or kept[0] != key:
-        parts = reorder_slices(weight, slices)
-        if kept is None:  # dropped with the Parameter, before its id can be reused
-            weakref.finalize(weight, _PACKED.pop, id(weight), None)
-        kept = _PACKED[id(weight)] = (key, parts)
-    return kept[1]
-
-
-def reorderable(weight: torch.Tensor) -> bool:
-    """Whether a model weight [N, K] runs from slices reordered into oneDNN's layout: fp32 and at
-    most REORDER_MAX_COLUMNS wide (the LM head runs from its plain layout: why at the constant).
-    The rule is the shape's alone, the same for a kept copy and for engine/invariant/cpu/reordered.py, so a
-    weight's calls never depend on who holds the model."""
-    return weight.dtype == torch.float32 and weight.shape[0] <= REORDER_MAX_COLUMNS
-
-
-def reorder_slices(weight: torch.Tensor, slices: list[tuple[int, int]]) -> list[torch.Tensor]:
-    """The rows [s0:s1] of an fp32 weight [N, K], each reordered into oneDNN's blocked layout for
-    TILE_ROWS-row calls (`_reorder_linear_weight`), as `_onednn_tile` takes them. On one torch
-    thread, as every call that reads them runs: oneDNN picks the block width of the layout by
-    the thread count (its brgemm inner product's `get_adjusted_oc_block`), so a copy made at
-    two threads would not be the one a kept copy, made inside `invariant_forward` (engine/invariant/linears.py), is."""
-    threads = torch.get_num_threads()
-    if threads != 1:
-        torch.set_num_threads(1)
-    try:
-        with torch.inference_mode(False), torch.no_grad():
-            rows = weight.detach()
-            return [
-                torch.ops.mkldnn._reorder_linear_weight(rows[s0:s1].contiguous(), TILE_ROWS)
-                for s0, s1 in slices
-            ]
-    finally:
-        if threads != 1:
-            torch.set_num_threads(threads)
-
-
-def forget_reordered(parameters: Iterator[torch.Tensor]) -> None:
-    """Drop the reordered copies of `parameters` (a model's): the next product makes them again
-    from the weights as they are now."""
-    for parameter in parameters:
-        _PACKED.pop(id(parameter), None)
+    """Whether a product goes to oneDNN: fp32, where torch was built with it."""
+    return ONEDNN and x.dtype == torch.float32 and weight.dtype == torch.float32
 
 
 def tiled_matmul(
@@ -213,13 +71,13 @@ def tiled_matmul(
     weight's `column_slices`, the (tiles, slice) pieces shared between the `CORES`.
 
     An fp32 product runs each piece as one oneDNN matmul per tile (`parts`: the slices' weights
-    as `_onednn_tile` takes them; made dense here when not given), everything else as one
+    as `onednn_tile` takes them; made dense here when not given), everything else as one
     `torch.bmm` over the piece's tiles. Either way every call is [16, K] x [K, slice]."""
     m, k = x.shape
     n = weight_t.shape[1]
     if _onednn_for(x, weight_t):  # `parts` given: the slices were cut by the caller
         if parts is None:
-            parts = _dense_slices(weight_t, column_slices(n))
+            parts = dense_slices(weight_t, column_slices(n))
         return onednn_product(x, parts)
     slices = column_slices(n)
     xt = _in_tiles(x)
@@ -263,7 +121,7 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
         # path below (no block size fits 16 rows), without its bookkeeping, which would cost a
         # noticeable share of a small product's time
         tile = _rows(flat, 0, TILE_ROWS)
-        got = [_onednn_tile(tile, part) for part in parts]
+        got = [onednn_tile(tile, part) for part in parts]
         return (got[0] if len(got) == 1 else torch.cat(got, dim=1))[:m]
     rows = -(-m // TILE_ROWS) * TILE_ROWS  # the last call's rows past m are zeros (`_rows`)
     # blocks only where every core gets at least one: which calls a row goes through decides
@@ -278,7 +136,7 @@ def onednn_product(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
         # One core: the same calls in turn, without the pieces `_onednn_blocks` deals (a decode
         # step runs two hundred products of one tile, where that bookkeeping would cost more
         # than a third of the product's own time)
-        got = [[_onednn_tile(_rows(flat, a, b), part) for a, b in blocks] for part in parts]
+        got = [[onednn_tile(_rows(flat, a, b), part) for a, b in blocks] for part in parts]
         return _joined(got)[:m]
     return _onednn_blocks(flat, parts, blocks)[:m]
 
@@ -321,10 +179,10 @@ def blocks_agree(part: torch.Tensor, size: int) -> bool:
         x = torch.randn(size, part.shape[1], generator=generator)
         order = torch.randperm(size, generator=generator)
         with torch.no_grad():
-            block = _onednn_tile(x, part)[order]
+            block = onednn_tile(x, part)[order]
             shuffled = x[order]
             tiles = [
-                _onednn_tile(shuffled[t : t + TILE_ROWS], part) for t in range(0, size, TILE_ROWS)
+                onednn_tile(shuffled[t : t + TILE_ROWS], part) for t in range(0, size, TILE_ROWS)
             ]
         agrees = _AGREE[key] = torch.equal(block, torch.cat(tiles))
     return agrees
@@ -341,7 +199,7 @@ def _onednn_blocks(
     def piece(i: int, a: int, b: int) -> Callable[[], None]:
         def run() -> None:
             for j in range(a, b):
-                got[i][j] = _onednn_tile(_rows(flat, *blocks[j]), parts[i])
+                got[i][j] = onednn_tile(_rows(flat, *blocks[j]), parts[i])
 
         return run
 
@@ -382,7 +240,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1])
     if _onednn_for(x, weight):
-        out = onednn_product(flat, _packed_slices(weight))
+        out = onednn_product(flat, packed_slices(weight))
     else:
         out = tiled_matmul(flat, weight.t())
     if bias is not None:

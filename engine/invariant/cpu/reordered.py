@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from nudgeability.engine.invariant.cpu.products import (
+from nudgeability.engine.invariant.cpu.products import onednn_product
+from nudgeability.engine.invariant.cpu.weights import (
     ONEDNN,
-    onednn_product,
     product_slices,
     reorder_slices,
     reorderable,

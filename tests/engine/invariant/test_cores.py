@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from nudgeability.engine.invariant.cpu import products as invariant
+from nudgeability.engine.invariant.cpu import weights
 from nudgeability.engine.invariant.cpu.cores import CORES, Cores
 from nudgeability.engine.invariant.cpu.products import tiled_matmul
 from nudgeability.engine.invariant.linears import adopt, invariant_forward, product
@@ -21,19 +21,19 @@ from nudgeability.engine.invariant.linears import adopt, invariant_forward, prod
 
 def _one_thread_tiles(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     """The reference schedule: every 16-row tile (zero-padded) and every column slice of the
-    weight (`invariant.column_slices`, fixed by its width) computed alone by the library's
+    weight (`weights.column_slices`, fixed by its width) computed alone by the library's
     kernel, one after another, on this thread."""
     m, k = x.shape
     n = weight_t.shape[1]
-    rows = invariant.TILE_ROWS
+    rows = weights.TILE_ROWS
     padded = -(-m // rows) * rows
     xp = torch.cat([x, x.new_zeros(padded - m, k)])
     out = torch.empty(padded, n)
     for t in range(0, padded, rows):
         tile = xp[t : t + rows]
-        for s0, s1 in invariant.column_slices(n):
+        for s0, s1 in weights.column_slices(n):
             part = weight_t[:, s0:s1]
-            if invariant.ONEDNN:  # the library kernel an fp32 tile goes to
+            if weights.ONEDNN:  # the library kernel an fp32 tile goes to
                 rows_of = part.t().contiguous()
                 got = torch.ops.mkldnn._linear_pointwise(tile, rows_of, None, "none", [], "")
             else:
@@ -73,24 +73,24 @@ def test_a_model_weight_gives_the_bits_of_one_thread_at_every_core_count(m, n, c
     k = 192
     x = torch.randn(m, k)
     weight = torch.nn.Parameter(torch.randn(n, k), requires_grad=False)
-    padded = -(-m // invariant.TILE_ROWS) * invariant.TILE_ROWS
+    padded = -(-m // weights.TILE_ROWS) * weights.TILE_ROWS
     xp = torch.cat([x, x.new_zeros(padded - m, k)])
     expected = torch.empty(padded, n)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for s0, s1 in invariant.column_slices(n):
-            if invariant.ONEDNN:  # reordered up to the widest the rule allows, else plain
+        for s0, s1 in weights.column_slices(n):
+            if weights.ONEDNN:  # reordered up to the widest the rule allows, else plain
                 part = weight.detach()[s0:s1].clone()
-                if n <= invariant.REORDER_MAX_COLUMNS:
+                if n <= weights.REORDER_MAX_COLUMNS:
                     part = torch.ops.mkldnn._reorder_linear_weight(part, 16)
-            for t in range(0, padded, invariant.TILE_ROWS):
-                tile = xp[t : t + invariant.TILE_ROWS]
-                if invariant.ONEDNN:
+            for t in range(0, padded, weights.TILE_ROWS):
+                tile = xp[t : t + weights.TILE_ROWS]
+                if weights.ONEDNN:
                     got = torch.ops.mkldnn._linear_pointwise(tile, part, None, "none", [], "")
                 else:
                     got = tile @ weight.detach()[s0:s1].t()
-                expected[t : t + invariant.TILE_ROWS, s0:s1] = got
+                expected[t : t + weights.TILE_ROWS, s0:s1] = got
     finally:
         torch.set_num_threads(before)
     for count in (1, 2, 3):
@@ -133,10 +133,10 @@ def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
         first = product(x, weight)
         torch.testing.assert_close(first, exact(), rtol=1e-5, atol=1e-4)
         assert torch.equal(product(x, weight), first)
-        if invariant.ONEDNN:
-            kept = invariant._PACKED[id(weight)]
+        if weights.ONEDNN:
+            kept = weights._PACKED[id(weight)]
             product(x, weight)
-            assert invariant._PACKED[id(weight)] is kept  # reused, not reordered again
+            assert weights._PACKED[id(weight)] is kept  # reused, not reordered again
         with torch.no_grad():
             weight.mul_(-2.0)
         torch.testing.assert_close(product(x, weight), exact(), rtol=1e-5, atol=1e-4)
@@ -145,7 +145,7 @@ def test_a_model_weight_is_reordered_once_and_again_when_it_changes(cores):
         # a write the version counter cannot see is seen once the copies are forgotten (as
         # every ModelRunner does when it takes a model)
         weight.data.mul_(3.0)
-        invariant.forget_reordered([weight])
+        weights.forget_reordered([weight])
         torch.testing.assert_close(product(x, weight), exact(), rtol=1e-5, atol=1e-4)
 
 
@@ -160,12 +160,12 @@ def test_a_model_used_by_the_products_still_pickles_and_its_copies_go_with_it():
     again = torch.load(buffer, weights_only=False)
     with invariant_forward(), torch.inference_mode():
         assert torch.equal(again(torch.ones(2, 96)), expected)
-    if invariant.ONEDNN:
+    if weights.ONEDNN:
         key = id(layer.weight)
-        assert key in invariant._PACKED
+        assert key in weights._PACKED
         del layer
         gc.collect()
-        assert key not in invariant._PACKED  # dropped with its Parameter
+        assert key not in weights._PACKED  # dropped with its Parameter
 
 
 def test_the_other_cores_run_in_the_callers_inference_mode(cores):
@@ -250,7 +250,7 @@ def test_shared_work_runs_each_item_once_and_nested_work_stays_on_its_core():
 
 
 def test_inside_one_thread_shared_work_stays_on_the_calling_thread():
-    """`one_thread` (a compiled forward's): every job on the caller, every span whole; after
+    """`one_thread` (a dispatch mode's, tests/helpers/capture_hazards.py): every job on the caller, every span whole; after
     it, the cores share again."""
     cores = Cores(3)
     threads = []
@@ -276,14 +276,14 @@ def test_inside_one_thread_shared_work_stays_on_the_calling_thread():
 
 @pytest.mark.parametrize("n", [1, 200, 511, 512, 576, 1000, 1536, 4096, 4097, 49152])
 def test_column_slices_cover_the_weight_once_in_order(n):
-    slices = invariant.column_slices(n)
+    slices = weights.column_slices(n)
     assert slices[0][0] == 0 and slices[-1][1] == n
     assert all(a1 == b0 for (_, a1), (b0, _) in zip(slices, slices[1:]))
     assert all(s1 > s0 for s0, s1 in slices)
     assert all(s0 % 16 == 0 for s0, _ in slices)
-    assert max(s1 - s0 for s0, s1 in slices) <= invariant.SLICE_COLUMNS
+    assert max(s1 - s0 for s0, s1 in slices) <= weights.SLICE_COLUMNS
     # a weight of two tiles' worth of work or more splits, so one tile is work for two cores
-    assert (len(slices) >= 2) == (n >= invariant.HALVED_COLUMNS)
+    assert (len(slices) >= 2) == (n >= weights.HALVED_COLUMNS)
 
 
 def test_a_forked_child_starts_its_own_threads():

@@ -14,28 +14,28 @@ from pathlib import Path
 import pytest
 import torch
 
-from nudgeability.engine.invariant.cpu import products as invariant
+from nudgeability.engine.invariant.cpu import weights
 from nudgeability.engine.invariant.cpu.cores import CORES
 from nudgeability.engine.invariant.cpu.reordered import ReorderedLinear, reorder_linears
 from nudgeability.engine.invariant.linears import adopt, invariant_forward, product
 from nudgeability.models.testing.tiny import ARCHITECTURES, tiny_model
 from nudgeability.models.testing.tiny_tokenizers import tiny_tokenizer
 
-pytestmark = pytest.mark.skipif(not invariant.ONEDNN, reason="torch built without oneDNN")
+pytestmark = pytest.mark.skipif(not weights.ONEDNN, reason="torch built without oneDNN")
 
 
 def _library_loop(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Every 16-row tile (zero-padded) times every column slice of `weight` (reordered here by
     torch's op), one call each, on one thread."""
     m, k = x.shape
-    rows = invariant.TILE_ROWS
+    rows = weights.TILE_ROWS
     padded = -(-m // rows) * rows
     xp = torch.cat([x, x.new_zeros(padded - m, k)])
     out = torch.empty(padded, weight.shape[0])
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for s0, s1 in invariant.column_slices(weight.shape[0]):
+        for s0, s1 in weights.column_slices(weight.shape[0]):
             part = torch.ops.mkldnn._reorder_linear_weight(weight[s0:s1].clone(), rows)
             for t in range(0, padded, rows):
                 tile = xp[t : t + rows]
@@ -73,7 +73,7 @@ def test_a_reordered_linear_gives_the_bits_of_the_library_loop_at_every_core_cou
             with invariant_forward():
                 assert CORES.count == count
                 assert torch.equal(layer(x), expected), count
-                if invariant.reorderable(dense.weight):  # the kept copy: the same calls
+                if weights.reorderable(dense.weight):  # the kept copy: the same calls
                     got = product(x, dense.weight, dense.bias)
                     assert torch.equal(got, expected), count
     exact = x.double() @ weight.double().t() + (0 if b is None else b.double())
@@ -146,13 +146,13 @@ def test_a_run_s_load_lets_go_of_the_checkpoint_file(tmp_path):
 
 def test_a_weight_wider_than_the_rule_reorders_stays_dense_in_every_path():
     """The LM head's width: never reordered, neither as a kept copy nor by `reorder_linears`, so
-    its calls are the same whoever holds the model (invariant.REORDER_MAX_COLUMNS)."""
-    wide = invariant.REORDER_MAX_COLUMNS + 16
+    its calls are the same whoever holds the model (weights.REORDER_MAX_COLUMNS)."""
+    wide = weights.REORDER_MAX_COLUMNS + 16
     model = torch.nn.Sequential(torch.nn.Linear(32, wide), torch.nn.Linear(wide, 8))
     assert reorder_linears(model) == 1
     assert type(model[0]) is torch.nn.Linear and type(model[1]) is ReorderedLinear
-    parts = invariant._packed_slices(model[0].weight)
+    parts = weights.packed_slices(model[0].weight)
     assert all(
         not p.is_mkldnn and p.data_ptr() == model[0].weight[s0:].data_ptr()
-        for p, (s0, _) in zip(parts, invariant.column_slices(wide))
+        for p, (s0, _) in zip(parts, weights.column_slices(wide))
     )

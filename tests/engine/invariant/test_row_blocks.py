@@ -11,17 +11,17 @@ import pytest
 import torch
 
 from nudgeability.engine.invariant.cpu import products as invariant
+from nudgeability.engine.invariant.cpu import weights
 from nudgeability.engine.invariant.cpu.products import (
     BLOCK_SIZES,
-    TILE_ROWS,
     blocks_agree,
     onednn_product,
-    reorder_slices,
     row_blocks,
 )
+from nudgeability.engine.invariant.cpu.weights import TILE_ROWS, reorder_slices
 from nudgeability.engine.invariant.linears import invariant_forward, product
 
-pytestmark = pytest.mark.skipif(not invariant.ONEDNN, reason="torch built without oneDNN")
+pytestmark = pytest.mark.skipif(not weights.ONEDNN, reason="torch built without oneDNN")
 
 # SmolLM2-135M's linears: q and o [576, 576], k and v [192, 576], gate and up [1536, 576],
 # down [576, 1536]
@@ -44,7 +44,7 @@ def _tile_loop(x: torch.Tensor, parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _parts(weight: torch.Tensor, packed: bool) -> list[torch.Tensor]:
-    slices = invariant.column_slices(weight.shape[0])
+    slices = weights.column_slices(weight.shape[0])
     if packed:
         return reorder_slices(weight, slices)
     return [weight[s0:s1].contiguous() for s0, s1 in slices]
@@ -80,7 +80,7 @@ def test_where_a_block_would_change_a_bit_the_product_stays_in_tiles(size, monke
     size. The guard sees it and the product keeps the tile loop's bits (the other size, whose
     calls are right, may still be taken); forced into blocks, it does not."""
     cores(1)
-    real = invariant._onednn_tile
+    real = weights.onednn_tile
 
     def off_by_a_bit(x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
         out = real(x, part)
@@ -88,7 +88,7 @@ def test_where_a_block_would_change_a_bit_the_product_stays_in_tiles(size, monke
             out[7] = torch.nextafter(out[7], torch.full_like(out[7], torch.inf))
         return out
 
-    monkeypatch.setattr(invariant, "_onednn_tile", off_by_a_bit)
+    monkeypatch.setattr(invariant, "onednn_tile", off_by_a_bit)
     monkeypatch.setattr(invariant, "_AGREE", {})
     torch.manual_seed(0)
     weight = torch.randn(192, 576) * 0.05
@@ -125,7 +125,7 @@ def _halves_loop(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     tile: the canonical bits."""
     halves = [
         torch.ops.mkldnn._reorder_linear_weight(weight[s0:s1].contiguous(), TILE_ROWS)
-        for s0, s1 in invariant.column_slices(weight.shape[0])
+        for s0, s1 in weights.column_slices(weight.shape[0])
     ]
     return _tile_loop(x, halves)
 
@@ -150,17 +150,17 @@ def test_on_one_core_a_weight_runs_whole_with_the_bits_of_its_halves(shape, core
             with invariant_forward():
                 for m, (x, want) in expected.items():
                     assert torch.equal(product(x, weight), want), (m, count)
-                slices = invariant._PACKED[id(weight)][0][-1]
+                slices = weights._PACKED[id(weight)][0][-1]
         finally:
             torch.set_num_threads(before)
-        whole = count == 1 and invariant.whole_agrees(n, k)
-        assert slices == (((0, n),) if whole else tuple(invariant.column_slices(n)))
+        whole = count == 1 and weights.whole_agrees(n, k)
+        assert slices == (((0, n),) if whole else tuple(weights.column_slices(n)))
 
 
 def test_where_the_whole_weight_would_change_a_bit_the_halves_run(monkeypatch):
     """The negative control: a kernel that changes one column's last bit when it is given the
     whole weight. The guard sees it and one core keeps the halves."""
-    real = invariant._onednn_tile
+    real = weights.onednn_tile
     n, k = 576, 576
 
     def off_by_a_bit(x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
@@ -169,12 +169,12 @@ def test_where_the_whole_weight_would_change_a_bit_the_halves_run(monkeypatch):
             out[:, 3] = torch.nextafter(out[:, 3], torch.full_like(out[:, 3], torch.inf))
         return out
 
-    monkeypatch.setattr(invariant, "_onednn_tile", off_by_a_bit)
-    monkeypatch.setattr(invariant, "_WHOLE", {})
+    monkeypatch.setattr(weights, "onednn_tile", off_by_a_bit)
+    monkeypatch.setattr(weights, "_WHOLE", {})
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert not invariant.whole_agrees(n, k)
-        assert invariant.product_slices(n, k, 1) == invariant.column_slices(n)
+        assert not weights.whole_agrees(n, k)
+        assert weights.product_slices(n, k, 1) == weights.column_slices(n)
     finally:
         torch.set_num_threads(before)

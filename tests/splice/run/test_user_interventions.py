@@ -214,9 +214,11 @@ def test_stats_reads_the_users_pair_and_the_report_shows_its_arms(tiny_run, tmp_
 
 @pytest.mark.slow
 def test_on_smollm2_the_example_replaces_a_real_sentence_and_stats_reads_it(tmp_path):
+    """Five problems: the fifth drawn is the first whose B reasoning has a sentence before its
+    last (the first four write one sentence, and the replace keeps none of them)."""
     from nudgeability.models.smollm2 import converted_dir
 
-    n = 8
+    n = 5
     out, _, _ = _run(tmp_path, None, n, "256,64", "conf,doubt")
     edits = _check_arms(converted_dir(), out, n, 64)
     assert any(0 < keep < whole for keep, whole in edits), edits
