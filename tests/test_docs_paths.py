@@ -127,7 +127,7 @@ def _docstrings(source: Path) -> str:
 
 def _missing(document: Path, text: str) -> list[str]:
     where = document.relative_to(ROOT)
-    anywhere = document.suffix == ".py"
+    anywhere = document.suffix == ".py" or document.parent == ROOT / "docs"
     out = [
         f"{where}: {name}"
         for name in named_paths(text, document.parent)
