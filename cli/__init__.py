@@ -1,11 +1,4 @@
-"""The `nudge` command line: run, merge, bench, verify, stats, report, plan.
-
-One small module per command (`cli/<command>.py`) holds its flags, one call into the
-library and the printing of the result; it registers itself here through a `register(subparsers)`
-function that sets `func` on its parser. Errors the user can fix are
-`ValueError`s (or `OSError`s) whose message names the file, line or field: they print as one line
-and exit with status 2, never as a traceback.
-"""
+"""The `nudge` command line: one thin module per command (cli/README.md)."""
 
 from __future__ import annotations
 

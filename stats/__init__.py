@@ -1,19 +1,7 @@
-"""nudgeability.stats: every estimator of the paper as pure functions over int8 arrays.
+"""Every estimator of the paper as pure functions over int8 arrays (stats/README.md)."""
 
-Arrays: `s` (1 unaided correct, 0 wrong, -1 unknown) and action arrays coded SELF=0, TOOL=1,
-OTHER=2, TRUNC=3, -1 = no arm (actions.py codes the kinds of models/families/action.py). An
-experiment is an ExperimentTable (table.py); its conditions, their report order and the +/- pairs
-are its `known` (splice/experiment/conditions.py `ConditionSet`, read from its runs' manifests). Each folder is a layer, and data flows down
-this list: records/ joins run directories into tables; estimators/ computes every estimate
-(`summarize`) with its 95% bootstrap interval; resampling/ is the bootstrap itself (numba kernels
-and numpy twins), apart from any statistic; delegation/ and grounding/ are the delegation-value
-and grounded-nudge pipelines (estimators, join, summary); position/ is S, WT, WTrand and L against
-where the arms were forked (runs with extra cuts); report/ writes stats.json, the tables
-and the figures, and holds the pipelines of `nudge stats` and `nudge report` (cli.py: their
-flags). Definitions are in stats/README.md; each file states its own.
-"""
-
-from nudgeability.splice.experiment.conditions import REPORT_ORDER, SHIPPED_PAIRS
+from nudgeability.splice.experiment.conditions import PAIRS
+from nudgeability.splice.experiment.conditions import REPORT_ORDER as CONDITIONS
 
 from .actions import NONE, OTHER, SELF, TOOL, TRUNC, UNKNOWN, action_code, codes_from_kinds
 from .delegation.join import load_value_tables
@@ -81,8 +69,8 @@ __all__ = [
     "ExperimentTable",
     "ExperimentLabel",
     "TableError",
-    "REPORT_ORDER",
-    "SHIPPED_PAIRS",
+    "CONDITIONS",
+    "PAIRS",
     "sensitivity",
     "Sensitivity",
     "targeting",

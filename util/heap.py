@@ -64,8 +64,8 @@ def hold_freed_heap() -> bool:
 
 def held_heap_tunables() -> str:
     """`hold_freed_heap`'s policy as glibc tunables (`GLIBC_TUNABLES`, read when a process
-    starts): for a process whose code does not call it, such as an earlier commit's timed side
-    by side with this one."""
+    starts): for a process whose code does not call it, such as an earlier commit's run side by
+    side with this one (tests/util/test_heap.py checks that the two hold the same pages)."""
     return f"glibc.malloc.trim_threshold={HELD_TOP}:glibc.malloc.mmap_threshold={MMAP_THRESHOLD}"
 
 

@@ -1,2 +1,1 @@
-"""Decoding: the sampling parameters (`sampling_params.py`) and greedy and seeded sampling
-(`sampler.py`)."""
+"""Decoding: the sampling parameters and greedy and seeded sampling."""

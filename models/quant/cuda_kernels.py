@@ -30,7 +30,7 @@ and a kernel that disagrees or raises is replaced for good by the next one, reco
   --only quant).
 - **NF4 / FP4** (`nf4_path`): bitsandbytes' CUDA `gemm_4bit` op when bitsandbytes has a CUDA
   library. That op itself picks, by rows and the GPU, its fused kernel or a dequantise + F.linear
-  (`backends/cuda/ops.py`); `bnb_kernel` asks bitsandbytes' own rule, so the name says which:
+  (`bitsandbytes/backends/cuda/ops.py`); `bnb_kernel` asks bitsandbytes' own rule, so the name says which:
   `bnb_gemm_4bit_fused` or `bnb_dequant_linear`. Else this project's Triton kernel.
 
 Triton kernels are named with their tile (`triton_kernels.tile_for`), e.g.

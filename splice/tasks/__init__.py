@@ -1,8 +1,4 @@
-"""The tasks: each turns an official data file into problems, prompts and grades.
-
-`get_task(name)` returns a task by name; the shared pieces (`Problem`, `Task`, the errors,
-`sample_problems`) are re-exported here for the runner.
-"""
+"""The tasks: each turns an official data file into problems, prompts and grades."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Reading run directories: the one place a run's files become the stats' tables.
-
-run_dirs.py reads and pools the manifests (RunDir, labels, pooling by the run format's
-`experiment_settings`); reading.py reads
-records.jsonl and resolutions.jsonl as typed records through the run format's reader
-(splice/rundir/records.py); join.py turns the records of
-one experiment into its ExperimentTable (`Rows` and `competence_label` are the rules the
-delegation and grounding joins share). The file names come from splice/rundir/layout.py.
-"""
+"""Reading run directories: the one place a run's files become the stats' tables."""
 
 from .join import (
     GatheredExperiment,

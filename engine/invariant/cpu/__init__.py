@@ -1,2 +1,1 @@
-"""The CPU batch-invariant kernels: products, attention, cores and reordered weights
-(engine/invariant/__init__.py says how they fit together)."""
+"""The CPU batch-invariant construction: products, attention, cores and reordered weights."""

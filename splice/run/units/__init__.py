@@ -1,6 +1,4 @@
-"""The units of a run: what computes the records of one chunk (base.py, arms.py, and the optional
-phases: consistency.py, signals.py, likelihoods.py, resolve.py). The names the runner and the
-stream use are imported here."""
+"""What computes the records of one chunk: bases, arms and the optional phases."""
 
 from nudgeability.splice.run.units.arms import (
     ArmGroup,

@@ -2,7 +2,7 @@
 
 - bitsandbytes' CUDA `gemm_4bit` op picks its fused kernel or dequantise + F.linear by rows and
   GPU: `cuda_kernels.bnb_kernel` must name what bitsandbytes' own dispatch (its registered CUDA
-  kernel, `backends/cuda/ops.py`) does, for an H200's SM count (in a subprocess: importing that
+  kernel, `bitsandbytes/backends/cuda/ops.py`) does, for an H200's SM count (in a subprocess: importing that
   module registers CUDA kernels and needs a CUDA stream hook that a CPU torch lacks).
 - A W4A16 layer on tinygemm keeps the tiled weight and the bf16 scale-and-zero table only (no
   second repacked copy of the weight, no int32 zero points), counted in bytes over every tensor
