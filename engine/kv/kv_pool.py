@@ -18,7 +18,7 @@ Block 0 is never handed out: its slots take the writes of the pad tokens that ke
 at `ModelRunner.MIN_ROWS` rows. On CPU the storage is a private anonymous memory map of its own
 (`_mapped`), not the C heap: pages that no block has touched cost no memory, and a storage let
 go returns to the OS at once. From the heap (`torch.empty`) neither holds: measured on the demo
-(benchmarks/demo_memory.py), the pool takes chunks that the needle's engine has freed, already
+(benchmarks/workers_memory.py), the pool takes chunks that the needle's engine has freed, already
 resident, and a grown-out storage stays resident as free heap. So the resident
 KV follows the most blocks in use at once since the last grow (the lowest-first / highest-first
 policy, and blocks taken again before fresh ones, keep the touched region close to that peak);
@@ -168,7 +168,7 @@ class KVPool:
         A free block holds nothing anyone reads, so it is not copied: its pages in the new
         storage stay untouched, and on CPU cost nothing (module docstring). Copying every slot
         would make the whole old pool resident at each doubling, far more than the blocks ever
-        handed out (benchmarks/demo_memory.py)."""
+        handed out (benchmarks/workers_memory.py)."""
         if num_blocks <= self.num_blocks:
             return
         extra = num_blocks - self.num_blocks

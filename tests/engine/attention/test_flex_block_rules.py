@@ -49,9 +49,10 @@ def lowering_problems(q_shape, kv_shape, mask, options, dtype, capability) -> li
     """What Inductor's FlexAttention lowering (torch 2.13, torch/_inductor/kernel/flex/) would
     reject in this call; empty when it compiles a kernel.
 
-    - Kernel choice (flex_decoding.py, `_use_flex_decoding`): the decode kernel runs when the
+    - Kernel choice (torch/_inductor/kernel/flex/flex_decoding.py, `_use_flex_decoding`): the decode kernel runs when the
       query is shorter than 128, the GQA ratio is a power of two, the mask has one head and the
-      option FORCE_USE_FLEX_ATTENTION is not set; otherwise the main kernel (flex_attention.py).
+      option FORCE_USE_FLEX_ATTENTION is not set; otherwise the main kernel
+      (torch/_inductor/kernel/flex/flex_attention.py).
     - Decode kernel: BLOCK_M is the option's value or max(next_pow2(q_len * ratio), 16); a
       config survives only if the mask's Q block is a multiple of BLOCK_M and its KV block a
       multiple of the config's BLOCK_N (capped at the KV block). None left: no kernel.

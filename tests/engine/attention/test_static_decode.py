@@ -1,7 +1,7 @@
 """The CUDA path's logic, forced on CPU: fixed-shape decode steps (FlexAttention over the pool,
 the buffers a CUDA graph replays) and the CUDA attention kernels' branch (stand-ins with the
 kernels' signatures). The capture itself, and the kernels' speed, only a GPU can show
-(`benchmarks/gpu_engine.py`)."""
+(`benchmarks/gpu_check.py`)."""
 
 from __future__ import annotations
 
