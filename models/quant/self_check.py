@@ -19,15 +19,20 @@ terms the kernel forms (|W| unless `Kernel.magnitude` says more: tinygemm's bf16
 the floor `Kernel.input_floor` * max_k |x| * sum_k |W| for e4m3's subnormal spacing. A wrong
 layout or scale (a transposed block scale) is off by the scale ratio, far outside it.
 
-Inside a CUDA-graph capture or a torch.compile trace nothing can be compared: an unchecked key
-runs its first kernel there unchecked, and is checked at its next eager call (the engine warms
-every bucket up eagerly before it captures).
+Inside a CUDA-graph capture or a torch.compile trace nothing can be compared, and inside
+`deferred()` nothing is: the engine's capture warm-up runs pad tokens at position 0, every row
+the same, which would give each row class its verdict from rows that cannot show a wrong kernel.
+An unchecked key runs its first kernel there unchecked and is checked at its next eager call on
+real rows: the engine runs each bucket's first real step once uncaptured before it replays the
+bucket's graph, and captures the bucket again where that step refused a kernel (`refusals`,
+engine/attention/static_dispatch.py).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +57,24 @@ class Kernel:
 
 _lock = threading.Lock()
 _verdicts: dict[tuple, bool] = {}
+_deferring = 0  # open `deferred` contexts
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """No verdict is given for the duration (module docstring); re-entrant."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+
+
+def refusals() -> int:
+    """How many keys were refused so far: a step that raised it ran a kernel it now drops."""
+    with _lock:
+        return sum(not verdict for verdict in _verdicts.values())
 
 
 def reset() -> None:
@@ -101,7 +124,7 @@ class SelfCheckedRun:
             verdict = _verdicts.get(key)
             if verdict is False:
                 continue
-            if verdict is None and not _untraceable() and x.shape[0] > 0:
+            if verdict is None and not _untraceable() and not _deferring and x.shape[0] > 0:
                 why, y = self._check(kernel, x)
                 with _lock:
                     _verdicts[key] = why is None

@@ -81,12 +81,10 @@ def _fork_inputs(model, sizes) -> tuple[list[int], list[list[int]]]:
 
 def _arm_check(model, sizes) -> str:
     prefix, suffixes = _fork_inputs(model, sizes)
-    # the prefix in two prefill chunks: the second's queries sit after keys they see (on CUDA one
-    # flash call whose causal diagonal must sit at the bottom right, lse_kernels.causal_cuda)
     engine = make_engine(
         model,
-        max_batch_tokens=sizes["kv"],
-        block_size=sizes["block"],
+        "arm ≡ solo: the prefix in two prefill chunks, the second's queries after keys they see "
+        "(on CUDA one flash call whose causal diagonal sits at the bottom right)",
         prefill_tokens=sizes["prefix"] // 2,
     )
     arms = engine.fork(prefix, suffixes, greedy_params(sizes["new"]), return_logits=True)
@@ -186,7 +184,7 @@ def sliding_window(model, sizes) -> list[Row]:
 def needle(model, sizes) -> list[Row]:
     vocab = model.config.vocab_size
     rng = random.Random(0)
-    engine = make_engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
+    engine = make_engine(model)
     prompt = random_ids(sizes["needle"], 5, vocab)
     params = greedy_params(sizes["needle_new"])
     alone = engine.generate([prompt], params, return_logits=True)[0]
@@ -231,13 +229,7 @@ def graph_replay(model, sizes) -> list[Row]:
         return hidden, ids
 
     prefix, suffixes = _fork_inputs(model, sizes)
-    engine = make_engine(
-        model,
-        max_batch_tokens=sizes["kv"],
-        block_size=sizes["block"],
-        static_decode=True,
-        cuda_graphs=True,
-    )
+    engine = make_engine(model)  # the run's: static decode, graphs on CUDA
     graphed_decode.GraphedDecode.run = replay_then_direct
     try:
         engine.fork(prefix, suffixes, greedy_params(sizes["new"]))
@@ -262,13 +254,11 @@ GPU_SIZES = dict(
     new=32,
     window=256,
     kv=200_000,
-    block=64,
     needle=200,
     needle_new=16,
     batches=(2, 16, 64),
     rows=(1, 12, 64, 256),
     arms_per_group=16,
-    kv_floor=400_000,
     steps=10,
     copy_gib=2.0,
     prefill=4096,
@@ -289,12 +279,10 @@ DRY_SIZES = dict(
     new=4,
     window=8,
     kv=8_192,
-    block=16,
     needle=24,
     needle_new=3,
     batches=(2, 5),
     arms_per_group=16,
-    kv_floor=16_384,
     steps=2,
     copy_gib=1 / 64,
     prefill=96,
