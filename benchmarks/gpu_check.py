@@ -1,7 +1,7 @@
 """The project's one GPU check: every section, in turn, inside one time budget, as one table.
 
     python benchmarks/gpu_check.py                 # all sections, 420 s in all
-    python benchmarks/gpu_check.py --only quant    # one section
+    python benchmarks/gpu_check.py --only run      # one section (nudge run itself)
     python benchmarks/gpu_check.py --budget 300
     python benchmarks/gpu_check.py --dry-run       # the whole script on CPU, with stand-ins
 

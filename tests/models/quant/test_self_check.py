@@ -76,6 +76,23 @@ def test_a_kernel_with_a_corrupted_scale_falls_back_to_exact_for_good_and_is_rec
     assert [f.path.endswith("(float32, 1 rows)") for f in fallbacks.taken()] == [False, True]
 
 
+def test_a_wrong_kernel_run_while_deferred_gets_its_verdict_at_the_next_real_call():
+    """The capture warm-up's pad rows give no verdict (`deferred`): the key's first kernel runs
+    unchecked there, and the first call outside it, on real rows, refuses it (`refusals` counts
+    it, so that the engine captures its graphs again without it)."""
+    layer, path = _fp8()
+    (scale,) = path.tensors
+    scale[0, 0] *= 2
+    run = self_checked(path, layer).run
+    x = torch.randn(5, 160, generator=torch.Generator().manual_seed(1))
+    with self_check.deferred():
+        wrong = run(x)
+    assert not torch.equal(wrong, layer.exact_no_bias(x))  # ran, unchecked
+    assert fallbacks.taken() == [] and self_check.refusals() == 0
+    assert torch.equal(run(x), layer.exact_no_bias(x))
+    assert self_check.refusals() == 1 and len(fallbacks.taken()) == 1
+
+
 def test_a_correct_kernel_is_kept_and_checked_once_per_bucket():
     layer, path = _fp8()
     calls = _counting(layer)
