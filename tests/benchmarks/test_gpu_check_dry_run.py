@@ -50,7 +50,8 @@ class Recorder(importlib.abc.MetaPathFinder):
                 frames = inspect.stack(0)
                 built = [f for f in frames if f.function == "run_engine"
                          and f.filename.endswith("engine_build.py")]
-                entry = {"kwargs": kwargs, "callers": [
+                entry = {"kwargs": kwargs, "needle": any(
+                    f.filename.endswith("needle.py") for f in frames), "callers": [
                     os.path.basename(f.filename) + ":" + f.function
                     for f in frames if "benchkit" in f.filename]}
                 if built:
@@ -180,7 +181,8 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
             assert same == compared and int(compared) > 0, (c, r)
         if c.endswith("manifest fallbacks"):
             assert r == "none", (c, r)
-        if c.startswith("arm ≡ solo"):
+        if c.startswith("arm ≡ solo"):  # on nudge run's engine: the fixed-shape decode
+            assert "decode path fixed-shape decode" in r, (c, r)
             agree, total = r.split("argmax agrees at ")[1].split(";")[0].split("/")
             assert int(agree) == int(total), (c, r)
         if c.startswith(("arm ≡ solo, w4a16 fused", "arm ≡ solo, fp8 fused")):
@@ -239,6 +241,9 @@ def test_every_engine_the_gpu_check_builds_is_nudge_runs(dry_run):
     assert len(engines) >= 20, engines
     parts = set()
     for engine in engines:
+        if engine["needle"]:  # nudge run's own batch-invariance probe (engine/invariant/needle.py)
+            assert any(c.startswith("nudge_run.py") for c in engine["callers"]), engine
+            continue
         assert "config" in engine, engine  # built by run_engine
         callers = engine["callers"]
         parts.update(c.split(":")[0] for c in callers)

@@ -6,7 +6,9 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
 128, vocabulary 151,936; nothing is downloaded), in five parts, each stopped at the deadline:
 
 1. **arm ≡ solo**: 8 arms forked from a 1,024-token prefix (prefilled in two chunks), 32 new
-   tokens, with the engine's default CUDA path, against HF's own forward over each arm's full sequence (largest logit
+   tokens, on `nudge run`'s engine (engine_inputs.py `make_engine`: the fixed-shape decode, its
+   graphs captured at start, fused layers; the row says which decode path the arms took, "eager"
+   where it fell back), against HF's own forward over each arm's full sequence (largest logit
    difference relative to the largest logit, and argmax agreement), for the bf16 model and with
    every linear but the LM head swapped for W4A16 and FP8 layers (quant.py's packing), each
    `dense` and `fused`, and for a bf16 model of the same shape whose later half of layers has a
@@ -103,9 +105,14 @@ def _arm_check(model, sizes) -> str:
         floor = max(floor, ((split - ref).abs() / scale).max().item())
         floor_agree += (split.argmax(-1) == ref.argmax(-1)).sum().item()
         total += len(arm.token_ids)
+    graphed = engine.static_dispatch.graphs is not None
+    path = (
+        "fixed-shape decode" + (", graphed" if graphed else "") if engine.static_decode else "eager"
+    )
     return (
         f"largest logit difference {worst:.2e} of the largest logit; argmax agrees at "
-        f"{agree}/{total}; {engine.stats.steps} steps, {engine.stats.decode_tokens} decode tokens; "
+        f"{agree}/{total}; decode path {path}; {engine.stats.steps} steps, "
+        f"{engine.stats.decode_tokens} decode tokens; "
         f"HF against itself in two calls (the rounding floor): {floor:.2e}, {floor_agree}/{total}"
     )
 

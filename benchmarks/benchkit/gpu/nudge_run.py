@@ -10,10 +10,11 @@ blocks). The think-close token's LM-head row is scaled up so that a random model
 thinking and the arms run (a fixture edit, as tests/helpers/tiny_runs.py `close_boost`). Each is
 run by the CLI (`nudgeability.cli.main`, `nudge run --device cuda`) on StrategyQA problems with
 the paper's budgets (4,096 and 2,048 new tokens), and reported: its wall time, the manifest's
-fallbacks, and **arm ≡ solo on its own records**: each whole arm (one that keeps B's reasoning)
-replayed alone on the run's engine (splice/run/engine_build.py `run_engine`), from the prompt, B's
-reasoning up to its cut and the arm's splice, with the run's sampling settings, its tokens
-compared with the record's.
+fallbacks, and **arm ≡ solo on its own records**: up to `SOLO_ARMS` whole arms (ones that keep
+B's reasoning) replayed on the run's engine (splice/run/engine_build.py `run_engine`) each as a
+prompt of its own, not a fork: the prompt, B's reasoning up to its cut and the arm's splice, with
+the run's sampling settings, its tokens compared with the record's. On CUDA, where the engine's
+kernels are not batch-invariant, a replay may part from its arm at a near-tie of the logits.
 
 On `--dry-run` the same on CPU on a tiny Qwen3 (models/testing), budgets 16 and 8.
 """
@@ -106,10 +107,13 @@ def arms_alone(argv: list[str], out: Path) -> str:
     from nudgeability.cli.run_flags import config_from_args
     from nudgeability.splice.run.engine_build import run_engine
     from nudgeability.splice.run.prepare import prepare
+    from nudgeability.splice.run.runner import resumed_chunk_size
     from nudgeability.splice.run.units import UnitContext
 
     argv = values_kept(list(argv))
-    prepared = prepare(config_from_args(build_parser(argv).parse_args(argv)))
+    config = config_from_args(build_parser(argv).parse_args(argv))
+    # the chunk size the run settled (CUDA: from its pool), so that the plan is the run's
+    prepared = prepare(resumed_chunk_size(config, out))
     loaded, config = prepared.loaded, prepared.config
     engine = run_engine(loaded.model, loaded.tokenizer, config)
     ctx = UnitContext(prepared, EngineBackend(engine))
@@ -117,23 +121,26 @@ def arms_alone(argv: list[str], out: Path) -> str:
     bases = {(r["problem_id"], r["seed"]): r for r in records if r["condition"] == "B"}
     whole = {arm.code for arm in ctx.arms_of("B") if arm.edit is None}
     index = {problem.id: i for i, problem in enumerate(prepared.problems)}
-    same, compared = 0, 0
+    inputs, params, wanted = [], [], []
     for record in records:
         base = bases.get((record["problem_id"], record["seed"]))
         if record["condition"] not in whole or base is None or record.get("at") is not None:
             continue
-        if base["boundary"] is None or compared == SOLO_ARMS:
+        if base["boundary"] is None or len(inputs) == SOLO_ARMS:
             continue
         i = index[record["problem_id"]]
-        prompt = list(prepared.prompts[i].for_base("B"))
-        ids = prompt + base["generated_ids"][: base["boundary"]]
-        ids += list(prepared.splices[record["condition"]])
-        params = ctx.params(
-            record["seed"], record["problem_id"], record["condition"], config.max_new_tokens_arm
+        ids = list(prepared.prompts[i].for_base("B")) + base["generated_ids"][: base["boundary"]]
+        inputs.append(ids + list(prepared.splices[record["condition"]]))
+        params.append(
+            ctx.params(
+                record["seed"], record["problem_id"], record["condition"], config.max_new_tokens_arm
+            )
         )
-        (alone,) = engine.generate([ids], params)
-        compared += 1
-        same += list(alone.token_ids) == record["generated_ids"]
+        wanted.append(record["generated_ids"])
+    # each arm a prompt of its own (no fork), all in one call: the replays take one decode's time
+    alone = engine.generate(inputs, params) if inputs else []
+    same = sum(list(a.token_ids) == w for a, w in zip(alone, wanted))
+    compared = len(inputs)
     engine.runner.disengage()
     if not compared:
         return "no whole arm to replay (no B closed its thinking)"
