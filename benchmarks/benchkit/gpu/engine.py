@@ -45,7 +45,7 @@ import torch
 from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3
 
 from . import quant as gpu_quant
-from .engine_inputs import Row, greedy_params, make_engine, random_ids
+from .engine_inputs import Row, free_memory, greedy_params, make_engine, random_ids
 from .engine_speed import campaign, decode_floor, prefill
 from .trunk import trunk_forks
 
@@ -90,6 +90,14 @@ def _arm_check(model, sizes) -> str:
         prefill_tokens=sizes["prefix"] // 2,
     )
     arms = engine.fork(prefix, suffixes, greedy_params(sizes["new"]), return_logits=True)
+    graphed = engine.static_dispatch.graphs is not None
+    path = (
+        "fixed-shape decode" + (", graphed" if graphed else "") if engine.static_decode else "eager"
+    )
+    steps, decoded = engine.stats.steps, engine.stats.decode_tokens
+    engine.runner.disengage()
+    del engine
+    free_memory(model.device)  # HF's reference forwards need the memory the pool took
     worst, agree, total = 0.0, 0, 0
     floor, floor_agree = 0.0, 0
     for suffix, arm in zip(suffixes, arms):
@@ -105,14 +113,9 @@ def _arm_check(model, sizes) -> str:
         floor = max(floor, ((split - ref).abs() / scale).max().item())
         floor_agree += (split.argmax(-1) == ref.argmax(-1)).sum().item()
         total += len(arm.token_ids)
-    graphed = engine.static_dispatch.graphs is not None
-    path = (
-        "fixed-shape decode" + (", graphed" if graphed else "") if engine.static_decode else "eager"
-    )
     return (
         f"largest logit difference {worst:.2e} of the largest logit; argmax agrees at "
-        f"{agree}/{total}; decode path {path}; {engine.stats.steps} steps, "
-        f"{engine.stats.decode_tokens} decode tokens; "
+        f"{agree}/{total}; decode path {path}; {steps} steps, {decoded} decode tokens; "
         f"HF against itself in two calls (the rounding floor): {floor:.2e}, {floor_agree}/{total}"
     )
 

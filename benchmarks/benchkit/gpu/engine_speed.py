@@ -12,7 +12,7 @@ import torch
 
 from nudgeability.engine.decode_floor import copy_bandwidth, step_floor_s
 
-from .engine_inputs import Row, greedy_params, make_engine, random_ids, sync
+from .engine_inputs import Row, free_memory, greedy_params, make_engine, random_ids, sync
 
 
 def _floor_cell(model, sizes, rows: int, graphs: bool, bandwidth: float) -> str:
@@ -275,6 +275,7 @@ def campaign(model, sizes) -> list[Row]:
     modes = [("static decode + graphs", {}), ("eager", dict(static_decode=False))]
     ours = {name: _engine_campaign(model, sizes, prompts, arms, **o) for name, o in modes}
     first = ours[modes[0][0]]
+    free_memory(model.device)  # HF's own KV pages need the memory the engines' pools took
     h_bases, hf_base_tokens = _hf_generate_batch(model, sizes, prompts, sizes["base_new"])
     cut = sizes["cut"]
     arm_inputs = [p + b[:cut] + s for p, b in zip(prompts, first[2]) for s in arms]
