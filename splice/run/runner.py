@@ -138,8 +138,9 @@ def settle_chunk_size(
     Only a CUDA run given no chunk size has none yet (prepare.py). Resuming the run in `out`, it
     takes the chunk size that run recorded, so a resume cuts the units as the run it continues
     did, whatever this machine's memory; at a fresh start, the rows the engine's pool holds
-    (engine_build.py `pool_rows_of`, the engine's row cap too), which the manifest then records. A chunk size asked
-    for is left as it is: one that differs from the recorded one is the resume's config error."""
+    (engine_build.py `pool_rows_of`, the engine's row cap too), which the manifest then records.
+    A chunk size asked for is left as it is: one that differs from the recorded one is the
+    resume's config error."""
     if prepared.config.chunk_size is not None:
         return prepared, None
     recorded = _recorded_chunk_size(out)
