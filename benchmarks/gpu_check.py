@@ -1,13 +1,13 @@
 """The project's one GPU check: every section, in turn, inside one time budget, as one table.
 
     python benchmarks/gpu_check.py                 # all sections, 420 s in all
-    python benchmarks/gpu_check.py --only quant    # one section
+    python benchmarks/gpu_check.py --only run      # one section (nudge run itself)
     python benchmarks/gpu_check.py --budget 300
     python benchmarks/gpu_check.py --dry-run       # the whole script on CPU, with stand-ins
 
 The runner and its sections are benchkit.gpu (check.py says how the budget is shared and
-where the table goes; quant.py, engine.py and fused.py are the sections); this script only makes
-the package importable and calls it.
+where the table goes; nudge_run.py, quant.py, engine.py, plan.py and fused.py are the sections);
+this script only makes the package importable and calls it.
 
 `--dry-run` runs every section on CPU with stand-ins: tiny random models (models/testing) of
 small shapes, a few rows and tokens, so that the suite can run the whole script

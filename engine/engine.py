@@ -71,8 +71,8 @@ class Engine:
     checked once against the eager cascade (`attention/static_dispatch.py`). By default every
     step runs the eager cascade (`attention/shared_prefix_attention.py`; on CPU through
     engine/invariant/cpu/attention.py). `fused_layers` (CUDA, where Triton imports) runs a
-    layer's norms, rotary and activation as Triton kernels (`fused/`), its first forward checked
-    once against the library's.
+    layer's norms, rotary and activation as Triton kernels (`fused/`), checked against the
+    library's on the first real step (`fused/first_step.py`).
     """
 
     def __init__(

@@ -19,12 +19,14 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from nudgeability.engine.attention import shared_prefix_attention
-from nudgeability.engine.attention.graphed_decode import agrees
 from nudgeability.engine.errors import UnsupportedModelError
+from nudgeability.engine.fused import first_step
 from nudgeability.engine.fused import layers as fused_layers
 from nudgeability.engine.invariant.cpu.weights import TILE_ROWS, forget_reordered
 from nudgeability.engine.invariant.linears import adopt, invariant_forward
 from nudgeability.engine.kv.kv_cache import PoolCache
+from nudgeability.models.quant import self_check
+from nudgeability.util import fallbacks
 from nudgeability.util.heap import hold_freed_heap, release_freed_heap
 
 MIN_ROWS = 16
@@ -59,6 +61,7 @@ class ModelRunner:
         # (engine/fused/); never on CPU, whose records are the invariant construction's
         self.fused = fused and device_type == "cuda" and fused_layers.adopt(model)
         self._fused_checked = False
+        self._warming = 0  # open `warming` contexts: forwards of pad rows, checked by nothing
         self.min_rows = MIN_ROWS if batch_invariant else 1
         self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()
@@ -114,6 +117,18 @@ class ModelRunner:
             self.model.set_attn_implementation(self._previous)
 
     @contextmanager
+    def warming(self):
+        """Forwards of pad tokens at position 0 for the duration (the fixed-shape decode's capture
+        warm-up): the fused layers' check and the quantised kernels' verdicts wait for a real
+        step (engine/fused/first_step.py, models/quant/self_check.py)."""
+        self._warming += 1
+        try:
+            with self_check.deferred():
+                yield
+        finally:
+            self._warming -= 1
+
+    @contextmanager
     def own_attention(self):
         """The model's own attention for the duration (e.g. an HF forward between engine steps)."""
         engaged = self.model.config._attn_implementation == shared_prefix_attention.NAME
@@ -128,7 +143,7 @@ class ModelRunner:
         self, cache: PoolCache, input_ids: torch.Tensor, position_ids: torch.Tensor
     ) -> torch.Tensor:
         """Hidden states [B, L, hidden] of `input_ids` at `position_ids`, reading and writing `cache`."""
-        if self.fused and not self._fused_checked and self._may_check():
+        if self.fused and not self._fused_checked and not self._warming and self._may_check():
             return self._checked_fused_forward(cache, input_ids, position_ids)
         with self._products():
             out = self.decoder(
@@ -152,17 +167,20 @@ class ModelRunner:
         return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
     def _checked_fused_forward(self, cache, input_ids, position_ids) -> torch.Tensor:
-        """The first forward with the fused layer kernels, checked once against the library's
-        own forward of the same tokens (engine/attention/graphed_decode.py `agrees`: the dtype's
-        bound, a loud recorded fallback). The library's runs second, so the KV the cache keeps is
-        its; on a disagreement the runner computes without the fused kernels from then on."""
+        """A real forward with the fused layer kernels, checked against the library's own forward
+        of the same tokens (engine/fused/first_step.py: hidden states, greedy ids and margins),
+        until one such step was conclusive (real tokens past position 0). The library's runs
+        second, so the KV the cache keeps is its; on a disagreement the runner computes without
+        the fused kernels from then on, recorded (util.fallbacks)."""
         args = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": True}
         with fused_layers.fused_forward():
             fused = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
         reference = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
-        self._fused_checked = True
-        if not agrees("fused layer kernels (engine/fused/)", fused, reference, LIBRARY_LAYERS):
+        why = first_step.disagreement(fused, reference, self.logits)
+        if why is not None:
+            fallbacks.record("fused layer kernels (engine/fused/)", LIBRARY_LAYERS, why)
             self.fused = False
+        self._fused_checked = why is not None or first_step.conclusive(input_ids, position_ids)
         return reference
 
     def _products(self):

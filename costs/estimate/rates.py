@@ -1,8 +1,9 @@
 """What this device does with this model, measured: the prefill rate and the decode step's time
 at a few row counts, on the engine a run would build.
 
-`measure` runs the run's own engine (splice/run/runner.py `unit_context`: the same dtype, static
-decode, pool and row cap) on the run's first prompt: one fork of as many arms as the largest row
+`measure` runs the run's own engine (splice/run/runner.py `unit_context`, which builds it with
+splice/run/engine_build.py `run_engine`: the same dtype, static decode, pool and row cap) on the
+run's first prompt: one fork of as many arms as the largest row
 count, the prompt prefilled once (the prefill rate, from those steps), the arms' budgets
 staggered so that they end in turn and the decode steps run a segment at each row count, largest
 first (`staggered_budgets`); each step's wall time (engine/engine_stats.py `StepRecord.seconds`)

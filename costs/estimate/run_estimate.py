@@ -79,15 +79,6 @@ def process_seconds() -> float:
         return 0.0
 
 
-def pool_rows_of(engine, config: RunConfig) -> int:
-    """The rows a CUDA run's engine decodes together, and its chunk size when none is asked for
-    (splice/run/device_batching.py `pool_rows`, as the runner settles it)."""
-    from nudgeability.splice.run.device_batching import pool_rows
-
-    slots = engine.pool.num_blocks * engine.block_size
-    return pool_rows(slots, config.max_new_tokens, config.max_new_tokens_arm)
-
-
 def timeline_of(
     work: Workload, lengths: Lengths, rates: Rates, schedule: str, max_rows, reuse_stems: bool
 ) -> Timeline:
@@ -126,6 +117,7 @@ def measure_run(
     `time.monotonic()` the start is counted from (default: the process's start)."""
     import torch
 
+    from nudgeability.splice.run.engine_build import pool_rows_of
     from nudgeability.splice.run.prepare import prepare, with_chunk_size
     from nudgeability.splice.run.runner import unit_context
     from nudgeability.splice.run.schedule import choose_schedule

@@ -19,15 +19,21 @@ terms the kernel forms (|W| unless `Kernel.magnitude` says more: tinygemm's bf16
 the floor `Kernel.input_floor` * max_k |x| * sum_k |W| for e4m3's subnormal spacing. A wrong
 layout or scale (a transposed block scale) is off by the scale ratio, far outside it.
 
-Inside a CUDA-graph capture or a torch.compile trace nothing can be compared: an unchecked key
-runs its first kernel there unchecked, and is checked at its next eager call (the engine warms
-every bucket up eagerly before it captures).
+Inside a CUDA-graph capture or a torch.compile trace nothing can be compared, and inside
+`deferred()` nothing is (a kernel that raises there is still refused): the engine's capture
+warm-up runs pad tokens at position 0, every row the same, which would give each row class its
+verdict from rows that cannot show a wrong kernel.
+An unchecked key runs its first kernel there unchecked and is checked at its next eager call on
+real rows: the engine runs each bucket's first real step once uncaptured before it replays the
+bucket's graph, and captures the bucket again where that step refused a kernel (`refusals`,
+engine/attention/static_dispatch.py).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +58,24 @@ class Kernel:
 
 _lock = threading.Lock()
 _verdicts: dict[tuple, bool] = {}
+_deferring = 0  # open `deferred` contexts
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """No verdict is given for the duration (module docstring); re-entrant."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+
+
+def refusals() -> int:
+    """How many keys were refused so far: a step that raised it ran a kernel it now drops."""
+    with _lock:
+        return sum(not verdict for verdict in _verdicts.values())
 
 
 def reset() -> None:
@@ -102,7 +126,11 @@ class SelfCheckedRun:
             if verdict is False:
                 continue
             if verdict is None and not _untraceable() and x.shape[0] > 0:
-                why, y = self._check(kernel, x)
+                # deferred: a kernel that raises is refused now, its numbers wait for real rows
+                why, y = self._check(kernel, x, compare=not _deferring)
+                if why is None and _deferring:
+                    self.ran.setdefault(kernel.name, set()).add(bucket)
+                    return y
                 with _lock:
                     _verdicts[key] = why is None
                 if why is not None:
@@ -117,12 +145,14 @@ class SelfCheckedRun:
         self.ran.setdefault("exact", set()).add(bucket)
         return self.exact(x)
 
-    def _check(self, kernel: Kernel, x: torch.Tensor) -> tuple[str | None, torch.Tensor | None]:
+    def _check(
+        self, kernel: Kernel, x: torch.Tensor, compare: bool = True
+    ) -> tuple[str | None, torch.Tensor | None]:
         try:
             y = kernel.run(x)
         except Exception as error:  # recorded with its message, never swallowed silently
             return f"raised {type(error).__name__}: {error}", None
-        return disagreement(kernel, x, y, self.weight()), y
+        return (disagreement(kernel, x, y, self.weight()) if compare else None), y
 
 
 def disagreement(kernel: Kernel, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor):

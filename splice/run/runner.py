@@ -29,11 +29,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nudgeability.backends.base import EngineBackend
-from nudgeability.engine import Engine
-from nudgeability.engine import engine as engine_module
 from nudgeability.splice.experiment.conditions import CONSISTENCY
 from nudgeability.splice.run.config import RunConfig
-from nudgeability.splice.run.device_batching import pool_rows
+from nudgeability.splice.run.engine_build import pool_rows_of, run_engine
 from nudgeability.splice.run.parts import reusable, store_unit
 from nudgeability.splice.run.prepare import Prepared, with_chunk_size
 from nudgeability.splice.run.progress import PhaseBar, RunEta
@@ -140,15 +138,16 @@ def settle_chunk_size(
     Only a CUDA run given no chunk size has none yet (prepare.py). Resuming the run in `out`, it
     takes the chunk size that run recorded, so a resume cuts the units as the run it continues
     did, whatever this machine's memory; at a fresh start, the rows the engine's pool holds
-    (`_pool_rows`, the engine's row cap too), which the manifest then records. A chunk size asked
-    for is left as it is: one that differs from the recorded one is the resume's config error."""
+    (engine_build.py `pool_rows_of`, the engine's row cap too), which the manifest then records.
+    A chunk size asked for is left as it is: one that differs from the recorded one is the
+    resume's config error."""
     if prepared.config.chunk_size is not None:
         return prepared, None
     recorded = _recorded_chunk_size(out)
     if recorded is not None:
         return with_chunk_size(prepared, recorded), None
     ctx = unit_context(prepared, progress=progress)
-    settled = with_chunk_size(prepared, _pool_rows(ctx.backend.engine, prepared.config))
+    settled = with_chunk_size(prepared, pool_rows_of(ctx.backend.engine, prepared.config))
     return settled, UnitContext(settled, ctx.backend)
 
 
@@ -175,33 +174,13 @@ def _recorded_chunk_size(out: str | os.PathLike) -> int | None:
     return chunk if type(chunk) is int and chunk >= 1 else None
 
 
-def engine_options(config: RunConfig) -> dict:
-    """The keyword arguments of the run's `Engine` that come from its config."""
-    return {
-        "max_batch_tokens": config.max_batch_tokens,
-        "gpu_memory_utilization": config.gpu_memory_utilization,
-        "static_decode": bool(config.static_decode),  # None, unresolved: the engine's own
-    }
-
-
-def _pool_rows(engine: Engine, config: RunConfig) -> int:
-    """The rows the engine's KV pool holds for this run's budgets (device_batching.py)."""
-    slots = engine.pool.num_blocks * engine.block_size
-    return pool_rows(slots, config.max_new_tokens, config.max_new_tokens_arm)
-
-
 def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
     """What every unit of the run needs: the prepared server backend, or an engine on the prepared
     model (also used by `nudge verify` to replay units exactly as the run computed them)."""
     backend = prepared.backend
     if backend is None:
-        engine = Engine(
-            prepared.loaded.model, prepared.loaded.tokenizer, **engine_options(prepared.config)
-        )
-        if engine_module.sizes_pool_from_memory(engine.runner.device):  # CUDA: device_batching.py
-            engine.limit_rows(_pool_rows(engine, prepared.config))
-        engine.capture()  # the CUDA graphs of the buckets up to that cap, now: start-up's cost
-        backend = EngineBackend(engine)
+        loaded = prepared.loaded
+        backend = EngineBackend(run_engine(loaded.model, loaded.tokenizer, prepared.config))
     backend.progress = progress  # an inner bar per backend call
     return UnitContext(prepared, backend)
 

@@ -4,6 +4,7 @@ section must run (not "skipped", not "failed"), and the deadline is one clock's.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,6 +31,44 @@ class Missing:
         return None
 sys.meta_path.insert(0, Missing())
 """
+# Also in the child: every `Engine(...)` is logged (its keyword arguments, the benchkit frames
+# that asked for it, and, where splice/run/engine_build.py `run_engine` built it, that call's
+# config and derived options) to $ENGINE_LOG, one JSON line each.
+RECORDER = """
+import importlib.abc, importlib.machinery, inspect, json, os
+ENGINE_LOG = os.environ["ENGINE_LOG"]
+class Recorder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "nudgeability.engine.engine":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        run_module = spec.loader.exec_module
+        def exec_module(module):
+            run_module(module)
+            init = module.Engine.__init__
+            def recorded(self, model, tokenizer=None, **kwargs):
+                frames = inspect.stack(0)
+                built = [f for f in frames if f.function == "run_engine"
+                         and f.filename.endswith("engine_build.py")]
+                entry = {"kwargs": kwargs, "needle": any(
+                    f.filename.endswith("needle.py") for f in frames), "callers": [
+                    os.path.basename(f.filename) + ":" + f.function
+                    for f in frames if "benchkit" in f.filename]}
+                if built:
+                    config = built[0].frame.f_locals["config"]
+                    entry["config"] = {"device": config.device, "dtype": config.dtype,
+                        "max_batch_tokens": config.max_batch_tokens,
+                        "gpu_memory_utilization": config.gpu_memory_utilization,
+                        "static_decode": config.static_decode}
+                    entry["derived"] = built[0].frame.f_locals["derived"]
+                with open(ENGINE_LOG, "a") as log:
+                    log.write(json.dumps(entry, default=str) + "\\n")
+                init(self, model, tokenizer, **kwargs)
+            module.Engine.__init__ = recorded
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, Recorder())
+"""
 
 
 def test_the_engine_sections_deadline_is_a_monotonic_time(monkeypatch):
@@ -51,18 +90,21 @@ def test_the_engine_sections_deadline_is_a_monotonic_time(monkeypatch):
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     site = tmp_path_factory.mktemp("site")
-    (site / "sitecustomize.py").write_text(BLOCKER)
+    (site / "sitecustomize.py").write_text(BLOCKER + RECORDER)
     out = tmp_path_factory.mktemp("out")
-    env = dict(os.environ, PYTHONPATH=str(site), OUT=str(out))
+    log = out / "engines.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(site), OUT=str(out), ENGINE_LOG=str(log))
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--dry-run"],
+        # a budget no loaded machine runs out of: the test checks what runs, not how fast
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--dry-run", "--budget", "1e5"],
         cwd=tmp_path_factory.mktemp("cwd"),  # not the repository: nothing found beside it
         env=env,
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    return done.stdout, (out / "gpu_check.md").read_text()
+    engines = [json.loads(line) for line in log.read_text().splitlines()]
+    return done.stdout, (out / "gpu_check.md").read_text(), engines
 
 
 def _rows(text: str) -> list[tuple[str, str, str]]:
@@ -72,7 +114,7 @@ def _rows(text: str) -> list[tuple[str, str, str]]:
 
 @pytest.mark.slow
 def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
-    stdout, saved = dry_run
+    stdout, saved, _ = dry_run
     assert _rows(saved) == _rows(stdout)  # $OUT/gpu_check.md holds the same table
     assert "nudgeability: bootstrapped from" in stdout
     rows = _rows(stdout)
@@ -96,6 +138,9 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
             continue
         assert not r.startswith(("skipped", "failed")), (s, c, r)
     wanted = [
+        "run: nudge run, bf16 checkpoint",
+        "run: nudge run, fp8 checkpoint",
+        "engines: ",
         "quant: fp8 [256, 128] fused against exact, 64 rows",
         "quant: w4a16 [128, 256] fused against exact, 1 rows",
         "quant: decode step, fp8, 12 rows",
@@ -132,7 +177,13 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         assert any(c.startswith(want) for c in checks), (want, checks)
     # the fused paths ran (not the exact fallback), and the arms agree with HF's forward
     for _, c, r in rows:
-        if c.startswith("arm ≡ solo"):
+        if c.endswith("arm ≡ solo on its records"):  # nudge run's arms, each replayed alone
+            same, compared = r.split(" whole arms")[0].split("/")
+            assert same == compared and int(compared) > 0, (c, r)
+        if c.endswith("manifest fallbacks"):
+            assert r == "none", (c, r)
+        if c.startswith("arm ≡ solo"):  # on nudge run's engine: the fixed-shape decode
+            assert "decode path fixed-shape decode" in r, (c, r)
             agree, total = r.split("argmax agrees at ")[1].split(";")[0].split("/")
             assert int(agree) == int(total), (c, r)
         if c.startswith(("arm ≡ solo, w4a16 fused", "arm ≡ solo, fp8 fused")):
@@ -165,3 +216,50 @@ def test_a_sections_parts_are_saved_as_they_finish(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         check.run(["fake"], 60.0, dry_run=True)
     assert "| fake | first part | done |" in seen[0]
+
+
+# the options a part may take other than the run's, for what it measures (engine_inputs.py)
+DERIVABLE = {"max_rows", "prefill_tokens", "static_decode"}
+
+
+@pytest.mark.slow
+def test_every_engine_the_gpu_check_builds_is_nudge_runs(dry_run):
+    """Each `Engine` the dry run made came from splice/run/engine_build.py `run_engine`: the GPU
+    check's parts with the options `nudge run --device cuda` resolves (validation.py
+    `device_defaults` for CUDA: the fixed-shape decode on, no KV budget, the pool from memory),
+    plus only the derived options each names; the run section's with its own run's (on CPU)."""
+    from dataclasses import replace
+
+    from nudgeability.splice.run.config import RunConfig
+    from nudgeability.splice.run.engine_build import engine_options
+    from nudgeability.splice.run.validation import device_defaults
+
+    *_, engines = dry_run
+    cuda = RunConfig(device="cuda", dtype="bfloat16")
+    cuda = replace(cuda, static_decode=device_defaults(cuda, "cuda").static_decode)
+    runs = engine_options(cuda)
+    assert runs == {"max_batch_tokens": None, "gpu_memory_utilization": None, "static_decode": True}
+    assert len(engines) >= 20, engines
+    parts = set()
+    for engine in engines:
+        if engine["needle"]:  # nudge run's own batch-invariance probe (engine/invariant/needle.py)
+            assert any(c.startswith("nudge_run.py") for c in engine["callers"]), engine
+            continue
+        assert "config" in engine, engine  # built by run_engine
+        callers = engine["callers"]
+        parts.update(c.split(":")[0] for c in callers)
+        if engine["config"]["device"] == "cpu":  # `nudge run` and `nudge plan` themselves
+            assert any(c.startswith(("nudge_run.py", "plan.py:plan")) for c in callers), engine
+            assert engine["derived"] == {}, engine
+            assert engine["kwargs"] == {
+                "max_batch_tokens": None,
+                "gpu_memory_utilization": None,
+                "static_decode": False,  # as `nudge run --device cpu` resolves it
+            }
+            continue
+        assert {k: engine["config"][k] for k in runs} == runs, engine
+        derived = engine["derived"]
+        assert set(derived) <= DERIVABLE and derived.get("static_decode") in (None, False), engine
+        assert engine["kwargs"] == {**runs, **derived}, engine
+    wanted = {"engine.py", "engine_speed.py", "trunk.py", "plan.py", "nudge_run.py"}
+    assert wanted <= parts, parts

@@ -18,11 +18,10 @@ def test_a_decode_cell_whose_prefills_take_many_steps_times_every_row(monkeypatc
     groups decode for several steps before the last is prefilled. Every row must still be running
     when the timed steps start (at the H200 run the first rows had finished: KeyError)."""
     made = []
+    make_engine = engine_speed.make_engine
 
-    def engine_with_small_prefill_steps(model, **kwargs):
-        from nudgeability.engine import Engine
-
-        made.append(Engine(model, prefill_tokens=48, **kwargs))
+    def engine_with_small_prefill_steps(model, why="", **derived):
+        made.append(make_engine(model, why + "; small prefill steps", prefill_tokens=48, **derived))
         return made[-1]
 
     monkeypatch.setattr(engine_speed, "make_engine", engine_with_small_prefill_steps)

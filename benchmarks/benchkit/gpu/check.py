@@ -2,13 +2,15 @@
 
 The runner, which benchmarks/gpu_check.py calls once it has made the package importable.
 
-Each section is a module of this folder (quant.py, engine.py, fused.py) and exposes
+Each section is a module of this folder (nudge_run.py first: `nudge run` itself; quant.py,
+engine.py, plan.py, fused.py) and exposes
 `section(deadline, dry_run=False, progress=None) -> list[Row]`, the rows it measured (`progress`,
 if a section calls it, gets its rows so far after each part); `deadline` is a
 `time.monotonic()` value (the one clock of every section), after which a section stops and says,
 in a row, what it skipped. The budget is split evenly among the sections still to run, so that a
 slow first section cannot starve the next. The last rows list every fallback the run took
-(`nudgeability.util.fallbacks.taken()`). The table goes to RESULTS.md's "GPU check" section and,
+(`nudgeability.util.fallbacks.taken()`), and before them every engine option a part took other
+than the run's (engine_inputs.py `make_engine`: each engine is `nudge run`'s). The table goes to RESULTS.md's "GPU check" section and,
 when the environment names an output folder (`$OUT`, as on a lent device machine), to
 `$OUT/gpu_check.md` after each section, so that the figures come back even if the run is cut short.
 `--dry-run` runs every section on CPU with stand-ins (tiny random models of models/testing).
@@ -28,6 +30,7 @@ from pathlib import Path
 
 # name -> module; each section's module owns its own measurements.
 SECTIONS = {
+    "run": "benchkit.gpu.nudge_run",
     "quant": "benchkit.gpu.quant",
     "engine": "benchkit.gpu.engine",
     "plan": "benchkit.gpu.plan",
@@ -59,6 +62,15 @@ def table(rows: list[tuple[str, str, str]]) -> str:
     lines = ["| section | check | result |", "|---|---|---|"]
     lines += [f"| {_cell(s)} | {_cell(c)} | {_cell(r)} |" for s, c, r in rows]
     return "\n".join(lines)
+
+
+def derived_rows() -> list[tuple[str, str, str]]:
+    """The engine options the parts took other than `nudge run`'s, each with its reason."""
+    from .engine_inputs import DERIVED
+
+    if not DERIVED:
+        return [("engines", "options other than nudge run's", "none")]
+    return [("engines", f"derived: {options}", why) for options, why in DERIVED]
 
 
 def fallback_rows() -> list[tuple[str, str, str]]:
@@ -93,7 +105,7 @@ def run(names: list[str], budget_s: float, *, dry_run: bool = False, how: str = 
         rows += [(name, check, result) for check, result in got]
         rows.append((name, "section time", f"{time.monotonic() - began:.0f} s"))
         _save_partial("\n".join(head) + "\n" + table(rows))
-    rows += fallback_rows()
+    rows += derived_rows() + fallback_rows()
     text = "\n".join(head) + "\n" + table(rows)
     _save_partial(text)
     return text

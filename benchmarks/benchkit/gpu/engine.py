@@ -6,7 +6,9 @@ A random-init Qwen3-8B-shaped model in bf16 (36 layers, hidden 4096, 32 query / 
 128, vocabulary 151,936; nothing is downloaded), in five parts, each stopped at the deadline:
 
 1. **arm ≡ solo**: 8 arms forked from a 1,024-token prefix (prefilled in two chunks), 32 new
-   tokens, with the engine's default CUDA path, against HF's own forward over each arm's full sequence (largest logit
+   tokens, on `nudge run`'s engine (engine_inputs.py `make_engine`: the fixed-shape decode, its
+   graphs captured at start, fused layers; the row says which decode path the arms took, "eager"
+   where it fell back), against HF's own forward over each arm's full sequence (largest logit
    difference relative to the largest logit, and argmax agreement), for the bf16 model and with
    every linear but the LM head swapped for W4A16 and FP8 layers (quant.py's packing), each
    `dense` and `fused`, and for a bf16 model of the same shape whose later half of layers has a
@@ -43,7 +45,7 @@ import torch
 from nudgeability.models.testing.tiny import QUANT_PACKABLE_QWEN3
 
 from . import quant as gpu_quant
-from .engine_inputs import Row, greedy_params, make_engine, random_ids
+from .engine_inputs import Row, free_memory, greedy_params, make_engine, random_ids
 from .engine_speed import campaign, decode_floor, prefill
 from .trunk import trunk_forks
 
@@ -81,15 +83,21 @@ def _fork_inputs(model, sizes) -> tuple[list[int], list[list[int]]]:
 
 def _arm_check(model, sizes) -> str:
     prefix, suffixes = _fork_inputs(model, sizes)
-    # the prefix in two prefill chunks: the second's queries sit after keys they see (on CUDA one
-    # flash call whose causal diagonal must sit at the bottom right, lse_kernels.causal_cuda)
     engine = make_engine(
         model,
-        max_batch_tokens=sizes["kv"],
-        block_size=sizes["block"],
+        "arm ≡ solo: the prefix in two prefill chunks, the second's queries after keys they see "
+        "(on CUDA one flash call whose causal diagonal sits at the bottom right)",
         prefill_tokens=sizes["prefix"] // 2,
     )
     arms = engine.fork(prefix, suffixes, greedy_params(sizes["new"]), return_logits=True)
+    graphed = engine.static_dispatch.graphs is not None
+    path = (
+        "fixed-shape decode" + (", graphed" if graphed else "") if engine.static_decode else "eager"
+    )
+    steps, decoded = engine.stats.steps, engine.stats.decode_tokens
+    engine.runner.disengage()
+    del engine
+    free_memory(model.device)  # HF's reference forwards need the memory the pool took
     worst, agree, total = 0.0, 0, 0
     floor, floor_agree = 0.0, 0
     for suffix, arm in zip(suffixes, arms):
@@ -107,7 +115,7 @@ def _arm_check(model, sizes) -> str:
         total += len(arm.token_ids)
     return (
         f"largest logit difference {worst:.2e} of the largest logit; argmax agrees at "
-        f"{agree}/{total}; {engine.stats.steps} steps, {engine.stats.decode_tokens} decode tokens; "
+        f"{agree}/{total}; decode path {path}; {steps} steps, {decoded} decode tokens; "
         f"HF against itself in two calls (the rounding floor): {floor:.2e}, {floor_agree}/{total}"
     )
 
@@ -186,7 +194,7 @@ def sliding_window(model, sizes) -> list[Row]:
 def needle(model, sizes) -> list[Row]:
     vocab = model.config.vocab_size
     rng = random.Random(0)
-    engine = make_engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
+    engine = make_engine(model)
     prompt = random_ids(sizes["needle"], 5, vocab)
     params = greedy_params(sizes["needle_new"])
     alone = engine.generate([prompt], params, return_logits=True)[0]
@@ -231,13 +239,7 @@ def graph_replay(model, sizes) -> list[Row]:
         return hidden, ids
 
     prefix, suffixes = _fork_inputs(model, sizes)
-    engine = make_engine(
-        model,
-        max_batch_tokens=sizes["kv"],
-        block_size=sizes["block"],
-        static_decode=True,
-        cuda_graphs=True,
-    )
+    engine = make_engine(model)  # the run's: static decode, graphs on CUDA
     graphed_decode.GraphedDecode.run = replay_then_direct
     try:
         engine.fork(prefix, suffixes, greedy_params(sizes["new"]))
@@ -262,13 +264,11 @@ GPU_SIZES = dict(
     new=32,
     window=256,
     kv=200_000,
-    block=64,
     needle=200,
     needle_new=16,
     batches=(2, 16, 64),
     rows=(1, 12, 64, 256),
     arms_per_group=16,
-    kv_floor=400_000,
     steps=10,
     copy_gib=2.0,
     prefill=4096,
@@ -289,12 +289,10 @@ DRY_SIZES = dict(
     new=4,
     window=8,
     kv=8_192,
-    block=16,
     needle=24,
     needle_new=3,
     batches=(2, 5),
     arms_per_group=16,
-    kv_floor=16_384,
     steps=2,
     copy_gib=1 / 64,
     prefill=96,

@@ -12,21 +12,18 @@ import torch
 
 from nudgeability.costs.floor import copy_bandwidth, step_floor_s
 
-from .engine_inputs import Row, greedy_params, make_engine, random_ids, sync
+from .engine_inputs import Row, free_memory, greedy_params, make_engine, random_ids, sync
 
 
 def _floor_cell(model, sizes, rows: int, graphs: bool, bandwidth: float) -> str:
-    device = model.device
     per_group = min(rows, sizes["arms_per_group"])
     groups = rows // per_group
-    engine = make_engine(
-        model,
-        max_batch_tokens=sizes["kv_floor"],
-        max_rows=rows,  # every row decodes in each timed step
-        block_size=sizes["block"],
-        static_decode=graphs,
-        cuda_graphs=graphs and device.type == "cuda",
-    )
+    derived = dict(max_rows=rows)
+    why = "decode floor: every timed row decodes in each step"
+    if not graphs:
+        derived["static_decode"] = False
+        why += "; the eager twin of the run's graphed decode"
+    engine = make_engine(model, why, **derived)
     try:
         return _timed_steps(engine, model, sizes, rows, groups, per_group, bandwidth)
     finally:  # a failed step must not leave the model on the engine's attention
@@ -95,7 +92,7 @@ def prefill(model, sizes) -> list[Row]:
     call at that length and again warm (tokens/s): a first call can pay for plans and workspaces
     made per shape (cuDNN's attention built one per key length: 7.5 s, first H200 run)."""
     ids = random_ids(sizes["prefill"], 77, model.config.vocab_size)
-    engine = make_engine(model, max_batch_tokens=sizes["kv"], block_size=sizes["block"])
+    engine = make_engine(model)
     engine.generate([ids[:64]], greedy_params(1))  # the engine's own start-up, at another length
 
     def ours() -> float:
@@ -162,13 +159,10 @@ def _engine_campaign(model, sizes, prompts, arms, **options):
     bases, seconds for the arms, the bases' tokens, the arms' tokens in request order)."""
     from nudgeability.engine import ForkRequest
 
-    engine = make_engine(
-        model,
-        max_batch_tokens=sizes["kv"],
-        max_rows=sizes["max_rows"],
-        block_size=sizes["block"],
-        **options,
-    )
+    why = "campaign: the row cap HF generate_batch is given"
+    if options:
+        why += "; the eager twin of the run's graphed decode"
+    engine = make_engine(model, why, max_rows=sizes["max_rows"], **options)
     try:
         t0 = time.perf_counter()
         bases = engine.generate(prompts, greedy_params(sizes["base_new"]))
@@ -277,11 +271,11 @@ def campaign(model, sizes) -> list[Row]:
     vocab = model.config.vocab_size
     prompts = [random_ids(sizes["prompt"], 7000 + i, vocab) for i in range(sizes["bases"])]
     arms = [random_ids(6 + a, 9000 + a, vocab) for a in range(sizes["arms"])]
-    modes = [("eager", {})]
-    if model.device.type == "cuda":
-        modes.insert(0, ("static decode + graphs", dict(static_decode=True, cuda_graphs=True)))
+    # the run's engine (static decode, graphs on CUDA), then its eager twin
+    modes = [("static decode + graphs", {}), ("eager", dict(static_decode=False))]
     ours = {name: _engine_campaign(model, sizes, prompts, arms, **o) for name, o in modes}
     first = ours[modes[0][0]]
+    free_memory(model.device)  # HF's own KV pages need the memory the engines' pools took
     h_bases, hf_base_tokens = _hf_generate_batch(model, sizes, prompts, sizes["base_new"])
     cut = sizes["cut"]
     arm_inputs = [p + b[:cut] + s for p, b in zip(prompts, first[2]) for s in arms]

@@ -1,10 +1,12 @@
 """The GPU check's `plan` section: the default CUDA path's decode step against the floor in each
 weight format, a profile of one graphed step by kernel class, and `nudge plan` on the device.
 
-- **default path**: the engine as `nudge run --device cuda` builds it (static decode, CUDA
-  graphs) on the random-init Qwen3-8B shape in bf16, and with its linears in FP8 and W4A16
-  (quant.py `swap`), decode steps at 1 / 12 / 64 / 256 / 512 rows against the bandwidth floor
-  (engine_speed.py `_floor_cell`, costs/floor.py);
+- **default path**: `nudge run --device cuda`'s engine (splice/run/engine_build.py `run_engine`,
+  as engine_inputs.py `make_engine` builds every engine of the check: block 16, the pool from free
+  memory, static decode with its buckets captured at start, graphs, fused layers) with one
+  derived option, a row cap of the rows timed, on the random-init Qwen3-8B shape in bf16, and
+  with its linears in FP8 and W4A16 (quant.py `swap`), decode steps at 1 / 12 / 64 / 256 / 512
+  rows against the bandwidth floor (engine_speed.py `_floor_cell`, costs/floor.py);
 - **profile**: one graphed 12-row step under `torch.profiler`, its device time by kernel class
   (GEMM, attention, norms, rotary, elementwise, copies, sampling, other): what is not weight or
   KV reads;
@@ -81,14 +83,7 @@ def profile(model, sizes) -> list[Row]:
     cuda = model.device.type == "cuda"
     rows = 12
     # profiled at a step after the prefill and the captures (graphs are captured at start)
-    engine = make_engine(
-        model,
-        max_batch_tokens=sizes["kv_floor"],
-        max_rows=rows,
-        block_size=sizes["block"],
-        static_decode=True,
-        cuda_graphs=cuda,
-    )
+    engine = make_engine(model, "profile: the 12 rows profiled decode together", max_rows=rows)
     try:
         from nudgeability.engine import ForkRequest
 

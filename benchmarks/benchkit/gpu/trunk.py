@@ -40,8 +40,7 @@ def _forks(prompt: list[int], generated: list[int], arms: int, new: int, vocab: 
 def trunk_forks(model, sizes) -> list[Row]:
     vocab = model.config.vocab_size
     prompt = random_ids(sizes["prefix"], 7, vocab)
-    options = dict(max_batch_tokens=sizes["kv"], block_size=sizes["block"])
-    base = make_engine(model, **options).generate([prompt], greedy_params(sizes["trunk_new"]))[0]
+    base = make_engine(model).generate([prompt], greedy_params(sizes["trunk_new"]))[0]
     generated = list(base.token_ids)
     requests = _forks(prompt, generated, sizes["arms"], sizes["new"], vocab)
     alone = copy.deepcopy(requests)
@@ -49,9 +48,10 @@ def trunk_forks(model, sizes) -> list[Row]:
         request.trunk, request.trunk_ids = 0, None
     found = {}
     for name, batch in (("trunk", requests), ("stems", alone)):
-        engine = make_engine(model, **options)
+        engine = make_engine(model)
         outs = engine.fork_many(batch, return_logits=True)
         found[name] = (engine.pool.peak_in_use, outs, engine.block_size)
+        del engine  # the next engine's pool is sized from the memory this one frees
     (trunk_peak, trunk_outs, block), (alone_peak, alone_outs, _) = found["trunk"], found["stems"]
     worst, agree, total = 0.0, 0, 0
     for group_a, group_b in zip(trunk_outs, alone_outs):

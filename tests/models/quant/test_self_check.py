@@ -6,6 +6,7 @@ once, not on every call.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -74,6 +75,44 @@ def test_a_kernel_with_a_corrupted_scale_falls_back_to_exact_for_good_and_is_rec
     # another row bucket is checked on its own (and fails too: the scale is wrong for all rows)
     run(x[:1])
     assert [f.path.endswith("(float32, 1 rows)") for f in fallbacks.taken()] == [False, True]
+
+
+def test_a_wrong_kernel_run_while_deferred_gets_its_verdict_at_the_next_real_call():
+    """The capture warm-up's pad rows give no verdict (`deferred`): the key's first kernel runs
+    unchecked there, and the first call outside it, on real rows, refuses it (`refusals` counts
+    it, so that the engine captures its graphs again without it)."""
+    layer, path = _fp8()
+    (scale,) = path.tensors
+    scale[0, 0] *= 2
+    run = self_checked(path, layer).run
+    x = torch.randn(5, 160, generator=torch.Generator().manual_seed(1))
+    with self_check.deferred():
+        wrong = run(x)
+    assert not torch.equal(wrong, layer.exact_no_bias(x))  # ran, unchecked
+    assert fallbacks.taken() == [] and self_check.refusals() == 0
+    assert torch.equal(run(x), layer.exact_no_bias(x))
+    assert self_check.refusals() == 1 and len(fallbacks.taken()) == 1
+
+
+def test_a_kernel_that_raises_while_deferred_is_refused_at_once():
+    """A warm-up must not take the engine down where a kernel raises (a Triton launch out of
+    resources): the kernel is refused and recorded as at any check, and the next one runs."""
+    layer, path = _fp8()
+
+    def failing(x):
+        raise RuntimeError("out of resources")
+
+    broken = path.choose
+    path = dataclasses.replace(
+        path, choose=lambda x: [dataclasses.replace(k, run=failing) for k in broken(x)]
+    )
+    run = self_checked(path, layer).run
+    x = torch.randn(5, 160, generator=torch.Generator().manual_seed(1))
+    with self_check.deferred():
+        assert torch.equal(run(x), layer.exact_no_bias(x))
+    assert self_check.refusals() == 1
+    (taken,) = fallbacks.taken()
+    assert taken.used == "exact" and "raised RuntimeError: out of resources" in taken.reason
 
 
 def test_a_correct_kernel_is_kept_and_checked_once_per_bucket():

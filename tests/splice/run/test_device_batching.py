@@ -17,7 +17,7 @@ from helpers.tiny_runs import read_records
 
 from nudgeability.engine import engine as engine_module
 from nudgeability.models.testing.tiny import tiny_model
-from nudgeability.splice.run import runner
+from nudgeability.splice.run import engine_build, runner
 from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
 from nudgeability.splice.run.device_batching import (
     PROMPT_ALLOWANCE,
@@ -91,12 +91,12 @@ def test_the_memory_share_reaches_the_engine(fake_cuda):
     """`RunConfig.gpu_memory_utilization` is an engine option of the run, and on CUDA it sizes
     the pool: 0.5 of 64 MiB less the margin, in blocks of 16 slots (by hand: 912 blocks,
     14,592 slots, 10 rows of 1,408), where the default 0.9 gives 2,550 blocks and 28 rows."""
-    assert runner.engine_options(RunConfig(gpu_memory_utilization=0.5)) == {
+    assert engine_build.engine_options(RunConfig(gpu_memory_utilization=0.5)) == {
         "max_batch_tokens": None,
         "gpu_memory_utilization": 0.5,
         "static_decode": False,
     }
-    assert runner.engine_options(RunConfig(max_batch_tokens=4096)) == {
+    assert engine_build.engine_options(RunConfig(max_batch_tokens=4096)) == {
         "max_batch_tokens": 4096,
         "gpu_memory_utilization": None,
         "static_decode": False,
