@@ -160,10 +160,12 @@ def test_smollm2_strategyqa_with_consistency_samples_gives_the_grounding_table(t
     neutral) and two samples keep the suite time down: the grounded arms need only conf and
     doubt, the counts are the same sums at any K (K = 4 runs on the tiny model above) and read
     no bootstrap draw, and SmolLM2 answers in NT on three of the four and closes B's thinking on
-    all four (rows the table retains)."""
+    all four (rows the table retains). Its greedy NT and B end within 80 tokens here, so the
+    budgets of 96 and 64 bound only the sampled answers and the longer arms: the steps a run takes
+    follow its longest generation, not its number of problems."""
     out, stats = tmp_path / "run", tmp_path / "stats"
     argv = nudge_run_args(
-        out=out, n=4, consistency_samples=2, conditions="primary", max_new_tokens=None
+        out=out, n=4, consistency_samples=2, conditions="primary", max_new_tokens="96,64"
     )
     status, err = run_nudge(argv)
     assert status == 0, err

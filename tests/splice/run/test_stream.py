@@ -138,14 +138,14 @@ def test_where_the_needle_differs_the_run_takes_the_units_schedule(tiny_checkpoi
 def test_smollm2_resolutions_and_signals_stream_to_the_same_bytes(tmp_path):
     """SmolLM2 delegates on most StrategyQA problems: its resolutions start as soon as a problem's
     base and arms are final, forked from B's cache, and every file equals the units schedule's.
-    Two problems in two chunks: both bases call a tool, and so do the second one's conf and
-    doubt arms."""
+    Two problems in two chunks: both bases call a tool (within 70 tokens), and so do the second
+    one's conf and doubt arms."""
     config = dict(
         task="strategyqa",
         n=2,
         chunk_size=1,
         conditions=("conf", "doubt"),
-        max_new_tokens=144,
+        max_new_tokens=80,
         max_new_tokens_arm=48,
         resolve=True,
         consistency_samples=2,
