@@ -12,6 +12,7 @@ not repository paths and are left alone."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import subprocess
 from functools import cache
@@ -63,7 +64,7 @@ def _package_dirs() -> dict[str, str]:
 
 def _exists(name: str, here: Path, anywhere: bool = False) -> bool:
     """From the root, from the document's folder, or from its folder's tests (a package README
-    names its tests as tests/<package>/ holds them); `path/module.name` as `path/module.py`. A
+    names its tests as tests/<package>/ holds them); a dotted name after a path, as its module. A
     bare name under the document's folder, or under the root where `anywhere` (a docstring)."""
     tests = ROOT / "tests" / here.relative_to(ROOT)
     if "/" not in name:
@@ -73,7 +74,11 @@ def _exists(name: str, here: Path, anywhere: bool = False) -> bool:
     stem, dot, _ = name.rpartition("/")[2].partition(".")
     if dot and not name.endswith((".py", ".md", "/")):
         candidates.append(f"{name.rpartition('/')[0]}/{stem}.py")
-    return any((base / c).exists() for base in (ROOT, here, tests) for c in candidates)
+    ancestors = [here, *here.parents[: len(here.relative_to(ROOT).parts)]]  # a sibling package
+    if here.is_relative_to(ROOT / "tests"):  # a test names its package's files from the mirror
+        mirror = ROOT / here.relative_to(ROOT / "tests")
+        ancestors += [mirror, *mirror.parents[: len(mirror.relative_to(ROOT).parts)]]
+    return any((base / c).exists() for base in (*ancestors, tests) for c in candidates)
 
 
 def _dotted_exists(suffix: str) -> bool:
@@ -95,6 +100,13 @@ def _dotted_exists(suffix: str) -> bool:
     return True
 
 
+def _lost_module(name: str) -> bool:
+    """A Python file under a folder that is neither this repository's nor an importable
+    library's (a package folder that moved, named by its old path): stale, not an example."""
+    first = name.split("/")[0]
+    return name.endswith(".py") and importlib.util.find_spec(first) is None
+
+
 def named_paths(text: str, here: Path) -> list[str]:
     """The repository paths `text`, a document in folder `here`, names."""
     tests = ROOT / "tests" / here.relative_to(ROOT)
@@ -107,7 +119,7 @@ def named_paths(text: str, here: Path) -> list[str]:
         if any(ch in name for ch in "*{}") or "://" in name:
             continue  # a pattern or an address, not one path
         first = name.split("/")[0]
-        if "/" in name and first not in folders:
+        if "/" in name and first not in folders and not _lost_module(name):
             continue  # runs/a, org/model, torch/...: examples or a library's files
         out.append(name)
     return out

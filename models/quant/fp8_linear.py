@@ -1,6 +1,6 @@
 """FP8 fine-grained block linear (the Qwen3-*-FP8 layout, `quant_method: "fp8"`).
 
-Layout, as transformers' `integrations/finegrained_fp8.py` reads it:
+Layout, as `transformers/integrations/finegrained_fp8.py` reads it:
 - `X.weight`: float8_e4m3fn, shape [out, in];
 - `X.weight_scale_inv`: bf16, f16 or f32, shape [ceil(out/B0), ceil(in/B1)], with
   (B0, B1) = `quantization_config.weight_block_size` (128x128 in the real checkpoints);

@@ -3,7 +3,7 @@
     engine = run_engine(model, tokenizer, config)
 
 `nudge run` and `nudge verify` (runner.py `unit_context`), `nudge plan`'s measurement
-(estimate/run_estimate.py, through `unit_context`) and the GPU check (benchmarks/benchkit/gpu/)
+(costs/estimate/run_estimate.py, through `unit_context`) and the GPU check (benchmarks/benchkit/gpu/)
 all build their engine here, so that what the check measures is what a run computes with: the
 engine's defaults for what the config does not set (block 16, 2,048 prefill tokens per step,
 fused layer kernels on CUDA, graphs wherever the fixed-shape decode runs on CUDA, its buckets

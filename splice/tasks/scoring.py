@@ -16,7 +16,7 @@ Two steps, kept apart so each can be checked on its own:
 
    Nothing else is rewritten: the official normalisation below does the rest.
 2. **Scoring.** `exact_match` and `token_f1` are the official MuSiQue scorer
-   (StonyBrookNLP/musique `metrics/answer.py`, itself SQuAD's): normalise by lowercasing,
+   (https://github.com/StonyBrookNLP/musique/blob/main/metrics/answer.py, itself SQuAD's): normalise by lowercasing,
    removing `string.punctuation`, removing the words a/an/the and collapsing whitespace — in that
    order — then compare strings (EM) or token multisets (F1). `max_over_golds` takes each metric's
    maximum over `[answer] + answer_aliases`. `parse_yes_no` reads StrategyQA's boolean.

@@ -104,8 +104,8 @@ def test_the_announcement_of_a_run_whose_chunk_size_the_pool_will_set(tmp_path, 
 
 def test_the_start_up_line_names_each_buckets_compile_and_capture():
     """On CUDA the start-up `nudge plan` measured includes the graphs' compile and capture of
-    each bucket the run captures (estimate/run_estimate.py `measure_run`), listed as measured."""
-    from nudgeability.estimate.report import startup_text
+    each bucket the run captures (costs/estimate/run_estimate.py `measure_run`), listed as measured."""
+    from nudgeability.costs.estimate.report import startup_text
 
     run = SimpleNamespace(startup_seconds=312.4, captures=((16, 40.0), (32, 41.5)), device="cuda")
     assert startup_text(run) == (

@@ -110,7 +110,7 @@ def test_a_capture_that_fails_leaves_the_engine_eager_recorded(
 
 def test_a_capture_that_succeeds_is_timed_and_records_nothing(monkeypatch, cuda_runtime):
     """The capture's host time per bucket (compile and capture), which `nudge plan` reports as
-    start-up (estimate/run_estimate.py `measure_run`)."""
+    start-up (costs/estimate/run_estimate.py `measure_run`)."""
 
     class Captured(_InvalidatedCapture):
         def __exit__(self, *exc):

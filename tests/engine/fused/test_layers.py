@@ -125,7 +125,7 @@ def test_the_fused_attention_writes_hfs_cache_as_hf_generate_reads_it():
 
 @pytest.mark.parametrize("arch", ["qwen3", "glm4", "llama"])
 def test_the_engine_on_an_adopted_model_matches_hf_greedy(arch):
-    """Through the engine's own cache and attention (kv/kv_cache.py, attention/): the fused
+    """Through the engine's own cache and attention (engine/kv/kv_cache.py, engine/attention/): the fused
     attention hands `PoolCache.update` its keys as HF's forward does. Rows unpadded
     (`batch_invariant=False`, as on CUDA) to keep the interpreted launches few."""
     model = tiny_model(arch, num_layers=LAYERS)

@@ -1,7 +1,7 @@
 """The official MuSiQue scorer and answer extraction, on hand-worked examples.
 
 Every expected value below was worked out by hand from the official definition
-(StonyBrookNLP/musique metrics/answer.py): lowercase -> remove string.punctuation -> replace the
+(https://github.com/StonyBrookNLP/musique/blob/main/metrics/answer.py): lowercase -> remove string.punctuation -> replace the
 words a/an/the by a space -> collapse whitespace; EM compares the normalised strings; F1 compares
 the token multisets; both take their maximum over [answer] + answer_aliases.
 """
