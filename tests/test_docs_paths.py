@@ -175,10 +175,13 @@ def test_the_check_sees_the_paths_of_the_top_readme():
 def test_the_check_finds_a_stale_name(tmp_path):
     # a docstring naming a module that moved is found, and a real one is not
     source = ROOT / "splice" / "example.py"
-    text = '"""See units.py and splice/run/units/arms.py and nudgeability.splice.nowhere."""'
-    found = _missing(source, text)
-    assert found == [
+    text = (
+        '"""See units.py, splice/run/units/arms.py, estimate/run_estimate.py, torch/nn/linear.py'
+        ' and nudgeability.splice.nowhere."""'
+    )
+    assert _missing(source, text) == [
         "splice/example.py: units.py",
+        "splice/example.py: estimate/run_estimate.py",
         "splice/example.py: nudgeability.splice.nowhere",
     ]
     assert _missing(source, '"""See splice/run/units/arms.fork_arms."""') == []
