@@ -12,10 +12,10 @@ each slot computes (a tile's unfilled slots repeat its first row, whose output i
 `query_slot` where each row's output is read back. At most `rows` tiles are ever needed (one per
 row, pad rows `Q_TILE` to a tile listing the scratch block); unused tiles list nothing.
 
-**Ownership** of the rows' own blocks lives in two pool-wide tables, one entry per block:
-`block_owner` (the row id holding it) and `block_pos` (its block position in that row), read by
-the mask for keys outside the prefix segments. A numpy mirror of them, and per row id the block
-ids written for it, make an update cost the changes only: a row's new block, the blocks of a row
+**Ownership** of the rows' own blocks lives in two pool-wide tables, one entry per slot:
+`slot_owner` (the row id holding its block) and `slot_pos` (its position in that row), read by
+the mask for keys outside the prefix segments. A numpy mirror of them per block, and per row id
+the block ids written for it, make an update cost the changes only: a row's new block, the blocks of a row
 that left (cleared where they still name it, so no stale entry can show a key to a later
 row of that id), and those of a row whose block list was replaced (a preemption). Clears come
 before writes, and each block is sent once with its final entry.
@@ -132,7 +132,7 @@ class DecodeLayout:
         (input id, position, slot, row id, row slot, prefix length), the rows' segments
         (rows x 3 x MAX_SEGMENTS), `slot_row`, `query_slot`, `kv_num_blocks`, the listed tiles'
         `kv_indices` (tiles x width, where width is the part's size / listed tiles), and the
-        changed blocks with their owner and position."""
+        slots of the blocks whose entries changed, with their owner and position in it."""
         bs, tile, rows = self.block_size, self.tile, self.rows
         n = len(plan.row_chunks)
         cols: list[list[int]] = [[] for _ in range(6)]
@@ -169,7 +169,8 @@ class DecodeLayout:
             plens.append(runs.length)
             segs += runs.seg
         for key in [k for k in self._rows if k not in seen]:  # rows that left
-            clears.append((key, self._rows.pop(key).ids))
+            state = self._rows.pop(key)
+            clears.append((key, state.ids[: state.known]))
         self._groups = groups
         for i in range(n, rows):  # pad rows, `tile` to a tile of the scratch block
             if (i - n) % tile == 0:
@@ -199,6 +200,7 @@ class DecodeLayout:
         indices = np.full(listed * width, SCRATCH_BLOCK, _I64)
         indices[where] = flat
         changed = self._changes(writes, clears)
+        within = np.arange(bs, dtype=_I64)
         parts = [
             np.asarray(ids + positions + slots + keys + row_slots + plens, _I64),
             np.asarray(segs, _I64),
@@ -206,8 +208,8 @@ class DecodeLayout:
             np.asarray(query_slot, _I64),
             count,
             indices,
-            changed,
-            self.owner[changed],
-            self.pos[changed],
+            (changed[:, None] * bs + within).reshape(-1),
+            np.repeat(self.owner[changed], bs),
+            (self.pos[changed][:, None] * bs + within).reshape(-1),
         ]
         return np.concatenate(parts), [len(p) for p in parts], listed

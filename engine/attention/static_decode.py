@@ -118,10 +118,13 @@ class StaticDecode:
         self.query_slot = zeros(rows)  # the query slot whose output is the row's
         self.kv_num_blocks = zeros(1, 1, self.tiles, dtype=torch.int32)
         self.kv_indices = zeros(1, 1, self.tiles, blocks, dtype=torch.int32)
-        # per pool block: the row id whose own block it is, and its block position in that row
-        self.block_owner = torch.full((blocks,), UNOWNED, dtype=torch.long, device=device)
-        self.block_owner[SCRATCH_BLOCK] = SCRATCH_OWNER
-        self.block_pos = zeros(blocks)
+        # per pool slot: the row id whose own block holds it, and its position in that row
+        slots = blocks * block_size
+        self.slot_owner = torch.full((slots,), UNOWNED, dtype=torch.long, device=device)
+        self.slot_owner[SCRATCH_BLOCK * block_size : (SCRATCH_BLOCK + 1) * block_size] = (
+            SCRATCH_OWNER
+        )
+        self.slot_pos = zeros(slots)
         self.host = DecodeLayout(rows, Q_TILE, blocks, block_size)  # the tables' host mirror
         self._staging: torch.Tensor | None = None  # pinned host memory for the copy (CUDA)
         self._copied = None  # the event after the last copy out of `_staging`
@@ -150,8 +153,8 @@ class StaticDecode:
             self.query_slot,
             self.kv_num_blocks,
             self.kv_indices,
-            self.block_owner,
-            self.block_pos,
+            self.slot_owner,
+            self.slot_pos,
         ]
         return fixed + list(self.write_rows.values()) + list(self._head_base.values())
 
@@ -182,8 +185,8 @@ class StaticDecode:
         width = sizes[5] // listed
         self.kv_indices[0, 0, :listed, :width].copy_(parts[5].view(listed, width))
         if sizes[6]:
-            self.block_owner.index_copy_(0, parts[6], parts[7])
-            self.block_pos.index_copy_(0, parts[6], parts[8])
+            self.slot_owner.index_copy_(0, parts[6], parts[7])
+            self.slot_pos.index_copy_(0, parts[6], parts[8])
         for kv, rows_out in self.write_rows.items():  # in place: a graph holds these addresses
             torch.add(self._head_base[kv], self.slots[:, None], out=rows_out.view(r, kv))
         n = self.row_end = len(plan.row_chunks)
@@ -236,25 +239,22 @@ class StaticDecode:
         built once, read afresh by every step (its tables are the buffers `load()` writes)."""
         if window in self.masks:
             return self.masks[window]
-        owner, bpos, srow, rkey, rslot, plen, seg = (
-            self.block_owner,
-            self.block_pos,
+        owner, spos, srow, rkey, rslot, plen, seg = (
+            self.slot_owner,
+            self.slot_pos,
             self.slot_row,
             self.row_key,
             self.row_slot,
             self.prefix_len,
             self.seg,
         )
-        bs = self.block_size
 
         def mask_mod(b, h, q, kv):
             r = srow[q]  # the row this query slot computes
-            block = kv // bs
-            spos = bpos[block] * bs + kv % bs  # the key's slot in its owner row
-            visible = (owner[block] == rkey[r]) & (spos <= rslot[r])
+            visible = (owner[kv] == rkey[r]) & (spos[kv] <= rslot[r])
             if window is not None:
-                visible = visible & (rslot[r] - spos < window)
-            qpos = plen[r] + rslot[r]
+                visible = visible & (rslot[r] - spos[kv] < window)
+                qpos = plen[r] + rslot[r]
             for j in range(MAX_SEGMENTS):
                 inside = (kv >= seg[r, j, 0]) & (kv < seg[r, j, 1])
                 if window is not None:
