@@ -37,12 +37,18 @@ _I64 = np.int64
 class _RowBlocks:
     """The block ids written to the tables for one row id: `listed` is the row's own `blocks`
     list object (the scheduler appends to it; a preemption replaces it), `known` how many of
-    its entries `ids` holds (capacity doubles as the row grows)."""
+    its entries `ids` holds (capacity doubles as the row grows), `last` the last of them as the
+    list holds it (a first slot) and `view` `ids[:known]`."""
 
-    __slots__ = ("listed", "known", "ids")
+    __slots__ = ("listed", "known", "ids", "last", "view")
 
     def __init__(self, listed: list[int], ids: np.ndarray):
-        self.listed, self.known, self.ids = listed, len(ids), ids
+        self.listed, self.ids = listed, ids
+        self.set_known(len(ids))
+
+    def set_known(self, known: int) -> None:
+        self.known, self.view = known, self.ids[:known]
+        self.last = self.listed[known - 1] if known else None
 
 
 class _GroupRuns:
@@ -78,27 +84,24 @@ class DecodeLayout:
     # --- ownership ------------------------------------------------------------------------------
     def _own(self, key: int, listed: list[int], writes: list, clears: list) -> np.ndarray:
         """Row `key`'s own block ids (a view), queueing the table entries that changed."""
-        bs, state = self.block_size, self._rows.get(key)
+        state = self._rows.get(key)
         count = len(listed)
-        if (
-            state is not None
-            and state.listed is listed
-            and state.known <= count
-            and (state.known == 0 or state.ids[state.known - 1] * bs == listed[state.known - 1])
-        ):
-            if count > state.known:  # new blocks at the row's end
-                new = np.fromiter(listed[state.known :], _I64, count - state.known) // bs
-                if count > len(state.ids):
-                    grown = np.empty(max(count, 2 * len(state.ids)), _I64)
-                    grown[: state.known] = state.ids[: state.known]
-                    state.ids = grown
-                state.ids[state.known : count] = new
-                writes.append((key, state.known, new))
-                state.known = count
-            return state.ids[:count]
+        if state is not None and state.listed is listed:
+            known = state.known
+            if known <= count and (known == 0 or listed[known - 1] == state.last):
+                if count > known:  # new blocks at the row's end
+                    new = np.fromiter(listed[known:], _I64, count - known) // self.block_size
+                    if count > len(state.ids):
+                        grown = np.empty(max(count, 2 * len(state.ids)), _I64)
+                        grown[:known] = state.view
+                        state.ids = grown
+                    state.ids[known:count] = new
+                    writes.append((key, known, new))
+                    state.set_known(count)
+                return state.view
         if state is not None:  # a replaced list (a preemption), or one that shrank
-            clears.append((key, state.ids[: state.known]))
-        ids = np.fromiter(listed, _I64, count) // bs
+            clears.append((key, state.view))
+        ids = np.fromiter(listed, _I64, count) // self.block_size
         self._rows[key] = _RowBlocks(listed, ids)
         writes.append((key, 0, ids))
         return ids
@@ -169,8 +172,7 @@ class DecodeLayout:
             plens.append(runs.length)
             segs += runs.seg
         for key in [k for k in self._rows if k not in seen]:  # rows that left
-            state = self._rows.pop(key)
-            clears.append((key, state.ids[: state.known]))
+            clears.append((key, self._rows.pop(key).view))
         self._groups = groups
         for i in range(n, rows):  # pad rows, `tile` to a tile of the scratch block
             if (i - n) % tile == 0:
