@@ -15,10 +15,11 @@ row, pad rows `Q_TILE` to a tile listing the scratch block); unused tiles list n
 **Ownership** of the rows' own blocks lives in two pool-wide tables, one entry per slot:
 `slot_owner` (the row id holding its block) and `slot_pos` (its position in that row), read by
 the mask for keys outside the prefix segments. A numpy mirror of them per block, and per row id
-the block ids written for it, make an update cost the changes only: a row's new block, the blocks of a row
-that left (cleared where they still name it, so no stale entry can show a key to a later
-row of that id), and those of a row whose block list was replaced (a preemption). Clears come
-before writes, and each block is sent once with its final entry.
+the block ids written for it, make an update cost the changes only: a row's new block, the
+blocks of a row that left, and those of a row whose block list was replaced (a preemption), both
+cleared where they still name that row (FlexAttention's eager reference reads every slot's
+entry, listed or not). Clears come before writes, and each block is sent once, with its final
+entry.
 """
 
 from __future__ import annotations
