@@ -1,21 +1,20 @@
 """Decode steps with fixed shapes, for CUDA graphs: one FlexAttention call per layer over the pool.
 
 A step's rows that feed one token can run with every tensor's shape fixed by a bucket: the
-rows are padded to a bucket (`decode_buckets.py`: 16, 32, 64, ... 512 or the row cap), and attention becomes one `flex_attention` call per
-layer, queries `[1, H, rows, D]` against the whole pool `[1, kv, slots, D]`, with a block mask that
-lists, for each tile of `Q_TILE` rows, the pool blocks its rows may read (their groups' prefix runs,
-once per tile however many arms share them, and the rows' own blocks), and a mask function that
-keeps, within those blocks, exactly the keys of each row: its prefix segments and the slots of
-its own blocks up to its own (sliding windows included). One softmax covers prefix and suffix,
-so nothing needs merging.
+rows are padded to a bucket (`decode_buckets.py`: 16, 32, 64, ... 512 or the row cap), and
+attention becomes one `flex_attention` call per layer over the whole pool `[1, kv, slots, D]`.
+The queries `[1, H, rows, D]` are first scattered into tiles of `Q_TILE` slots that each hold
+rows of one group only (`decode_layout.py`), so each program walks its group's prefix once and
+its own rows' blocks, not the union of unrelated rows' blocks; the output is gathered back to row
+order. A mask function keeps, within the listed blocks, exactly the keys of each row: its prefix
+segments and the slots of its own blocks up to its own (sliding windows included). One softmax
+covers prefix and suffix, so nothing needs merging.
 
-`StaticDecode` owns a bucket's buffers: the host writes a step's tables into them (one pinned
-copy), and the same kernels then run on the same addresses every step, which is what a CUDA
-graph replays (`graphed_decode.py`, CUDA only). Every tensor the forward reads is one of these
-buffers, updated in place by `load()` and never reallocated, the pool or the model's weights
-(tests/helpers/capture_hazards.py checks this on CPU). The pool-wide tables `slot_owner` /
-`slot_pos` (which row owns a slot, and at which position) are rewritten for every block a row
-holds at a new position, and cleared for blocks that a prefix run now holds.
+`StaticDecode` owns a bucket's buffers: the host writes a step's tables into them (one copy of
+what changed since its previous step), and the same kernels then run on the same addresses every
+step, which is what a CUDA graph replays (`graphed_decode.py`, CUDA only). Every tensor the
+forward reads is one of these buffers, updated in place by `load()` and never reallocated, the
+pool or the model's weights (tests/helpers/capture_hazards.py checks this on CPU).
 
 Opt-in on CUDA (`Engine(static_decode=True)`): Inductor's FlexAttention lowering needs a GPU, so
 the test suite cannot run it. What this module controls of it follows the lowering's rules (`kernel_options`): the main
@@ -32,19 +31,23 @@ from __future__ import annotations
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from nudgeability.engine.attention.decode_layout import (
+    MAX_SEGMENTS,
+    SCRATCH_OWNER,
+    UNOWNED,
+    DecodeLayout,
+)
 from nudgeability.engine.kv.kv_pool import SCRATCH_BLOCK
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.util import fallbacks
 
-MAX_SEGMENTS = 3  # a shared run, the rest of the prompt, a stem
-# Rows per tile of the block mask, and the main kernel's BLOCK_M: a power of two (FlexKernelOptions'
-# contract) that torch's own default configs use (32 x 64 is sm80's bf16 head_dim-256 default,
-# torch/_inductor/template_heuristics/triton.py), and a multiple of 16 for Triton's dot.
-Q_TILE = 32
+# Query slots per tile of the block mask, and the main kernel's BLOCK_M: a power of two
+# (FlexKernelOptions' contract) and Triton's smallest dot tile. A tile holds rows of one group
+# only, so in the base phase (every row its own group) a tile computes one row: the smallest tile
+# wastes the least.
+Q_TILE = 16
 BLOCK_N_CHOICES = (64, 32, 16)  # powers of two >= 16, largest first
 COMPILE_LIMIT = 64  # Dynamo compiles allowed for the flex call (buckets x windows x head shapes)
-SCRATCH_OWNER = -2  # pad rows read (and write) only the scratch block
-UNOWNED = -1
 
 
 def kernel_options(head_dim: int, block_size: int) -> dict | None:
@@ -98,7 +101,7 @@ class StaticDecode:
     def __init__(self, rows: int, pool, device, block_size: int):
         self.rows, self.pool, self.device, self.block_size = rows, pool, device, block_size
         blocks = pool.num_blocks
-        self.tiles = -(-rows // Q_TILE)
+        self.tiles = rows  # a tile per row at most (decode_layout.py)
 
         def zeros(*shape, dtype=torch.long):
             return torch.zeros(*shape, dtype=dtype, device=device)
@@ -111,21 +114,20 @@ class StaticDecode:
         self.prefix_len = zeros(rows)
         # per row and prefix segment: (first slot, end slot, position of the first token)
         self.seg = zeros(rows, MAX_SEGMENTS, 3)
+        self.slot_row = zeros(rows * Q_TILE)  # the row each query slot computes
+        self.query_slot = zeros(rows)  # the query slot whose output is the row's
         self.kv_num_blocks = zeros(1, 1, self.tiles, dtype=torch.int32)
         self.kv_indices = zeros(1, 1, self.tiles, blocks, dtype=torch.int32)
-        self.slot_owner = torch.full(
-            (blocks * block_size,), UNOWNED, dtype=torch.long, device=device
-        )
-        self.slot_pos = zeros(blocks * block_size)
+        # per pool slot: the row id whose own block holds it, and its position in that row
+        slots = blocks * block_size
+        self.slot_owner = torch.full((slots,), UNOWNED, dtype=torch.long, device=device)
         self.slot_owner[SCRATCH_BLOCK * block_size : (SCRATCH_BLOCK + 1) * block_size] = (
             SCRATCH_OWNER
         )
-        # block -> (row id, block position in the row) written into slot_owner / slot_pos, and
-        # per row id the blocks written for it: a row recomputed after preemption may get an old
-        # block back at another position, and must not keep its old blocks' entries (FlexAttention's
-        # eager reference reads the tables of every slot, listed or not)
-        self._owned: dict[int, tuple[int, int]] = {}
-        self._held: dict[int, set[int]] = {}
+        self.slot_pos = zeros(slots)
+        self.host = DecodeLayout(rows, Q_TILE, blocks, block_size)  # the tables' host mirror
+        self._staging: torch.Tensor | None = None  # pinned host memory for the copy (CUDA)
+        self._copied = None  # the event after the last copy out of `_staging`
         # per kv head count: the pool rows (head-major) the step's K/V go to, written by load()
         self.write_rows: dict[int, torch.Tensor] = {}
         self._head_base: dict[int, torch.Tensor] = {}
@@ -147,6 +149,8 @@ class StaticDecode:
             self.row_slot,
             self.prefix_len,
             self.seg,
+            self.slot_row,
+            self.query_slot,
             self.kv_num_blocks,
             self.kv_indices,
             self.slot_owner,
@@ -158,98 +162,34 @@ class StaticDecode:
     def load(self, plan: StepPlan, pad_id: int) -> int:
         """Write a decode step's tables into the buffers; returns its real rows.
 
-        Host work is O(rows + blocks listed), never O(pool): each tile lists only its blocks,
-        padded to the widest tile's count and copied into a prefix of `kv_indices` (the kernel
-        reads no entry past a tile's `kv_num_blocks`)."""
-        bs = self.block_size
-        ids, pos, slots, keys, row_slots, plens, segs = [], [], [], [], [], [], []
-        updates: dict[int, tuple[int, int]] = {}  # block -> (owner, block position): one per block
-        tiles: list[set[int]] = [set() for _ in range(self.tiles)]
-        for i, (row, s0, _) in enumerate(plan.row_chunks):
-            group = row.group
-            ids.append(row.context[s0])
-            pos.append(group.prefix_len + s0)
-            slots.append(row.slot(s0, bs))
-            keys.append(row.id)
-            row_slots.append(s0)
-            plens.append(group.prefix_len)
-            runs = [s for s in group.segments if s.length]
-            seg = [(s.start, s.start + s.length, s.offset) for s in runs]
-            seg += [(0, 0, 0)] * (MAX_SEGMENTS - len(seg))
-            segs += [v for triple in seg for v in triple]
-            visible = {
-                b for s in runs for b in range(s.start // bs, (s.start + s.length - 1) // bs + 1)
-            }
-            own = [first // bs for first in row.blocks]
-            visible.update(own)
-            self._own_blocks(row.id, own, updates)
-            tiles[i // Q_TILE] |= visible
-        owner_slots, owner_keys, owner_pos = [], [], []
-        for block, (key, j) in updates.items():
-            owner_slots += range(block * bs, (block + 1) * bs)
-            owner_keys += [key] * bs
-            owner_pos += range(j * bs, (j + 1) * bs)
-        n = len(ids)
-        for i in range(n, self.rows):  # pad rows: the scratch block only
-            ids.append(pad_id)
-            pos.append(0)
-            slots.append(SCRATCH_BLOCK * bs + i % bs)
-            keys.append(SCRATCH_OWNER)
-            row_slots.append(bs - 1)
-            plens.append(0)
-            segs += [0] * (3 * MAX_SEGMENTS)
-            tiles[i // Q_TILE].add(SCRATCH_BLOCK)
-        counts = [len(t) for t in tiles]
-        width = max(counts)
-        indices = []
-        for t in tiles:
-            listed = sorted(t)
-            indices += listed + [SCRATCH_BLOCK] * (width - len(listed))
-        host = torch.tensor(
-            ids
-            + pos
-            + slots
-            + keys
-            + row_slots
-            + plens
-            + segs
-            + counts
-            + indices
-            + owner_slots
-            + owner_keys
-            + owner_pos,
-            dtype=torch.long,
-        )
-        if self.device.type == "cuda":
-            host = host.pin_memory()
-        values = host.to(self.device, non_blocking=True)
+        Host work is O(rows + blocks listed + blocks whose owner changed), never O(pool), and
+        vectorised past one pass over the rows (`decode_layout.DecodeLayout.step`); one copy
+        to the device."""
+        packed, sizes, listed = self.host.step(plan, pad_id)
+        parts = torch.split(self._send(packed), sizes)
         r = self.rows
-        parts = torch.split(
-            values,
-            [r] * 6 + [3 * MAX_SEGMENTS * r, self.tiles, len(indices)] + [len(owner_slots)] * 3,
+        columns = (
+            self.input_ids.view(-1),
+            self.positions.view(-1),
+            self.slots,
+            self.row_key,
+            self.row_slot,
+            self.prefix_len,
         )
-        for buffer, part in zip(
-            (
-                self.input_ids.view(-1),
-                self.positions.view(-1),
-                self.slots,
-                self.row_key,
-                self.row_slot,
-                self.prefix_len,
-                self.seg.view(-1),
-            ),
-            parts,
-        ):
+        for buffer, part in zip(columns, parts[0].view(len(columns), r)):
             buffer.copy_(part)
-        self.kv_num_blocks.view(-1).copy_(parts[7])
-        self.kv_indices[0, 0, :, :width].copy_(parts[8].view(self.tiles, width))
-        if owner_slots:
-            where = parts[9]
-            self.slot_owner.index_copy_(0, where, parts[10])
-            self.slot_pos.index_copy_(0, where, parts[11])
+        self.seg.view(-1).copy_(parts[1])
+        self.slot_row.copy_(parts[2])
+        self.query_slot.copy_(parts[3])
+        self.kv_num_blocks.view(-1).copy_(parts[4])
+        width = sizes[5] // listed
+        self.kv_indices[0, 0, :listed, :width].copy_(parts[5].view(listed, width))
+        if sizes[6]:
+            self.slot_owner.index_copy_(0, parts[6], parts[7])
+            self.slot_pos.index_copy_(0, parts[6], parts[8])
         for kv, rows_out in self.write_rows.items():  # in place: a graph holds these addresses
             torch.add(self._head_base[kv], self.slots[:, None], out=rows_out.view(r, kv))
-        self.row_end = n
+        n = self.row_end = len(plan.row_chunks)
         # the rows that choose a token (`StepPlan.sampling`): no stem row, nor a one-token
         # prefill chunk short of its context's end
         picked = plan.sampling_positions()
@@ -259,29 +199,23 @@ class StaticDecode:
             self.sample_index = torch.tensor(picked, dtype=torch.long).to(self.device)
         return n
 
-    def _own_blocks(self, key: int, blocks: list[int], updates: dict) -> None:
-        """Make the tables say row `key` holds `blocks` (in order) and no other block: entries to
-        write go to `updates` (block -> (owner, position))."""
-        held = self._held.setdefault(key, set())
-        for block in held.difference(blocks):  # its blocks before a preemption
-            if self._owned.get(block, (None,))[0] == key:
-                del self._owned[block]
-                updates[block] = (UNOWNED, 0)
-        held.clear()
-        for j, block in enumerate(blocks):
-            entry = (key, j)
-            held.add(block)
-            if self._owned.get(block) == entry:
-                continue
-            previous = self._owned.get(block)
-            if previous is not None and previous[0] != key:
-                other = self._held.get(previous[0])
-                if other is not None:
-                    other.discard(block)
-                    if not other:
-                        del self._held[previous[0]]
-            self._owned[block] = entry
-            updates[block] = entry
+    def _send(self, packed) -> torch.Tensor:
+        """`packed` (int64 numpy) on the device: on CUDA through one pinned buffer, reused once
+        its previous copy is done."""
+        host = torch.from_numpy(packed)
+        if self.device.type != "cuda":
+            return host
+        if self._staging is None or self._staging.numel() < host.numel():
+            size = max(host.numel(), 2 * (0 if self._staging is None else self._staging.numel()))
+            self._staging = torch.empty(size, dtype=torch.long, pin_memory=True)
+        elif self._copied is not None:
+            self._copied.synchronize()
+        stage = self._staging[: host.numel()]
+        stage.copy_(host)
+        values = stage.to(self.device, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+        return values
 
     def write_index(self, kv: int, pool_slots: int) -> torch.Tensor:
         """As `StepLayout.write_index`: the pool rows of the step's K/V for `kv` heads. A buffer
@@ -305,9 +239,10 @@ class StaticDecode:
         built once, read afresh by every step (its tables are the buffers `load()` writes)."""
         if window in self.masks:
             return self.masks[window]
-        owner, spos, rkey, rslot, plen, seg = (
+        owner, spos, srow, rkey, rslot, plen, seg = (
             self.slot_owner,
             self.slot_pos,
+            self.slot_row,
             self.row_key,
             self.row_slot,
             self.prefix_len,
@@ -315,14 +250,15 @@ class StaticDecode:
         )
 
         def mask_mod(b, h, q, kv):
-            qpos = plen[q] + rslot[q]
-            visible = (owner[kv] == rkey[q]) & (spos[kv] <= rslot[q])
+            r = srow[q]  # the row this query slot computes
+            visible = (owner[kv] == rkey[r]) & (spos[kv] <= rslot[r])
             if window is not None:
-                visible = visible & (rslot[q] - spos[kv] < window)
+                visible = visible & (rslot[r] - spos[kv] < window)
+                qpos = plen[r] + rslot[r]
             for j in range(MAX_SEGMENTS):
-                inside = (kv >= seg[q, j, 0]) & (kv < seg[q, j, 1])
+                inside = (kv >= seg[r, j, 0]) & (kv < seg[r, j, 1])
                 if window is not None:
-                    inside = inside & (qpos - (seg[q, j, 2] + kv - seg[q, j, 0]) < window)
+                    inside = inside & (qpos - (seg[r, j, 2] + kv - seg[r, j, 0]) < window)
                 visible = visible | inside
             return visible
 
@@ -334,7 +270,7 @@ class StaticDecode:
             self.kv_indices,
             BLOCK_SIZE=(Q_TILE, self.block_size),
             mask_mod=mask_mod,
-            seq_lengths=(self.rows, slots),
+            seq_lengths=(self.rows * Q_TILE, slots),
             compute_q_blocks=False,
         )
         self.masks[window] = mask
@@ -349,17 +285,21 @@ _compiled = None
 
 
 def flex_decode_attention(q, handle, scaling: float, window: int | None) -> torch.Tensor:
-    """[1, H, rows, D] -> [1, rows, H, D]: every decode row over its keys in the pool, one call."""
+    """[1, H, rows, D] -> [1, rows, H, D]: every decode row over its keys in the pool, one call.
+
+    The rows go to their tiles' query slots first (`StaticDecode.slot_row`, a fixed-shape
+    gather) and come back from them after (`query_slot`)."""
     global _compiled
     layout = handle.layout
     keys, values = handle.k.unsqueeze(0), handle.v.unsqueeze(0)
     options = kernel_options(q.shape[-1], layout.block_size)
     mask = layout.block_mask(window)
+    q = q.index_select(2, layout.slot_row)
     if q.device.type != "cuda":  # FlexAttention's eager reference (which ignores the options)
         out = flex_attention(
             q, keys, values, block_mask=mask, scale=scaling, enable_gqa=True, kernel_options=options
         )
-        return out.transpose(1, 2)
+        return out.index_select(2, layout.query_slot).transpose(1, 2)
     if _compiled is None:
         # fullgraph: a graph break would run flex eagerly, a score matrix over the whole pool
         _compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
@@ -396,4 +336,4 @@ def flex_decode_attention(q, handle, scaling: float, window: int | None) -> torc
             f"the compiler could not compile or run it: {type(error).__name__}: {str(error)[:300]}",
         )
         raise StaticDecodeUnavailable(str(error)) from error
-    return out.transpose(1, 2)
+    return out.index_select(2, layout.query_slot).transpose(1, 2)
