@@ -56,7 +56,8 @@ def kernel_options(head_dim: int, block_size: int) -> dict | None:
     Inductor's lowering (torch/_inductor/kernel/flex/flex_attention.py) takes BLOCK_M / BLOCK_N
     from these options before its own configs, and rejects a config unless the block mask's Q
     block is a multiple of BLOCK_M and its KV block of BLOCK_N. `FORCE_USE_FLEX_ATTENTION` keeps
-    it off the decode kernel (flex_decoding.py), which would set BLOCK_M from rows x GQA ratio.
+    it off the decode kernel (torch/_inductor/kernel/flex/flex_decoding.py), which would set
+    BLOCK_M from rows x GQA ratio.
     Above head_dim 128, BLOCK_N stays at 32 like torch's own large-head defaults. None when no
     BLOCK_N divides the block size (`refusal` keeps such an engine off the compiled path; the
     eager reference on CPU takes any block size)."""
