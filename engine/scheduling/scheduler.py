@@ -6,7 +6,8 @@ Each step (`schedule`, which returns a `StepPlan`: step_plan.py) is built in fou
    left is its last sampled token (decode), else the next prefill chunk of its context. A row
    that needs a new block and finds the pool full makes room by preemption (below);
 2. **new rows**: rows of groups whose prefix is complete are admitted, oldest group first, while
-   rows (`max_rows`), blocks and the step's token budget allow;
+   rows (`max_rows`), blocks and the step's token budget allow (a stem row needs its run's
+   blocks consecutive: `KVPool.take_run`; with enough free blocks but no such run it waits);
 3. **prefix chunks** of groups admitted earlier whose prefix is longer than a chunk;
 4. **new groups**: waiting groups are admitted, oldest first, each with its first prefix chunk in
    this step (so that no run is held before it is written), while the budget allows, the rows
@@ -147,10 +148,13 @@ class Scheduler:
                     return  # first come, first served: nothing younger overtakes it
                 if need + self._reserve() > self.pool.free_blocks:
                     return
+                if row.stem is not None and row.stem.start is None:
+                    start = self.pool.take_run(row.stem.length)
+                    if start is None:  # enough free blocks, but no consecutive run of them
+                        return
+                    row.stem.start = start
                 group.waiting.popleft()
                 self._hold(row)
-                if row.stem is not None and row.stem.start is None:
-                    row.stem.start = self.pool.take_run(row.stem.length)
                 self._give_slots(row, n, plan, budget)
                 plan.row_chunks.append((row, row.computed, row.computed + n))
                 budget[0] -= n
