@@ -141,6 +141,12 @@ class _OnCuda:
     def __init__(self, shape):
         self.shape = shape
 
+    def index_select(self, dim: int, index: torch.Tensor) -> _OnCuda:
+        """The gather into tile slots, as a tensor's would shape it."""
+        shape = list(self.shape)
+        shape[dim] = len(index)
+        return _OnCuda(tuple(shape))
+
 
 @pytest.mark.parametrize(
     "error",

@@ -77,7 +77,7 @@ def test_fixed_shape_steps_keep_their_buffers_and_shapes_and_read_the_device_onc
     while not all(engine.peek(r) for r in refs):
         engine.step()
     shapes, buffers = [], []
-    forward = engine._forward
+    forward = engine.runner.forward
 
     def recorded(cache, ids, positions):
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
@@ -91,7 +91,7 @@ def test_fixed_shape_steps_keep_their_buffers_and_shapes_and_read_the_device_onc
         buffers.append([t.data_ptr() for t in (layout.input_ids, layout.slots, layout.kv_indices)])
         return hidden
 
-    engine._forward = recorded
+    engine.runner.forward = recorded  # this engine's runner only: the instance's attribute
     first = len(host_reads)
     while engine.busy:
         engine.step()
