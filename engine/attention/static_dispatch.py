@@ -123,7 +123,7 @@ class StaticDecodeDispatch:
     ) -> StepRun | None:
         """The step with its single-token rows on a bucket's buffers and the rest eager; None
         where the step is not one for the fixed-shape decode. `forward` is the engine's forward
-        (`Engine._forward`), `cache` its `kv_cache.PoolCache`, `eager` `Engine._run_eager`."""
+        (`ModelRunner.forward`), `cache` its `kv_cache.PoolCache`, `eager` `Engine._run_eager`."""
         parts = self.split(plan)
         if parts is None:
             return None
@@ -141,11 +141,11 @@ class StaticDecodeDispatch:
         off or cannot take them.
 
         The fixed-shape mask (`StaticDecode.load`) shows a row its group's segments and its own
-        blocks, nothing else. A row whose tokens go to a run instead (`Sequence.stem`: a stem or a
+        blocks, nothing else. A row whose tokens go to a run instead (`Row.stem`: a stem or a
         trunk being computed, or the rest of a prompt after a shared start) keeps its earlier
         tokens in that run, which is no segment of its own group: its chunk, one token long
         whenever the run's length is 1 more than a multiple of the prefill chunk, runs eagerly
-        (the cascade reads a row's earlier tokens at its own slots, `Sequence.slot`, wherever
+        (the cascade reads a row's earlier tokens at its own slots, `Row.slot`, wherever
         they lie); on the bucket that token would attend to the prompt alone and write wrong K/V
         for every arm that reads the run."""
         if not self.enabled:
