@@ -10,9 +10,9 @@ not by a CPU-sized constant.
 
 The same number is the chunk size of a CUDA run given no `--chunk-size` (`pool_rows`): one row
 per problem, so a base unit's problems all decode in one step. Since each unit is one engine call
-there, records depend on the chunk size (an identity key of the manifest), so the runner takes it
-from the pool only at a fresh start and records it; a resume takes the recorded one
-(splice/run/runner.py `settle_chunk_size`).
+there, records depend on the chunk size (an identity key of the manifest), so it is taken from
+the pool only at a fresh start and recorded; a resume takes the recorded one (splice/run/shape.py
+`settle`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,12 @@ def pool_rows(pool_slots: int, max_new_tokens: int, max_new_tokens_arm: int) -> 
     CUDA run given none (module docstring): `rows_for_pool` over rows of `row_slots`, at most
     the largest decode bucket."""
     return rows_for_pool(pool_slots, row_slots(max_new_tokens, max_new_tokens_arm), BUCKETS[-1])
+
+
+def engine_pool_rows(engine, config) -> int:
+    """`pool_rows` of a built engine's KV pool, for a run's config (its budgets)."""
+    slots = engine.pool.num_blocks * engine.block_size
+    return pool_rows(slots, config.max_new_tokens, config.max_new_tokens_arm)
 
 
 def batches_from_pool(device: str) -> bool:
