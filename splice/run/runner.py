@@ -1,7 +1,13 @@
 """Running a prepared experiment: its units, on one of two schedules, then the records file.
 
-    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
+    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4, device="cpu"))
     result = run(prepared, "runs/smollm2-musique-greedy")
+
+    # as `nudge run` does it on any device (cli/run.py): the shape first (shape.py)
+    engine = RunEngine(requested, device)
+    shape = settle(requested, device, out, pool_rows=engine.pool_rows)
+    prepared = prepare(shape.config(requested), loaded=engine.loaded)
+    result = run(prepared, out, engine=engine.engine)
 
 The units, their keys and their order are the plan's (splice/rundir/plan.py). They are computed
 on one of two schedules, which give the same records where the engine's logits do not depend on
@@ -11,8 +17,8 @@ thinking); **by unit**, each unit is one engine call, phase after phase in the p
 (NT, the self-consistency samples, B, oracle_B, the arms, the resolutions), and each call is the
 whole batch a resume or a replay computes again (the chunk size is the run's shape, settled
 before `prepare`: shape.py `settle`; on CUDA from the KV pool of the engine `RunEngine` builds
-for it, which the run then computes on). Either way a unit whose part file exists is reused, so a run killed at
-any moment and started again finishes only the missing work. When
+for it, which the run then computes on). Either way a unit whose part file exists is reused, so
+a run killed at any moment and started again finishes only the missing work. When
 every unit of this shard is stored, `records.jsonl` is assembled from the parts in canonical
 order (problems, then conditions, then seeds) and written atomically; with `--resolve`,
 `resolutions.jsonl` the same way, one line per TOOL record, in the records' order. Then the

@@ -16,9 +16,10 @@ too, whatever the chunk size. The rows come from the run's engine itself: the ca
 `pool_rows`, a callable that builds the engine (runner.py `RunEngine`), called only on such a
 device, so that the engine is built once, before `prepare`, and the run computes on it.
 
-The schedule is not part of the shape: where it is not forced by the config (a server, a GPU,
-bf16) it is the needle's verdict on the loaded model at the thread count the run computes at,
-which a workers run only has after forking decisions are made (schedule.py `choose_schedule`).
+The schedule is not part of the shape: where the config does not force it (a server, a GPU,
+bf16) it is the needle's verdict on the loaded model at the thread count the run computes at
+(schedule.py `choose_schedule`), known only once the model is loaded, and for workers at the one
+thread they take because the shape said there would be workers.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ class BaseJob(Job):
             self.signals = ctx.prepared.config.signals and unit.phase == TOOL_BASE
             prompts, params = base_inputs(ctx, unit.phase, unit.seed, self.indices, self.signals)
         self.prompts = prompts
-        self.shared = [ctx.shared(unit.phase, prompt) for prompt in prompts]  # units.py
+        self.shared = [ctx.shared(unit.phase, prompt) for prompt in prompts]  # units/base.py
         self.outs: list[Completion | None] = [None] * len(prompts)
         self.found: list = [None] * len(prompts)  # each prompt's record, once it finished
         self.states: dict[int, Completion] = {}

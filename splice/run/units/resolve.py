@@ -119,7 +119,7 @@ def resolve_requests(
     (None when the plan has no such base) and its arms' (`arm_records`, by key).
 
     All share the prompt and the base's reasoning, whose ids are the requests' stem (as for the
-    arms, units.py `arm_request`). A call that is not continued goes straight into `done`."""
+    arms, arms.py `arm_request`). A call that is not continued goes straight into `done`."""
     problem = ctx.prepared.problems[index]
     if record is None:
         return []
@@ -130,7 +130,7 @@ def resolve_requests(
     reasoning = record.generated_ids[: record.boundary]
     prompt = list(ctx.prepared.prompts[index].for_base(base))
     prefix = prompt + reasoning
-    stem, shared = len(reasoning) + 1, ctx.shared(base, prompt)  # as the base's arms (units.py)
+    stem, shared = len(reasoning) + 1, ctx.shared(base, prompt)  # as the base's arms (arms.py)
     limit = _context_limit(ctx)
     suffixes, params, group = [], [], []
     for source in sources:
