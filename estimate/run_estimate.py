@@ -1,7 +1,7 @@
 """`estimate_run`: what one `nudge run` will cost on this machine, before it runs.
 
-It does what the run does first (the same worker count and chunk size, `prepare`, the schedule
-and its needle), timing it, then measures the run's engine for a few seconds (rates.py), and
+It does what the run does first (its shape settled by the same function, splice/run/shape.py
+`settle`: worker count, chunk size, row cap; `prepare`; the schedule and its needle), timing it, then measures the run's engine for a few seconds (rates.py), and
 follows the run's schedule over its workload (workload.py, schedule.py) once per worker; the
 slowest worker's time plus the start is the run's wall time.
 """

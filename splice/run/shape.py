@@ -74,7 +74,7 @@ def settle(
     recorded = None if out is None else recorded_chunk_size(out)
     count = worker_count(replace(config, device=device), out, cores, workers, threads, remote)
     rows = None
-    if not remote and batches_from_pool(device):
+    if not remote and count == 1 and batches_from_pool(device):  # workers: CPU runs only
         if pool_rows is None:
             raise ValueError(f"a run on {device} takes its row cap from its engine's KV pool")
         rows = pool_rows()
