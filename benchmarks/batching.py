@@ -51,9 +51,11 @@ ARM_CODES = tuple(dict.fromkeys(PRESETS["primary"][2:] + PRESETS["voices"][2:]))
 
 
 def workload(lm, problems: int):
-    prepared = prepare(
-        RunConfig(task="strategyqa", n=problems, conditions=("primary", "voices")), loaded=lm
+    # only its prompts are read: any chunk size (a CUDA run's is otherwise its pool's rows)
+    config = RunConfig(
+        task="strategyqa", n=problems, conditions=("primary", "voices"), chunk_size=problems
     )
+    prepared = prepare(config, loaded=lm)
     prompts = [list(p.with_tool) for p in prepared.prompts]
     return prepared.family, prompts, prepared.splices
 

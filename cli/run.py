@@ -133,27 +133,43 @@ def remote_from_args(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
+    from nudgeability.splice.run import shape as run_shape
+    from nudgeability.splice.run.config import SERVER
     from nudgeability.splice.run.prepare import prepare
-    from nudgeability.splice.run.runner import resumed_chunk_size, run
+    from nudgeability.splice.run.runner import RunEngine, run
+    from nudgeability.splice.run.validation import resolve_device
     from nudgeability.splice.rundir.manifest import UserInterventions
-    from nudgeability.util.threads import set_threads
+    from nudgeability.util.threads import set_threads, usable_cores
 
     requested = config_from_args(args)
     remote = remote_from_args(args)
-    requested = resumed_chunk_size(requested, _out(args, requested))  # splice/run/runner.py
-    workers = _workers(args, requested, remote)
-    if workers != 1:
-        return _run_workers(args, requested, workers)
-    set_threads(getattr(args, "threads", None))  # before prepare: the manifest records it
+    out = Path(args.out) if args.out else default_out(requested)
+    device = SERVER if remote is not None else resolve_device(requested.device)
     # a resume reads the run's own interventions from its manifest, never running the file again
-    recorded = UserInterventions.in_directory(_out(args, requested))
+    recorded = UserInterventions.in_directory(out)
+    engine = RunEngine(requested, device, recorded=recorded)
+    with quiet_transformers(args.quiet):  # on CUDA the shape loads the model (splice/run/shape.py)
+        shape = run_shape.settle(
+            requested,
+            device,
+            out,
+            cores=usable_cores(),
+            workers=args.workers,
+            threads=getattr(args, "threads", None),
+            remote=remote is not None,
+            pool_rows=engine.pool_rows,
+        )
+    if shape.workers != 1:
+        return _run_workers(args, requested, out, shape)
+    set_threads(getattr(args, "threads", None))  # before prepare: the manifest records it
     with quiet_transformers(args.quiet):
-        prepared = prepare(requested, remote=remote, recorded=recorded)
+        prepared = prepare(
+            shape.config(requested), loaded=engine.loaded, remote=remote, recorded=recorded
+        )
     if not args.quiet and prepared.backend is None:
         _announce(prepared)
     config = prepared.config
-    out = Path(args.out) if args.out else default_out(config)
-    result = run(prepared, out, progress=not args.quiet)
+    result = run(prepared, out, progress=not args.quiet, engine=engine.engine)
     resolved = f", {result.resolutions} resolutions" if config.resolve else ""
     print(
         f"nudge run: {result.records} records{resolved} in {result.out} "
@@ -167,33 +183,15 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workers(args: argparse.Namespace, requested, remote) -> int:
-    from nudgeability.splice.run.workers import worker_count
-    from nudgeability.util.threads import usable_cores
-
-    return worker_count(
-        requested,
-        _out(args, requested),
-        usable_cores(),
-        workers=args.workers,
-        threads=getattr(args, "threads", None),
-        remote=remote is not None,
-    )
-
-
-def _out(args: argparse.Namespace, requested) -> Path:
-    return Path(args.out) if args.out else default_out(requested)
-
-
-def _run_workers(args: argparse.Namespace, requested, workers: int) -> int:
+def _run_workers(args: argparse.Namespace, requested, out: Path, shape) -> int:
     from nudgeability.splice.run.workers import run_workers
 
-    out = _out(args, requested)
+    workers = shape.workers
     with quiet_transformers(args.quiet):
         result = run_workers(
             requested,
             out,
-            workers,
+            shape,
             progress=not args.quiet,
             on_prepared=None if args.quiet else lambda whole: _announce(whole, workers),
         )

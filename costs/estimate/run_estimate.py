@@ -1,7 +1,7 @@
 """`estimate_run`: what one `nudge run` will cost on this machine, before it runs.
 
-It does what the run does first (the same worker count and chunk size, `prepare`, the schedule
-and its needle), timing it, then measures the run's engine for a few seconds (rates.py), and
+It does what the run does first (its shape settled by the same function, splice/run/shape.py
+`settle`: worker count, chunk size, row cap; `prepare`; the schedule and its needle), timing it, then measures the run's engine for a few seconds (rates.py), and
 follows the run's schedule over its workload (workload.py, schedule.py) once per worker; the
 slowest worker's time plus the start is the run's wall time.
 """
@@ -117,35 +117,38 @@ def measure_run(
     `time.monotonic()` the start is counted from (default: the process's start)."""
     import torch
 
-    from nudgeability.splice.run.engine_build import pool_rows_of
-    from nudgeability.splice.run.prepare import prepare, with_chunk_size
-    from nudgeability.splice.run.runner import unit_context
+    from nudgeability.splice.run import shape as run_shape
+    from nudgeability.splice.run.prepare import prepare
+    from nudgeability.splice.run.runner import RunEngine, unit_context
     from nudgeability.splice.run.schedule import choose_schedule
-    from nudgeability.splice.run.workers import automatic_count, worker_chunk_size
+    from nudgeability.splice.run.validation import resolve_device
     from nudgeability.util.threads import set_threads, usable_cores
 
-    cores = cores or usable_cores()
-    if workers is None:
-        nowhere = Path(os.devnull) / "nudge-plan"  # a fresh run: no directory to resume
-        workers = 1 if threads is not None else automatic_count(requested, nowhere, cores)
-    config = requested
-    if workers > 1 and requested.shard is not None:
+    device = resolve_device(requested.device)
+    built = RunEngine(requested, device, loaded)
+    shape = run_shape.settle(  # a fresh run: no directory to resume
+        requested,
+        device,
+        None,
+        cores=cores or usable_cores(),
+        workers=workers,
+        threads=threads,
+        pool_rows=built.pool_rows,
+    )
+    if shape.workers > 1 and requested.shard is not None:
         raise ValueError("--workers with --shard: a shard runs in one process")
-    if workers > 1:
-        config = replace(requested, chunk_size=worker_chunk_size(requested, workers))
+    if shape.workers > 1:
         torch.set_num_threads(1)  # each worker computes on one thread (splice/run/workers.py)
     else:
         set_threads(threads)
-    prepared = prepare(config, loaded=loaded)
+    prepared = prepare(shape.config(requested), loaded=built.loaded)
     if prepared.backend is not None:
         raise ValueError("nudge plan measures the local engine; a run on a server is its own")
     schedule = choose_schedule(prepared).name
-    engine = unit_context(prepared, progress=False).backend.engine
-    graphs = engine.static_dispatch.graphs  # captured by `unit_context`, as the run's are
+    engine = built.engine or unit_context(prepared, progress=False).backend.engine
+    graphs = engine.static_dispatch.graphs  # captured as the run's are (engine_build.py)
     captures = tuple(sorted(graphs.seconds.items())) if graphs is not None else ()
     startup = process_seconds() if since is None else time.monotonic() - since
-    if prepared.plan is None:  # CUDA with no chunk size: the runner takes the pool's rows
-        prepared = with_chunk_size(prepared, pool_rows_of(engine, prepared.config))
     reuse = engine.max_batch_tokens is None
     probe = Rates("probe", 1, 1.0, ((1, 1.0),), 0.0, 0, 0, 1.0)  # any rates: only rows count
     whole = workload_of(prepared)
@@ -155,8 +158,10 @@ def measure_run(
         (list(p.with_tool), starts.length("B", p.with_tool) if starts else 0)
         for p in prepared.prompts
     ]
-    rates = measure(engine, prompts, row_counts(peak / max(1, workers), engine.max_rows))
-    return Measured(prepared, schedule, rates, startup, workers, engine.max_rows, reuse, captures)
+    rates = measure(engine, prompts, row_counts(peak / shape.workers, engine.max_rows))
+    return Measured(
+        prepared, schedule, rates, startup, shape.workers, engine.max_rows, reuse, captures
+    )
 
 
 def estimate_run(
@@ -234,8 +239,7 @@ def estimate_paper(m: Measured, campaign: Campaign) -> CampaignEstimate:
     task's prompts rendered by the measured model's family and tokenizer."""
     import torch
 
-    from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE
-    from nudgeability.splice.run.prepare import prepare, with_chunk_size
+    from nudgeability.splice.run.prepare import prepare
 
     config = m.prepared.config
     shapes = {}
@@ -253,10 +257,7 @@ def estimate_paper(m: Measured, campaign: Campaign) -> CampaignEstimate:
             max_new_tokens=1,
             max_new_tokens_arm=1,
         )
-        shaped = prepare(other, loaded=m.prepared.loaded)
-        if shaped.plan is None:  # CUDA: only the prompts count here, not the chunk size
-            shaped = with_chunk_size(shaped, DEFAULT_CHUNK_SIZE)
-        shapes[task] = task_shape(shaped)
+        shapes[task] = task_shape(prepare(other, loaded=m.prepared.loaded))
     device = torch.device(config.device)
     memory = (
         torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
@@ -270,8 +271,6 @@ def announcement(prepared, workers: int) -> str:
     `nudge plan` has measured this model here (rates_cache.py), the wall time it expects."""
     import torch
 
-    from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE
-    from nudgeability.splice.run.prepare import with_chunk_size
     from nudgeability.splice.run.schedule import choose_schedule
 
     from .rates_cache import load_rates
@@ -279,9 +278,6 @@ def announcement(prepared, workers: int) -> str:
     lengths = Lengths()
     threads = 1 if workers > 1 else torch.get_num_threads()
     cached = load_rates(prepared.config, threads)
-    if prepared.plan is None:  # CUDA with no chunk size yet: the pool's rows, where measured
-        rows = cached.max_rows if cached is not None and cached.max_rows else DEFAULT_CHUNK_SIZE
-        prepared = with_chunk_size(prepared, rows)
     work = workload_of(prepared)
     head = (
         f"nudge run: {work.sequences(lengths):,.0f} sequences, about "

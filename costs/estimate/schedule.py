@@ -10,8 +10,9 @@ which in the fluid view slows every live row by the same share), takes
 once, each row's own tokens once per row: the engine's cascade), and the prompts that entered
 since the last finish cost their prefill at the measured rate.
 
-- **stream** (splice/run/stream.py): chunks start while fewer than `WINDOW_CHUNKS` chunks'
-  worth of sequences are unfinished; a base's arms fork when it ends (a simplification: the
+- **stream** (splice/run/stream.py): chunks start while fewer sequences are unfinished than
+  the stream's `window` (its waiters: every sequence submitted and not finished, bases and arms
+  alike, here the rows of every live group, those beyond the row cap included); a base's arms fork when it ends (a simplification: the
   stream forks at the cut, `Lengths.cut_share` of the way, while the base still runs); the arms'
   stem is copied from the base's cache where the pool grows with the work (CPU) and computed
   again, once per fork group, where the pool has a budget (CUDA);
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nudgeability.splice.run.stream import WINDOW_CHUNKS
+from nudgeability.splice.run.stream import WINDOW_CHUNKS, window
 
 from .rates import Rates
 from .workload import BaseWork, Lengths, Workload
@@ -177,12 +178,14 @@ def stream_timeline(
     """The streamed schedule of `work` on one engine (module docstring)."""
     engine = _Engine(rates, max_rows)
     forks = _Forks(engine, work, lengths, reuse_stems)
-    window = window_chunks * max((sum(map(len, c)) for c in work.chunks), default=0)
+    # a chunk's base sequences: its problems' bases, every seed (a full chunk's, as the stream
+    # counts them from the plan's chunk size)
+    per_chunk = max((sum(map(len, c)) for c in work.chunks), default=0)
+    most = window(per_chunk, window_chunks)
     chunks = list(work.chunks)
     generated: dict[int, float] = {}  # id of a base group -> its new tokens
     while chunks or engine.groups:
-        # the stream's window counts every unfinished sequence, arms included
-        while chunks and sum(g.rows for g in engine.groups) < max(1, window):
+        while chunks and sum(g.rows for g in engine.groups) < max(1, most):
             for problem in chunks.pop(0):
                 for base in problem:
                     for group in _base_groups(base, lengths, work.base_budget):

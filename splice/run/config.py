@@ -8,10 +8,9 @@ bits). As the user asks for a run (`nudge run`'s flags, parsed in cli/run.py, or
 in Python) a field may be None, meaning "the default"; and `conditions` may hold presets.
 `prepare` (splice/run/prepare.py) returns the resolved config: no None left but where the setting
 is genuinely absent (`max_batch_tokens`, `gpu_memory_utilization`, `shard`), paths absolute,
-conditions as codes in canonical order, `n` the number of problems drawn; on CUDA with no chunk
-size asked for, `chunk_size` stays None until the runner takes it from the KV pool at a fresh
-start, or from the manifest of the run it resumes (splice/run/runner.py `settle_chunk_size`,
-device_batching.py). Its canonical JSON (sorted keys) is stored in the run's manifest; a later
+conditions as codes in canonical order, `n` the number of problems drawn, `chunk_size` the one
+settled before `prepare` (splice/run/shape.py `settle`: on CUDA the rows the KV pool holds at a
+fresh start, or the one the run it resumes recorded). Its canonical JSON (sorted keys) is stored in the run's manifest; a later
 run against the same `--out` must resolve to the same config (splice/rundir/manifest_keys.py
 `compare_manifests` names every key that differs).
 """
@@ -76,8 +75,8 @@ class RunConfig:
     # a file of further interventions (splice/experiment/intervention_file.py), whose arms
     # join the conditions; None: the shipped conditions only
     interventions: str | None = None
-    # problems per unit of work (and per base batch); None: DEFAULT_CHUNK_SIZE on CPU and on a
-    # server, on CUDA the rows the KV pool holds (splice/run/device_batching.py `pool_rows`)
+    # problems per unit of work (and per base batch); None: settled (splice/run/shape.py):
+    # DEFAULT_CHUNK_SIZE on CPU and on a server, on CUDA the rows the KV pool holds
     chunk_size: int | None = None
     max_batch_tokens: int | None = (
         None  # the engine's KV pool, in token slots; None: grows with the work (CUDA: see below)

@@ -10,9 +10,9 @@ not by a CPU-sized constant.
 
 The same number is the chunk size of a CUDA run given no `--chunk-size` (`pool_rows`): one row
 per problem, so a base unit's problems all decode in one step. Since each unit is one engine call
-there, records depend on the chunk size (an identity key of the manifest), so the runner takes it
-from the pool only at a fresh start and records it; a resume takes the recorded one
-(splice/run/runner.py `settle_chunk_size`).
+there, records depend on the chunk size (an identity key of the manifest), so it is taken from
+the pool only at a fresh start and recorded; a resume takes the recorded one (splice/run/shape.py
+`settle`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,28 @@
-"""Storing a computed unit and checking a stored one, for both schedules (runner.py, stream.py).
+"""Storing a computed unit, reading a stored one back and checking it, for both schedules
+(runner.py, stream.py).
 
-A unit's part and its timing line are written together (`store_unit`); a stored part is reused
-only when `reusable` finds it whole and holding exactly its unit's keys (rundir/part_check.py),
-and a damaged one is set aside, named in one warning line, so that its unit is computed again.
+A unit's side file (B's hidden states), its part and its timing line are written together, in
+that order (`store_unit`), so a stored part has its states; a stored part is read back as typed
+records (`stored_records`), the one reader of parts the units build on; it is reused only when
+`reusable` finds it whole and holding exactly its unit's keys (rundir/part_check.py), and a
+damaged one is set aside, named in one warning line, so that its unit is computed again.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from nudgeability.splice.run.units import UnitCounts
+from nudgeability.splice.run.units.signals import write_hidden
 from nudgeability.splice.rundir.assemble import tool_keys
+from nudgeability.splice.rundir.layout import side_file
 from nudgeability.splice.rundir.part_check import base_records
 from nudgeability.splice.rundir.plan import RESOLVE_PHASE, Plan, Unit
+from nudgeability.splice.rundir.records import Record, ResolutionRecord
 from nudgeability.splice.rundir.store import WorkStore
 
 
@@ -37,13 +45,27 @@ def reusable(plan: Plan, store: WorkStore, unit: Unit) -> bool:
     return False
 
 
+def stored_records(store: WorkStore, unit: Unit) -> list[Record]:
+    """The records of a stored base or arms part, in their stored order."""
+    return [Record.from_json(line) for line in store.read_part(unit)]
+
+
 def store_unit(
-    store: WorkStore, plan: Plan, unit: Unit, lines: list[str], counts: UnitCounts
+    store: WorkStore,
+    plan: Plan,
+    unit: Unit,
+    records: Sequence[Record | ResolutionRecord],
+    counts: UnitCounts,
+    hidden: np.ndarray | None = None,
 ) -> None:
-    """Write a computed unit's part, then its line in timings.jsonl (`counts.seconds` is set).
+    """Write a computed unit: its side file of hidden states (`hidden`, B with --signals:
+    units/signals.py), its part, then its line in timings.jsonl (`counts.seconds` is set).
 
     Parts built on this unit's former records (its dependents) are set aside by the store before
     the new part lands, each named in one warning line, so they are computed again."""
+    if hidden is not None:
+        write_hidden(store.root / side_file(unit.name), hidden)
+    lines = [record.to_json() for record in records]
     for dependent, moved in store.write_part(unit, lines, plan.dependents_of(unit)):
         print(
             f"nudge run: warning: {store.part_path(dependent)}: built on {unit.name}, whose "

@@ -4,9 +4,10 @@ The pipeline: validate the settings (validation.py, each error naming its flag),
 sentences, the data file and the problem draw, then the model (or the server and its tokenizer)
 and its family, render the prompts, their shared starts (splice/experiment/shared_start.py)
 and the splice ids of every arm, check that every sequence fits (`check_fits`), and build the
-resolved `RunConfig`, the manifest and the run's `Plan` from it. On CUDA with no chunk size asked
-for, the chunk size, and so the plan, wait for the runner (`with_chunk_size`;
-splice/run/device_batching.py says why). The result is a `Prepared`
+resolved `RunConfig`, the manifest and the run's `Plan` from it. The chunk size is the run's
+shape, settled before (splice/run/shape.py `settle`): on CUDA it is the rows the engine's KV pool
+holds, so a CUDA run given none here is refused (splice/run/device_batching.py says why); on CPU
+and on a server none means `DEFAULT_CHUNK_SIZE`. The result is a `Prepared`
 experiment; a bad input raises a one-line ValueError (or OSError) naming the file, line, field
 or flag, before any output exists.
 """
@@ -79,9 +80,8 @@ class Prepared:
     splices: dict[str, tuple[int, ...]]
     manifest: dict = field(repr=False)
     # the conditions (with the self-consistency samples), units, keys and order of the run, read
-    # from the manifest like every other reader of the run directory's plan; None while the chunk
-    # size waits for the runner (CUDA, no chunk size asked for: `with_chunk_size`)
-    plan: Plan | None = field(repr=False)
+    # from the manifest like every other reader of the run directory's plan
+    plan: Plan = field(repr=False)
     toolbox: Toolbox | None = None  # the executable tools, when the run resolves its calls
     backend: Backend | None = None  # a server's (checked); None: the run builds the engine
     # each base's start, which the engine computes once (None on a server: its cache is its own)
@@ -116,7 +116,12 @@ def prepare(
     """
     valid = validate(requested, remote, recorded)
     defaults = device_defaults(requested, valid.device)
-    requested = replace(requested, dtype=defaults.dtype, static_decode=defaults.static_decode)
+    requested = replace(
+        requested,
+        dtype=defaults.dtype,
+        static_decode=defaults.static_decode,
+        chunk_size=_chunk_size(requested, valid.device),
+    )
     sentences = load_sentences(requested.sentences)
     task = get_task(requested.task)
     data = Path(requested.data) if requested.data is not None else task.default_data_path()
@@ -180,7 +185,7 @@ def prepare(
         prompts,
         splices,
         manifest,
-        None if config.chunk_size is None else Plan.from_manifest(manifest),
+        Plan.from_manifest(manifest),
         toolbox,
         model.backend,
         starts,
@@ -268,7 +273,7 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
         max_new_tokens_arm=requested.max_new_tokens_arm,
         sentences=str(Path(sentences.source).resolve()),
         interventions=None if valid.interventions is None else valid.interventions.path,
-        chunk_size=_chunk_size(requested, valid.device),
+        chunk_size=requested.chunk_size,
         max_batch_tokens=requested.max_batch_tokens,
         gpu_memory_utilization=requested.gpu_memory_utilization,
         static_decode=requested.static_decode,
@@ -287,20 +292,17 @@ def _resolved(requested, valid: Validated, model: _Model, task, data, problems, 
     )
 
 
-def _chunk_size(requested: RunConfig, device: str) -> int | None:
-    """The chunk size asked for, else the fixed default, but on a device whose KV pool is sized
-    from free memory (CUDA): None, for the runner to settle (`with_chunk_size`)."""
+def _chunk_size(requested: RunConfig, device: str) -> int:
+    """The chunk size settled (splice/run/shape.py `settle`), else the fixed default; a device
+    whose KV pool is sized from free memory (CUDA) has no default but its pool's rows."""
     if requested.chunk_size is not None:
         return requested.chunk_size
-    return None if batches_from_pool(device) else DEFAULT_CHUNK_SIZE
-
-
-def with_chunk_size(prepared: Prepared, chunk_size: int) -> Prepared:
-    """`prepared` with the chunk size the runner settled on (splice/run/runner.py
-    `settle_chunk_size`): in its config, its manifest and the plan read from it."""
-    config = replace(prepared.config, chunk_size=chunk_size)
-    manifest = {**prepared.manifest, "config": config.to_dict()}
-    return replace(prepared, config=config, manifest=manifest, plan=Plan.from_manifest(manifest))
+    if batches_from_pool(device):
+        raise ConfigError(
+            f"--chunk-size: a run on {device} takes it from its engine's KV pool: settle the "
+            "run's shape first (splice/run/shape.py `settle`, as `nudge run` does) or give one"
+        )
+    return DEFAULT_CHUNK_SIZE
 
 
 def _model_spec(model: str) -> str:

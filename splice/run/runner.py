@@ -1,7 +1,13 @@
 """Running a prepared experiment: its units, on one of two schedules, then the records file.
 
-    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4))
+    prepared = prepare(RunConfig(model="smollm2", task="musique", n=4, device="cpu"))
     result = run(prepared, "runs/smollm2-musique-greedy")
+
+    # as `nudge run` does it on any device (cli/run.py): the shape first (shape.py)
+    engine = RunEngine(requested, device)
+    shape = settle(requested, device, out, pool_rows=engine.pool_rows)
+    prepared = prepare(shape.config(requested), loaded=engine.loaded)
+    result = run(prepared, out, engine=engine.engine)
 
 The units, their keys and their order are the plan's (splice/rundir/plan.py). They are computed
 on one of two schedules, which give the same records where the engine's logits do not depend on
@@ -9,10 +15,10 @@ the batch (`streams`): the **stream** (stream.py) puts every unit on one engine 
 request submitted as soon as its inputs are known (a problem's arms once its B has closed its
 thinking); **by unit**, each unit is one engine call, phase after phase in the protocol's order
 (NT, the self-consistency samples, B, oracle_B, the arms, the resolutions), and each call is the
-whole batch a resume or a replay computes again (on CUDA, with no chunk size asked for, the
-chunk size is the rows the KV pool holds, settled before the directory is opened:
-`settle_chunk_size`). Either way a unit whose part file exists is reused, so a run killed at
-any moment and started again finishes only the missing work. When
+whole batch a resume or a replay computes again (the chunk size is the run's shape, settled
+before `prepare`: shape.py `settle`; on CUDA from the KV pool of the engine `RunEngine` builds
+for it, which the run then computes on). Either way a unit whose part file exists is reused, so
+a run killed at any moment and started again finishes only the missing work. When
 every unit of this shard is stored, `records.jsonl` is assembled from the parts in canonical
 order (problems, then conditions, then seeds) and written atomically; with `--resolve`,
 `resolutions.jsonl` the same way, one line per TOOL record, in the records' order. Then the
@@ -29,20 +35,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nudgeability.backends.base import EngineBackend
+from nudgeability.engine import Engine
+from nudgeability.models.loader import LoadedModel
 from nudgeability.splice.experiment.conditions import CONSISTENCY
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.engine_build import pool_rows_of, run_engine
-from nudgeability.splice.run.parts import reusable, store_unit
-from nudgeability.splice.run.prepare import Prepared, with_chunk_size
+from nudgeability.splice.run.parts import reusable, store_unit, stored_records
+from nudgeability.splice.run.prepare import Prepared, load_run_model
 from nudgeability.splice.run.progress import PhaseBar, RunEta
 from nudgeability.splice.run.schedule import STREAM, choose_schedule
 from nudgeability.splice.run.stream import Stream
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.run.units.consistency import run_consistency_unit
 from nudgeability.splice.run.units.resolve import run_resolve_unit
+from nudgeability.splice.run.validation import device_defaults, validate
 from nudgeability.splice.rundir.assemble import assemble_records, assemble_resolutions
-from nudgeability.splice.rundir.layout import MANIFEST, RESOLUTIONS, side_file
-from nudgeability.splice.rundir.manifest import OutputDirError, read_manifest
+from nudgeability.splice.rundir.layout import RESOLUTIONS
+from nudgeability.splice.rundir.manifest import UserInterventions
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Unit
 from nudgeability.splice.rundir.store import WorkStore
 
@@ -64,6 +73,7 @@ def run(
     *,
     progress: bool = True,
     schedule: str | None = None,
+    engine: Engine | None = None,
 ) -> RunResult:
     """Compute every missing unit of `prepared` into `out`, then write records.jsonl.
 
@@ -72,16 +82,16 @@ def run(
     "stream" (stream.py: one engine queue, no barrier between phases) or "units" (one engine
     call per unit, phase after phase); None picks the stream where it gives the records of the
     units schedule byte for byte (schedule.py, `choose_schedule`). The manifest's `schedule`
-    says which ran and why.
+    says which ran and why. `engine`: the one built to settle the run's shape (`RunEngine`),
+    computed on instead of a new one.
     """
     if schedule not in (None, "stream", "units"):
         raise ValueError(f"schedule must be 'stream' or 'units', got {schedule!r}")
-    prepared, ctx = settle_chunk_size(prepared, out, progress=progress)
     plan = prepared.plan
     with WorkStore.open(out, prepared.manifest) as store:
         for warning in resume_warnings(store.root, store.provenance_changes):
             print(f"nudge run: warning: {warning}", file=sys.stderr)
-        ctx = ctx or unit_context(prepared, progress=progress)
+        ctx = unit_context(prepared, progress=progress, engine=engine)
         chosen = choose_schedule(prepared, schedule)
         if chosen.name == STREAM:
             computed, resumed = _streamed(ctx, store, progress)
@@ -130,54 +140,49 @@ def _streamed(ctx: UnitContext, store: WorkStore, progress: bool) -> tuple[int, 
     return stream.computed, stream.resumed
 
 
-def settle_chunk_size(
-    prepared: Prepared, out: str | os.PathLike, *, progress: bool = True
-) -> tuple[Prepared, UnitContext | None]:
-    """`prepared` with a chunk size, and the unit context when settling it built one.
+class RunEngine:
+    """The engine of a local run whose KV pool is sized from free memory (CUDA), built once when
+    settling the run's shape asks for the rows its pool holds (shape.py `settle`), before
+    `prepare`: on the model it then hands `prepare` (`loaded`), capped at those rows, and the
+    run computes on it (`run(..., engine=)`). Elsewhere nothing is built here (`engine` None) and
+    the run builds its own (`unit_context`). `loaded`: a model already in memory."""
 
-    Only a CUDA run given no chunk size has none yet (prepare.py). Resuming the run in `out`, it
-    takes the chunk size that run recorded, so a resume cuts the units as the run it continues
-    did, whatever this machine's memory; at a fresh start, the rows the engine's pool holds
-    (engine_build.py `pool_rows_of`, the engine's row cap too), which the manifest then records.
-    A chunk size asked for is left as it is: one that differs from the recorded one is the
-    resume's config error."""
-    if prepared.config.chunk_size is not None:
-        return prepared, None
-    recorded = _recorded_chunk_size(out)
-    if recorded is not None:
-        return with_chunk_size(prepared, recorded), None
-    ctx = unit_context(prepared, progress=progress)
-    settled = with_chunk_size(prepared, pool_rows_of(ctx.backend.engine, prepared.config))
-    return settled, UnitContext(settled, ctx.backend)
+    def __init__(
+        self,
+        requested: RunConfig,
+        device: str,
+        loaded: LoadedModel | None = None,
+        recorded: UserInterventions | None = None,
+    ):
+        self.requested, self.device, self.loaded = requested, device, loaded
+        self.recorded = recorded  # a resume's interventions, from its manifest: no file run again
+        self.engine: Engine | None = None
+        self.rows = 0
 
-
-def resumed_chunk_size(config: RunConfig, out: str | os.PathLike) -> RunConfig:
-    """`config` with the chunk size the run in `out` recorded, when none was asked for: workers
-    choose a smaller one than one process would (splice/run/workers.py), so the same command, run
-    again, resumes that run whether it takes workers or one process. Records do not depend on
-    the chunk size; the parts do."""
-    if config.chunk_size is not None:
-        return config
-    recorded = _recorded_chunk_size(out)
-    return config if recorded is None else replace(config, chunk_size=recorded)
-
-
-def _recorded_chunk_size(out: str | os.PathLike) -> int | None:
-    """The chunk size in the manifest of the run directory `out`, if it holds one (a broken or
-    foreign manifest: None, and `WorkStore.open` says what is wrong with it)."""
-    if not (Path(out) / MANIFEST).is_file():
-        return None
-    try:
-        chunk = read_manifest(out).config.get("chunk_size")
-    except OutputDirError:
-        return None
-    return chunk if type(chunk) is int and chunk >= 1 else None
+    def pool_rows(self) -> int:
+        if self.engine is None:
+            validate(self.requested, recorded=self.recorded)  # a bad flag, before the model loads
+            defaults = device_defaults(self.requested, self.device)
+            config = replace(
+                self.requested, dtype=defaults.dtype, static_decode=defaults.static_decode
+            )
+            if self.loaded is None:
+                self.loaded = load_run_model(config, self.device)
+            self.engine = run_engine(self.loaded.model, self.loaded.tokenizer, config)
+            self.rows = pool_rows_of(self.engine, config)
+        return self.rows
 
 
-def unit_context(prepared: Prepared, *, progress: bool = True) -> UnitContext:
-    """What every unit of the run needs: the prepared server backend, or an engine on the prepared
-    model (also used by `nudge verify` to replay units exactly as the run computed them)."""
+def unit_context(
+    prepared: Prepared, *, progress: bool = True, engine: Engine | None = None
+) -> UnitContext:
+    """What every unit of the run needs: the prepared server backend, `engine` where one was
+    built for the run (`RunEngine`), or the run's engine on the prepared model
+    (engine_build.py `run_engine`; also used by `nudge verify` to replay units exactly as the
+    run computed them)."""
     backend = prepared.backend
+    if backend is None and engine is not None:
+        backend = EngineBackend(engine)
     if backend is None:
         loaded = prepared.loaded
         backend = EngineBackend(run_engine(loaded.model, loaded.tokenizer, prepared.config))
@@ -192,7 +197,8 @@ def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit) -> UnitCounts:
     indices = list(plan.chunks[unit.chunk])
     start = time.perf_counter()
     retries_before = ctx.backend.retries
-    inputs = {source.phase: store.read_part(source) for source in plan.inputs_of(unit)}
+    inputs = {source.phase: stored_records(store, source) for source in plan.inputs_of(unit)}
+    hidden = None
     if unit.phase == RESOLVE_PHASE:
         records, counts = run_resolve_unit(ctx, unit.seed, indices, inputs)
     elif unit.phase == ARMS_PHASE:
@@ -200,13 +206,11 @@ def compute_unit(ctx: UnitContext, store: WorkStore, unit: Unit) -> UnitCounts:
     elif unit.phase == CONSISTENCY:
         records, counts = run_consistency_unit(ctx, unit.phase, unit.seed, indices)
     else:
-        # the hidden states' side file is written before the part: a stored part has its states
-        signals = (store.root / side_file(unit.name), unit.name)
-        wanted = signals if ctx.prepared.config.signals else None
-        records, counts = run_base_unit(ctx, unit.phase, unit.seed, indices, wanted)
+        signals_of = unit.name if ctx.prepared.config.signals else None
+        records, counts, hidden = run_base_unit(ctx, unit.phase, unit.seed, indices, signals_of)
     counts.seconds = time.perf_counter() - start
     counts.retries = ctx.backend.retries - retries_before
-    store_unit(store, plan, unit, [record.to_json() for record in records], counts)
+    store_unit(store, plan, unit, records, counts, hidden)
     return counts
 
 

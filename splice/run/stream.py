@@ -6,8 +6,8 @@ before the chunk's arms start, and each phase waits for the longest sequence of 
 The stream hands the engine one queue instead (its streaming API, engine/README.md):
 
 - chunks start in order, each with its base units (NT, the self-consistency samples, B,
-  oracle_B, every seed), while fewer than `WINDOW_CHUNKS` chunks' worth of base sequences are
-  unfinished;
+  oracle_B, every seed), while fewer sequences are unfinished in the engine than `window`
+  allows (`WINDOW_CHUNKS` chunks' worth of base sequences; arms count as any sequence);
 - a problem's arms are forked as soon as its own B (or oracle_B) has closed its thinking, which
   may be before B has finished: the base's reasoning is the fork's stem, copied from the base's
   cache (`ForkRequest.reuse`), bit for bit what computing it again gives;
@@ -16,8 +16,8 @@ The stream hands the engine one queue instead (its streaming API, engine/README.
 - a unit's part is written when its last record is known and the parts it is computed from
   (`Plan.inputs_of`) are written, so a killed run leaves only parts whose inputs are stored.
 
-The requests are the barrier schedule's, built by the same functions (units.py, consistency.py,
-resolve.py), and every decision here is taken from which sequences finished, never from timing.
+The requests are the barrier schedule's, built by the same functions (units/base.py, arms.py,
+consistency.py, resolve.py), and every decision here is taken from which sequences finished, never from timing.
 Where a sequence's logits do not depend on the batch (fp32 on CPU, engine/README.md) the records
 are byte for byte the barrier schedule's, and so those of any chunk size, budget, resume, shard or
 replay of a unit alone. A stored unit is reused as in the barrier schedule; one whose inputs are
@@ -38,6 +38,13 @@ from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Unit
 from nudgeability.splice.rundir.store import WorkStore
 
 WINDOW_CHUNKS = 2  # chunks' worth of base sequences kept unfinished in the engine
+
+
+def window(base_sequences_per_chunk: int, chunks: int = WINDOW_CHUNKS) -> int:
+    """How many sequences may be unfinished in the engine (submitted, not yet finished: bases,
+    arms, hidden-state passes and resolutions alike) before the stream stops starting chunks:
+    `chunks` chunks' worth of base sequences (estimate/schedule.py models the same)."""
+    return chunks * base_sequences_per_chunk
 
 
 class Stream:
@@ -70,9 +77,9 @@ class Stream:
             for phase in self.plan.record_phases
             if phase != ARMS_PHASE
         )
-        window = WINDOW_CHUNKS * self.plan.chunk_size * len(self.plan.seeds) * per_problem
+        most = window(self.plan.chunk_size * len(self.plan.seeds) * per_problem)
         while chunks or self.open:
-            while chunks and len(self.waiters) < window:
+            while chunks and len(self.waiters) < most:
                 self._start_chunk(chunks.popleft())
             if not self.engine.busy:
                 if self.open and not chunks:

@@ -4,15 +4,19 @@ its part may be written.
 A job is one unit. A base job (NT, the self-consistency samples, B, oracle_B) submits one
 sequence per prompt; B and oracle_B are watched for their cut (`CutWatch`) and held for the
 forks of their users. An arms job forks each (problem, base) at the base's cut; a resolution job
-forks each (problem, base) once the base unit's records and the problem's arms are final. A job
-fed by a live job gets its records as they appear; a deferred one (a stored unit whose inputs are
-computed again, or a unit built on such a one) reads its inputs from the store once they are
-written, like the units schedule.
+forks each (problem, base) once the base unit's records and the problem's arms are final.
+
+A job fed by a live job subscribes to what it needs of it when it is made (`subscribe`): an arms
+job to its bases' cuts and records (`on_cut`, `on_record`), a resolution job to its bases'
+records once all are known (`on_records`) and to the arms' records per (problem, base)
+(`on_group`); it gets them as typed `Record`s as they appear. A deferred one (a stored unit whose
+inputs are computed again, or a unit built on such a one) subscribes to nothing and reads its
+inputs from the store once they are written (parts.py `stored_records`, as the units schedule
+does). A job's part, and a B unit's side file of hidden states, are written by `store_unit`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -20,8 +24,9 @@ from typing import TYPE_CHECKING
 from nudgeability.engine import Completion, SequenceRef
 from nudgeability.splice.experiment.conditions import CONSISTENCY, TOOL_BASE
 from nudgeability.splice.experiment.interventions import ARM_BASES
-from nudgeability.splice.run.parts import reusable, store_unit
+from nudgeability.splice.run.parts import reusable, store_unit, stored_records
 from nudgeability.splice.run.units import (
+    CutWatch,
     UnitCounts,
     arm_records,
     arm_requests,
@@ -37,7 +42,6 @@ from nudgeability.splice.run.units.resolve import (
     thinking_opens_after_result,
 )
 from nudgeability.splice.run.units.signals import HIDDEN_PASS, attach_signals
-from nudgeability.splice.rundir.layout import side_file
 from nudgeability.splice.rundir.plan import ARMS_PHASE, Unit
 from nudgeability.splice.rundir.records import Record, RecordKey
 
@@ -58,13 +62,25 @@ class Job:
         self.stream, self.unit, self.inputs, self.deferred = stream, unit, inputs, deferred
         self.ctx = stream.ctx
         self.indices = list(stream.plan.chunks[unit.chunk])
-        self.users: list[Job] = []
+        self.users: list[Job] = []  # the jobs computed from this one: they wait for its part
+        # what live users subscribed to (module docstring): (phase, j, boundary, generated ids),
+        # (phase, j, record), (phase, records), (j, base, records)
+        self.on_cut: list[Callable[[str, int, int, list[int]], None]] = []
+        self.on_record: list[Callable[[str, int, Record], None]] = []
+        self.on_records: list[Callable[[str, list[Record]], None]] = []
+        self.on_group: list[Callable[[int, str, list[Record]], None]] = []
+        self.hidden = None  # a B unit's hidden states, for its side file
         self.counts = UnitCounts()
         self.complete = self.written = False
         self.started = 0.0
         for job in inputs:
             job.users.append(self)
+            if not deferred:
+                self.subscribe(job)
         stream.open.append(self)
+
+    def subscribe(self, source: Job) -> None:
+        """Subscribe to what this job needs of `source`, a live job it is computed from."""
 
     def fed_by(self, phase: str) -> Job | None:
         """The live job feeding this one the records of `phase` (None: read them from the store)."""
@@ -72,8 +88,8 @@ class Job:
             return None
         return next((job for job in self.inputs if job.unit.phase == phase), None)
 
-    def stored_lines(self, phase: str) -> list[str]:
-        return self.stream.store.read_part(Unit(phase, self.unit.seed, self.unit.chunk))
+    def stored(self, phase: str) -> list[Record]:
+        return stored_records(self.stream.store, Unit(phase, self.unit.seed, self.unit.chunk))
 
     def start(self) -> None:
         self.started = time.perf_counter()
@@ -82,7 +98,8 @@ class Job:
     def begin(self) -> None:
         raise NotImplementedError
 
-    def lines(self) -> list[str]:
+    def records(self) -> list:
+        """The unit's records, in the order its part stores them."""
         raise NotImplementedError
 
     def finish(self) -> None:
@@ -94,7 +111,8 @@ class Job:
         if not self.complete or self.written or not all(job.written for job in self.inputs):
             return
         self.counts.seconds = time.perf_counter() - self.started
-        store_unit(self.stream.store, self.stream.plan, self.unit, self.lines(), self.counts)
+        store = self.stream.store
+        store_unit(store, self.stream.plan, self.unit, self.records(), self.counts, self.hidden)
         self.stream.computed += 1
         self._close(self.counts)
 
@@ -133,9 +151,9 @@ class BaseJob(Job):
             self.signals = ctx.prepared.config.signals and unit.phase == TOOL_BASE
             prompts, params = base_inputs(ctx, unit.phase, unit.seed, self.indices, self.signals)
         self.prompts = prompts
-        self.shared = [ctx.shared(unit.phase, prompt) for prompt in prompts]  # units.py
+        self.shared = [ctx.shared(unit.phase, prompt) for prompt in prompts]  # units/base.py
         self.outs: list[Completion | None] = [None] * len(prompts)
-        self.records: list = [None] * len(prompts)
+        self.found: list = [None] * len(prompts)  # each prompt's record, once it finished
         self.states: dict[int, Completion] = {}
         self.hidden_left = 0
         forkers = [u for u in self.users if not u.deferred]  # they fork from these sequences
@@ -152,15 +170,14 @@ class BaseJob(Job):
                 retain=self.retained,
             )
             self.refs.append(ref)
-            if any(isinstance(u, ArmsJob) for u in forkers):
+            if self.on_cut:
                 self.stream.watches[ref.id] = CutWatch(
                     family, lambda cut, ids, j=j: self._cut(j, cut, ids)
                 )
 
     def _cut(self, j: int, boundary: int, generated: list[int]) -> None:
-        for user in self.users:
-            if isinstance(user, ArmsJob) and not user.deferred:
-                user.base_cut(self.unit.phase, j, boundary, generated)
+        for told in self.on_cut:
+            told(self.unit.phase, j, boundary, generated)
 
     def _finished(self, j: int, out: Completion) -> None:
         ctx, unit = self.ctx, self.unit
@@ -174,10 +191,9 @@ class BaseJob(Job):
         else:
             problem = ctx.prepared.problems[self.indices[j]]
             record = base_record(ctx, problem, unit.phase, unit.seed, self.prompts[j], out)
-        self.records[j] = record
-        for user in self.users:
-            if isinstance(user, ArmsJob) and not user.deferred:
-                user.base_finished(unit.phase, j, record.boundary, record.generated_ids)
+        self.found[j] = record
+        for told in self.on_record:
+            told(unit.phase, j, record)
         self._release_if_unused(j)
         if self.signals and record.boundary is not None:
             self.hidden_left += 1
@@ -195,19 +211,15 @@ class BaseJob(Job):
     def _maybe_finish(self) -> None:
         if any(out is None for out in self.outs) or self.hidden_left:
             return
-        if self.signals:  # the side file is written before the part (runner.py, compute_unit)
+        if self.signals:  # their hidden states go to the unit's side file (`store_unit`)
             states = [self.states[j] for j in sorted(self.states)]
-            path = self.stream.store.root / side_file(self.unit.name)
-            self.records = attach_signals(self.records, self.outs, states, path, self.unit.name)
-        lines = [record.to_json() for record in self.records]
-        self._lines = lines
-        for user in self.users:
-            if isinstance(user, ResolveJob) and not user.deferred:
-                user.base_lines_known(self.unit.phase, lines)
+            self.found, self.hidden = attach_signals(self.found, self.outs, states, self.unit.name)
+        for told in self.on_records:
+            told(self.unit.phase, self.found)
         self.finish()
 
-    def lines(self) -> list[str]:
-        return self._lines
+    def records(self) -> list[Record]:
+        return self.found
 
     def ref_to_fork(self, j: int) -> SequenceRef | None:
         """The sequence a fork of problem j may copy its stem from (still held by the engine)."""
@@ -224,28 +236,13 @@ class BaseJob(Job):
             self.stream.engine.release(self.refs[j])
 
 
-class CutWatch:
-    """Finds a running base's think-close from the tokens so far (`Family.find_boundary`); the
-    first close in a prefix of the tokens is the first close of them all, so the cut is final."""
-
-    def __init__(self, family, on_cut: Callable[[int, list[int]], None]):
-        self.family, self.on_cut = family, on_cut
-        self.tail = len(family.think_close_text) + 4  # tokens a close can span, with margin
-        self.seen = 0
-
-    def __call__(self, tokens: list[int]) -> bool:
-        if len(tokens) == self.seen:
-            return False
-        recent = tokens[max(0, self.seen - self.tail) :]
-        self.seen = len(tokens)
-        if self.family.find_marker(recent, self.family.think_close_text) is None:
-            return False
-        self.on_cut(self.family.find_boundary(tokens), tokens)
-        return True
-
-
 class ArmsJob(Job):
     """The arms of one chunk: one fork per (problem, base) whose base closed its thinking."""
+
+    def subscribe(self, source: Job) -> None:
+        if source.unit.phase in self.stream.plan.arm_bases:
+            source.on_cut.append(self.base_cut)
+            source.on_record.append(self.base_finished)
 
     def begin(self) -> None:
         self.groups: dict[tuple[int, str], object] = {}  # records, PENDING, or None (no cut)
@@ -253,18 +250,16 @@ class ArmsJob(Job):
         ids = [self.ctx.prepared.problems[i].id for i in self.indices]
         for base in self.stream.plan.arm_bases:
             if self.fed_by(base) is None:
-                records = {r["problem_id"]: r for r in map(json.loads, self.stored_lines(base))}
+                records = {record.problem_id: record for record in self.stored(base)}
                 for j, pid in enumerate(ids):
-                    self.base_finished(
-                        base, j, records[pid]["boundary"], records[pid]["generated_ids"]
-                    )
+                    self.base_finished(base, j, records[pid])
 
     def base_cut(self, base: str, j: int, boundary: int, generated: list[int]) -> None:
         if (j, base) not in self.cuts:
             self._fork(j, base, boundary, generated)
 
-    def base_finished(self, base: str, j: int, boundary: int | None, generated: list[int]) -> None:
-        key = (j, base)
+    def base_finished(self, base: str, j: int, record: Record) -> None:
+        key, boundary = (j, base), record.boundary
         if key in self.cuts:
             if self.cuts[key] != boundary:
                 raise RuntimeError(f"{self.unit.name}: the cut found while {base} ran moved")
@@ -273,7 +268,7 @@ class ArmsJob(Job):
             self._tell_resolve(j, base, [])
             self._let_go(j, base)
         else:
-            self._fork(j, base, boundary, generated)
+            self._fork(j, base, boundary, record.generated_ids)
         self._maybe_finish()
 
     def _fork(self, j: int, base: str, boundary: int, generated: list[int]) -> None:
@@ -303,13 +298,12 @@ class ArmsJob(Job):
             return  # a fork of this problem and base is still running
         records = in_arm_order(self.ctx, base, [r for records in found for r in records])
         self.groups[(j, base)] = records
-        self._tell_resolve(j, base, [record.to_json() for record in records])
+        self._tell_resolve(j, base, records)
         self._maybe_finish()
 
-    def _tell_resolve(self, j: int, base: str, lines: list[str]) -> None:
-        for user in self.users:
-            if isinstance(user, ResolveJob) and not user.deferred:
-                user.arms_known(j, base, lines)
+    def _tell_resolve(self, j: int, base: str, records: list[Record]) -> None:
+        for told in self.on_group:
+            told(j, base, records)
 
     def _maybe_finish(self) -> None:
         expected = len(self.indices) * len(self.stream.plan.arm_bases)
@@ -317,22 +311,28 @@ class ArmsJob(Job):
         if len(known) == expected and not self.complete:
             self.finish()
 
-    def lines(self) -> list[str]:
+    def records(self) -> list[Record]:
         out = []
         for j in range(len(self.indices)):
             for base in self.stream.plan.arm_bases:
-                out += [record.to_json() for record in self.groups[(j, base)] or []]
+                out += self.groups[(j, base)] or []
         return out
 
 
 class ResolveJob(Job):
     """The resolutions of one chunk: one fork per (problem, base) with TOOL records."""
 
+    def subscribe(self, source: Job) -> None:
+        if source.unit.phase == ARMS_PHASE:
+            source.on_group.append(self.arms_known)
+        elif source.unit.phase in ARM_BASES:
+            source.on_records.append(self.base_records_known)
+
     def begin(self) -> None:
         plan = self.stream.plan
         self.bases = [base for base in ARM_BASES if base in plan.record_phases]
-        self.base_lines: dict[str, dict[str, str] | None] = {base: None for base in self.bases}
-        self.arm_lines: dict[RecordKey, str] = {}
+        self.base_records: dict[str, dict[str, Record] | None] = {b: None for b in self.bases}
+        self.arm_records: dict[RecordKey, Record] = {}
         self.arms_ready: set[tuple[int, str]] = set()
         self.waiting = {(j, base) for j in range(len(self.indices)) for base in self.bases}
         self.forks_left = 0
@@ -340,35 +340,35 @@ class ResolveJob(Job):
         self.thinking_open = thinking_opens_after_result(self.ctx)
         live_arms = ARMS_PHASE in plan.record_phases and self.fed_by(ARMS_PHASE) is not None
         if ARMS_PHASE in plan.record_phases and not live_arms:
-            for line in self.stored_lines(ARMS_PHASE):
-                self.arm_lines[RecordKey.of(json.loads(line))] = line
+            for record in self.stored(ARMS_PHASE):
+                self.arm_records[RecordKey.of(record)] = record
         for base in self.bases:
             if not live_arms or base not in plan.arm_bases:
                 self.arms_ready.update((j, base) for j in range(len(self.indices)))
             if self.fed_by(base) is None:
-                self.base_lines_known(base, self.stored_lines(base))
+                self.base_records_known(base, self.stored(base))
         self._maybe_finish()
 
-    def base_lines_known(self, base: str, lines: list[str]) -> None:
-        self.base_lines[base] = {json.loads(line)["problem_id"]: line for line in lines}
+    def base_records_known(self, base: str, records: list[Record]) -> None:
+        self.base_records[base] = {record.problem_id: record for record in records}
         self._resolve_ready()
 
-    def arms_known(self, j: int, base: str, lines: list[str]) -> None:
-        for line in lines:
-            self.arm_lines[RecordKey.of(json.loads(line))] = line
+    def arms_known(self, j: int, base: str, records: list[Record]) -> None:
+        for record in records:
+            self.arm_records[RecordKey.of(record)] = record
         self.arms_ready.add((j, base))
         self._resolve_ready()
 
     def _resolve_ready(self) -> None:
         for j, base in sorted(self.waiting):
-            if self.base_lines[base] is None or (j, base) not in self.arms_ready:
+            if self.base_records[base] is None or (j, base) not in self.arms_ready:
                 continue
             self.waiting.discard((j, base))
             index = self.indices[j]
-            line = self.base_lines[base].get(self.ctx.prepared.problems[index].id)
+            record = self.base_records[base].get(self.ctx.prepared.problems[index].id)
             source = self.fed_by(base)
             requests = resolve_requests(
-                self.ctx, self.unit.seed, index, line, self.arm_lines, self.done
+                self.ctx, self.unit.seed, index, record, self.arm_records, self.done
             )
             for request, group in requests:
                 request.reuse = source.ref_to_fork(j) if source is not None else None
@@ -387,6 +387,5 @@ class ResolveJob(Job):
         if not self.waiting and not self.forks_left and not self.complete:
             self.finish()
 
-    def lines(self) -> list[str]:
-        ordered = in_canonical_order(self.ctx, self.indices, dict(self.done))
-        return [record.to_json() for record in ordered]
+    def records(self) -> list:
+        return in_canonical_order(self.ctx, self.indices, dict(self.done))

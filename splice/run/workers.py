@@ -45,8 +45,9 @@ from nudgeability.splice.rundir.merge import MergeResult, merge
 from nudgeability.util.atomic import fsync_directory
 from nudgeability.util.progress import progress_bar
 
-if TYPE_CHECKING:  # the hint only: prepare is imported where a run starts
+if TYPE_CHECKING:  # the hints only: prepare is imported where a run starts
     from nudgeability.splice.run.prepare import Prepared
+    from nudgeability.splice.run.shape import RunShape
 
 _SHARD_DIR = re.compile(r"shard-\d+-of-(\d+)")
 # forking a process that loaded torch is safe on Linux only (macOS: its system libraries; Windows
@@ -111,7 +112,7 @@ def worker_chunk_size(config: RunConfig, count: int) -> int:
 
 def worker_count(
     config: RunConfig,
-    out: Path,
+    out: Path | None,
     cores: int,
     workers: int | None = None,
     threads: int | None = None,
@@ -125,29 +126,32 @@ def worker_count(
             raise ValueError(f"--workers {workers}: a run on a server is one process")
         return 1
     if workers is not None:
+        if workers < 1:
+            raise ValueError(f"--workers {workers}: must be at least 1")
         return workers
     if threads is not None:
         return 1
     return automatic_count(config, out, cores)
 
 
-def automatic_count(config: RunConfig, out: Path, cores: int) -> int:
+def automatic_count(config: RunConfig, out: Path | None, cores: int) -> int:
     """The workers `nudge run` uses when `--workers` is not given: the count an interrupted
     workers run began with (its shards resume); one process for a device other than the CPU, a
     shard, an `out` that already holds a one-process or merged run (it resumes as it began), or
     a system other than Linux; else one worker per core, at most one per problem (per chunk, when
-    a chunk size is asked for)."""
+    a chunk size is asked for). `out` None: no directory yet (`nudge plan`)."""
     import torch
 
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device != "cpu" or config.shard is not None or not _FORKS:
         return 1
-    layout = Workers(Path(out).absolute(), 1)
-    if layout.holds_a_run():
-        return 1
-    begun = layout.begun()
-    if len(begun) == 1:
-        return begun[0]
+    if out is not None:
+        layout = Workers(Path(out).absolute(), 1)
+        if layout.holds_a_run():
+            return 1
+        begun = layout.begun()
+        if len(begun) == 1:
+            return begun[0]
     most = config.n or cores
     if config.chunk_size is not None and config.n:  # a chunk size asked for: one worker a chunk
         most = -(-config.n // config.chunk_size)
@@ -161,15 +165,15 @@ def _listing(directory: Path) -> list[Path]:
 def run_workers(
     config: RunConfig,
     out: Path,
-    count: int,
+    shape: RunShape,
     progress: bool = True,
     on_prepared: Callable[[Prepared], None] | None = None,
 ) -> MergeResult:
-    """Run `config` as `count` single-threaded shard workers into `out`, forked from this process
+    """Run `config` as `shape.workers` single-threaded shard workers into `out`, each cutting its
+    problems into chunks of `shape.chunk_size` (shape.py `settle`), forked from this process
     after it loads the model (module docstring); the merged run's result. `on_prepared` is told
     of the whole run once it is prepared, before any worker starts."""
-    if count < 1:
-        raise ValueError(f"--workers {count}: must be at least 1")
+    count = shape.workers
     if config.shard is not None:
         raise ValueError("--workers with --shard: a shard runs in one process")
     if not _FORKS:
@@ -200,7 +204,7 @@ def run_workers(
             f"--workers {count}: {layout.root} holds the shards of {begun[0]} workers; resume "
             f"with --workers {begun[0]}, or delete {out} to start afresh"
         )
-    config = replace(config, chunk_size=worker_chunk_size(config, count))
+    config = shape.config(config)
     threads = torch.get_num_threads()
     # one thread before anything computes: no OpenMP pool for the children to inherit, and no
     # tokenizers' Rust pool either (neither is fork-safe)

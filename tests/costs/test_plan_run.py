@@ -89,16 +89,12 @@ def test_lengths_from_records_are_shares_of_the_budgets():
         lengths_from_records([], 1, 1, where="r")
 
 
-def test_the_announcement_of_a_run_whose_chunk_size_the_pool_will_set(tmp_path, monkeypatch):
-    """A CUDA run given no chunk size is prepared without a plan (splice/run/prepare.py): what
-    `nudge run` prints at its start must not need one."""
-    from dataclasses import replace
-
+def test_the_announcement_before_any_rates_are_measured(tmp_path, monkeypatch):
+    """What `nudge run` prints at its start where `nudge plan` never measured this model."""
     from nudgeability.costs.estimate.run_estimate import announcement
 
     monkeypatch.setenv("NUDGE_CACHE", str(tmp_path))  # no rates measured here
-    prepared = prepare(RunConfig(task="strategyqa", n=2))
-    line = announcement(replace(prepared, plan=None), 1)
+    line = announcement(prepare(RunConfig(task="strategyqa", n=2)), 1)
     assert line.startswith("nudge run: ") and "`nudge plan`" in line
 
 

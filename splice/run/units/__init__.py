@@ -10,16 +10,17 @@ from nudgeability.splice.run.units.arms import (
     run_arms_unit,
 )
 from nudgeability.splice.run.units.base import (
+    CutWatch,
     UnitContext,
     UnitCounts,
     base_inputs,
     base_record,
     run_base_unit,
-    wants_signals,
 )
 
 __all__ = [
     "ArmGroup",
+    "CutWatch",
     "UnitContext",
     "UnitCounts",
     "arm_record",
@@ -31,5 +32,4 @@ __all__ = [
     "in_arm_order",
     "run_arms_unit",
     "run_base_unit",
-    "wants_signals",
 ]

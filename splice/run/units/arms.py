@@ -158,16 +158,16 @@ def arm_records(
 
 
 def run_arms_unit(
-    ctx: UnitContext, seed: int, indices: Sequence[int], base_lines: dict[str, list[str]]
+    ctx: UnitContext, seed: int, indices: Sequence[int], base_records: dict[str, list[Record]]
 ) -> tuple[list[Record], UnitCounts]:
     """Fork every arm of the problems at `indices` from their bases' stored records.
 
-    `base_lines` maps 'B' / 'oracle_B' to the record lines of this chunk's base unit (same seed).
+    `base_records` maps 'B' / 'oracle_B' to the records of this chunk's base unit (same seed).
     A problem whose base never closed its thinking (boundary null) gets no arms of that base.
     """
     bases: dict[str, dict[str, Record]] = {}
-    for base, lines in base_lines.items():
-        bases[base] = {record.problem_id: record for record in map(Record.from_json, lines)}
+    for base, records in base_records.items():
+        bases[base] = {record.problem_id: record for record in records}
     requests, groups, forks = [], [], []
     for i in indices:
         for base in ctx.prepared.plan.arm_bases:

@@ -21,9 +21,10 @@ final accuracy (resolve.py) can read every condition's answers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+
+import numpy as np
 
 from nudgeability.backends.base import Backend, continuation_of
 from nudgeability.engine import Completion, SamplingParams
@@ -120,24 +121,16 @@ def base_inputs(
     return prompts, params
 
 
-def wants_signals(base: str, signals_file) -> bool:
-    """Whether a base unit records B's uncertainty signals (only B does, and only when asked)."""
-    return signals_file is not None and base == TOOL_BASE
-
-
 def run_base_unit(
-    ctx: UnitContext,
-    base: str,
-    seed: int,
-    indices: Sequence[int],
-    signals_file: tuple[Path, str] | None = None,
-) -> tuple[list[Record], UnitCounts]:
-    """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record each.
+    ctx: UnitContext, base: str, seed: int, indices: Sequence[int], signals_of: str | None = None
+) -> tuple[list[Record], UnitCounts, np.ndarray | None]:
+    """Generate the base `base` ('NT', 'B', 'oracle_B') for the problems at `indices`; one record
+    each, the counts, and B's hidden states for the unit's side file (None: none).
 
-    With `signals_file` = (path, unit name) and base B, the records carry B's uncertainty signals
-    and the hidden states at the cut go to `path` (splice/run/units/signals.py).
+    With `signals_of` (the unit's name) and base B, the records carry B's uncertainty signals
+    and the hidden states at the cut are returned (splice/run/units/signals.py).
     """
-    with_signals = wants_signals(base, signals_file)
+    with_signals = signals_of is not None and base == TOOL_BASE
     prompts, params = base_inputs(ctx, base, seed, indices, with_signals)
     shared = [ctx.shared(base, prompt) for prompt in prompts]
     outs = ctx.backend.generate(prompts, params, shared=shared)
@@ -145,9 +138,11 @@ def run_base_unit(
     for i, prompt, out in zip(indices, prompts, outs):
         counts.add(out, shared=False)
         records.append(base_record(ctx, ctx.prepared.problems[i], base, seed, prompt, out))
+    hidden = None
     if with_signals:
-        records = with_b_signals(ctx.backend.engine, records, prompts, shared, outs, *signals_file)
-    return records, counts
+        engine = ctx.backend.engine
+        records, hidden = with_b_signals(engine, records, prompts, shared, outs, signals_of)
+    return records, counts, hidden
 
 
 def base_record(
@@ -205,3 +200,24 @@ def _record(
         continuation=continuation_of(out),
         cut=None if boundary is None else len(decode(generated[:boundary])),
     )
+
+
+class CutWatch:
+    """Finds a running base's think-close from the tokens so far (`Family.find_boundary`, as
+    `base_record` finds its boundary), for the stream to fork its arms there (../stream.py); the
+    first close in a prefix of the tokens is the first close of them all, so the cut is final."""
+
+    def __init__(self, family, on_cut: Callable[[int, list[int]], None]):
+        self.family, self.on_cut = family, on_cut
+        self.tail = len(family.think_close_text) + 4  # tokens a close can span, with margin
+        self.seen = 0
+
+    def __call__(self, tokens: list[int]) -> bool:
+        if len(tokens) == self.seen:
+            return False
+        recent = tokens[max(0, self.seen - self.tail) :]
+        self.seen = len(tokens)
+        if self.family.find_marker(recent, self.family.think_close_text) is None:
+            return False
+        self.on_cut(self.family.find_boundary(tokens), tokens)
+        return True

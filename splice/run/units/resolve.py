@@ -44,7 +44,6 @@ SEED_KEY_PREFIX = "resolve:"
 class _Source:
     """One TOOL record to resolve, and what its resolution needs."""
 
-    line: str  # the record's JSON line, as stored
     record: Record
     after_cut: list[int]  # the ids after the shared prefix, up to the end of the record
 
@@ -59,51 +58,44 @@ def thinking_opens_after_result(ctx: UnitContext) -> bool:
 
 
 def tool_record_sources(
-    ctx: UnitContext, base: str, problem_id: str, base_lines: dict, arm_lines: dict
-) -> tuple[Record | None, list[_Source]]:
-    """The base record of (problem, base) and its TOOL records (the base's own, then its arms')."""
-    line = base_lines.get(problem_id)
-    if line is None:
-        return None, []
-    record = Record.from_json(line)
+    ctx: UnitContext, record: Record, arm_records: dict[RecordKey, Record]
+) -> list[_Source]:
+    """The TOOL records of one problem and base: the base `record`'s own, then its arms' (from
+    `arm_records`, by key)."""
     boundary = record.boundary
     sources = []
     if record.action.kind == TOOL and boundary is not None:
-        sources.append(_Source(line, record, record.generated_ids[boundary:]))
-    for arm in ctx.arms_of(base):
-        arm_line = arm_lines.get(RecordKey(problem_id, arm.code, record.seed))
-        if arm_line is None:
-            continue
-        arm_record = Record.from_json(arm_line)
-        if arm_record.action.kind == TOOL:
+        sources.append(_Source(record, record.generated_ids[boundary:]))
+    for arm in ctx.arms_of(record.condition):
+        arm_record = arm_records.get(RecordKey(record.problem_id, arm.code, record.seed))
+        if arm_record is not None and arm_record.action.kind == TOOL:
             after = list(ctx.prepared.splices[arm.code]) + arm_record.generated_ids
-            sources.append(_Source(arm_line, arm_record, after))
-    return record, sources
+            sources.append(_Source(arm_record, after))
+    return sources
 
 
 def run_resolve_unit(
     ctx: UnitContext,
     seed: int,
     indices: Sequence[int],
-    parts: dict[str, list[str]],
+    parts: dict[str, list[Record]],
 ) -> tuple[list[ResolutionRecord], UnitCounts]:
     """Resolve every TOOL record of the problems at `indices` (one seed).
 
-    `parts` maps each base phase ('B', 'oracle_B') and 'arms' to the record lines of this chunk's
+    `parts` maps each base phase ('B', 'oracle_B') and 'arms' to the records of this chunk's
     unit. Returns the resolutions in canonical order (problems, then conditions) and the counts.
     """
-    base_lines = {
-        base: {Record.from_json(line).problem_id: line for line in parts.get(base, [])}
-        for base in ARM_BASES
+    bases = {
+        base: {record.problem_id: record for record in parts.get(base, [])} for base in ARM_BASES
     }
-    arm_lines = {RecordKey.of(Record.from_json(line)): line for line in parts.get("arms", [])}
+    arm_records = {RecordKey.of(record): record for record in parts.get("arms", [])}
     thinking_open = thinking_opens_after_result(ctx)
     requests, pending = [], []
     done: dict[tuple[str, str], ResolutionRecord] = {}
     for i in indices:
         for base in ARM_BASES:
-            line = base_lines[base].get(ctx.prepared.problems[i].id)
-            for request, group in resolve_requests(ctx, seed, i, line, arm_lines, done):
+            record = bases[base].get(ctx.prepared.problems[i].id)
+            for request, group in resolve_requests(ctx, seed, i, record, arm_records, done):
                 requests.append(request)
                 pending.append(group)
     counts = UnitCounts()
@@ -120,20 +112,20 @@ def resolve_requests(
     ctx: UnitContext,
     seed: int,
     index: int,
-    base_line: str | None,
-    arm_lines: dict[RecordKey, str],
+    record: Record | None,
+    arm_records: dict[RecordKey, Record],
     done: dict[tuple[str, str], ResolutionRecord],
 ) -> list[tuple[ForkRequest, ResolveGroup]]:
-    """The fork requests resolving the TOOL records of one problem and base: the base's record
-    line (None when the plan has no such base) and its arms' lines (`arm_lines`, by key).
+    """The fork requests resolving the TOOL records of one problem and base: the base's `record`
+    (None when the plan has no such base) and its arms' (`arm_records`, by key).
 
     All share the prompt and the base's reasoning, whose ids are the requests' stem (as for the
     arms, arms.py `arm_request`). A call that is not continued goes straight into `done`."""
     problem = ctx.prepared.problems[index]
-    if base_line is None:
+    if record is None:
         return []
-    base = Record.from_json(base_line).condition
-    record, sources = tool_record_sources(ctx, base, problem.id, {problem.id: base_line}, arm_lines)
+    base = record.condition
+    sources = tool_record_sources(ctx, record, arm_records)
     if not sources:
         return []
     reasoning = record.generated_ids[: record.boundary]
@@ -251,7 +243,7 @@ def _resolution(
         task=ctx.prepared.task.name,
         condition=record.condition,
         seed=record.seed,
-        source_sha256=record_sha256(source.line),
+        source_sha256=record_sha256(record.to_json()),  # its stored line, rundir/records.py
         tool_name=output.name if continued else record.action.tool_name,
         arguments=output.arguments if continued else record.action.arguments,
         executed=output is not None,

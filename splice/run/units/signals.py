@@ -11,7 +11,8 @@ Small summaries only, never logits (stats/grounding/join.py reads them back):
   (the state whose logits chose the think-close), float16. One engine pass over prompt + reasoning
   with `return_hidden` computes it; the states of a B unit go to one side file
   `signals/<unit>.npy` (rows in the unit's problem order, closed B's only), written atomically
-  before the unit's part file, and the B record stores `hidden = {"file", "row"}`.
+  before the unit's part file (splice/run/parts.py `store_unit`, for both schedules), and the B
+  record stores `hidden = {"file", "row"}`.
 - **Self-consistency.** K unaided samples per problem (condition `consistency`, `sample` 0..K-1)
   at temperature 1.0 and top-p 0.95, seed key (seed, problem, "consistency", k), in one batched
   `Engine.generate` per unit; each stores `answer_key`, the task's normalised answer
@@ -82,26 +83,24 @@ HIDDEN_PASS = SamplingParams(max_new_tokens=1, return_hidden=True)  # one pass p
 
 
 def attach_signals(
-    records: list[Record],
-    outs: list[Completion],
-    states: list[Completion],
-    path: Path,
-    unit_name: str,
-) -> list[Record]:
+    records: list[Record], outs: list[Completion], states: list[Completion], unit_name: str
+) -> tuple[list[Record], np.ndarray | None]:
     """B's records with their token uncertainty up to the cut and the reference of their hidden
-    state at the cut; `states` are the hidden-state pass's results (`cut_prompts` order), written
-    to `path` (rows: the closed B's in unit order)."""
+    state at the cut, and those states as one float16 array for the unit's side file (rows: the
+    closed B's in unit order; None when none closed); `states` are the hidden-state pass's
+    results (`cut_prompts` order)."""
     closed = [j for j, record in enumerate(records) if record.boundary is not None]
     rows = {j: row for row, j in enumerate(closed)}
+    hidden = None
     if closed:
-        write_hidden(path, np.stack([state.hidden.float().numpy() for state in states]))
+        hidden = np.stack([state.hidden.float().numpy() for state in states]).astype(np.float16)
     out = []
     for j, (record, completion) in enumerate(zip(records, outs)):
         summary = token_uncertainty(completion.logprobs, completion.entropies, record.boundary)
         if summary is not None:
             summary["hidden"] = hidden_reference(unit_name, rows[j])
         out.append(dataclasses.replace(record, signals=summary))
-    return out
+    return out, hidden
 
 
 def with_b_signals(
@@ -110,12 +109,11 @@ def with_b_signals(
     prompts: list[list[int]],
     shared: list[int],
     outs: list[Completion],
-    path: Path,
     unit_name: str,
-) -> list[Record]:
+) -> tuple[list[Record], np.ndarray | None]:
     """`attach_signals` after one engine pass over the closed B's prompt + reasoning, each with
     its prompt's `shared` start (as B computed it)."""
     cut = cut_prompts(records, prompts)
     starts = [k for r, k in zip(records, shared) if r.boundary is not None]
     states = engine.generate(cut, HIDDEN_PASS, shared=starts) if cut else []
-    return attach_signals(records, outs, states, path, unit_name)
+    return attach_signals(records, outs, states, unit_name)

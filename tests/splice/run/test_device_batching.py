@@ -18,7 +18,7 @@ from helpers.tiny_runs import read_records
 from nudgeability.engine import engine as engine_module
 from nudgeability.models.testing.tiny import tiny_model
 from nudgeability.splice.run import engine_build, runner
-from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
+from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, ConfigError, RunConfig
 from nudgeability.splice.run.device_batching import (
     PROMPT_ALLOWANCE,
     pool_rows,
@@ -26,6 +26,7 @@ from nudgeability.splice.run.device_batching import (
     rows_for_pool,
 )
 from nudgeability.splice.run.prepare import prepare
+from nudgeability.splice.run.shape import settle
 from nudgeability.splice.rundir.store import ConfigChangedError
 
 MiB = 2**20
@@ -131,19 +132,20 @@ def test_a_cuda_run_takes_its_chunk_size_from_the_pool_once(
 ):
     """No chunk size on CUDA: a fresh run cuts its problems into chunks of the rows its pool holds
     (the engine's row cap too) and records it; a resume on a machine whose pool holds more keeps
-    the recorded chunks, and an explicit other chunk size is the resume's config error. Each unit
-    is one engine call, as on CUDA (`schedule="units"`). Budgets 16,8: a row is 1,024 + 24 =
-    1,048 slots; 100 blocks (1,600 slots) hold one row, 150 blocks (2,400 slots) two."""
+    the recorded chunks, and an explicit other chunk size is the resume's config error. As
+    `nudge run` does it: the shape settled first (splice/run/shape.py) on the engine the run
+    then computes on, built once. Each unit is one engine call, as on CUDA
+    (`schedule="units"`). Budgets 16,8: a row is 1,024 + 24 = 1,048 slots; 100 blocks (1,600
+    slots) hold one row, 150 blocks (2,400 slots) two."""
     model_dir = tiny_checkpoint("qwen3", close_boost=2.6)
     engines = []
-    make_context = runner.unit_context
+    make_engine = engine_build.Engine
 
-    def unit_context(*args, **kwargs):  # keep the engine, to read its row cap
-        ctx = make_context(*args, **kwargs)
-        engines.append(ctx.backend.engine)
-        return ctx
+    def engine(*args, **kwargs):  # every engine the run builds
+        engines.append(make_engine(*args, **kwargs))
+        return engines[-1]
 
-    monkeypatch.setattr(runner, "unit_context", unit_context)
+    monkeypatch.setattr(engine_build, "Engine", engine)
     asked = RunConfig(
         model=str(model_dir),
         task="strategyqa",
@@ -159,12 +161,20 @@ def test_a_cuda_run_takes_its_chunk_size_from_the_pool_once(
     )
 
     def run(out, **changes):
-        prepared = prepare(replace(asked, **changes))
-        return runner.run(prepared, out, progress=False, schedule="units")
+        requested = replace(asked, **changes)
+        built = runner.RunEngine(requested, "cpu")
+        shape = settle(requested, "cpu", out, pool_rows=built.pool_rows)
+        prepared = prepare(shape.config(requested), loaded=built.loaded)
+        built_before = len(engines)
+        result = runner.run(prepared, out, progress=False, schedule="units", engine=built.engine)
+        assert len(engines) == built_before and engines[-1] is built.engine  # no second engine
+        return result
 
     fake_cuda.free = _free_for(100)
-    assert prepare(asked).config.chunk_size is None  # left to the runner
+    with pytest.raises(ConfigError, match="--chunk-size: a run on cpu takes it from its engine"):
+        prepare(asked)  # the pool's rows are the shape's to settle
     result = run(tmp_path / "small")
+    assert len(engines) == 1
     assert engines[-1].pool.num_blocks == 100 and engines[-1].max_rows == 1
     assert _chunk_size(tmp_path / "small") == 1 and result.units_computed == 9  # 3 phases x 3
     assert [p for p in _parts(tmp_path / "small") if p.startswith("NT")] == [

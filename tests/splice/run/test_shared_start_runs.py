@@ -120,7 +120,7 @@ def test_a_resolution_forks_with_its_bases_start(model, tmp_path):
     )
     index = [p.id for p in prepared.problems].index(record.problem_id)
     ctx = unit_context(prepared, progress=False)
-    ((request, _),) = resolve_requests(ctx, 0, index, planted.to_json(), {}, {})
+    ((request, _),) = resolve_requests(ctx, 0, index, planted, {}, {})
     assert request.shared == len(start) > 0
     assert list(request.prefix_ids[: len(start)]) == list(start)
     assert request.stem == record.boundary + 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import nudgeability.splice.run.parts as parts_module
 import nudgeability.splice.run.schedule as schedule_module
 import nudgeability.splice.run.stream as stream_module
 import nudgeability.splice.run.stream_jobs as jobs_module
@@ -18,6 +19,8 @@ from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.runner import run
 from nudgeability.splice.run.schedule import choose_schedule
+from nudgeability.splice.run.stream import Stream
+from nudgeability.splice.rundir.records import Record
 
 TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="cpu")
 
@@ -61,6 +64,52 @@ def test_the_stream_writes_every_file_of_the_units_schedule(tiny_checkpoint, tmp
     streamed = _run(model, tmp_path / "stream", "stream", **config)
     assert streamed == units
     assert any(name.startswith("parts/arms") for name in units)
+
+
+def test_jobs_pass_typed_records_and_read_stored_parts_as_the_units_do(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
+    """A fresh stream parses no record: its jobs hand each other `Record`s (no JSON line in
+    between, stream_jobs.py); resumed, the parts its jobs build on are read by the units
+    schedule's own reader (parts.py `stored_records`), once per part."""
+    model = tiny_checkpoint("qwen3", close_boost=2.6)
+    config = dict(n=4, chunk_size=2, conditions=("primary", "oracle"))
+    parsed, read = [], []
+    real_from_dict, real_stored = Record.from_dict.__func__, parts_module.stored_records
+
+    def from_dict(cls, data, **kwargs):
+        parsed.append(data["condition"])
+        return real_from_dict(cls, data, **kwargs)
+
+    def stored_records(store, unit):
+        read.append(unit.name)
+        return real_stored(store, unit)
+
+    monkeypatch.setattr(Record, "from_dict", classmethod(from_dict))
+    monkeypatch.setattr(jobs_module, "stored_records", stored_records)
+    monkeypatch.setattr(Stream, "run", _counting(Stream.run, parsed))
+    out = tmp_path / "stream"
+    fresh = _run(model, out, "stream", **config)
+    during = parsed[parsed.index("stream started") + 1 : parsed.index("stream ended")]
+    assert during == [] and read == []
+    # B's and oracle_B's parts kept, the arms computed again from them
+    for part in (out / "parts").glob("arms-*"):
+        part.unlink()
+    (out / "records.jsonl").unlink()
+    parsed.clear()
+    prepared = prepare(RunConfig(model=str(model), **{**TINY, **config}))
+    run(prepared, out, progress=False, schedule="stream")
+    assert _files(out) == fresh
+    assert sorted(read) == sorted(f"{b}-s0-c{c:05d}" for b in ("B", "oracle_B") for c in (0, 1))
+
+
+def _counting(real, marks: list):
+    def counted(self):
+        marks.append("stream started")
+        real(self)
+        marks.append("stream ended")
+
+    return counted
 
 
 def test_records_do_not_depend_on_the_chunk_size_or_the_kv_budget(tiny_checkpoint, tmp_path):

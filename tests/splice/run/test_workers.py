@@ -18,6 +18,7 @@ from nudgeability.splice.run import schedule, workers
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.runner import run
+from nudgeability.splice.run.shape import settle
 from nudgeability.splice.run.workers import (
     WorkerError,
     automatic_count,
@@ -29,11 +30,18 @@ from nudgeability.splice.rundir.merge import merge
 TINY = dict(task="strategyqa", max_new_tokens=16, max_new_tokens_arm=8, device="cpu")
 
 
+def _two(config: RunConfig, out: Path):
+    """The shape of `config` as two workers into `out` (`nudge run --workers 2`)."""
+    shape = settle(config, "cpu", out, workers=2)
+    assert (shape.workers, shape.chunk_from) == (2, "workers")
+    return shape
+
+
 def test_two_workers_give_the_records_of_one_process(tiny_checkpoint, tmp_path):
     model = tiny_checkpoint("qwen3", close_boost=2.6)
     config = RunConfig(model=str(model), n=6, **TINY)
     run(prepare(config), tmp_path / "one", progress=False)
-    result = run_workers(config, tmp_path / "two", 2, progress=False)
+    result = run_workers(config, tmp_path / "two", _two(config, tmp_path / "two"), progress=False)
     one = (tmp_path / "one" / "records.jsonl").read_bytes()
     assert result.records == len(one.splitlines())
     assert (tmp_path / "two" / "records.jsonl").read_bytes() == one
@@ -75,7 +83,7 @@ def test_the_model_loads_once_and_the_workers_share_it(tiny_checkpoint, tmp_path
         "merge",
         lambda out, shards: merged.append(_shard_manifests(shards)) or merge(out, shards),
     )
-    run_workers(config, tmp_path / "out", 2, progress=False)
+    run_workers(config, tmp_path / "out", _two(config, tmp_path / "out"), progress=False)
     assert loads.read_text().split() == [str(os.getpid())]
     assert needles.read_text().split() == [str(os.getpid())]
     for shard in merged[0]:
@@ -89,7 +97,7 @@ def _shard_manifests(shards) -> list[dict]:
 def test_a_model_that_does_not_load_fails_before_any_worker_starts(tmp_path):
     config = RunConfig(model=str(tmp_path / "no-such-model"), n=2, **TINY)
     with pytest.raises(ModelLoadError, match="no-such-model: no such file or directory"):
-        run_workers(config, tmp_path / "out", 2, progress=False)
+        run_workers(config, tmp_path / "out", _two(config, tmp_path / "out"), progress=False)
     assert not (tmp_path / "out").exists()
 
 
@@ -102,7 +110,7 @@ def test_a_failing_worker_names_its_log_and_its_error(tiny_checkpoint, tmp_path)
     with pytest.raises(
         WorkerError, match=r"worker 2/2 failed \(see .*shard-2\.log; exit status 1\): \w+Error"
     ):
-        run_workers(config, tmp_path / "out", 2, progress=False)
+        run_workers(config, tmp_path / "out", _two(config, tmp_path / "out"), progress=False)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["workers"]  # no run, no manifest
 
 
@@ -231,7 +239,7 @@ def test_a_worker_killed_by_a_signal_is_named_so(tiny_checkpoint, tmp_path, monk
     with pytest.raises(
         WorkerError, match=r"worker 2/2 failed \(see .*shard-2\.log; killed by SIGKILL\)"
     ):
-        run_workers(config, tmp_path / "out", 2, progress=False)
+        run_workers(config, tmp_path / "out", _two(config, tmp_path / "out"), progress=False)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["workers"]  # no run, no manifest
 
 
