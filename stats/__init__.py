@@ -1,7 +1,6 @@
 """Every estimator of the paper as pure functions over int8 arrays (stats/README.md)."""
 
-from nudgeability.splice.experiment.conditions import PAIRS
-from nudgeability.splice.experiment.conditions import REPORT_ORDER as CONDITIONS
+from nudgeability.splice.experiment.conditions import REPORT_ORDER, SHIPPED_PAIRS
 
 from .actions import NONE, OTHER, SELF, TOOL, TRUNC, UNKNOWN, action_code, codes_from_kinds
 from .delegation.join import load_value_tables
@@ -69,8 +68,8 @@ __all__ = [
     "ExperimentTable",
     "ExperimentLabel",
     "TableError",
-    "CONDITIONS",
-    "PAIRS",
+    "REPORT_ORDER",
+    "SHIPPED_PAIRS",
     "sensitivity",
     "Sensitivity",
     "targeting",

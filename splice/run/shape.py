@@ -2,7 +2,7 @@
 size) and how many rows its engine decodes together (the row cap), settled by `settle` once per
 process, before the run is prepared.
 
-`nudge run` (cli/run.py), `nudge plan` (estimate/run_estimate.py `measure_run`) and the GPU
+`nudge run` (cli/run.py), `nudge plan` (costs/estimate/run_estimate.py `measure_run`) and the GPU
 check (benchmarks/benchkit/gpu/plan.py, through `measure_run`) call it, each with the device
 the run takes and its output directory (None where there is none: a fresh run). It reads that
 directory's manifest once: a run resumed keeps the chunk size it recorded, since its parts are

@@ -43,7 +43,7 @@ WINDOW_CHUNKS = 2  # chunks' worth of base sequences kept unfinished in the engi
 def window(base_sequences_per_chunk: int, chunks: int = WINDOW_CHUNKS) -> int:
     """How many sequences may be unfinished in the engine (submitted, not yet finished: bases,
     arms, hidden-state passes and resolutions alike) before the stream stops starting chunks:
-    `chunks` chunks' worth of base sequences (estimate/schedule.py models the same)."""
+    `chunks` chunks' worth of base sequences (costs/estimate/schedule.py models the same)."""
     return chunks * base_sequences_per_chunk
 
 
