@@ -107,15 +107,21 @@ def arms_alone(argv: list[str], out: Path) -> str:
     from nudgeability.cli.run_flags import config_from_args
     from nudgeability.splice.run.engine_build import run_engine
     from nudgeability.splice.run.prepare import prepare
-    from nudgeability.splice.run.runner import resumed_chunk_size
+    from nudgeability.splice.run.runner import RunEngine
+    from nudgeability.splice.run.shape import settle
     from nudgeability.splice.run.units import UnitContext
+    from nudgeability.splice.run.validation import resolve_device
 
     argv = values_kept(list(argv))
     config = config_from_args(build_parser(argv).parse_args(argv))
-    # the chunk size the run settled (CUDA: from its pool), so that the plan is the run's
-    prepared = prepare(resumed_chunk_size(config, out))
+    # the shape the run settled (its manifest's chunk size), so that the plan is the run's, and
+    # on CUDA the engine that settling builds (splice/run/shape.py), as `nudge run` takes it
+    device = resolve_device(config.device)
+    built = RunEngine(config, device)
+    shape = settle(config, device, out, workers=1, pool_rows=built.pool_rows)
+    prepared = prepare(shape.config(config), loaded=built.loaded)
     loaded, config = prepared.loaded, prepared.config
-    engine = run_engine(loaded.model, loaded.tokenizer, config)
+    engine = built.engine or run_engine(loaded.model, loaded.tokenizer, config)
     ctx = UnitContext(prepared, EngineBackend(engine))
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     bases = {(r["problem_id"], r["seed"]): r for r in records if r["condition"] == "B"}
