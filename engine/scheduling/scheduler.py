@@ -66,21 +66,11 @@ class Scheduler:
         self.preemption = Preemption(self.queues)
         self._admissions = 0
 
-    @property
-    def waiting(self) -> list[Group]:
-        return self.queues.waiting
-
-    @property
-    def admitted(self) -> list[Group]:
-        return self.queues.admitted
-
-    @property
-    def running(self) -> list[Row]:
-        return self.queues.running
-
-    @property
-    def retained(self) -> list[Row]:
-        return self.queues.retained
+    # the queues are `Queues`' (queues.py); read here as the engine and its stats read them
+    waiting = property(lambda self: self.queues.waiting)
+    admitted = property(lambda self: self.queues.admitted)
+    running = property(lambda self: self.queues.running)
+    retained = property(lambda self: self.queues.retained)
 
     @property
     def preemptions(self) -> int:
