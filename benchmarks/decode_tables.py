@@ -36,7 +36,12 @@ from nudgeability.engine.attention.decode_buckets import BUCKETS, bucket_for
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.sampling.sampling_params import SamplingParams
 from nudgeability.engine.scheduling.step_plan import StepPlan
-from nudgeability.engine.sequence import Group, Run, Sequence
+from nudgeability.engine.sequence import Group, Run
+
+try:
+    from nudgeability.engine.sequence import Row
+except ImportError:  # a checkout from before the row class was named Row
+    from nudgeability.engine.sequence import Sequence as Row
 
 BLOCK = 16
 PROMPT = 200  # the base phase's prompt run
@@ -47,7 +52,7 @@ class Workload:
     """Groups and rows laid out in a pool; `advance()` feeds every row one more token."""
 
     def __init__(self, rows: int, group_rows: int, prefix: int, own: tuple[int, int], steps: int):
-        self.rows: list[Sequence] = []
+        self.rows: list[Row] = []
         groups = -(-rows // group_rows)
         own_lengths = [own[0] + (own[1] - own[0]) * i // max(rows - 1, 1) for i in range(rows)]
         need = groups * -(-prefix // BLOCK) + sum(-(-(n + steps) // BLOCK) for n in own_lengths)
@@ -60,7 +65,7 @@ class Workload:
             self.next_run += -(-prefix // BLOCK)
             group = Group(g, [run], run, admitted=True)
             for r in range(g * group_rows, min(rows, (g + 1) * group_rows)):
-                row = Sequence(r, group, [2], params)
+                row = Row(r, group, [2], params)
                 row.context = [3] * own_lengths[r]
                 row.computed = own_lengths[r] - 1
                 row.admitted_at = r
@@ -68,7 +73,7 @@ class Workload:
                 self.rows.append(row)
                 self._cover(row)
 
-    def _cover(self, row: Sequence) -> None:
+    def _cover(self, row: Row) -> None:
         """Blocks for the row's context (the scheduler's `_grow`: highest first)."""
         while len(row.blocks) * BLOCK < len(row.context):
             row.blocks.append(self.next_block * BLOCK)

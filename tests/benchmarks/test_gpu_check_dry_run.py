@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from benchkit.gpu.engine import DRY_SIZES
 
 from nudgeability.models.testing.reference import RTOL
 
@@ -170,7 +171,7 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
     ]
     wanted += [
         f"engine: decode step, {n} rows, {mode}"
-        for n in (1, 12, 64, 256)
+        for n in DRY_SIZES["rows"]
         for mode in ("static decode + graphs", "eager")
     ]
     for want in wanted:
