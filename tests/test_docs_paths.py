@@ -69,7 +69,12 @@ def _exists(name: str, here: Path, anywhere: bool = False) -> bool:
     tests = ROOT / "tests" / here.relative_to(ROOT)
     if "/" not in name:
         places = [ROOT] if here == ROOT or anywhere else [here, tests]
-        return any(any(place.rglob(name)) for place in places)
+        # among the repository's own files (a venv inside the checkout holds others' modules)
+        return any(
+            Path(tracked).name == name and (ROOT / tracked).is_relative_to(place)
+            for tracked in _tracked()
+            for place in places
+        )
     candidates = [name]
     stem, dot, _ = name.rpartition("/")[2].partition(".")
     if dot and not name.endswith((".py", ".md", "/")):
