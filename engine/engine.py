@@ -62,6 +62,9 @@ class Engine:
     keeps a `StepRecord` per step in `stats.trace`. `batch_invariant` pads every forward and
     LM-head call to the rows that keep a sequence's logits independent of the batch
     (`model_runner`, engine/README.md); False runs them at their natural row counts.
+    `invariance="triton"` computes every matrix product with the batch-invariant Triton GEMMs
+    (engine/invariant/cuda/; on CPU tensors under Triton's interpreter, for tests); by default
+    a CPU run has the CPU construction and a CUDA run the library's (`model_runner.invariance_of`).
     `static_decode` (opt-in; on a GPU faster than the eager cascade, benchmarks/gpu_check.py)
     runs every step's single-token rows with fixed shapes, rows padded to a bucket (up to the row
     cap; with no `max_rows` the rows are capped at 512), one FlexAttention call per layer
@@ -91,10 +94,11 @@ class Engine:
         static_decode: bool | None = None,
         cuda_graphs: bool | None = None,
         fused_layers: bool = True,
+        invariance: str | None = None,
     ):
         req.check_positive(prefill_tokens=prefill_tokens, max_rows=max_rows, block_size=block_size)
         self.prefill_tokens = prefill_tokens
-        self.runner = ModelRunner(model, batch_invariant, fused=fused_layers)
+        self.runner = ModelRunner(model, batch_invariant, fused=fused_layers, invariance=invariance)
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = max_batch_tokens

@@ -1,6 +1,6 @@
 """Runs an HF decoder on a `PoolCache` and turns the chosen hidden states into logits.
 
-Batch invariance (engine/README.md): every forward and every LM-head call runs at least
+Batch invariance (engine/README.md; which products, `invariance_of`): every forward and every LM-head call runs at least
 `MIN_ROWS` rows, and a multiple of `ROW_MULTIPLE` (pad rows added). On this project's CPU
 (MKL sgemm, fp32) a row's matrix product takes one of three code paths by the number of rows (1;
 2-15; 16 and more), and rows agree bit for bit only within a path; 16 rows or more keep every row
@@ -43,6 +43,32 @@ TRIM_TOKENS = 128
 LIBRARY_LAYERS = "the library's own layer modules"
 
 
+TRITON = "triton"
+INVARIANCES = (None, TRITON)
+
+
+def invariance_of(batch_invariant: bool, device_type: str, invariance: str | None) -> str | None:
+    """Which batch-invariant products a run computes with, decided here alone: "cpu" (the CPU
+    construction, engine/invariant/cpu/) for a batch-invariant run on CPU, TRITON (the Triton
+    GEMMs of engine/invariant/cuda/) where the run asks for it (`Engine(invariance="triton")`: on
+    CUDA, or forced onto CPU tensors), None (the library's, CUDA's default) otherwise."""
+    if invariance not in INVARIANCES:
+        raise ValueError(f"invariance={invariance!r} is not one of {INVARIANCES}")
+    if invariance == TRITON and not batch_invariant:
+        raise ValueError("invariance='triton' needs batch_invariant=True")
+    if invariance == TRITON:
+        return TRITON
+    return "cpu" if batch_invariant and device_type == "cpu" else None
+
+
+@contextmanager
+def _both(invariant):
+    """`invariant` and the fused layer kernels together: a fused layer's projections are the
+    adopted linears, so both must be open around the forward."""
+    with invariant, fused_layers.fused_forward():
+        yield
+
+
 class ModelRunner:
     """A thin wrapper over an HF causal LM: decoder forward with our cache, then the LM head.
 
@@ -50,12 +76,19 @@ class ModelRunner:
     `[tokens, vocab]` logits tensor.
     """
 
-    def __init__(self, model: torch.nn.Module, batch_invariant: bool = True, fused: bool = True):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        batch_invariant: bool = True,
+        fused: bool = True,
+        invariance: str | None = None,
+    ):
         self.model = model
         self.batch_invariant = batch_invariant
         forget_reordered(model.parameters())  # weights written since a copy was made are seen
         device_type = next(model.parameters()).device.type
-        if batch_invariant and device_type == "cpu":
+        self.invariance = invariance_of(batch_invariant, device_type, invariance)
+        if self.invariance is not None:
             adopt(model)  # its linears run the invariant products inside `_products`
         # on CUDA a layer's norms, activation and rotary run as Triton kernels inside `_products`
         # (engine/fused/); never on CPU, whose records are the invariant construction's
@@ -173,9 +206,10 @@ class ModelRunner:
         second, so the KV the cache keeps is its; on a disagreement the runner computes without
         the fused kernels from then on, recorded (util.fallbacks)."""
         args = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": True}
-        with fused_layers.fused_forward():
-            fused = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
-        reference = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
+        with self._invariant():  # both forwards on the run's products (its K/V: the second's)
+            with fused_layers.fused_forward():
+                fused = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
+            reference = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
         why = first_step.disagreement(fused, reference, self.logits)
         if why is not None:
             fallbacks.record("fused layer kernels (engine/fused/)", LIBRARY_LAYERS, why)
@@ -184,13 +218,20 @@ class ModelRunner:
         return reference
 
     def _products(self):
-        """Batch-invariant matrix products on CPU (engine/invariant/linears.py); the library's
-        elsewhere, with the fused layer kernels on CUDA (engine/fused/layers.py)."""
-        if self.batch_invariant and self.device.type == "cpu":
-            return invariant_forward()
-        if self.fused:
+        """The run's matrix products (`invariance_of`): the invariant ones (engine/invariant/
+        linears.py) where the run is invariant, with the fused layer kernels on CUDA
+        (engine/fused/layers.py) where the runner has them; the library's otherwise."""
+        if not self.fused:
+            return self._invariant()
+        if self.invariance is None:
             return fused_layers.fused_forward()
-        return nullcontext()
+        return _both(self._invariant())
+
+    def _invariant(self):
+        """The invariant products' context of the run's kind (`invariance_of`), or none."""
+        if self.invariance is None:
+            return nullcontext()
+        return invariant_forward(triton=self.invariance == TRITON)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits [n, vocab] of hidden states [n, hidden], with the model's final soft-capping.

@@ -158,9 +158,11 @@ class BnB4Linear(QuantLinearBase):
             x.dtype != self.weight_dtype
             or x.device.type == "cpu"
             and self.in_features % self.blocksize
+            or self.product is not torch.nn.functional.linear
         ):
             # bitsandbytes' kernels compute in the activations' dtype; keep the weight's rounding
-            # exact (and read blocks that straddle rows right, see `dequantize`).
+            # exact (and read blocks that straddle rows right, see `dequantize`). A product a
+            # caller gave the layer (the engine's batch invariance) computes every product.
             return self.product(x, self.dequantize(x.dtype), self.bias)
         return bnb.matmul_4bit(x, self.weight, quant_state=self.quant_state(), bias=self.bias)
 

@@ -33,6 +33,11 @@ and a kernel that disagrees or raises is replaced for good by the next one, reco
   (`bitsandbytes/backends/cuda/ops.py`); `bnb_kernel` asks bitsandbytes' own rule, so the name says which:
   `bnb_gemm_4bit_fused` or `bnb_dequant_linear`. Else this project's Triton kernel.
 
+**Batch-invariant mode** (the engine's, engine/invariant/cuda/products.py): every layer runs its
+format's Triton kernel (`triton_call`) at the engine's fixed plan, with no self-check, because
+tinygemm, `_scaled_mm` and bitsandbytes choose their kernel and split by the rows and the card,
+and the self-check's verdict is keyed by the row class.
+
 Triton kernels are named with their tile (`triton_kernels.tile_for`), e.g.
 `triton_fp8[16x64x64/split2]`. They are checked on CPU under `TRITON_INTERPRET=1`
 (tests/models/quant/test_triton_kernels.py) and the `_scaled_mm` arguments against torch's rules
@@ -41,6 +46,8 @@ one on a GPU.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -272,6 +279,40 @@ def nf4_path(layer) -> FusedPath | str:
     if not triton_kernels.available():
         return "no Triton (pip install '.[gpu]') and no CUDA bitsandbytes"
     return _checked_path("triton_4bit", lambda x: [triton(x)], (), signature)
+
+
+def triton_call(layer) -> tuple[str, Callable] | str:
+    """`(name, call(x2d, tile) -> y2d)`: `layer`'s own Triton kernel on its stored tensors at a
+    tile the caller gives (the batch-invariant mode, module docstring), or why it has none."""
+    n, k = layer.out_features, layer.in_features
+    if not triton_kernels.available():
+        return "no Triton (pip install '.[gpu]')"
+    if layer.format_name == "fp8":
+        weight, block = layer.weight, layer.block_size
+        scale = layer.weight_scale_inv.to(torch.float32).contiguous()
+        return "triton_fp8", lambda x, tile: triton_kernels.fp8_matmul(
+            x, weight, scale, block, tile
+        )
+    if layer.format_name == "bnb4":
+        absmax = layer.block_absmax().contiguous()
+        table = layer.weight_quant_map.to(torch.float32).contiguous()
+        return "triton_4bit", lambda x, tile: triton_kernels.nf4_matmul(
+            x, layer.weight, absmax, table, layer.blocksize, n, tile
+        )
+    if layer.format_name != "w4a16":
+        return f"no Triton kernel for {layer.format_name or type(layer).__name__}"
+    if layer.num_bits != 4:
+        return f"{layer.num_bits}-bit weights"
+    group = k // layer.weight_scale.shape[1]
+    g_idx = layer.weight_g_idx
+    if g_idx is not None and not torch.equal(g_idx.long().cpu(), torch.arange(k) // group):
+        return "activation-ordered groups (g_idx)"
+    words, scale = layer.weight_packed.contiguous(), layer.weight_scale.contiguous()
+    zp = layer._zero_point()
+    zp = None if zp is None else zp.to(torch.int8).contiguous()
+    return "triton_w4a16", lambda x, tile: triton_kernels.w4a16_matmul(
+        x, words, scale, zp, group, tile
+    )
 
 
 def _bnb_has_cuda() -> bool:

@@ -13,12 +13,18 @@ size: 0.5 byte (int4, NF4) or 1 byte (FP8) per element, never written back in fu
   fp32(code) * scale_inv[n // B0, k // B1].
 - `nf4_matmul`: bitsandbytes' flat packing, element e = n*K + k in byte e // 2, high nibble
   first; W = table[code] * absmax[e // blocksize].
+- `dense_matmul`: a plain [N, K] weight (any float dtype), cast to the activations' dtype: the
+  same tile loop for an unquantised linear (the engine's batch-invariant products,
+  engine/invariant/cuda/products.py).
 
 The tile is a fixed rule of (M, N, K), `tile_for` (no autotuning: it would be slow under the
 interpreter and could choose differently run to run): BLOCK_M 16/32/64 by rows, BLOCK_N 64 (128
 for very wide layers), and, where N gives too few column tiles for the GPU (decode), split-K: up
 to 8 K ranges, each writing fp32 partial sums that are added in a fixed order and rounded once.
-BLOCK_N and the split depend on N and K only. Masks cover partial tiles on every side. Triton is
+BLOCK_N and the split depend on N and K only (`columns`). A caller may give its own `Tile`
+(the engine's batch-invariant plan fixes BLOCK_M too). The row count is not a specialised
+argument (`do_not_specialize`): one compiled kernel per tile, whatever M. Masks cover partial
+tiles on every side. Triton is
 imported lazily (the `gpu` extra); with `TRITON_INTERPRET=1` the same kernels run on CPU
 tensors, at every tile class `tile_for` returns, which is how CI tests them, in fp32 and fp16
 (bf16 activations give wrong numbers under Triton 3.9's interpreter, seen with the FP8 kernel,
@@ -73,7 +79,19 @@ def _kernels():
         y_at = y_ptr + tl.program_id(2) * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
         tl.store(y_at, acc.to(y_ptr.dtype.element_ty), mask=y_mask)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["M"])
+    def dense(
+        x_ptr, w_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym, stride_ys, K_PER,
+        PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ):  # fmt: skip
+        offs_m, offs_n, k_start, acc = _tile_start(BLOCK_M, BLOCK_N, K_PER)
+        for k0 in range(k_start, tl.minimum(k_start + K_PER, K), BLOCK_K):
+            k, x, w_mask = _k_slice(x_ptr, k0, offs_m, offs_n, M, N, K, stride_xm, BLOCK_K)
+            w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :], mask=w_mask, other=0.0)
+            acc += tl.dot(x, tl.trans(w.to(x.dtype)), input_precision=PRECISION)
+        _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, stride_ys)
+
+    @triton.jit(do_not_specialize=["M"])
     def w4a16(
         x_ptr, w_ptr, s_ptr, zp_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, K_PER,
         GROUP: tl.constexpr, HAS_ZP: tl.constexpr, PRECISION: tl.constexpr,
@@ -94,7 +112,7 @@ def _kernels():
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
         _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, stride_ys)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["M"])
     def fp8(
         x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_ym, stride_ys, K_PER,
         B0: tl.constexpr, B1: tl.constexpr, PRECISION: tl.constexpr,
@@ -116,7 +134,7 @@ def _kernels():
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
         _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, stride_ys)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["M"])
     def nf4(
         x_ptr, w_ptr, absmax_ptr, table_ptr, y_ptr, M, N, K, stride_xm, stride_ym, stride_ys, K_PER,
         BLOCKSIZE: tl.constexpr, PRECISION: tl.constexpr,
@@ -134,7 +152,7 @@ def _kernels():
             acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
         _store_tile(y_ptr, acc, offs_m, offs_n, M, N, stride_ym, stride_ys)
 
-    return triton, {"w4a16": w4a16, "fp8": fp8, "nf4": nf4}
+    return triton, {"dense": dense, "w4a16": w4a16, "fp8": fp8, "nf4": nf4}
 
 
 @dataclass(frozen=True)
@@ -161,22 +179,26 @@ WIDE_N = 2 * TARGET_PROGRAMS * 64  # from here 64-wide tiles give two waves: tak
 
 def tile_for(rows: int, n_out: int, width: int) -> Tile:
     """The tile for y[rows, n_out] = x @ W.T with K = `width`: fixed rules, no autotuning (which
-    would be slow under the interpreter and could pick differently run to run).
-
-    BLOCK_M follows the rows (16 up to 16, 32 up to 32, then 64). BLOCK_N and SPLIT_K depend on
-    N and K only, so a row's sums are cut the same way whatever the batch: BLOCK_N is 128 only
-    for very wide layers; SPLIT_K doubles (to 8) while the column tiles times the splits stay
-    within one wave of `TARGET_PROGRAMS` and each split keeps at least two K slices, which is
-    where decode (a few column tiles over a long K) needs more programs than columns give.
-    """
+    would be slow under the interpreter and could pick differently run to run). BLOCK_M follows
+    the rows (16 up to 16, 32 up to 32, then 64); the rest is `columns`."""
     block_m = 16 if rows <= 16 else 32 if rows <= 32 else 64
+    return Tile(block_m, *columns(n_out, width))
+
+
+def columns(n_out: int, width: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, SPLIT_K) for an [n_out, width] weight: N and K only, so a row's sums are
+    cut the same way whatever the batch. BLOCK_N is 128 only for very wide layers; SPLIT_K
+    doubles (to 8) while the column tiles times the splits stay within one wave of
+    `TARGET_PROGRAMS` (a constant, not the device's count) and each split keeps at least two K
+    slices, which is where decode (a few column tiles over a long K) needs more programs than
+    columns give."""
     block_n = 128 if n_out >= WIDE_N else 64
     column_tiles = _cdiv(n_out, block_n)
     k_slices = _cdiv(width, BLOCK_K)
     split = 1
     while split < 8 and column_tiles * split * 2 <= TARGET_PROGRAMS and k_slices >= 4 * split:
         split *= 2
-    return Tile(block_m, block_n, BLOCK_K, split)
+    return block_n, BLOCK_K, split
 
 
 def _launch(kernel, x, n_out: int, weight_args: tuple, strides: tuple, meta: dict, tile=None):
@@ -206,6 +228,17 @@ def _launch(kernel, x, n_out: int, weight_args: tuple, strides: tuple, meta: dic
     for part in out[1:]:  # in order: the same sum every run
         total += part
     return total.to(x.dtype)
+
+
+def dense_matmul(x: torch.Tensor, weight: torch.Tensor, tile: Tile | None = None) -> torch.Tensor:
+    """x [M, K] @ weight.T for a float `weight` [N, K] (bf16, fp16 or fp32; cast to x's dtype in
+    registers, as `F.linear` on a weight of x's dtype)."""
+    _, kernels = _kernels()
+    x = x.contiguous()
+    weight = weight if weight.stride(-1) == 1 else weight.contiguous()
+    return _launch(
+        kernels["dense"], x, weight.shape[0], (weight,), (x.stride(0), weight.stride(0)), {}, tile
+    )
 
 
 def w4a16_matmul(
