@@ -158,6 +158,8 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         "fused: rms_norm + residual, float16, 3 rows",
         "fused: q norm + rope, float32, 1 rows",
         "fused: decode step, 3 rows",
+        "invariant: bf16 o_proj [128, 256]: rows differing",
+        "invariant: w4a16 o_proj [128, 256], 3 rows",
         "fallbacks: ",
         "plan: profile of one graphed step, 12 rows",
         "plan: profile: ",
@@ -189,6 +191,8 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
             assert int(agree) == int(total), (c, r)
         if c.startswith(("arm ≡ solo, w4a16 fused", "arm ≡ solo, fp8 fused")):
             assert "simd" in r, r
+        if s == "invariant" and "rows differing" in c:  # the construction's promise
+            assert r.startswith("invariant 0 (bitwise)"), (c, r)
         if s == "fused" and "error / bound" in r:  # the kernels within their rounding bounds
             assert r.endswith("(within)"), (c, r)
 
