@@ -1,9 +1,9 @@
 """Runs an HF decoder on a `PoolCache` and turns the chosen hidden states into logits.
 
-Batch invariance (engine/README.md; which products, `invariance_of`): every forward and every LM-head call runs at least
-`MIN_ROWS` rows, and a multiple of `ROW_MULTIPLE` (pad rows added). On this project's CPU
-(MKL sgemm, fp32) a row's matrix product takes one of three code paths by the number of rows (1;
-2-15; 16 and more), and rows agree bit for bit only within a path; 16 rows or more keep every row
+Batch invariance (engine/README.md; which products a run takes: `invariance_of`): every forward
+and every LM-head call runs at least `MIN_ROWS` rows, and a multiple of `ROW_MULTIPLE` (pad rows
+added). On this project's CPU (MKL sgemm, fp32) a row's matrix product takes one of three code
+paths by the number of rows (1; 2-15; 16 and more), and rows agree bit for bit only within a path; 16 rows or more keep every row
 on the last one (and from 4 to 15 rows that is also faster). ATen's vectorised elementwise kernels
 (exp, sigmoid, cos, ...) compute a tensor's last elements with a scalar loop, whose results can
 differ from the vector code in the last bit: the row multiple makes every per-token tensor (the
@@ -206,7 +206,7 @@ class ModelRunner:
         second, so the KV the cache keeps is its; on a disagreement the runner computes without
         the fused kernels from then on, recorded (util.fallbacks)."""
         args = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": True}
-        with self._invariant():  # both forwards on the run's products (its K/V: the second's)
+        with self._triton():  # both forwards on the run's products (its K/V: the second's)
             with fused_layers.fused_forward():
                 fused = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
             reference = self.decoder(**args, **{self._cache_arg: cache}).last_hidden_state
@@ -218,20 +218,21 @@ class ModelRunner:
         return reference
 
     def _products(self):
-        """The run's matrix products (`invariance_of`): the invariant ones (engine/invariant/
-        linears.py) where the run is invariant, with the fused layer kernels on CUDA
-        (engine/fused/layers.py) where the runner has them; the library's otherwise."""
+        """The run's matrix products (`invariance_of`): on the CPU construction the invariant
+        ones alone (engine/invariant/linears.py); the Triton ones with the fused layer kernels
+        where the runner has them (engine/fused/layers.py), both contexts open; else the
+        library's, with the fused layer kernels on CUDA."""
+        if self.invariance == "cpu":
+            return invariant_forward()
         if not self.fused:
-            return self._invariant()
+            return self._triton()
         if self.invariance is None:
             return fused_layers.fused_forward()
-        return _both(self._invariant())
+        return _both(self._triton())
 
-    def _invariant(self):
-        """The invariant products' context of the run's kind (`invariance_of`), or none."""
-        if self.invariance is None:
-            return nullcontext()
-        return invariant_forward(triton=self.invariance == TRITON)
+    def _triton(self):
+        """The Triton invariant products' context where the run has them, else none."""
+        return invariant_forward(triton=True) if self.invariance == TRITON else nullcontext()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """fp32 logits [n, vocab] of hidden states [n, hidden], with the model's final soft-capping.
