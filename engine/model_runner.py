@@ -89,7 +89,8 @@ class ModelRunner:
         device_type = next(model.parameters()).device.type
         self.invariance = invariance_of(batch_invariant, device_type, invariance)
         if self.invariance is not None:
-            adopt(model)  # its linears run the invariant products inside `_products`
+            # its linears run the invariant products inside `_products`
+            adopt(model, triton=self.invariance == TRITON)
         # on CUDA a layer's norms, activation and rotary run as Triton kernels inside `_products`
         # (engine/fused/); never on CPU, whose records are the invariant construction's
         self.fused = fused and device_type == "cuda" and fused_layers.adopt(model)

@@ -80,17 +80,21 @@ class InvariantLinear(torch.nn.Linear):
         return product(x, self.weight, self.bias)
 
 
-def adopt(model: torch.nn.Module) -> int:
+def adopt(model: torch.nn.Module, triton: bool = False) -> int:
     """Replace the products of `model` in place (module docstring); returns how many modules
-    changed (0 the second time)."""
+    changed (0 the second time). With `triton` (a run on the Triton branch), each quantised
+    linear's Triton kernel is prepared now (cuda/products.py `prepare`)."""
     changed = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear:
             module.__class__ = InvariantLinear
             changed += 1
-        elif isinstance(module, QuantLinearBase) and module.product is not product:
-            module.product, module.rows = product, QuantRows(module)
-            changed += 1
+        elif isinstance(module, QuantLinearBase):
+            if module.product is not product:
+                module.product, module.rows = product, QuantRows(module)
+                changed += 1
+            if triton:
+                cuda_products.prepare(module)
     return changed
 
 

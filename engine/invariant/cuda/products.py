@@ -49,14 +49,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def quantised(layer, x: torch.Tensor) -> torch.Tensor:
     """y [M, N] (no bias) of a quantised linear of models/quant/ for x [M, K]: its Triton kernel
-    at the plan, chosen once per layer and kept on it (`layer.invariant_kernel` names it with its
-    tile), or the exact path through `linear` where no Triton kernel takes the layer."""
-    kernel = layer.__dict__.get("_invariant_run")
-    if kernel is None:
-        kernel = layer.__dict__["_invariant_run"] = _kernel(layer)
+    at the plan (`prepare`), or the exact path through `linear` where no Triton kernel takes the
+    layer."""
+    kernel = layer.__dict__.get("_invariant_run") or prepare(layer)
     if x.shape[0] == 0:
         return x.new_empty(0, layer.out_features)
     return kernel(x)
+
+
+def prepare(layer):
+    """Choose `layer`'s kernel and make the tensors it reads (fp32 scales, int8 zero points),
+    once, kept on the layer (`layer.invariant_kernel` names it with its tile). The engine does
+    it when it adopts the model (engine/invariant/linears.py `adopt`), eagerly: made inside a
+    CUDA graph's capture, those tensors would stay unwritten until its first replay."""
+    kernel = layer.__dict__.get("_invariant_run")
+    if kernel is None:
+        kernel = layer.__dict__["_invariant_run"] = _kernel(layer)
+    return kernel
 
 
 def _kernel(layer):

@@ -91,12 +91,13 @@ def test_a_quantised_layer_takes_its_triton_kernel_inside_the_context_only():
 
     layer, _ = fp8_layer(80, 256)
     layer.fused = FusedPath("loaded", lambda x: layer.exact_no_bias(x))
-    assert linears.adopt(torch.nn.Sequential(layer)) == 1
+    assert linears.adopt(torch.nn.Sequential(layer), triton=True) == 1
+    # chosen at adoption, before any forward (none may make its tensors inside a graph capture)
+    assert layer.invariant_kernel.startswith("triton_fp8[64x")
     x = torch.randn(5, 256)
     outside = layer(x)
     with linears.invariant_forward(triton=True):
         inside = layer(x)
-    assert layer.invariant_kernel.startswith("triton_fp8[64x")
     assert torch.equal(inside, products.quantised(layer, x))
     assert torch.equal(outside, torch.nn.functional.linear(x, layer.dequantize()))
     assert not torch.equal(inside, outside)  # two kernels, two orders of summation
