@@ -81,3 +81,16 @@ def _kernel(layer):
     tile = plan(n_out, width)
     layer.invariant_kernel = f"{name}[{tile.name}]"
     return lambda x: call(x, tile)
+
+
+def kernels(model: torch.nn.Module) -> dict[str, dict[str, int]]:
+    """{format: {kernel with its tile: number of layers}} over the quantised linears of `model`
+    prepared for the invariant products ({} before that): what a run's manifest can record in
+    place of the load-time paths (`compute.compute_paths`), which these replace."""
+    counts: dict[str, dict[str, int]] = {}
+    for module in model.modules():
+        name = module.__dict__.get("invariant_kernel")
+        if name is not None:
+            per = counts.setdefault(module.format_name, {})
+            per[name] = per.get(name, 0) + 1
+    return {fmt: dict(sorted(c.items())) for fmt, c in sorted(counts.items())}

@@ -94,6 +94,7 @@ def test_a_quantised_layer_takes_its_triton_kernel_inside_the_context_only():
     assert linears.adopt(torch.nn.Sequential(layer), triton=True) == 1
     # chosen at adoption, before any forward (none may make its tensors inside a graph capture)
     assert layer.invariant_kernel.startswith("triton_fp8[64x")
+    assert products.kernels(torch.nn.Sequential(layer)) == {"fp8": {layer.invariant_kernel: 1}}
     x = torch.randn(5, 256)
     outside = layer(x)
     with linears.invariant_forward(triton=True):
