@@ -102,3 +102,31 @@ def test_a_quantised_layer_takes_its_triton_kernel_inside_the_context_only():
     assert torch.equal(inside, products.quantised(layer, x))
     assert torch.equal(outside, torch.nn.functional.linear(x, layer.dequantize()))
     assert not torch.equal(inside, outside)  # two kernels, two orders of summation
+
+
+def _fp8_model():
+    """The tiny model with every linear but the LM head an FP8 layer of its weight (32 x 32
+    blocks), whose load-time path is the exact one (what HF's forward outside the context runs)."""
+    from nudgeability.models.quant.compute import FusedPath
+    from nudgeability.models.quant.fp8_linear import FP8BlockLinear, quantize_fp8_block
+
+    model = tiny_model("qwen3", num_layers=2)
+    for name, module in list(model.named_modules()):
+        if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head"):
+            codes, scale_inv = quantize_fp8_block(module.weight.detach(), (32, 32), torch.float32)
+            layer = FP8BlockLinear(codes, scale_inv, (32, 32))
+            layer.fused = FusedPath("loaded", layer.exact_no_bias)
+            model.set_submodule(name, layer)
+    return model
+
+
+def test_a_quantised_models_prompt_is_bitwise_its_run_alone_and_hfs():
+    model = _fp8_model()
+    engine = Engine(model, invariance="triton")
+    assert products.kernels(model) == {"fp8": {"triton_fp8[64x64x64]": 14}}
+    prompt = random_ids(6, seed=4)
+    params = SamplingParams(max_new_tokens=3)
+    (alone,) = engine.generate([prompt], params, return_logits=True)
+    assert_matches_reference(model, alone, prompt, 3, engine.eos_ids)
+    among = engine.generate([random_ids(11, seed=5), prompt], params, return_logits=True)[1]
+    assert torch.equal(among.logits, alone.logits)
