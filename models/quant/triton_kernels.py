@@ -24,11 +24,11 @@ to 8 K ranges, each writing fp32 partial sums that are added in a fixed order an
 BLOCK_N and the split depend on N and K only (`columns`). A caller may give its own `Tile`
 (the engine's batch-invariant plan fixes BLOCK_M too). The row count is not a specialised
 argument (`do_not_specialize`): one compiled kernel per tile, whatever M. Masks cover partial
-tiles on every side. Triton is
-imported lazily (the `gpu` extra); with `TRITON_INTERPRET=1` the same kernels run on CPU
-tensors, at every tile class `tile_for` returns, which is how CI tests them, in fp32 and fp16
-(bf16 activations give wrong numbers under Triton 3.9's interpreter, seen with the FP8 kernel,
-so bf16 is left to the self-check and `benchmarks/gpu_check.py --only quant` on a GPU).
+tiles on every side. Triton is imported lazily (the `gpu` extra); with `TRITON_INTERPRET=1` the
+same kernels run on CPU tensors, at every tile class `tile_for` returns, which is how CI tests
+them, in fp32 and fp16 (bf16 activations give wrong numbers under Triton 3.9's interpreter, seen
+with the FP8 kernel, so bf16 is left to the self-check and `benchmarks/gpu_check.py --only
+quant` and `--only invariant` on a GPU).
 """
 
 from __future__ import annotations
