@@ -3,8 +3,8 @@ the batch and timed against the library's own products.
 
     python benchmarks/gpu_check.py --only invariant
 
-1. *M-sweep, bitwise*: for a Qwen3-0.6B-shaped layer in bf16, FP8 and W4A16 (NF4 too: its layer
-   needs no bitsandbytes here), 511 random rows through one call, then every batch of
+1. *M-sweep, bitwise*: for a Qwen3-0.6B-shaped layer in bf16, FP8 and W4A16 (NF4 too where
+   bitsandbytes imports: the library path's exact weight needs it), 511 random rows through one call, then every batch of
    M = 1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257 rows of them from offset 0 and
    from offset 7 (so every row also sits elsewhere in its 64-row tile): each row's output must
    equal, bit for bit, its output among the 511. The row says how many rows differed (0 is the
@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from .quant import quantised_layer
+from .quant import missing_library, quantised_layer
 
 Row = tuple[str, str]
 SWEEP = (1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257)
@@ -113,6 +113,9 @@ def section(deadline: float, *, dry_run: bool = False, progress=None) -> list[Ro
         x = torch.randn(rows_max, k, generator=gen, device=device).to(dtype)
         for fmt in FORMATS:
             check = f"{fmt} {name} [{n}, {k}]"
+            if why := missing_library(fmt):  # NF4's exact weight and self-check need it
+                rows.append((check, f"skipped: {why}"))
+                continue
             if time.monotonic() > deadline:
                 rows.append((check, "skipped: the section's time ran out"))
                 continue
