@@ -4,9 +4,9 @@ the batch and timed against the library's own products.
     python benchmarks/gpu_check.py --only invariant
 
 1. *M-sweep, bitwise*: for a Qwen3-0.6B-shaped layer in bf16, FP8 and W4A16 (NF4 too where
-   bitsandbytes imports: the library path's exact weight needs it), 511 random rows through one call, then every batch of
-   M = 1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257 rows of them from offset 0 and
-   from offset 7 (so every row also sits elsewhere in its 64-row tile): each row's output must
+   bitsandbytes imports: the library path's exact weight needs it), 511 random rows through
+   one call, then every batch of M = 1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257
+   rows of them from offset 0 and from offset 7 (so every row also sits elsewhere in its 64-row tile): each row's output must
    equal, bit for bit, its output among the 511. The row says how many rows differed (0 is the
    construction's promise) and, for the same sweep through the library's kernels (cuBLAS
    `F.linear`, the layer's own fused path: `_scaled_mm`/Triton at `tile_for`, tinygemm), how
