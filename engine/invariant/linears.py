@@ -83,7 +83,8 @@ class InvariantLinear(torch.nn.Linear):
 def adopt(model: torch.nn.Module, triton: bool = False) -> int:
     """Replace the products of `model` in place (module docstring); returns how many modules
     changed (0 the second time). With `triton` (a run on the Triton branch), each quantised
-    linear's Triton kernel is prepared now (cuda/products.py `prepare`)."""
+    linear's Triton kernel is prepared now (cuda/products.py `prepare`), and its exact path
+    takes `product` even where it would call its library's matmul (`library_matmul`)."""
     changed = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear:
@@ -94,6 +95,7 @@ def adopt(model: torch.nn.Module, triton: bool = False) -> int:
                 module.product, module.rows = product, QuantRows(module)
                 changed += 1
             if triton:
+                module.library_matmul = False  # bitsandbytes' exact matmul follows the rows
                 cuda_products.prepare(module)
     return changed
 

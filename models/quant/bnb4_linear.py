@@ -158,11 +158,10 @@ class BnB4Linear(QuantLinearBase):
             x.dtype != self.weight_dtype
             or x.device.type == "cpu"
             and self.in_features % self.blocksize
-            or self.product is not torch.nn.functional.linear
+            or not self.library_matmul
         ):
             # bitsandbytes' kernels compute in the activations' dtype; keep the weight's rounding
-            # exact (and read blocks that straddle rows right, see `dequantize`). A product a
-            # caller gave the layer (the engine's batch invariance) computes every product.
+            # exact (and read blocks that straddle rows right, see `dequantize`).
             return self.product(x, self.dequantize(x.dtype), self.bias)
         return bnb.matmul_4bit(x, self.weight, quant_state=self.quant_state(), bias=self.bias)
 

@@ -94,9 +94,13 @@ class QuantLinearBase(nn.Module):
     compute_dtype: torch.dtype = torch.float32
     # How the layer runs a product (the exact and dense paths) and a fused kernel over its rows:
     # the library's own, until a caller that needs other calls gives the layer its own (the
-    # engine's CPU invariance, engine/invariant/linears.py `adopt`: fixed row tiles).
+    # engine's invariance, engine/invariant/linears.py `adopt`: fixed row tiles on CPU, the
+    # Triton kernels at a fixed tile on the Triton branch).
     product: Callable[..., torch.Tensor] = staticmethod(torch.nn.functional.linear)
     rows: Callable[..., torch.Tensor] = staticmethod(lambda run, x: run(x))
+    # Whether the exact path may call the format library's own matmul (bitsandbytes'), which
+    # picks its kernel by the rows; False (the engine's Triton branch) sends it to `product`.
+    library_matmul: bool = True
 
     def fused_path(self, read: Callable[[str], torch.Tensor], bf16: bool) -> FusedPath | str:
         """The fused kernel for this layer on its device (with `bf16`, the libraries' bf16 CPU

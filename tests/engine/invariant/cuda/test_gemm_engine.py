@@ -104,6 +104,24 @@ def test_a_quantised_layer_takes_its_triton_kernel_inside_the_context_only():
     assert not torch.equal(inside, outside)  # two kernels, two orders of summation
 
 
+def test_a_4bit_layers_exact_path_leaves_bitsandbytes_matmul_on_the_triton_branch():
+    """bitsandbytes' `matmul_4bit` picks its kernel by the rows: on the Triton branch the exact
+    path is the dequantised weight through the invariant dense product; the CPU construction's
+    adoption leaves the layer as it was."""
+    pytest.importorskip("bitsandbytes")
+    from helpers.quant_layers import bnb4_layer
+
+    layer, _ = bnb4_layer(80, 256)
+    linears.adopt(torch.nn.Sequential(layer))
+    assert layer.library_matmul and layer.fused is None  # the exact path
+    linears.adopt(torch.nn.Sequential(layer), triton=True)
+    assert not layer.library_matmul
+    x = torch.randn(3, 256)
+    with linears.invariant_forward(triton=True):
+        inside = layer(x)
+    assert torch.equal(inside, products.linear(x, layer.dequantize(x.dtype)))
+
+
 def _fp8_model():
     """The tiny model with every linear but the LM head an FP8 layer of its weight (32 x 32
     blocks), whose load-time path is the exact one (what HF's forward outside the context runs)."""
