@@ -7,7 +7,8 @@ The stream hands the engine one queue instead (its streaming API, engine/README.
 
 - chunks start in order, each with its base units (NT, the self-consistency samples, B,
   oracle_B, every seed), while fewer sequences are unfinished in the engine than `window`
-  allows (`WINDOW_CHUNKS` chunks' worth of base sequences; arms count as any sequence);
+  allows (`WINDOW_CHUNKS` chunks' worth of base sequences, and under a row cap at least
+  `WINDOW_CHUNKS` times the cap; arms count as any sequence);
 - a problem's arms are forked as soon as its own B (or oracle_B) has closed its thinking, which
   may be before B has finished: the base's reasoning is the fork's stem, copied from the base's
   cache (`ForkRequest.reuse`), bit for bit what computing it again gives;
@@ -18,7 +19,8 @@ The stream hands the engine one queue instead (its streaming API, engine/README.
 
 The requests are the barrier schedule's, built by the same functions (units/base.py, arms.py,
 consistency.py, resolve.py), and every decision here is taken from which sequences finished, never from timing.
-Where a sequence's logits do not depend on the batch (fp32 on CPU, engine/README.md) the records
+Where a sequence's logits do not depend on the batch (fp32 on CPU, the invariant kernels on CUDA
+where the needle holds: schedule.py; engine/README.md) the records
 are byte for byte the barrier schedule's, and so those of any chunk size, budget, resume, shard or
 replay of a unit alone. A stored unit is reused as in the barrier schedule; one whose inputs are
 being computed again waits for them (`deferred`) and is then checked or computed from the store.
@@ -78,6 +80,9 @@ class Stream:
             if phase != ARMS_PHASE
         )
         most = window(self.plan.chunk_size * len(self.plan.seeds) * per_problem)
+        # under a row cap (CUDA: the rows the pool holds) at least two steps' worth of rows,
+        # whatever the chunk size: it cuts the parts, not the batch (shape.py)
+        most = max(most, WINDOW_CHUNKS * (self.engine.max_rows or 0))
         while chunks or self.open:
             while chunks and len(self.waiters) < most:
                 self._start_chunk(chunks.popleft())
