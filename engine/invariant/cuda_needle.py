@@ -26,6 +26,7 @@ other is another key, and checks again.
 from __future__ import annotations
 
 import gc
+import json
 import importlib.metadata
 import random
 import time
@@ -57,6 +58,7 @@ STEPS = 3
 NEEDLE_SLOTS = 4096
 NEEDLE_ROWS = max(CROSSINGS)  # its engine's row cap: the buckets up to 128 are its own
 _SETTINGS = ("CUBLAS", "NVIDIA_", "CUDA_", "TRITON_", "TORCH_")
+DRIVER_VERSION = Path("/proc/driver/nvidia/version")  # Linux's NVIDIA kernel module
 
 
 def check_engine(engine, *, seed: int = 0) -> InvarianceCheck:
@@ -130,7 +132,6 @@ def cuda_key(model: torch.nn.Module, options: dict) -> dict:
     """Everything that chooses the kernels the CUDA needle runs (module docstring)."""
     device = next(model.parameters()).device
     props = torch.cuda.get_device_properties(device)
-    matmul = torch.backends.cuda.matmul
     return {
         "format": CACHE_FORMAT,
         "kind": "cuda",
@@ -141,23 +142,36 @@ def cuda_key(model: torch.nn.Module, options: dict) -> dict:
         "cuda": torch.version.cuda,
         "libraries": _libraries(),
         "torch": torch.__version__,
-        "tf32": {
-            "matmul": matmul.allow_tf32,
-            "cudnn": torch.backends.cudnn.allow_tf32,
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "bf16_reduced_precision_reduction": matmul.allow_bf16_reduced_precision_reduction,
-            "fp16_reduced_precision_reduction": matmul.allow_fp16_reduced_precision_reduction,
-        },
+        "tf32": _tf32(),
         "settings": settings(_SETTINGS),
-        "engine": options,
+        "engine": json.loads(json.dumps(options)),  # a copy, as JSON keeps it
         "code": code_hash(),
     }
+
+
+def _tf32() -> dict:
+    """TF32 and reduced-precision settings of cuBLAS and cuDNN, in torch's legacy flags and in
+    its per-backend `fp32_precision` (where this torch has it)."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    out = {
+        "matmul": matmul.allow_tf32,
+        "cudnn": cudnn.allow_tf32,
+        "bf16_reduced_precision_reduction": matmul.allow_bf16_reduced_precision_reduction,
+        "fp16_reduced_precision_reduction": matmul.allow_fp16_reduced_precision_reduction,
+    }
+    try:
+        out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    except RuntimeError:  # legacy and per-backend settings mixed: those below say which
+        out["float32_matmul_precision"] = None
+    for name, backend in (("generic", torch.backends), ("matmul", matmul), ("cudnn", cudnn)):
+        out[f"{name}_fp32_precision"] = getattr(backend, "fp32_precision", None)
+    return out
 
 
 def _driver() -> str | None:
     """The NVIDIA kernel driver's version line (Linux), else None."""
     try:
-        return Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+        return DRIVER_VERSION.read_text().splitlines()[0].strip()
     except (OSError, IndexError):
         return None
 

@@ -133,7 +133,9 @@ def uncovered_on_cuda(model: torch.nn.Module) -> str | None:
         why.append(f"head size {widest}")
     if why:
         return f"{name}: {' and '.join(why)}: no batch-invariant CUDA attention for them"
-    if any(isinstance(module, BnB4Linear) for module in model.modules()):
+    quant = getattr(config, "quantization_config", None) or {}
+    method = quant.get("quant_method") if isinstance(quant, dict) else quant.quant_method
+    if method == "bitsandbytes" or any(isinstance(m, BnB4Linear) for m in model.modules()):
         return f"{name}: a bitsandbytes checkpoint: its kernels choose by rows and card"
     return None
 

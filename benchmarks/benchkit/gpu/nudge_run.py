@@ -118,7 +118,9 @@ def arms_alone(argv: list[str], out: Path) -> str:
     # on CUDA the engine that settling builds (splice/run/shape.py), as `nudge run` takes it
     device = resolve_device(config.device)
     built = RunEngine(config, device)
-    shape = settle(config, device, out, workers=1, pool_rows=built.pool_rows)
+    shape = settle(
+        config, device, out, workers=1, pool_rows=built.pool_rows, schedule=built.schedule
+    )
     prepared = prepare(shape.config(config), loaded=built.loaded)
     loaded, config = prepared.loaded, prepared.config
     engine = built.engine or run_engine(loaded.model, loaded.tokenizer, config)
