@@ -123,17 +123,18 @@ def uncovered_on_cuda(model: torch.nn.Module) -> str | None:
     with a sliding window, heads wider than `WIDEST_HEAD` (Gemma 4 has both), linears of a
     bitsandbytes checkpoint."""
     config = model.config
-    name = getattr(config, "model_type", type(model).__name__)
+    fields = config.to_dict()  # per-layer attributes read as the config stores them
+    name = fields.get("model_type") or type(model).__name__
     why = []
-    if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+    if "sliding_attention" in (fields.get("layer_types") or ()):
         why.append("sliding-window layers")
-    heads = [getattr(config, key, None) for key in ("head_dim", "global_head_dim")]
+    heads = [fields.get(key) for key in ("head_dim", "global_head_dim")]
     widest = max((h for h in heads if isinstance(h, int)), default=0)
     if widest > WIDEST_HEAD:
         why.append(f"head size {widest}")
     if why:
         return f"{name}: {' and '.join(why)}: no batch-invariant CUDA attention for them"
-    quant = getattr(config, "quantization_config", None) or {}
+    quant = fields.get("quantization_config") or {}
     method = quant.get("quant_method") if isinstance(quant, dict) else quant.quant_method
     if method == "bitsandbytes" or any(isinstance(m, BnB4Linear) for m in model.modules()):
         return f"{name}: a bitsandbytes checkpoint: its kernels choose by rows and card"
