@@ -26,8 +26,8 @@ other is another key, and checks again.
 from __future__ import annotations
 
 import gc
-import json
 import importlib.metadata
+import json
 import random
 import time
 from collections.abc import Callable

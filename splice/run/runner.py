@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
@@ -45,7 +46,6 @@ from nudgeability.splice.run.parts import reusable, store_unit, stored_records
 from nudgeability.splice.run.prepare import Prepared, load_run_model
 from nudgeability.splice.run.progress import PhaseBar, RunEta
 from nudgeability.splice.run.schedule import STREAM, Schedule, choose_schedule, decide
-from nudgeability.splice.run.shape import RunShape
 from nudgeability.splice.run.stream import Stream
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.run.units.consistency import run_consistency_unit
@@ -56,6 +56,9 @@ from nudgeability.splice.rundir.layout import RESOLUTIONS
 from nudgeability.splice.rundir.manifest import UserInterventions
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Unit
 from nudgeability.splice.rundir.store import WorkStore
+
+if TYPE_CHECKING:  # shape.py imports workers.py, which runs units here
+    from nudgeability.splice.run.shape import RunShape
 
 
 @dataclass(frozen=True)
