@@ -16,10 +16,10 @@ its driver and libraries, their settings, the engine's options, the model's shap
 this package's code, never by the values in the tensors. So `cached_cuda_check` keeps it on disk
 beside the CPU needle's (engine/invariant/needle.py `kept`) under a key of exactly those
 (`cuda_key`): the device's name, compute capability and SM count; the driver's version; torch's
-CUDA version and the versions of the NVIDIA libraries installed beside it (cuBLAS, cuDNN, ...);
-Triton's version; the TF32 and reduced-precision settings; every CUBLAS, NVIDIA, CUDA, TRITON
-and TORCH environment setting; the engine options; the model's config, shapes and dtypes; the
-package's sources hash. One card of the same kind with the same software answers the same; any
+CUDA version and the versions of the NVIDIA libraries installed beside it or mapped into the
+process (cuBLAS, cuDNN, ...); Triton's version; the TF32 and reduced-precision settings; every
+CUBLAS, NVIDIA, CUDA, TRITON and TORCH environment setting; the engine options; the model's
+config, shapes and dtypes; the package's sources hash. One card of the same kind with the same software answers the same; any
 other is another key, and checks again.
 """
 
@@ -59,6 +59,8 @@ NEEDLE_SLOTS = 4096
 NEEDLE_ROWS = max(CROSSINGS)  # its engine's row cap: the buckets up to 128 are its own
 _SETTINGS = ("CUBLAS", "NVIDIA_", "CUDA_", "TRITON_", "TORCH_")
 DRIVER_VERSION = Path("/proc/driver/nvidia/version")  # Linux's NVIDIA kernel module
+MAPS = "/proc/self/maps"
+_LIBRARIES = ("libcublas", "libcudnn", "libcudart", "libnvrtc", "libnvJitLink", "libcuda.")
 
 
 def check_engine(engine, *, seed: int = 0) -> InvarianceCheck:
@@ -185,4 +187,19 @@ def _libraries() -> dict[str, str | None]:
         if name.startswith("nvidia-") or name in ("triton", "pytorch-triton"):
             found[name] = dist.version
     found["cudnn"] = str(torch.backends.cudnn.version())
+    found["mapped"] = _mapped()
     return dict(sorted(found.items()))
+
+
+def _mapped() -> list[str]:
+    """The CUDA libraries mapped into this process (Linux), by file name: a torch built against
+    the system's CUDA (a container's) has no NVIDIA wheels, and the real files' names carry their
+    full versions (libcublasLt.so.12.4.5.8). cuBLAS is loaded at its first handle, asked for here."""
+    if torch.cuda.is_available():
+        torch.cuda.current_blas_handle()
+    try:
+        maps = Path(MAPS).read_text()
+    except OSError:
+        return []
+    names = {Path(line.split()[-1]).name for line in maps.splitlines() if "/" in line}
+    return sorted(name for name in names if name.startswith(_LIBRARIES))

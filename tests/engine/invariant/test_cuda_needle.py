@@ -53,6 +53,12 @@ def gpu(monkeypatch, tmp_path, precision):
     driver = tmp_path / "driver"
     driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\nGCC\n")
     monkeypatch.setattr(cuda_needle, "DRIVER_VERSION", driver)
+    maps = tmp_path / "maps"  # a container's cuBLAS: no wheel, the file mapped in the process
+    maps.write_text(
+        "7f00-7f10 r-xp 00000000 08:01 42 /usr/local/cuda/lib64/libcublasLt.so.12.4.5.8\n"
+    )
+    monkeypatch.setattr(cuda_needle, "MAPS", str(maps))
+    state.maps = maps
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: state.props)
     monkeypatch.setattr(torch.version, "cuda", "12.4")
 
@@ -115,6 +121,7 @@ def test_every_property_that_changes_bits_changes_the_key_and_nothing_else(gpu, 
         "driver": lambda: gpu.driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  560.35.03\n"),
         "CUDA": lambda: monkeypatch.setattr(torch.version, "cuda", "12.8"),
         "cuBLAS": lambda: gpu.wheels.update({"nvidia-cublas-cu12": "12.8.3.14"}),
+        "cuBLAS mapped": lambda: gpu.maps.write_text("7f00-7f10 r-xp 0 08:01 42 /opt/libcublasLt.so.12.9.1.4\n"),
         "Triton": lambda: gpu.wheels.update({"triton": "3.4.0"}),
         "TF32 matmul": lambda: monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True),
         "TF32 cuDNN": lambda: monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False),
