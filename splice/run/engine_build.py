@@ -25,13 +25,14 @@ from nudgeability.engine.invariant.cuda_needle import NEEDLE_ROWS, NEEDLE_SLOTS
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.device_batching import pool_rows
 
-# The Engine keyword that switches its batch-invariant CUDA kernels on (engine/invariant/cuda/)
-CUDA_INVARIANT = "cuda_invariant"
+# The Engine keyword and value that switch its batch-invariant CUDA kernels on (the Triton
+# GEMMs of engine/invariant/cuda/)
+INVARIANCE, TRITON = "invariance", "triton"
 
 
 def cuda_invariance_available() -> bool:
-    """Whether this engine has batch-invariant CUDA kernels to switch on (`CUDA_INVARIANT`)."""
-    return CUDA_INVARIANT in inspect.signature(Engine).parameters
+    """Whether this engine has batch-invariant CUDA kernels to switch on (`INVARIANCE`)."""
+    return INVARIANCE in inspect.signature(Engine).parameters
 
 
 def engine_options(config: RunConfig) -> dict:
@@ -53,7 +54,7 @@ def run_engine(
     model, tokenizer, config: RunConfig, *, invariant: bool = False, **derived
 ) -> Engine:
     """The engine `nudge run` computes `config` with on `model` (module docstring); `invariant`:
-    with its batch-invariant CUDA kernels (`CUDA_INVARIANT`).
+    with its batch-invariant CUDA kernels (`INVARIANCE`).
 
     `derived`: Engine options that replace the run's, for a measurement that needs another (the
     GPU check's eager twin, or a row cap every timed row fits under); a run passes none. A
@@ -61,7 +62,7 @@ def run_engine(
     cap is the rows the pool holds at the config's budgets."""
     options = {**engine_options(config), **derived}
     if invariant:
-        options[CUDA_INVARIANT] = True
+        options[INVARIANCE] = TRITON
     engine = Engine(model, tokenizer, **options)
     if "max_rows" not in derived and engine_module.sizes_pool_from_memory(engine.runner.device):
         engine.limit_rows(pool_rows_of(engine, config))

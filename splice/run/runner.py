@@ -181,10 +181,8 @@ class RunEngine:
             config = self._resolved()
             if self.loaded is None:
                 self.loaded = load_run_model(config, self.device)
-            chosen = decide(
-                replace(config, device=self.device), self.loaded.model, self.loaded.tokenizer
-            )
-            self.chosen = chosen
+            model, tokenizer = self.loaded.model, self.loaded.tokenizer
+            self.chosen = decide(replace(config, device=self.device), model, tokenizer)
         return self.chosen
 
     def pool_rows(self) -> int:

@@ -193,9 +193,10 @@ def section(deadline: float, *, dry_run: bool = False, progress=None) -> list[Ro
             rows.append((what, f"{seconds:.0f} s wall (model load included), {records} records"))
             rows.append((f"{what}: manifest fallbacks", _fallbacks(out)))
             rows.append((f"{what}: arm ≡ solo on its records", arms_alone(argv, out)))
+            free_memory("cuda" if not dry_run else "cpu")
             if name == "bf16":  # the schedule, its needle, the stream against by unit
                 rows.extend(stream_units.rows(model, root, dry_run))
-            free_memory("cuda" if not dry_run else "cpu")
+                free_memory("cuda" if not dry_run else "cpu")
             if progress:
                 progress(rows)
     return rows

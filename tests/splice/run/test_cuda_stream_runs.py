@@ -7,7 +7,7 @@ cap and gives the same bytes; the manifest says which chunk size and row cap eac
 The CPU engine is batch-invariant by construction in float32 (engine/invariant/cpu/), so it
 stands in for the CUDA kernels: the stand-ins are the device (its free memory, its properties,
 the kernels' dtype) and the engine keyword that switches the kernels on, which the CPU engine
-takes and records (engine_build.py `CUDA_INVARIANT`)."""
+takes and records (engine_build.py `INVARIANCE`)."""
 
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ def gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(schedule, "CUDA_DTYPE", "float32")
     real = engine_build.Engine
 
-    def engine(*args, cuda_invariant: bool = False, **kwargs):
+    def engine(*args, invariance: str | None = None, **kwargs):
         built = real(*args, **kwargs)
-        gpu.engines.append((built, cuda_invariant))
+        gpu.engines.append((built, invariance == "triton"))
         return built
 
     monkeypatch.setattr(engine_build, "Engine", engine)
