@@ -42,11 +42,15 @@ from nudgeability.splice.rundir.store import WorkStore
 WINDOW_CHUNKS = 2  # chunks' worth of base sequences kept unfinished in the engine
 
 
-def window(base_sequences_per_chunk: int, chunks: int = WINDOW_CHUNKS) -> int:
+def window(
+    base_sequences_per_chunk: int, chunks: int = WINDOW_CHUNKS, max_rows: int | None = None
+) -> int:
     """How many sequences may be unfinished in the engine (submitted, not yet finished: bases,
     arms, hidden-state passes and resolutions alike) before the stream stops starting chunks:
-    `chunks` chunks' worth of base sequences (costs/estimate/schedule.py models the same)."""
-    return chunks * base_sequences_per_chunk
+    `chunks` chunks' worth of base sequences, and under a row cap (CUDA: the rows the pool
+    holds) at least `chunks` caps' worth, whatever the chunk size: it cuts the parts, not the
+    batch (shape.py) (costs/estimate/schedule.py models the same)."""
+    return max(chunks * base_sequences_per_chunk, chunks * (max_rows or 0))
 
 
 class Stream:
@@ -79,10 +83,8 @@ class Stream:
             for phase in self.plan.record_phases
             if phase != ARMS_PHASE
         )
-        most = window(self.plan.chunk_size * len(self.plan.seeds) * per_problem)
-        # under a row cap (CUDA: the rows the pool holds) at least two steps' worth of rows,
-        # whatever the chunk size: it cuts the parts, not the batch (shape.py)
-        most = max(most, WINDOW_CHUNKS * (self.engine.max_rows or 0))
+        base = self.plan.chunk_size * len(self.plan.seeds) * per_problem
+        most = window(base, max_rows=self.engine.max_rows)
         while chunks or self.open:
             while chunks and len(self.waiters) < most:
                 self._start_chunk(chunks.popleft())
