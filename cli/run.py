@@ -148,7 +148,8 @@ def _run(args: argparse.Namespace) -> int:
     # a resume reads the run's own interventions from its manifest, never running the file again
     recorded = UserInterventions.in_directory(out)
     engine = RunEngine(requested, device, recorded=recorded)
-    with quiet_transformers(args.quiet):  # on CUDA the shape loads the model (splice/run/shape.py)
+    # on CUDA the shape loads the model and settles the schedule (splice/run/shape.py)
+    with quiet_transformers(args.quiet):
         shape = run_shape.settle(
             requested,
             device,
@@ -158,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
             threads=getattr(args, "threads", None),
             remote=remote is not None,
             pool_rows=engine.pool_rows,
+            schedule=engine.schedule,
         )
     if shape.workers != 1:
         return _run_workers(args, requested, out, shape)
@@ -169,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet and prepared.backend is None:
         _announce(prepared)
     config = prepared.config
-    result = run(prepared, out, progress=not args.quiet, engine=engine.engine)
+    result = run(prepared, out, progress=not args.quiet, engine=engine.engine, shape=shape)
     resolved = f", {result.resolutions} resolutions" if config.resolve else ""
     print(
         f"nudge run: {result.records} records{resolved} in {result.out} "

@@ -121,8 +121,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "--chunk-size",
         type=int,
         help="problems per unit of work: the resume and shard granularity (default: "
-        f"{DEFAULT_CHUNK_SIZE}; on CUDA the rows the KV pool holds, recorded at a fresh start "
-        "and kept on resume)",
+        f"{DEFAULT_CHUNK_SIZE}; on CUDA by unit the rows the KV pool holds, recorded at a fresh "
+        "start and kept on resume)",
     )
     parser.add_argument(
         "--consistency-samples",

@@ -2,7 +2,8 @@
 $XDG_CACHE_HOME/nudgeability, else ~/.cache/nudgeability.
 
 Three users: the SmolLM2 conversion (models/smollm2.py), the file-hash cache of the run manifest
-(splice/rundir/manifest.py) and the needle's answers (engine/invariant/needle.py, `needle/`).
+(splice/rundir/manifest.py) and the needles' answers (engine/invariant/needle.py and
+engine/invariant/cuda_needle.py, `needle/`).
 Standard library only.
 """
 

@@ -134,6 +134,7 @@ def measure_run(
         workers=workers,
         threads=threads,
         pool_rows=built.pool_rows,
+        schedule=built.schedule,
     )
     if shape.workers > 1 and requested.shard is not None:
         raise ValueError("--workers with --shard: a shard runs in one process")
@@ -144,8 +145,9 @@ def measure_run(
     prepared = prepare(shape.config(requested), loaded=built.loaded)
     if prepared.backend is not None:
         raise ValueError("nudge plan measures the local engine; a run on a server is its own")
-    schedule = choose_schedule(prepared).name
-    engine = built.engine or unit_context(prepared, progress=False).backend.engine
+    schedule = (shape.schedule or choose_schedule(prepared)).name
+    stream = schedule == "stream"
+    engine = built.engine or unit_context(prepared, progress=False, stream=stream).backend.engine
     graphs = engine.static_dispatch.graphs  # captured as the run's are (engine_build.py)
     captures = tuple(sorted(graphs.seconds.items())) if graphs is not None else ()
     startup = process_seconds() if since is None else time.monotonic() - since

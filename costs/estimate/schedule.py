@@ -181,7 +181,7 @@ def stream_timeline(
     # a chunk's base sequences: its problems' bases, every seed (a full chunk's, as the stream
     # counts them from the plan's chunk size)
     per_chunk = max((sum(map(len, c)) for c in work.chunks), default=0)
-    most = window(per_chunk, window_chunks)
+    most = window(per_chunk, window_chunks, max_rows)
     chunks = list(work.chunks)
     generated: dict[int, float] = {}  # id of a base group -> its new tokens
     while chunks or engine.groups:

@@ -27,6 +27,7 @@ import os
 import platform
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -53,10 +54,11 @@ class InvarianceCheck:
 
     holds: bool
     threads: int
-    batches: tuple[int, ...]
-    differing: tuple[int, ...]
+    batches: tuple[int | str, ...]
+    differing: tuple[int | str, ...]
     seconds: float
-    cached: bool = False  # read from `cached_check`'s file rather than run in this process
+    cached: bool = False  # read from `kept`'s file rather than run in this process
+    device: str | None = None  # the GPU's name (cuda_needle.py); None: this CPU
 
     def to_manifest(self) -> dict:
         """As the manifest records it: without `seconds`, so that two runs of the same work
@@ -64,7 +66,22 @@ class InvarianceCheck:
         out = asdict(self)
         out["batches"], out["differing"] = list(self.batches), list(self.differing)
         del out["seconds"], out["cached"]
+        if self.device is None:
+            del out["device"]
         return out
+
+    @classmethod
+    def from_manifest(cls, got: dict) -> InvarianceCheck:
+        """The check `to_manifest` wrote, as read back from a kept file (`cached` True)."""
+        return cls(
+            holds=bool(got["holds"]),
+            threads=int(got["threads"]),
+            batches=tuple(got["batches"]),
+            differing=tuple(got["differing"]),
+            seconds=0.0,
+            cached=True,
+            device=got.get("device"),
+        )
 
 
 def check_invariance(
@@ -121,26 +138,24 @@ _SETTINGS = ("MKL_", "OMP_", "KMP_", "ATEN_", "DNNL_", "ONEDNN_")
 
 def cached_check(model: torch.nn.Module) -> InvarianceCheck:
     """`check_invariance(model)`, read from disk when this machine already answered it for the
-    same key (module docstring), else run and kept. A file that cannot be read is run again and
-    rewritten; one that cannot be written leaves the run's own answer in force."""
-    key = invariance_key(model)
+    same key (module docstring), else run and kept (`kept`)."""
+    return kept(invariance_key(model), lambda: check_invariance(model))
+
+
+def kept(key: dict, run: Callable[[], InvarianceCheck]) -> InvarianceCheck:
+    """The needle answer kept on disk under `key` (`<cache root>/needle/`), else `run()`'s, then
+    kept. A file that cannot be read is run again and rewritten; one that cannot be written
+    leaves the run's own answer in force. Every device kind's needle keeps its answers here
+    (engine/invariant/cuda_needle.py), its key naming the kind."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     path = cache_root() / "needle" / f"{digest[:32]}.json"
     try:
-        kept = json.loads(path.read_text())
-        if kept["key"] == key:
-            got = kept["check"]
-            return InvarianceCheck(
-                holds=bool(got["holds"]),
-                threads=int(got["threads"]),
-                batches=tuple(got["batches"]),
-                differing=tuple(got["differing"]),
-                seconds=0.0,
-                cached=True,
-            )
+        stored = json.loads(path.read_text())
+        if stored["key"] == key:
+            return InvarianceCheck.from_manifest(stored["check"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    check = check_invariance(model)
+    check = run()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -153,15 +168,10 @@ def cached_check(model: torch.nn.Module) -> InvarianceCheck:
 
 def invariance_key(model: torch.nn.Module) -> dict:
     """Everything that chooses the kernels the needle runs (module docstring), as JSON values."""
-    config = getattr(model, "config", None)
     return {
         "format": CACHE_FORMAT,
         "batches": list(BATCHES),
-        "model": json.loads(config.to_json_string()) if config is not None else None,
-        "parameters": [
-            [name, list(p.shape), str(p.dtype), p.device.type]
-            for name, p in model.named_parameters()
-        ],
+        **model_key(model),
         "threads": torch.get_num_threads(),
         "cpu": _cpu(),
         "torch": [
@@ -169,9 +179,27 @@ def invariance_key(model: torch.nn.Module) -> dict:
             torch.__config__.show(),
             torch.backends.cpu.get_cpu_capability(),
         ],
-        "settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_SETTINGS)},
-        "code": _code_hash(),
+        "settings": settings(_SETTINGS),
+        "code": code_hash(),
     }
+
+
+def model_key(model: torch.nn.Module) -> dict:
+    """The model's part of a needle key: its config, and each parameter's shape, dtype and
+    device kind (the shapes and dtypes the kernels are chosen by, never the values)."""
+    config = getattr(model, "config", None)
+    return {
+        "model": json.loads(config.to_json_string()) if config is not None else None,
+        "parameters": [
+            [name, list(p.shape), str(p.dtype), p.device.type]
+            for name, p in model.named_parameters()
+        ],
+    }
+
+
+def settings(prefixes: tuple[str, ...]) -> dict[str, str]:
+    """The environment variables named with one of `prefixes`, sorted."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
 
 
 def _cpu() -> list[str]:
@@ -185,7 +213,7 @@ def _cpu() -> list[str]:
     return [line.strip() for line in first.splitlines() if line.split(":")[0].strip() in wanted]
 
 
-def _code_hash() -> str:
+def code_hash() -> str:
     """sha256 over this package's engine/ and models/ sources (the kernels' layout is theirs)."""
     package = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()

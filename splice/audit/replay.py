@@ -34,11 +34,12 @@ from nudgeability.splice.run.device_batching import batches_from_pool
 from nudgeability.splice.run.prepare import prepare
 from nudgeability.splice.run.remote import RemoteSpec, remote_spec_of
 from nudgeability.splice.run.runner import compute_unit, unit_context
+from nudgeability.splice.run.schedule import STREAM
 from nudgeability.splice.run.units import UnitContext
 from nudgeability.splice.run.validation import resolve_device
 from nudgeability.splice.rundir.layout import MANIFEST, side_file
 from nudgeability.splice.rundir.manifest import Manifest, UserInterventions
-from nudgeability.splice.rundir.manifest_keys import compare_manifests
+from nudgeability.splice.rundir.manifest_keys import SCHEDULE_KEY, compare_manifests
 from nudgeability.splice.rundir.plan import Unit
 from nudgeability.splice.rundir.store import WorkStore, part_path
 from nudgeability.util.json_lines import split_lines
@@ -111,7 +112,9 @@ def replay_units(
             f"the manifest's configuration resolves to another run here ({len(differences)} "
             f"difference(s): {'; '.join(differences)})"
         )
-    ctx = unit_context(prepared, progress=False)
+    # a run streamed on CUDA computed with the engine's batch-invariant kernels: so does its replay
+    stream = (run.manifest.data.get(SCHEDULE_KEY) or {}).get("name") == STREAM
+    ctx = unit_context(prepared, progress=False, stream=stream)
     try:
         with _threads_of(run.manifest):
             return _replay(run, units, ctx)

@@ -9,8 +9,8 @@ in Python) a field may be None, meaning "the default"; and `conditions` may hold
 `prepare` (splice/run/prepare.py) returns the resolved config: no None left but where the setting
 is genuinely absent (`max_batch_tokens`, `gpu_memory_utilization`, `shard`), paths absolute,
 conditions as codes in canonical order, `n` the number of problems drawn, `chunk_size` the one
-settled before `prepare` (splice/run/shape.py `settle`: on CUDA the rows the KV pool holds at a
-fresh start, or the one the run it resumes recorded). Its canonical JSON (sorted keys) is stored in the run's manifest; a later
+settled before `prepare` (splice/run/shape.py `settle`: on CUDA by unit the rows the KV pool
+holds at a fresh start, or the one the run it resumes recorded). Its canonical JSON (sorted keys) is stored in the run's manifest; a later
 run against the same `--out` must resolve to the same config (splice/rundir/manifest_keys.py
 `compare_manifests` names every key that differs).
 """
@@ -76,7 +76,7 @@ class RunConfig:
     # join the conditions; None: the shipped conditions only
     interventions: str | None = None
     # problems per unit of work (and per base batch); None: settled (splice/run/shape.py):
-    # DEFAULT_CHUNK_SIZE on CPU and on a server, on CUDA the rows the KV pool holds
+    # DEFAULT_CHUNK_SIZE, but on CUDA by unit the rows the KV pool holds (shape.py `settle`)
     chunk_size: int | None = None
     max_batch_tokens: int | None = (
         None  # the engine's KV pool, in token slots; None: grows with the work (CUDA: see below)

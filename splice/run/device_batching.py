@@ -8,11 +8,11 @@ fixed-shape decode's largest default bucket (512, engine/attention/decode_bucket
 engine's own cap when it is given none, so the cap is the smaller of the two. A 32-problem unit on an H200 is then limited by its problems,
 not by a CPU-sized constant.
 
-The same number is the chunk size of a CUDA run given no `--chunk-size` (`pool_rows`): one row
-per problem, so a base unit's problems all decode in one step. Since each unit is one engine call
-there, records depend on the chunk size (an identity key of the manifest), so it is taken from
-the pool only at a fresh start and recorded; a resume takes the recorded one (splice/run/shape.py
-`settle`).
+The same number is the chunk size of a CUDA run by unit given no `--chunk-size` (`pool_rows`):
+one row per problem, so a base unit's problems all decode in one step. Since each unit is one
+engine call there, records depend on the chunk size (an identity key of the manifest), so it is
+taken from the pool only at a fresh start and recorded; a resume takes the recorded one. A run on
+the stream takes none from the pool (splice/run/shape.py `settle`).
 """
 
 from __future__ import annotations

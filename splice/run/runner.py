@@ -5,9 +5,9 @@
 
     # as `nudge run` does it on any device (cli/run.py): the shape first (shape.py)
     engine = RunEngine(requested, device)
-    shape = settle(requested, device, out, pool_rows=engine.pool_rows)
+    shape = settle(requested, device, out, pool_rows=engine.pool_rows, schedule=engine.schedule)
     prepared = prepare(shape.config(requested), loaded=engine.loaded)
-    result = run(prepared, out, engine=engine.engine)
+    result = run(prepared, out, engine=engine.engine, shape=shape)
 
 The units, their keys and their order are the plan's (splice/rundir/plan.py). They are computed
 on one of two schedules, which give the same records where the engine's logits do not depend on
@@ -33,17 +33,19 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nudgeability.backends.base import EngineBackend
 from nudgeability.engine import Engine
 from nudgeability.models.loader import LoadedModel
 from nudgeability.splice.experiment.conditions import CONSISTENCY
 from nudgeability.splice.run.config import RunConfig
-from nudgeability.splice.run.engine_build import pool_rows_of, run_engine
+from nudgeability.splice.run.device_batching import batches_from_pool
+from nudgeability.splice.run.engine_build import cuda_invariance_available, pool_rows_of, run_engine
 from nudgeability.splice.run.parts import reusable, store_unit, stored_records
 from nudgeability.splice.run.prepare import Prepared, load_run_model
 from nudgeability.splice.run.progress import PhaseBar, RunEta
-from nudgeability.splice.run.schedule import STREAM, choose_schedule
+from nudgeability.splice.run.schedule import STREAM, Schedule, choose_schedule, decide
 from nudgeability.splice.run.stream import Stream
 from nudgeability.splice.run.units import UnitContext, UnitCounts, run_arms_unit, run_base_unit
 from nudgeability.splice.run.units.consistency import run_consistency_unit
@@ -54,6 +56,9 @@ from nudgeability.splice.rundir.layout import RESOLUTIONS
 from nudgeability.splice.rundir.manifest import UserInterventions
 from nudgeability.splice.rundir.plan import ARMS_PHASE, RESOLVE_PHASE, Unit
 from nudgeability.splice.rundir.store import WorkStore
+
+if TYPE_CHECKING:  # shape.py imports workers.py, which runs units here
+    from nudgeability.splice.run.shape import RunShape
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ def run(
     progress: bool = True,
     schedule: str | None = None,
     engine: Engine | None = None,
+    shape: RunShape | None = None,
 ) -> RunResult:
     """Compute every missing unit of `prepared` into `out`, then write records.jsonl.
 
@@ -83,7 +89,9 @@ def run(
     call per unit, phase after phase); None picks the stream where it gives the records of the
     units schedule byte for byte (schedule.py, `choose_schedule`). The manifest's `schedule`
     says which ran and why. `engine`: the one built to settle the run's shape (`RunEngine`),
-    computed on instead of a new one.
+    computed on instead of a new one; `shape`: that shape (shape.py `settle`), whose schedule,
+    where it decided one (CUDA), is the run's, and whose chunk size and row cap the manifest's
+    `schedule` records there.
     """
     if schedule not in (None, "stream", "units"):
         raise ValueError(f"schedule must be 'stream' or 'units', got {schedule!r}")
@@ -91,8 +99,9 @@ def run(
     with WorkStore.open(out, prepared.manifest) as store:
         for warning in resume_warnings(store.root, store.provenance_changes):
             print(f"nudge run: warning: {warning}", file=sys.stderr)
-        ctx = unit_context(prepared, progress=progress, engine=engine)
-        chosen = choose_schedule(prepared, schedule)
+        settled = shape.schedule if shape is not None and schedule is None else None
+        chosen = settled or choose_schedule(prepared, schedule)
+        ctx = unit_context(prepared, progress=progress, engine=engine, stream=chosen.name == STREAM)
         if chosen.name == STREAM:
             computed, resumed = _streamed(ctx, store, progress)
         else:
@@ -103,7 +112,10 @@ def run(
         if plan.resolve:
             lines = assemble_resolutions(plan, store.read_part, store.parts)
             store.write_records(_counted(lines, resolved), RESOLUTIONS)
-        store.seal(chosen.to_manifest())
+        entry = chosen.to_manifest()
+        if shape is not None and shape.max_rows is not None:
+            entry["shape"] = shape.to_manifest()  # this process's: a resume's may differ
+        store.seal(entry)
         return RunResult(path.parent, tally[0], computed, resumed, resolved[0])
 
 
@@ -158,34 +170,63 @@ class RunEngine:
         self.recorded = recorded  # a resume's interventions, from its manifest: no file run again
         self.engine: Engine | None = None
         self.rows = 0
+        self.chosen: Schedule | None = None
+        self.config: RunConfig | None = None
+
+    def schedule(self) -> Schedule:
+        """The run's schedule (schedule.py `decide`) on the loaded model, decided once, before
+        the engine is built: the engine computes with the batch-invariant CUDA kernels exactly
+        when the run takes the stream."""
+        if self.chosen is None:
+            config = self._resolved()
+            if self.loaded is None:
+                self.loaded = load_run_model(config, self.device)
+            model, tokenizer = self.loaded.model, self.loaded.tokenizer
+            self.chosen = decide(replace(config, device=self.device), model, tokenizer)
+        return self.chosen
 
     def pool_rows(self) -> int:
         if self.engine is None:
-            validate(self.requested, recorded=self.recorded)  # a bad flag, before the model loads
-            defaults = device_defaults(self.requested, self.device)
-            config = replace(
-                self.requested, dtype=defaults.dtype, static_decode=defaults.static_decode
+            stream = self.schedule().name == STREAM
+            config = self._resolved()
+            self.engine = run_engine(
+                self.loaded.model, self.loaded.tokenizer, config, invariant=stream
             )
-            if self.loaded is None:
-                self.loaded = load_run_model(config, self.device)
-            self.engine = run_engine(self.loaded.model, self.loaded.tokenizer, config)
             self.rows = pool_rows_of(self.engine, config)
         return self.rows
 
+    def _resolved(self) -> RunConfig:
+        """The requested config with the device's dtype and decode, checked once."""
+        if self.config is None:
+            validate(self.requested, recorded=self.recorded)  # a bad flag, before the model loads
+            defaults = device_defaults(self.requested, self.device)
+            self.config = replace(
+                self.requested, dtype=defaults.dtype, static_decode=defaults.static_decode
+            )
+        return self.config
+
 
 def unit_context(
-    prepared: Prepared, *, progress: bool = True, engine: Engine | None = None
+    prepared: Prepared,
+    *,
+    progress: bool = True,
+    engine: Engine | None = None,
+    stream: bool = False,
 ) -> UnitContext:
     """What every unit of the run needs: the prepared server backend, `engine` where one was
     built for the run (`RunEngine`), or the run's engine on the prepared model
-    (engine_build.py `run_engine`; also used by `nudge verify` to replay units exactly as the
-    run computed them)."""
+    (engine_build.py `run_engine`, with the batch-invariant CUDA kernels where the run takes the
+    `stream` on CUDA; also used by `nudge verify` to replay units exactly as the run computed
+    them)."""
     backend = prepared.backend
     if backend is None and engine is not None:
         backend = EngineBackend(engine)
     if backend is None:
-        loaded = prepared.loaded
-        backend = EngineBackend(run_engine(loaded.model, loaded.tokenizer, prepared.config))
+        loaded, config = prepared.loaded, prepared.config
+        invariant = stream and batches_from_pool(config.device) and cuda_invariance_available()
+        backend = EngineBackend(
+            run_engine(loaded.model, loaded.tokenizer, config, invariant=invariant)
+        )
     backend.progress = progress  # an inner bar per backend call
     return UnitContext(prepared, backend)
 

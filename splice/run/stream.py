@@ -7,7 +7,8 @@ The stream hands the engine one queue instead (its streaming API, engine/README.
 
 - chunks start in order, each with its base units (NT, the self-consistency samples, B,
   oracle_B, every seed), while fewer sequences are unfinished in the engine than `window`
-  allows (`WINDOW_CHUNKS` chunks' worth of base sequences; arms count as any sequence);
+  allows (`WINDOW_CHUNKS` chunks' worth of base sequences, and under a row cap at least
+  `WINDOW_CHUNKS` times the cap; arms count as any sequence);
 - a problem's arms are forked as soon as its own B (or oracle_B) has closed its thinking, which
   may be before B has finished: the base's reasoning is the fork's stem, copied from the base's
   cache (`ForkRequest.reuse`), bit for bit what computing it again gives;
@@ -18,7 +19,8 @@ The stream hands the engine one queue instead (its streaming API, engine/README.
 
 The requests are the barrier schedule's, built by the same functions (units/base.py, arms.py,
 consistency.py, resolve.py), and every decision here is taken from which sequences finished, never from timing.
-Where a sequence's logits do not depend on the batch (fp32 on CPU, engine/README.md) the records
+Where a sequence's logits do not depend on the batch (fp32 on CPU, the invariant kernels on CUDA
+where the needle holds: schedule.py; engine/README.md) the records
 are byte for byte the barrier schedule's, and so those of any chunk size, budget, resume, shard or
 replay of a unit alone. A stored unit is reused as in the barrier schedule; one whose inputs are
 being computed again waits for them (`deferred`) and is then checked or computed from the store.
@@ -40,11 +42,15 @@ from nudgeability.splice.rundir.store import WorkStore
 WINDOW_CHUNKS = 2  # chunks' worth of base sequences kept unfinished in the engine
 
 
-def window(base_sequences_per_chunk: int, chunks: int = WINDOW_CHUNKS) -> int:
+def window(
+    base_sequences_per_chunk: int, chunks: int = WINDOW_CHUNKS, max_rows: int | None = None
+) -> int:
     """How many sequences may be unfinished in the engine (submitted, not yet finished: bases,
     arms, hidden-state passes and resolutions alike) before the stream stops starting chunks:
-    `chunks` chunks' worth of base sequences (costs/estimate/schedule.py models the same)."""
-    return chunks * base_sequences_per_chunk
+    `chunks` chunks' worth of base sequences, and under a row cap (CUDA: the rows the pool
+    holds) at least `chunks` caps' worth, whatever the chunk size: it cuts the parts, not the
+    batch (shape.py) (costs/estimate/schedule.py models the same)."""
+    return max(chunks * base_sequences_per_chunk, chunks * (max_rows or 0))
 
 
 class Stream:
@@ -77,7 +83,8 @@ class Stream:
             for phase in self.plan.record_phases
             if phase != ARMS_PHASE
         )
-        most = window(self.plan.chunk_size * len(self.plan.seeds) * per_problem)
+        base = self.plan.chunk_size * len(self.plan.seeds) * per_problem
+        most = window(base, max_rows=self.engine.max_rows)
         while chunks or self.open:
             while chunks and len(self.waiters) < most:
                 self._start_chunk(chunks.popleft())

@@ -142,6 +142,8 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
     wanted = [
         "run: nudge run, bf16 checkpoint",
         "run: nudge run, fp8 checkpoint",
+        "run: schedule nudge run settles, needle on its engine",
+        "run: stream against by unit, strategyqa n=1",
         "engines: ",
         "quant: fp8 [256, 128] fused against exact, 64 rows",
         "quant: w4a16 [128, 256] fused against exact, 1 rows",
@@ -184,6 +186,10 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         if c.endswith("arm ≡ solo on its records"):  # nudge run's arms, each replayed alone
             same, compared = r.split(" whole arms")[0].split("/")
             assert same == compared and int(compared) > 0, (c, r)
+        if c.startswith("stream against by unit"):  # the CPU's products: invariant
+            assert r.startswith("records identical"), (c, r)
+        if c.startswith("schedule nudge run settles"):
+            assert r.startswith("stream: the needle held"), (c, r)
         if c.endswith("manifest fallbacks"):
             assert r == "none", (c, r)
         if c.startswith("arm ≡ solo"):  # on nudge run's engine: the fixed-shape decode

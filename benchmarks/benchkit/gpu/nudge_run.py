@@ -15,6 +15,8 @@ B's reasoning) replayed on the run's engine (splice/run/engine_build.py `run_eng
 prompt of its own, not a fork: the prompt, B's reasoning up to its cut and the arm's splice, with
 the run's sampling settings, its tokens compared with the record's. On CUDA, where the engine's
 kernels are not batch-invariant, a replay may part from its arm at a near-tie of the logits.
+For the bf16 checkpoint, then, the schedule the run settles with its needle, and the stream
+against by unit on that engine (stream_units.py).
 
 On `--dry-run` the same on CPU on a tiny Qwen3 (models/testing), budgets 16 and 8.
 """
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from . import stream_units
 from .engine_inputs import PAPER_BUDGETS, Row, free_memory
 
 PROBLEMS = 2
@@ -118,7 +121,9 @@ def arms_alone(argv: list[str], out: Path) -> str:
     # on CUDA the engine that settling builds (splice/run/shape.py), as `nudge run` takes it
     device = resolve_device(config.device)
     built = RunEngine(config, device)
-    shape = settle(config, device, out, workers=1, pool_rows=built.pool_rows)
+    shape = settle(
+        config, device, out, workers=1, pool_rows=built.pool_rows, schedule=built.schedule
+    )
     prepared = prepare(shape.config(config), loaded=built.loaded)
     loaded, config = prepared.loaded, prepared.config
     engine = built.engine or run_engine(loaded.model, loaded.tokenizer, config)
@@ -189,6 +194,9 @@ def section(deadline: float, *, dry_run: bool = False, progress=None) -> list[Ro
             rows.append((f"{what}: manifest fallbacks", _fallbacks(out)))
             rows.append((f"{what}: arm ≡ solo on its records", arms_alone(argv, out)))
             free_memory("cuda" if not dry_run else "cpu")
+            if name == "bf16":  # the schedule, its needle, the stream against by unit
+                rows.extend(stream_units.rows(model, root, dry_run))
+                free_memory("cuda" if not dry_run else "cpu")
             if progress:
                 progress(rows)
     return rows
