@@ -1,0 +1,1 @@
+"""Batch invariance on CUDA: Triton kernels whose launch reads no batch (engine/README.md)."""
