@@ -164,7 +164,7 @@ def _paged_kernel(
             lo = tl.maximum(q_lo - window + 1 - first, 0)
         for s0 in range((lo // SPLIT) * SPLIT, hi, SPLIT):
             m = tl.full([ROWS], float("-inf"), dtype=tl.float32)
-            l = tl.zeros([ROWS], dtype=tl.float32)
+            mass = tl.zeros([ROWS], dtype=tl.float32)
             acc = tl.zeros([ROWS, DP], dtype=tl.float32)
             b_lo = tl.maximum(s0, (lo // BLOCK_N) * BLOCK_N)
             b_hi = tl.minimum(s0 + SPLIT, hi)
@@ -199,12 +199,12 @@ def _paged_kernel(
                 alpha = tl.exp(m - m_safe)
                 p = tl.exp(s - m_safe[:, None])
                 pv = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-                l = tl.where(any_seen, l * alpha + tl.sum(p, 1), l)
+                mass = tl.where(any_seen, mass * alpha + tl.sum(p, 1), mass)
                 acc = tl.where(any_seen[:, None], acc * alpha[:, None] + pv, acc)
                 m = m_new
-            saw = l > 0
-            o_split = acc / tl.where(saw, l, 1.0)[:, None]
-            lse_split = tl.where(saw, m + tl.log(tl.where(saw, l, 1.0)), float("-inf"))
+            saw = mass > 0
+            o_split = acc / tl.where(saw, mass, 1.0)[:, None]
+            lse_split = tl.where(saw, m + tl.log(tl.where(saw, mass, 1.0)), float("-inf"))
             o_run, lse_run = _merge(o_run, lse_run, o_split, lse_split)
     out_mask = live[:, None] & dmask[None, :]
     tl.store(
