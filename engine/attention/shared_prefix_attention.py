@@ -66,6 +66,10 @@ def shared_prefix_attention(
         scaling = query.shape[-1] ** -0.5
     window = kwargs.get("sliding_window") or handle.window
     if isinstance(handle.layout, StaticDecode):  # a fixed-shape decode step (static_decode.py)
+        if handle.layout.paged is not None:  # the paged kernel, as the eager rows run it
+            from nudgeability.engine.invariant.cuda import paged_attention as paged
+
+            return paged.static_decode_attention(query, handle, scaling, window), None
         return flex_decode_attention(query, handle, scaling, window), None
     return step_attention(query, handle, scaling, window), None
 

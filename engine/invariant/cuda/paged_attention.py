@@ -121,7 +121,7 @@ def _paged_kernel(
     PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
-    kvh = tl.program_id(1)
+    kvh = tl.program_id(1).to(tl.int64)  # a pool of over 2**31 elements: offsets in int64
     r = tl.arange(0, ROWS)
     which = r // G
     tok = tl.load(tok_ptr + tile * TOKENS + which, mask=which < TOKENS, other=-1)
@@ -178,7 +178,7 @@ def _paged_kernel(
                     other=0,
                 )
                 slot = tl.where(table >= 0, page * PAGE + logical % PAGE, logical)
-                slot = tl.where(inside, slot, 0)
+                slot = tl.where(inside, slot, 0).to(tl.int64)
                 kv_mask = inside[:, None] & dmask[None, :]
                 k = tl.load(
                     k_base + slot[:, None] * stride_ks + d[None, :], mask=kv_mask, other=0.0
@@ -329,6 +329,18 @@ def row_attention(q, k, v, positions, tables, scaling, window=None, **sizes) -> 
         **sizes,
     )
     return out
+
+
+def static_decode_attention(q, handle, scaling, window=None) -> torch.Tensor:
+    """The fixed-shape decode's rows (engine/attention/static_decode.py) on this kernel: q
+    [1, H, rows, D] -> [1, rows, H, D], every table a buffer of the bucket (`StaticDecode.paged`),
+    no host sync, so a CUDA graph replays it."""
+    layout = handle.layout
+    rows = q[0].transpose(0, 1)
+    out = row_attention(
+        rows, handle.k, handle.v, layout.positions.view(-1), layout.paged, scaling, window
+    )
+    return out.unsqueeze(0)
 
 
 def chunk_attention(q, k, v, positions, tables, scaling, window=None, **sizes) -> torch.Tensor:

@@ -15,6 +15,10 @@ empty:
 - **chunk tiles**: consecutive tokens of a prefix chunk (step-token indices), with their run
   [0, c1) as the one source: the causal fixed-split variant.
 
+The fixed-shape decode (engine/attention/static_decode.py) keeps the same tables in buffers of a
+bucket's shape (`decode_buffers`), rewritten each step from `decode_parts`: row i's own tile is
+tile i, every bucket row (pads too) is in a prefix tile, so every output is written.
+
 Nothing here reads the batch to choose a shape: a tile's tokens are its group's or row's, its
 sources its own, and `tokens` is the model's.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from nudgeability.engine.attention.decode_layout import MAX_SEGMENTS
@@ -143,3 +148,56 @@ def of_plan(plan, spans, pieces, chunks, tokens: int, block_size: int) -> TableB
     for (group, _, _), chunk in zip(plan.prefix_chunks, chunks):
         builder.chunk(chunk.t0, chunk.t1, chunk.start, chunk.c1, group.own.offset)
     return builder
+
+
+def decode_buffers(rows: int, tokens: int, blocks: int, block_size: int, device) -> PagedTables:
+    """The paged tables of a fixed-shape decode bucket of `rows` rows over a pool of `blocks`
+    blocks: the buffers `decode_parts` fills (row i's own tile is tile i, fixed)."""
+
+    def zeros(*shape, dtype=torch.long):
+        return torch.zeros(*shape, dtype=dtype, device=device)
+
+    own_tokens = torch.full((rows, tokens), -1, dtype=torch.long, device=device)
+    own_tokens[:, 0] = torch.arange(rows, device=device)
+    return PagedTables(
+        prefix_tokens=zeros(rows, tokens),
+        prefix_sources=zeros(rows, MAX_SEGMENTS, 4),
+        own_tokens=own_tokens,
+        own_sources=zeros(rows, 1, 4),
+        chunk_tokens=zeros(0, tokens),
+        chunk_sources=zeros(0, 1, 4),
+        tables=zeros(rows, blocks, dtype=torch.int32),  # a row's blocks, as kv_indices holds them
+        page=block_size,
+    )
+
+
+def decode_parts(rows: list, bucket: int, tokens: int) -> list[np.ndarray]:
+    """One decode step's paged tables for a bucket of `bucket` rows, as int64 arrays:
+    prefix tiles [bucket, tokens], their sources [bucket, MAX_SEGMENTS, 4], the own tiles'
+    sources [bucket, 1, 4] and the real rows' block tables [n, width] (width: the longest row's
+    blocks). `rows`: per real row in step order (its group's segments as (start, end, position
+    of the first token), its block ids in logical order, its slot); a group's rows adjacent."""
+    n = len(rows)
+    tok = np.full((bucket, tokens), -1, np.int64)
+    src = np.zeros((bucket, MAX_SEGMENTS, 4), np.int64)
+    src[..., 0] = NO_TABLE
+    own = np.zeros((bucket, 1, 4), np.int64)
+    own[..., 0] = NO_TABLE
+    width = max([1] + [len(ids) for _, ids, _ in rows])
+    tables = np.zeros((n, width), np.int64)
+    tile, fill, current = -1, tokens, None
+    for i, (segments, ids, slot) in enumerate(rows):
+        if segments is not current or fill == tokens:
+            tile, fill, current = tile + 1, 0, segments
+            for j, (start, end, offset) in enumerate(segments):
+                src[tile, j] = (NO_TABLE, start, end - start, offset)
+        tok[tile, fill] = i
+        fill += 1
+        prefix_len = sum(end - start for start, end, _ in segments)
+        own[i, 0] = (i, 0, slot + 1, prefix_len)
+        tables[i, : len(ids)] = ids
+    for a in range(n, bucket, tokens):  # pad rows: tiles of no source, outputs zero
+        tile += 1
+        b = min(bucket, a + tokens)
+        tok[tile, : b - a] = np.arange(a, b)
+    return [tok.ravel(), src.ravel(), own.ravel(), tables.ravel()]

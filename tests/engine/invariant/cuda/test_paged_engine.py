@@ -35,7 +35,7 @@ def model():
 def launches(monkeypatch):
     """How often each of the kernel's entry points ran (the engine must reach them)."""
     seen = collections.Counter()
-    for name in ("row_attention", "chunk_attention"):
+    for name in ("row_attention", "chunk_attention", "static_decode_attention"):
         real = getattr(paged, name)
 
         def counted(*args, real=real, name=name, **kwargs):
@@ -115,3 +115,20 @@ def test_stem_recomputed_copied_or_a_trunk_view(model, launches):
     for suffix, arm in zip(arms, computed):
         assert_matches_reference(model, arm, PROMPT + made[:cut] + suffix, 3, engine.eos_ids)
     engine.release(base)
+
+
+def test_fixed_shape_decode_runs_the_same_kernel(model, launches):
+    """The fixed-shape decode (static_decode.py, its tables buffers of a 16-row bucket) gives
+    arms of two groups bitwise the eager steps' tokens and logits: decode and prefill rows run
+    one kernel, on tables laid out two ways."""
+    requests = [
+        ForkRequest(PROMPT, [SUFFIX, random_ids(5, seed=60)], params(4)),
+        ForkRequest(random_ids(9, seed=61), [random_ids(2, seed=62)], params(4)),
+    ]
+    eager = paged_engine(model).fork_many(requests, return_logits=True)
+    engine = paged_engine(model, static_decode=True)
+    fixed = engine.fork_many(requests, return_logits=True)
+    assert engine.stats.static_steps > 0 and launches["static_decode_attention"] > 0
+    for x, y in zip(eager, fixed):
+        for a, b in zip(x, y):
+            assert_same_bits(a, b)
