@@ -284,7 +284,7 @@ def paged_attention(
         G=g,
         TOKENS=tokens.shape[1],
         ROWS=tile_rows(tokens.shape[1], g),
-        DP=triton.next_power_of_2(d),
+        DP=max(16, triton.next_power_of_2(d)),  # tl.dot takes no side under 16
         BLOCK_N=block_n,
         SPLIT=split,
         NSEG=sources.shape[1],

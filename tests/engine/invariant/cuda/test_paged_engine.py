@@ -13,6 +13,7 @@ import collections
 
 import pytest
 import torch
+from helpers.capture_hazards import HazardCheckedGraphs
 from helpers.engine_reference import assert_matches_reference, random_ids
 from helpers.order_dot import ordered_dot  # noqa: F401 (the fixture every test here uses)
 
@@ -118,17 +119,21 @@ def test_stem_recomputed_copied_or_a_trunk_view(model, launches):
 
 
 def test_fixed_shape_decode_runs_the_same_kernel(model, launches):
-    """The fixed-shape decode (static_decode.py, its tables buffers of a 16-row bucket) gives
-    arms of two groups bitwise the eager steps' tokens and logits: decode and prefill rows run
-    one kernel, on tables laid out two ways."""
+    """The fixed-shape decode (static_decode.py, its tables buffers of a 16-row bucket), run as
+    a captured graph would be (tests/helpers/capture_hazards.py: every tensor the kernel is
+    handed a persistent buffer or made in the step, no host sync), gives arms of two groups
+    bitwise the eager steps' tokens and logits: decode and prefill rows run one kernel, on
+    tables laid out two ways."""
     requests = [
         ForkRequest(PROMPT, [SUFFIX, random_ids(5, seed=60)], params(4)),
         ForkRequest(random_ids(9, seed=61), [random_ids(2, seed=62)], params(4)),
     ]
     eager = paged_engine(model).fork_many(requests, return_logits=True)
     engine = paged_engine(model, static_decode=True)
+    engine.static_dispatch.graphs = graphs = HazardCheckedGraphs(engine)
     fixed = engine.fork_many(requests, return_logits=True)
     assert engine.stats.static_steps > 0 and launches["static_decode_attention"] > 0
+    assert graphs.replays > 0 and not graphs.hazards, graphs.hazards[:3]
     for x, y in zip(eager, fixed):
         for a, b in zip(x, y):
             assert_same_bits(a, b)
