@@ -41,16 +41,17 @@ ROW_SLOTS = 48  # 3 blocks a row
 class Scene:
     """The pool, the prefix segments and every row's blocks (module docstring)."""
 
-    def __init__(self, dtype: torch.dtype, rows: int = 20, seed: int = 0, spread: bool = False):
+    def __init__(self, dtype, rows=20, seed=0, spread=False, heads=(KV, G, D)):
         gen = torch.Generator().manual_seed(seed)
         self.dtype = dtype
-        shape = (KV, BLOCKS * BS, D)
+        self.kv, self.g, self.d = kv, g, d = heads
+        shape = (kv, BLOCKS * BS, d)
         self.k = torch.randn(shape, generator=gen).to(dtype)
         self.v = torch.randn(shape, generator=gen)
         if spread:  # values over many binades: any change of summation order shows in the bits
             self.v = self.v * 2.0 ** torch.randint(-6, 7, shape, generator=gen)
         self.v = self.v.to(dtype)
-        self.q = torch.randn(rows, ROW_SLOTS, H, D, generator=gen).to(dtype)
+        self.q = torch.randn(rows, ROW_SLOTS, kv * g, d, generator=gen).to(dtype)
         ids = FIRST_FREE + torch.randperm(BLOCKS - FIRST_FREE, generator=gen)
         per = ROW_SLOTS // BS
         self.blocks = [[int(b) * BS for b in ids[r * per : (r + 1) * per]] for r in range(rows)]
@@ -69,8 +70,8 @@ class Scene:
         """Fresh random K/V in row `row`'s slots after `after`: keys no query up to `after` sees."""
         for s in range(after + 1, ROW_SLOTS):
             slot = self.blocks[row][s // BS] + s % BS
-            self.k[:, slot] = torch.randn(KV, D, generator=self.gen).to(self.dtype)
-            self.v[:, slot] = torch.randn(KV, D, generator=self.gen).to(self.dtype)
+            self.k[:, slot] = torch.randn(self.kv, self.d, generator=self.gen).to(self.dtype)
+            self.v[:, slot] = torch.randn(self.kv, self.d, generator=self.gen).to(self.dtype)
 
 
 def chunks(tokens: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
@@ -88,7 +89,7 @@ def chunks(tokens: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
 def attend(scene: Scene, tokens, segments=None, split=SPLIT, window=None, order=list):
     """One step of row tokens (module docstring): {(row, slot): output [H, D]}. `order`: how
     a row's block table lists its blocks (the kernel's contract: logical order)."""
-    builder = TableBuilder(tile_tokens(G), BS)
+    builder = TableBuilder(tile_tokens(scene.g), BS)
     builder.group(0, len(tokens), scene.segments if segments is None else segments)
     for first, row, s0, s1 in chunks(tokens):
         builder.row(first, s0, s1, PREFIX, blocks=order(scene.blocks[row]))
@@ -96,7 +97,7 @@ def attend(scene: Scene, tokens, segments=None, split=SPLIT, window=None, order=
     q = torch.stack([scene.q[row, slot] for row, slot in tokens])
     positions = torch.tensor([PREFIX + slot for _, slot in tokens])
     out = row_attention(
-        q, scene.k, scene.v, positions, tables, D**-0.5, window, split=split, block_n=BLOCK_N
+        q, scene.k, scene.v, positions, tables, scene.d**-0.5, window, split=split, block_n=BLOCK_N
     )
     return {token: out[i] for i, token in enumerate(tokens)}
 
@@ -111,9 +112,9 @@ def reference(scene: Scene, row: int, slot: int, window=None) -> torch.Tensor:
         slots = [s for s, k in zip(slots, keep) if k]
     index = torch.tensor(slots)
     k, v = scene.k[:, index].double(), scene.v[:, index].double()
-    q = scene.q[row, slot].view(KV, G, D).double()
-    weights = torch.softmax(q @ k.transpose(1, 2) * D**-0.5, dim=-1)
-    return (weights @ v).reshape(H, D)
+    q = scene.q[row, slot].view(scene.kv, scene.g, scene.d).double()
+    weights = torch.softmax(q @ k.transpose(1, 2) * scene.d**-0.5, dim=-1)
+    return (weights @ v).reshape(scene.kv * scene.g, scene.d)
 
 
 def assert_same_bits(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -208,6 +209,17 @@ def test_against_float64(dtype, bound, window):
         got = out[token].double()
         error = (got - reference(scene, *token, window)).abs().max().item()
         assert error <= bound, f"{token}: {error:.2e}"
+
+
+@pytest.mark.parametrize("dtype, bound", [(torch.float32, 2e-6), (torch.float16, 2e-3)])
+def test_odd_head_shapes(dtype, bound):
+    """Two KV heads of 3 query heads of 24 (tiles of 5 tokens, 15 of 16 rows; a head padded to
+    32): a token alone and among 6 others, bitwise, and against float64."""
+    scene = Scene(dtype, heads=(2, 3, 24))
+    alone = attend(scene, [TARGET])[TARGET]
+    step = [(r, 3 * r) for r in range(1, 5)] + [TARGET, (5, 9), (6, 1)]
+    assert_same_bits(attend(scene, step)[TARGET], alone)
+    assert (alone.double() - reference(scene, *TARGET)).abs().max().item() <= bound
 
 
 def flash_split(tokens: int) -> int:
