@@ -214,9 +214,10 @@ class StaticDecode:
     def _load_paged(self, parts, real: int) -> None:
         """The paged kernel's tables of the step (paged_tables.decode_parts) into its buffers:
         the `real` rows' block tables only (a pad row's own tile reads none)."""
-        tokens, sources, own, tables = parts
+        tokens, sources, own_tokens, own, tables = parts
         self.paged.prefix_tokens.view(-1).copy_(tokens)
         self.paged.prefix_sources.view(-1).copy_(sources)
+        self.paged.own_tokens.view(-1).copy_(own_tokens)
         self.paged.own_sources.view(-1).copy_(own)
         width = tables.numel() // real
         self.paged.tables[:real, :width].copy_(tables.view(real, width))

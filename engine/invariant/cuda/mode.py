@@ -1,18 +1,26 @@
 """Whether a step's row tokens and prefix chunks run the paged kernel (paged_attention.py): the
-one place the engine asks, so that the runner's invariant-kernels switch is read in one spot.
+one place the engine asks (engine.py for the eager steps, attention/static_dispatch.py for the
+fixed-shape decode's buffers).
 
-On when the model runner says its invariant CUDA kernels are in use (`runner.invariant_cuda`,
-set by the runner's option; the tests set it on CPU tensors to run the kernel in Triton's
-interpreter). Off, the eager cascade keeps its library kernels (shared_prefix_attention.py).
+On where the runner computes with the invariant Triton kernels (`ModelRunner.invariance ==
+"triton"`, which `Engine(invariance="triton")` sets: on CUDA, or forced onto CPU tensors); off,
+the eager cascade keeps its library kernels (attention/shared_prefix_attention.py).
 """
 
 from __future__ import annotations
+
+TRITON = "triton"
+
+
+def paged_on(runner) -> bool:
+    """The runner's invariant Triton branch (a runner without the option has none)."""
+    return getattr(runner, "invariance", None) == TRITON
 
 
 def paged_tokens(runner) -> int | None:
     """Tokens per tile of the paged kernel for this runner's model when the kernel is on, else
     None: `paged_attention.tile_tokens` of the model's GQA ratio (query heads per KV head)."""
-    if not getattr(runner, "invariant_cuda", False):
+    if not paged_on(runner):
         return None
     from nudgeability.engine.invariant.cuda.paged_attention import tile_tokens
 

@@ -125,94 +125,95 @@ def _paged_kernel(
     r = tl.arange(0, ROWS)
     which = r // G
     tok = tl.load(tok_ptr + tile * TOKENS + which, mask=which < TOKENS, other=-1)
-    live = tok >= 0
-    tok = tl.where(live, tok, 0)
-    row = tok * heads + kvh * G + r % G  # the query row in [tokens * heads]
-    d = tl.arange(0, DP)
-    dmask = d < head_dim
-    q = tl.load(
-        q_ptr + row[:, None] * head_dim + d[None, :],
-        mask=live[:, None] & dmask[None, :],
-        other=0.0,
-    )
-    qpos = tl.load(pos_ptr + tok, mask=live, other=-1)  # a dead row sees no key
-    q_hi = tl.max(tl.where(live, qpos, -1), 0)
-    q_lo = tl.min(tl.where(live, qpos, 2147483647), 0)
-    if HAS_INIT:
-        o_run = tl.load(
-            init_o_ptr + row[:, None] * head_dim + d[None, :],
+    if tl.max(tok, 0) >= 0:  # a tile with no token (a bucket's unused one) does nothing
+        live = tok >= 0
+        tok = tl.where(live, tok, 0)
+        row = tok * heads + kvh * G + r % G  # the query row in [tokens * heads]
+        d = tl.arange(0, DP)
+        dmask = d < head_dim
+        q = tl.load(
+            q_ptr + row[:, None] * head_dim + d[None, :],
             mask=live[:, None] & dmask[None, :],
             other=0.0,
         )
-        lse_run = tl.load(init_lse_ptr + row, mask=live, other=float("-inf"))
-    else:
-        o_run = tl.zeros([ROWS, DP], dtype=tl.float32)
-        lse_run = tl.full([ROWS], float("-inf"), dtype=tl.float32)
-    k_base = k_ptr + kvh * stride_kh
-    v_base = v_ptr + kvh * stride_vh
-    for j in tl.static_range(NSEG):
-        at = src_ptr + (tile * NSEG + j) * 4
-        table = tl.load(at)
-        start = tl.load(at + 1)
-        length = tl.load(at + 2)
-        first = tl.load(at + 3)
-        # keys past the tile's last query, or (windowed) before its first one's window, are seen
-        # by no row: skipping them is exact (module docstring)
-        hi = tl.minimum(length, q_hi - first + 1)
-        lo = 0
-        if WINDOWED:
-            lo = tl.maximum(q_lo - window + 1 - first, 0)
-        for s0 in range((lo // SPLIT) * SPLIT, hi, SPLIT):
-            m = tl.full([ROWS], float("-inf"), dtype=tl.float32)
-            mass = tl.zeros([ROWS], dtype=tl.float32)
-            acc = tl.zeros([ROWS, DP], dtype=tl.float32)
-            b_lo = tl.maximum(s0, (lo // BLOCK_N) * BLOCK_N)
-            b_hi = tl.minimum(s0 + SPLIT, hi)
-            for b0 in range(b_lo, b_hi, BLOCK_N):
-                i = b0 + tl.arange(0, BLOCK_N)
-                inside = i < length
-                logical = start + i
-                page = tl.load(
-                    table_ptr + tl.maximum(table, 0) * table_width + logical // PAGE,
-                    mask=inside & (i * 0 + table >= 0),
-                    other=0,
-                )
-                slot = tl.where(table >= 0, page * PAGE + logical % PAGE, logical)
-                slot = tl.where(inside, slot, 0).to(tl.int64)
-                kv_mask = inside[:, None] & dmask[None, :]
-                k = tl.load(
-                    k_base + slot[:, None] * stride_ks + d[None, :], mask=kv_mask, other=0.0
-                )
-                v = tl.load(
-                    v_base + slot[:, None] * stride_vs + d[None, :], mask=kv_mask, other=0.0
-                )
-                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-                kpos = first + i
-                seen = inside[None, :] & (kpos[None, :] <= qpos[:, None])
-                if WINDOWED:
-                    seen = seen & (qpos[:, None] - kpos[None, :] < window)
-                s = tl.where(seen, s, float("-inf"))
-                top = tl.max(s, 1)
-                any_seen = top > float("-inf")
-                m_new = tl.where(any_seen, tl.maximum(m, top), m)
-                m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)
-                alpha = tl.exp(m - m_safe)
-                p = tl.exp(s - m_safe[:, None])
-                pv = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-                mass = tl.where(any_seen, mass * alpha + tl.sum(p, 1), mass)
-                acc = tl.where(any_seen[:, None], acc * alpha[:, None] + pv, acc)
-                m = m_new
-            saw = mass > 0
-            o_split = acc / tl.where(saw, mass, 1.0)[:, None]
-            lse_split = tl.where(saw, m + tl.log(tl.where(saw, mass, 1.0)), float("-inf"))
-            o_run, lse_run = _merge(o_run, lse_run, o_split, lse_split)
-    out_mask = live[:, None] & dmask[None, :]
-    tl.store(
-        out_ptr + row[:, None] * head_dim + d[None, :],
-        o_run.to(out_ptr.dtype.element_ty),
-        mask=out_mask,
-    )
-    tl.store(lse_ptr + row, lse_run, mask=live)
+        qpos = tl.load(pos_ptr + tok, mask=live, other=-1)  # a dead row sees no key
+        q_hi = tl.max(tl.where(live, qpos, -1), 0)
+        q_lo = tl.min(tl.where(live, qpos, 2147483647), 0)
+        if HAS_INIT:
+            o_run = tl.load(
+                init_o_ptr + row[:, None] * head_dim + d[None, :],
+                mask=live[:, None] & dmask[None, :],
+                other=0.0,
+            )
+            lse_run = tl.load(init_lse_ptr + row, mask=live, other=float("-inf"))
+        else:
+            o_run = tl.zeros([ROWS, DP], dtype=tl.float32)
+            lse_run = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+        k_base = k_ptr + kvh * stride_kh
+        v_base = v_ptr + kvh * stride_vh
+        for j in tl.static_range(NSEG):
+            at = src_ptr + (tile * NSEG + j) * 4
+            table = tl.load(at)
+            start = tl.load(at + 1)
+            length = tl.load(at + 2)
+            first = tl.load(at + 3)
+            # keys past the tile's last query, or (windowed) before its first one's window, are seen
+            # by no row: skipping them is exact (module docstring)
+            hi = tl.minimum(length, q_hi - first + 1)
+            lo = 0
+            if WINDOWED:
+                lo = tl.maximum(q_lo - window + 1 - first, 0)
+            for s0 in range((lo // SPLIT) * SPLIT, hi, SPLIT):
+                m = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+                mass = tl.zeros([ROWS], dtype=tl.float32)
+                acc = tl.zeros([ROWS, DP], dtype=tl.float32)
+                b_lo = tl.maximum(s0, (lo // BLOCK_N) * BLOCK_N)
+                b_hi = tl.minimum(s0 + SPLIT, hi)
+                for b0 in range(b_lo, b_hi, BLOCK_N):
+                    i = b0 + tl.arange(0, BLOCK_N)
+                    inside = i < length
+                    logical = start + i
+                    page = tl.load(
+                        table_ptr + tl.maximum(table, 0) * table_width + logical // PAGE,
+                        mask=inside & (i * 0 + table >= 0),
+                        other=0,
+                    )
+                    slot = tl.where(table >= 0, page * PAGE + logical % PAGE, logical)
+                    slot = tl.where(inside, slot, 0).to(tl.int64)
+                    kv_mask = inside[:, None] & dmask[None, :]
+                    k = tl.load(
+                        k_base + slot[:, None] * stride_ks + d[None, :], mask=kv_mask, other=0.0
+                    )
+                    v = tl.load(
+                        v_base + slot[:, None] * stride_vs + d[None, :], mask=kv_mask, other=0.0
+                    )
+                    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+                    kpos = first + i
+                    seen = inside[None, :] & (kpos[None, :] <= qpos[:, None])
+                    if WINDOWED:
+                        seen = seen & (qpos[:, None] - kpos[None, :] < window)
+                    s = tl.where(seen, s, float("-inf"))
+                    top = tl.max(s, 1)
+                    any_seen = top > float("-inf")
+                    m_new = tl.where(any_seen, tl.maximum(m, top), m)
+                    m_safe = tl.where(m_new > float("-inf"), m_new, 0.0)
+                    alpha = tl.exp(m - m_safe)
+                    p = tl.exp(s - m_safe[:, None])
+                    pv = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                    mass = tl.where(any_seen, mass * alpha + tl.sum(p, 1), mass)
+                    acc = tl.where(any_seen[:, None], acc * alpha[:, None] + pv, acc)
+                    m = m_new
+                saw = mass > 0
+                o_split = acc / tl.where(saw, mass, 1.0)[:, None]
+                lse_split = tl.where(saw, m + tl.log(tl.where(saw, mass, 1.0)), float("-inf"))
+                o_run, lse_run = _merge(o_run, lse_run, o_split, lse_split)
+        out_mask = live[:, None] & dmask[None, :]
+        tl.store(
+            out_ptr + row[:, None] * head_dim + d[None, :],
+            o_run.to(out_ptr.dtype.element_ty),
+            mask=out_mask,
+        )
+        tl.store(lse_ptr + row, lse_run, mask=live)
 
 
 def paged_attention(
@@ -334,13 +335,15 @@ def row_attention(q, k, v, positions, tables, scaling, window=None, **sizes) -> 
 def static_decode_attention(q, handle, scaling, window=None) -> torch.Tensor:
     """The fixed-shape decode's rows (engine/attention/static_decode.py) on this kernel: q
     [1, H, rows, D] -> [1, rows, H, D], every table a buffer of the bucket (`StaticDecode.paged`),
-    no host sync, so a CUDA graph replays it."""
+    no host sync, so a CUDA graph replays it. Pad rows are in no tile (paged_tables.py): their
+    output is zero (`row_key` < 0 marks them, decode_layout.py)."""
     layout = handle.layout
     rows = q[0].transpose(0, 1)
     out = row_attention(
         rows, handle.k, handle.v, layout.positions.view(-1), layout.paged, scaling, window
     )
-    return out.unsqueeze(0)
+    real = (layout.row_key >= 0)[:, None, None]
+    return torch.where(real, out, torch.zeros((), dtype=out.dtype, device=out.device))[None]
 
 
 def chunk_attention(q, k, v, positions, tables, scaling, window=None, **sizes) -> torch.Tensor:

@@ -16,8 +16,9 @@ empty:
   [0, c1) as the one source: the causal fixed-split variant.
 
 The fixed-shape decode (engine/attention/static_decode.py) keeps the same tables in buffers of a
-bucket's shape (`decode_buffers`), rewritten each step from `decode_parts`: row i's own tile is
-tile i, every bucket row (pads too) is in a prefix tile, so every output is written.
+bucket's shape (`decode_buffers`), rewritten each step from `decode_parts`: real row i's own tile
+is tile i; a pad row is in no tile (its output is zeroed after, `static_decode_attention`), and a
+tile with no token does nothing, so a bucket's padding costs next to nothing.
 
 Nothing here reads the batch to choose a shape: a tile's tokens are its group's or row's, its
 sources its own, and `tokens` is the model's.
@@ -152,17 +153,15 @@ def of_plan(plan, spans, pieces, chunks, tokens: int, block_size: int) -> TableB
 
 def decode_buffers(rows: int, tokens: int, blocks: int, block_size: int, device) -> PagedTables:
     """The paged tables of a fixed-shape decode bucket of `rows` rows over a pool of `blocks`
-    blocks: the buffers `decode_parts` fills (row i's own tile is tile i, fixed)."""
+    blocks: the buffers `decode_parts` fills."""
 
     def zeros(*shape, dtype=torch.long):
         return torch.zeros(*shape, dtype=dtype, device=device)
 
-    own_tokens = torch.full((rows, tokens), -1, dtype=torch.long, device=device)
-    own_tokens[:, 0] = torch.arange(rows, device=device)
     return PagedTables(
         prefix_tokens=zeros(rows, tokens),
         prefix_sources=zeros(rows, MAX_SEGMENTS, 4),
-        own_tokens=own_tokens,
+        own_tokens=zeros(rows, tokens),
         own_sources=zeros(rows, 1, 4),
         chunk_tokens=zeros(0, tokens),
         chunk_sources=zeros(0, 1, 4),
@@ -173,14 +172,16 @@ def decode_buffers(rows: int, tokens: int, blocks: int, block_size: int, device)
 
 def decode_parts(rows: list, bucket: int, tokens: int) -> list[np.ndarray]:
     """One decode step's paged tables for a bucket of `bucket` rows, as int64 arrays:
-    prefix tiles [bucket, tokens], their sources [bucket, MAX_SEGMENTS, 4], the own tiles'
-    sources [bucket, 1, 4] and the real rows' block tables [n, width] (width: the longest row's
-    blocks). `rows`: per real row in step order (its group's segments as (start, end, position
+    prefix tiles [bucket, tokens], their sources [bucket, MAX_SEGMENTS, 4], the own tiles
+    [bucket, tokens] and their sources [bucket, 1, 4], and the real rows' block tables
+    [n, width] (width: the longest row's blocks). `rows`: per real row in step order (its group's segments as (start, end, position
     of the first token), its block ids in logical order, its slot); a group's rows adjacent."""
     n = len(rows)
     tok = np.full((bucket, tokens), -1, np.int64)
     src = np.zeros((bucket, MAX_SEGMENTS, 4), np.int64)
     src[..., 0] = NO_TABLE
+    own_tok = np.full((bucket, tokens), -1, np.int64)
+    own_tok[:n, 0] = np.arange(n)
     own = np.zeros((bucket, 1, 4), np.int64)
     own[..., 0] = NO_TABLE
     width = max([1] + [len(ids) for _, ids, _ in rows])
@@ -196,8 +197,4 @@ def decode_parts(rows: list, bucket: int, tokens: int) -> list[np.ndarray]:
         prefix_len = sum(end - start for start, end, _ in segments)
         own[i, 0] = (i, 0, slot + 1, prefix_len)
         tables[i, : len(ids)] = ids
-    for a in range(n, bucket, tokens):  # pad rows: tiles of no source, outputs zero
-        tile += 1
-        b = min(bucket, a + tokens)
-        tok[tile, : b - a] = np.arange(a, b)
-    return [tok.ravel(), src.ravel(), own.ravel(), tables.ravel()]
+    return [tok.ravel(), src.ravel(), own_tok.ravel(), own.ravel(), tables.ravel()]

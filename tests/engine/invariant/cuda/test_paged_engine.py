@@ -1,6 +1,6 @@
 """The engine with its row tokens and prefix chunks on the paged kernel
-(engine/invariant/cuda/paged_attention.py), forced on CPU tensors through the runner's switch
-(engine/invariant/cuda/mode.py) and run in Triton's interpreter, its `tl.dot` a k-ascending chain
+(engine/invariant/cuda/paged_attention.py), forced on CPU tensors through the one switch the
+engine reads (engine/invariant/cuda/mode.py `paged_on`) and run in Triton's interpreter, its `tl.dot` a k-ascending chain
 (tests/helpers/order_dot.py), on a 2-layer model in fp32: HF's greedy tokens and logits; a token
 decoded equals the same token fed inside a prefill chunk; a run preempted equals one that is
 not; a stem recomputed, copied from its base, and read as a view of a trunk give the same bits.
@@ -19,9 +19,10 @@ from helpers.order_dot import ordered_dot  # noqa: F401 (the fixture every test 
 
 import nudgeability.engine.invariant.cuda.paged_attention as paged
 from nudgeability.engine import Engine, ForkRequest, SamplingParams
+from nudgeability.engine.invariant.cuda import mode
 from nudgeability.models.testing.tiny import tiny_model
 
-pytestmark = pytest.mark.usefixtures("ordered_dot")
+pytestmark = pytest.mark.usefixtures("ordered_dot", "paged_on")
 
 PROMPT = random_ids(14, seed=31)
 SUFFIX = random_ids(3, seed=32)
@@ -30,6 +31,12 @@ SUFFIX = random_ids(3, seed=32)
 @pytest.fixture(scope="module")
 def model():
     return tiny_model("qwen3", num_layers=2, seed=4)
+
+
+@pytest.fixture
+def paged_on(monkeypatch):
+    """The paged kernel on, for CPU tensors (elsewhere the runner's Triton branch turns it on)."""
+    monkeypatch.setattr(mode, "paged_on", lambda runner: True)
 
 
 @pytest.fixture
@@ -48,9 +55,7 @@ def launches(monkeypatch):
 
 
 def paged_engine(model, **options) -> Engine:
-    engine = Engine(model, **options)
-    engine.runner.invariant_cuda = True  # the runner's switch (mode.py), here on CPU tensors
-    return engine
+    return Engine(model, **options)
 
 
 def params(tokens: int) -> SamplingParams:
@@ -125,11 +130,11 @@ def test_fixed_shape_decode_runs_the_same_kernel(model, launches):
     bitwise the eager steps' tokens and logits: decode and prefill rows run one kernel, on
     tables laid out two ways."""
     requests = [
-        ForkRequest(PROMPT, [SUFFIX, random_ids(5, seed=60)], params(4)),
-        ForkRequest(random_ids(9, seed=61), [random_ids(2, seed=62)], params(4)),
+        ForkRequest(PROMPT, [SUFFIX, random_ids(5, seed=60)], params(3)),
+        ForkRequest(random_ids(9, seed=61), [random_ids(2, seed=62)], params(3)),
     ]
     eager = paged_engine(model).fork_many(requests, return_logits=True)
-    engine = paged_engine(model, static_decode=True)
+    engine = paged_engine(model, static_decode=True, max_rows=16)  # one bucket to capture
     engine.static_dispatch.graphs = graphs = HazardCheckedGraphs(engine)
     fixed = engine.fork_many(requests, return_logits=True)
     assert engine.stats.static_steps > 0 and launches["static_decode_attention"] > 0
