@@ -22,7 +22,11 @@ from nudgeability.engine.invariant.cuda.paged_attention import (
     row_attention,
     tile_tokens,
 )
-from nudgeability.engine.invariant.cuda.paged_tables import TableBuilder
+from nudgeability.engine.invariant.cuda.paged_tables import (
+    TableBuilder,
+    decode_buffers,
+    decode_parts,
+)
 
 pytestmark = pytest.mark.usefixtures("ordered_dot")
 
@@ -308,3 +312,36 @@ def test_prefix_chunks_fixed_splits(dtype, bound):
     scores = (scores * D**-0.5).masked_fill(hidden[None, :, None], float("-inf"))
     want = (torch.softmax(scores, -1) @ v[:, None]).permute(1, 0, 2, 3).reshape(RUN, H, D)
     assert (found[0].double() - want).abs().max().item() <= bound
+
+
+@pytest.mark.parametrize("bucket", (16, 32))
+def test_fixed_shape_decode_tables(bucket):
+    """The fixed-shape decode's tables (paged_tables.decode_parts into a bucket's buffers, as
+    StaticDecode.load writes them) give every decode row the bits of the eager tables, in a
+    bucket of 16 rows and of 32."""
+    scene = Scene(torch.float32)
+    tokens = [(r, 4 + 3 * r) for r in range(1, 6)] + [TARGET]
+    eager = attend(scene, tokens)
+    run = ((RUN_AT, RUN_AT + RUN, 0), (STEM_AT, STEM_AT + STEM, RUN))
+    rows = [(run, [b // BS for b in scene.blocks[r]], slot) for r, slot in tokens]
+    tables = decode_buffers(bucket, tile_tokens(G), BLOCKS, BS, "cpu")
+    tokens_p, sources_p, own_tokens, own_sources, blocks = decode_parts(
+        rows, bucket, tile_tokens(G)
+    )
+    for buffer, part in zip(
+        (tables.prefix_tokens, tables.prefix_sources, tables.own_tokens, tables.own_sources),
+        (tokens_p, sources_p, own_tokens, own_sources),
+    ):
+        buffer.view(-1).copy_(torch.from_numpy(part))
+    tables.tables[: len(rows), : blocks.size // len(rows)] = torch.from_numpy(blocks).view(
+        len(rows), -1
+    )
+    q = torch.zeros(bucket, H, D)
+    q[: len(tokens)] = torch.stack([scene.q[r, s] for r, s in tokens])
+    positions = torch.zeros(bucket, dtype=torch.long)
+    positions[: len(tokens)] = torch.tensor([PREFIX + s for _, s in tokens])
+    out = row_attention(
+        q, scene.k, scene.v, positions, tables, D**-0.5, split=SPLIT, block_n=BLOCK_N
+    )
+    for i, token in enumerate(tokens):
+        assert_same_bits(out[i], eager[token])
