@@ -1,9 +1,10 @@
 """Paged attention for row tokens and prefix chunks whose bits depend on no batch: one Triton
 kernel, its launcher, and what it computes.
 
-**What a query sees.** A query token at absolute position `p` reads up to `MAX_SEGMENTS` key
-*sources* in order: its group's prefix segments (contiguous pool slots, read in place: a shared
-run, the rest of the prompt, a stem or a trunk view) and then its own row's keys (its blocks
+**What a query sees.** A query token at absolute position `p` reads key *sources* in order: its
+group's prefix segments (up to `MAX_SEGMENTS`, engine/attention/decode_layout.py; contiguous pool
+slots read in place: a shared run, the rest of the prompt, a stem or a trunk view), then its own
+row's keys (its blocks
 through a per-row block table, in logical order, or a stem row's contiguous run). Key `i` of a
 source sits at position `first + i`; the query sees it when `first + i <= p` and, on a sliding
 layer, `p - (first + i) < window`.
@@ -20,11 +21,14 @@ lengths up to its position, `split`, `block_n`, the head size and dtype, and the
 (`BLOCK_Q` query rows: fixed by the GQA ratio alone), never which other tokens share its tile,
 how many programs run, the SM count or the compute capability: the launch reads none of them.
 It assumes what every batch-invariant GPU kernel assumes (kernels-and-batching.md): a row of a
-fixed-shape `tl.dot` does not depend on the other rows of the tile.
+fixed-shape `tl.dot` does not depend on the other rows of the tile. Triton's interpreter checks
+the order (tests/helpers/order_dot.py), not a GPU's MMA bits: benchmarks/paged_attention.py does
+that on a device.
 
 **Tiles.** A program is one tile of `BLOCK_Q` query rows (`tokens` tokens x the GQA ratio `g`)
 and one KV head. A prefix tile holds row tokens of one group, so a shared prefix is read once per
-tile of the group's folded row tokens, not once per arm (`paged_tables.py` cuts the tiles); an
+tile of the group's folded row tokens (16 / g of them), not once per arm (`paged_tables.py` cuts
+the tiles, for the eager steps and in a bucket's buffers for the fixed-shape decode); an
 own tile holds consecutive tokens of one row (a decode token alone; a prefill chunk's tokens
 `tokens` at a time), and starts from its tokens' prefix result (`init`). A decoded token, the
 same token inside a prefill chunk of any width, the same token recomputed after a preemption
@@ -42,9 +46,10 @@ size also starts on a split boundary, as SGLang's deterministic mode requires of
 512 keys a split keeps the merges few (one per 512 keys) and the split's state in registers.
 
 **Prefix chunks** (a prompt's own run, causal) run the same kernel with their run as the only
-source and no `init` (`prefix_chunk` in shared_prefix_attention.py): the splits are aligned to
-the run's position 0, so a prompt token's bits depend on its position and the run's keys before
-it, not on the chunk it is computed in nor on the batch (the fixed-split causal variant).
+source and no `init` (`chunk_attention`, from shared_prefix_attention.step_attention): the
+splits are aligned to the run's position 0, so a prompt token's bits depend on its position and
+the run's keys before it, not on the chunk it is computed in nor on the batch (the fixed-split
+causal variant).
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ import triton
 import triton.language as tl
 
 SPLIT = 512  # keys per split (module docstring)
-BLOCK_N = 64  # keys per block inside a split; divides SPLIT and the pool's blocks need not
+BLOCK_N = 64  # keys per block of a split (divides SPLIT; each key's pool slot is looked up)
 BLOCK_Q = 16  # query rows per tile (as static_decode.Q_TILE), for a GQA ratio up to 16
 
 
