@@ -22,7 +22,7 @@ lengths up to its position, `split`, `block_n`, the head size and dtype, and the
 how many programs run, the SM count or the compute capability: the launch reads none of them.
 It assumes what every batch-invariant GPU kernel assumes (kernels-and-batching.md): a row of a
 fixed-shape `tl.dot` does not depend on the other rows of the tile. Triton's interpreter checks
-the order (tests/helpers/order_dot.py), not a GPU's MMA bits: benchmarks/paged_attention.py does
+the order (tests/engine/invariant/cuda/conftest.py), not a GPU's MMA bits: benchmarks/paged_attention.py does
 that on a device.
 
 **Tiles.** A program is one tile of `BLOCK_Q` query rows (`tokens` tokens x the GQA ratio `g`)

@@ -1,5 +1,5 @@
 """The paged kernel for row tokens (engine/invariant/cuda/paged_attention.py) under Triton's
-interpreter, its `tl.dot` a k-ascending chain (tests/helpers/order_dot.py): a token's bits alone
+interpreter, its `tl.dot` a k-ascending chain (tests/engine/invariant/cuda/conftest.py): a token's bits alone
 and among others, in a prefill chunk, under other physical blocks, with a stem copied or viewed,
 against a float64 softmax written here; and the negative controls (a split chosen from the batch,
 keys visited in physical block order), which fail the very assertion the kernel passes.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.order_dot import ordered_dot  # noqa: F401 (the fixture every test here uses)
 
 from nudgeability.engine.invariant.cuda.paged_attention import (
     chunk_attention,

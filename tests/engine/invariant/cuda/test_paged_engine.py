@@ -1,7 +1,7 @@
 """The engine with its row tokens and prefix chunks on the paged kernel
 (engine/invariant/cuda/paged_attention.py), forced on CPU tensors through the one switch the
 engine reads (engine/invariant/cuda/mode.py `paged_on`) and run in Triton's interpreter, its `tl.dot` a k-ascending chain
-(tests/helpers/order_dot.py), on a 2-layer model in fp32: HF's greedy tokens and logits; a token
+(tests/engine/invariant/cuda/conftest.py), on a 2-layer model in fp32: HF's greedy tokens and logits; a token
 decoded equals the same token fed inside a prefill chunk; a run preempted equals one that is
 not; a stem recomputed, copied from its base, and read as a view of a trunk give the same bits.
 The linears are the CPU's invariant products (engine/invariant/cpu/), so what these compare
@@ -15,7 +15,6 @@ import pytest
 import torch
 from helpers.capture_hazards import HazardCheckedGraphs
 from helpers.engine_reference import assert_matches_reference, random_ids
-from helpers.order_dot import ordered_dot  # noqa: F401 (the fixture every test here uses)
 
 import nudgeability.engine.invariant.cuda.paged_attention as paged
 from nudgeability.engine import Engine, ForkRequest, SamplingParams

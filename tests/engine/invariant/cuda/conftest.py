@@ -1,4 +1,5 @@
-"""A `tl.dot` for Triton's interpreter whose rows do not depend on their place in the tile.
+"""Fixtures of the paged kernel's tests: `ordered_dot`, a `tl.dot` for Triton's interpreter whose
+rows do not depend on their place in the tile.
 
 The interpreter computes `tl.dot` with numpy's matmul (triton/runtime/interpreter.py,
 `InterpreterBuilder.create_dot`), so BLAS decides how each output element's products are summed,
