@@ -25,6 +25,7 @@ from nudgeability.engine import requests as req
 from nudgeability.engine.attention.static_dispatch import StaticDecodeDispatch
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.invariant.cuda.mode import paged_tokens
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.kv.reservation import memory_pool, request_blocks, sizes_pool_from_memory
@@ -321,7 +322,12 @@ class Engine:
 
     def _run_eager(self, plan: StepPlan):
         layout = StepLayout.of(
-            plan, self.block_size, self.runner.device, self.pad_id, self.runner.padded
+            plan,
+            self.block_size,
+            self.runner.device,
+            self.pad_id,
+            self.runner.padded,
+            paged=paged_tokens(self.runner),
         )
         self.cache.layout = layout
         with torch.inference_mode():

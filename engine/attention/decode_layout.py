@@ -73,8 +73,9 @@ class DecodeLayout:
     """The host mirror of one bucket's tables (`rows` rows, `tile` slots a tile, a pool of
     `num_blocks` blocks of `block_size`); `step(plan, pad_id)` lays a step out."""
 
-    def __init__(self, rows: int, tile: int, num_blocks: int, block_size: int):
+    def __init__(self, rows: int, tile: int, num_blocks: int, block_size: int, paged=None):
         self.rows, self.tile, self.block_size = rows, tile, block_size
+        self.paged = paged  # tokens per tile of the paged kernel, where it runs (StaticDecode)
         self.owner = np.full(num_blocks, UNOWNED, _I64)
         self.owner[SCRATCH_BLOCK] = SCRATCH_OWNER
         self.pos = np.zeros(num_blocks, _I64)
@@ -149,6 +150,7 @@ class DecodeLayout:
         first_row: list[int] = []
         query_slot: list[int] = []
         current, fill, seen, groups = None, tile, set(), {}
+        paged_rows = []
         for i, (row, s0, _) in enumerate(plan.row_chunks):
             group = row.group
             if group is not current or fill == tile:  # a new tile
@@ -165,6 +167,7 @@ class DecodeLayout:
             pieces.append(own)
             counts[-1] += len(own)
             seen.add(row.id)
+            paged_rows.append((runs.key, own, s0))
             ids.append(row.context[s0])
             positions.append(runs.length + s0)
             slots.append(row.slot(s0, bs))
@@ -215,4 +218,8 @@ class DecodeLayout:
             np.repeat(self.owner[changed], bs),
             (self.pos[changed][:, None] * bs + within).reshape(-1),
         ]
+        if self.paged:  # the paged kernel's tables
+            from nudgeability.engine.invariant.cuda.paged_tables import decode_parts  # a cycle
+
+            parts += decode_parts(paged_rows, rows, self.paged)
         return np.concatenate(parts), [len(p) for p in parts], listed

@@ -19,6 +19,11 @@ kinds (`step_layout`):
   same way first);
 - **pad tokens** get zeros.
 
+In batch-invariant mode on CUDA (engine/invariant/cuda/mode.py) prefix chunks and row tokens run
+instead the paged kernel (engine/invariant/cuda/paged_attention.py): every key source in splits
+of fixed size aligned to its start, merged in a fixed order, so that a token's bits depend on no
+batch; the layout carries its tables (`StepLayout.paged`).
+
 Each part is one call of a kernel that returns the log-sum-exp (`_attend`): the fused flash
 kernel on CPU; on CUDA the kernel `lse_kernels.cuda_kernel` picks by SDPA's own constraints (the fused flash
 kernel when no mask is needed and it takes the head size, the memory-efficient kernel otherwise,
@@ -61,6 +66,10 @@ def shared_prefix_attention(
         scaling = query.shape[-1] ** -0.5
     window = kwargs.get("sliding_window") or handle.window
     if isinstance(handle.layout, StaticDecode):  # a fixed-shape decode step (static_decode.py)
+        if handle.layout.paged is not None:  # the paged kernel, as the eager rows run it
+            from nudgeability.engine.invariant.cuda import paged_attention as paged
+
+            return paged.static_decode_attention(query, handle, scaling, window), None
         return flex_decode_attention(query, handle, scaling, window), None
     return step_attention(query, handle, scaling, window), None
 
@@ -134,7 +143,16 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
     if not layout.prefix_chunks and rows_out is not None:  # the common step: rows, then pads
         return F.pad(rows_out, (0, 0, 0, 0, 0, t - a1)).unsqueeze(0)
     out = q.new_empty(1, t, h, d)
-    for index, chunk in enumerate(layout.prefix_chunks):
+    chunks = layout.prefix_chunks
+    if layout.paged is not None and chunks:  # all chunks in one launch, fixed splits (module doc)
+        from nudgeability.engine.invariant.cuda import paged_attention as paged  # Triton: lazily
+
+        queries = q[0, :, : chunks[-1].t1].transpose(0, 1)
+        out[0, : chunks[-1].t1] = paged.chunk_attention(
+            queries, handle.k, handle.v, layout.positions[0], layout.paged, scaling, window
+        )
+        chunks = []
+    for index, chunk in enumerate(chunks):
         if fixed_shape_cpu(q):
             out[:, chunk.t0 : chunk.t1] = cpu_attention.prefix_chunk(
                 q, handle, layout, index, chunk, scaling, window
@@ -162,6 +180,20 @@ def step_attention(q, handle: LayerKV, scaling: float, window: int | None) -> to
 
 def _row_attention(rows, handle: LayerKV, layout: StepLayout, scaling, window) -> torch.Tensor:
     """Every row token against its group's prefix and its own row's slots, merged: [n, kv, g, D]."""
+    if layout.paged is not None:  # the batch-invariant paged kernel (module docstring)
+        from nudgeability.engine.invariant.cuda import paged_attention as paged  # Triton: lazily
+
+        n, kv, g, d = rows.shape
+        out = paged.row_attention(
+            rows.reshape(n, kv * g, d),
+            handle.k,
+            handle.v,
+            layout.row_positions,
+            layout.paged,
+            scaling,
+            window,
+        )
+        return out.view(n, kv, g, d)
     if fixed_shape_cpu(rows):  # segments read once for all groups, pieces on the cores
         computed, parts = cpu_decode_rows.row_parts(rows, handle, layout, scaling, window)
         o_s, lse_s = _suffix_attention(rows, handle, layout, scaling, window, computed)

@@ -37,6 +37,7 @@ from nudgeability.engine.attention.decode_layout import (
     UNOWNED,
     DecodeLayout,
 )
+from nudgeability.engine.invariant.cuda.paged_tables import decode_buffers
 from nudgeability.engine.kv.kv_pool import SCRATCH_BLOCK
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.util import fallbacks
@@ -99,7 +100,9 @@ def head_dims(model) -> set[int]:
 class StaticDecode:
     """The fixed buffers of one bucket of `rows` decode rows (module docstring)."""
 
-    def __init__(self, rows: int, pool, device, block_size: int):
+    def __init__(self, rows: int, pool, device, block_size: int, paged: int | None = None):
+        """`paged`: tokens per tile of the paged kernel where it runs instead of FlexAttention
+        (engine/invariant/cuda/mode.py); its tables are then buffers here too."""
         self.rows, self.pool, self.device, self.block_size = rows, pool, device, block_size
         blocks = pool.num_blocks
         self.tiles = rows  # a tile per row at most (decode_layout.py)
@@ -126,7 +129,10 @@ class StaticDecode:
             SCRATCH_OWNER
         )
         self.slot_pos = zeros(slots)
-        self.host = DecodeLayout(rows, Q_TILE, blocks, block_size)  # the tables' host mirror
+        self.host = DecodeLayout(rows, Q_TILE, blocks, block_size, paged)  # the tables' host mirror
+        self.paged = None
+        if paged:
+            self.paged = decode_buffers(rows, paged, blocks, block_size, device)
         self._staging: torch.Tensor | None = None  # pinned host memory for the copy (CUDA)
         self._copied = None  # the event after the last copy out of `_staging`
         # per kv head count: the pool rows (head-major) the step's K/V go to, written by load()
@@ -157,6 +163,9 @@ class StaticDecode:
             self.slot_owner,
             self.slot_pos,
         ]
+        if self.paged is not None:
+            fixed += [self.paged.prefix_tokens, self.paged.prefix_sources, self.paged.own_tokens]
+            fixed += [self.paged.own_sources, self.paged.tables]
         return fixed + list(self.write_rows.values()) + list(self._head_base.values())
 
     # --- host -> buffers ------------------------------------------------------------------------
@@ -188,6 +197,8 @@ class StaticDecode:
         if sizes[6]:
             self.slot_owner.index_copy_(0, parts[6], parts[7])
             self.slot_pos.index_copy_(0, parts[6], parts[8])
+        if self.paged is not None:
+            self._load_paged(parts[9:], len(plan.row_chunks))
         for kv, rows_out in self.write_rows.items():  # in place: a graph holds these addresses
             torch.add(self._head_base[kv], self.slots[:, None], out=rows_out.view(r, kv))
         n = self.row_end = len(plan.row_chunks)
@@ -199,6 +210,17 @@ class StaticDecode:
         else:
             self.sample_index = torch.tensor(picked, dtype=torch.long).to(self.device)
         return n
+
+    def _load_paged(self, parts, real: int) -> None:
+        """The paged kernel's tables of the step (paged_tables.decode_parts) into its buffers:
+        the `real` rows' block tables only (a pad row's own tile reads none)."""
+        tokens, sources, own_tokens, own, tables = parts
+        self.paged.prefix_tokens.view(-1).copy_(tokens)
+        self.paged.prefix_sources.view(-1).copy_(sources)
+        self.paged.own_tokens.view(-1).copy_(own_tokens)
+        self.paged.own_sources.view(-1).copy_(own)
+        width = tables.numel() // real
+        self.paged.tables[:real, :width].copy_(tables.view(real, width))
 
     def _send(self, packed) -> torch.Tensor:
         """`packed` (int64 numpy) on the device: on CUDA through one pinned buffer, reused once

@@ -38,6 +38,7 @@ from nudgeability.engine.attention.static_decode import (
     refusal,
 )
 from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.invariant.cuda.mode import paged_tokens
 from nudgeability.engine.sampling.choose import HostTokens
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.step_run import StepRun, merged
@@ -250,7 +251,9 @@ class StaticDecodeDispatch:
             or static.pool is not pool
             or static.kv_indices.shape[-1] != pool.num_blocks
         ):
-            static = StaticDecode(bucket, pool, self.device, self.block_size)
+            static = StaticDecode(
+                bucket, pool, self.device, self.block_size, paged_tokens(self.runner)
+            )
             self.statics[bucket] = static
             if self.graphs is not None:
                 self.graphs.drop(bucket)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from nudgeability.engine.invariant.cuda import paged_tables
+from nudgeability.engine.invariant.cuda.paged_tables import PagedTables
 from nudgeability.engine.scheduling.step_plan import StepPlan
 
 # A row's gathered keys are padded to a multiple of this: on CPU a token's own keys run in one
@@ -87,13 +89,16 @@ class StepLayout:
     part_index: torch.Tensor | None  # where each part's outputs go in row-token order
     sample_index: torch.Tensor  # [rows sampling] token index of each one's last token
     per_call: dict = field(default_factory=dict)
+    paged: PagedTables | None = None  # the paged kernel's tables, when it runs (`of`'s `paged`)
 
     @property
     def tokens(self) -> int:
         return self.input_ids.shape[1]
 
     @classmethod
-    def of(cls, plan: StepPlan, block_size: int, device, pad_id: int, padded):
+    def of(cls, plan: StepPlan, block_size: int, device, pad_id: int, padded, paged=None):
+        """The step's layout; `paged`: tokens per tile of the paged kernel where it runs
+        (engine/invariant/cuda/mode.py), whose tables then travel in the same copy."""
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
@@ -144,6 +149,10 @@ class StepLayout:
                 [first + i for p in parts for first, _, s0, s1 in p for i in range(s1 - s0)]
             )
         fields = [pack.add(x) for x in (ids, pos, slots, pos[row_start:row_end], sample_index)]
+        tables = None
+        if paged:
+            builder = paged_tables.of_plan(plan, spans, decode + prefill, chunks, paged, block_size)
+            tables = {name: pack.add(values) for name, values in builder.flat().items()}
         tensors = pack.build(device)  # the step's one host-to-device copy
         for part in built:
             for name in ("tokens", "first_slot", "gather", "real"):
@@ -163,6 +172,9 @@ class StepLayout:
             parts=built,
             part_index=None if part_index is None else tensors[part_index],
             sample_index=sample_t,
+            paged=None
+            if tables is None
+            else builder.built({n: tensors[i] for n, i in tables.items()}),
         )
 
     def write_index(self, kv: int, pool_slots: int) -> torch.Tensor:

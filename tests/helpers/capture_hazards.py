@@ -14,7 +14,7 @@ like the real one, runs the capture under `CaptureReads` (at the engine's start 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 
 import torch
 import torch.nn.functional as F
@@ -65,7 +65,7 @@ class CaptureReads(TorchDispatchMode):
 
 
 def _tensors(obj, seen: dict[int, object], out: dict[int, str], where: str) -> None:
-    """Storages reachable from `obj` through dicts, lists, tuples and block masks (`seen` keeps
+    """Storages reachable from `obj` through dicts, lists, tuples, dataclasses and block masks (`seen` keeps
     each object visited alive, so that no id is reused while it is consulted)."""
     if id(obj) in seen:
         return
@@ -82,6 +82,8 @@ def _tensors(obj, seen: dict[int, object], out: dict[int, str], where: str) -> N
             _tensors(v, seen, out, f"{where}[{i}]")
     elif isinstance(obj, BlockMask):
         _tensors(list(obj.as_tuple(flatten=True)), seen, out, f"{where}.mask")
+    elif is_dataclass(obj) and not isinstance(obj, type):  # the paged kernel's tables
+        _tensors(vars(obj), seen, out, f"{where}.{type(obj).__name__}")
 
 
 def persistent(model, pool, static) -> dict[int, str]:
