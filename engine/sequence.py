@@ -9,6 +9,9 @@ import torch
 
 from nudgeability.engine.sampling.sampling_params import SamplingParams
 
+# The most prefix segments a group reads: a shared run, the rest of the prompt, a stem.
+MAX_SEGMENTS = 3
+
 FINISH_REASONS = ("eos", "stop_token", "stop_string", "length")
 
 

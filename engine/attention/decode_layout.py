@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from nudgeability.engine.invariant.cuda.paged_tables import decode_parts
 from nudgeability.engine.kv.kv_pool import SCRATCH_BLOCK
 from nudgeability.engine.scheduling.step_plan import StepPlan
+from nudgeability.engine.sequence import MAX_SEGMENTS
 
-MAX_SEGMENTS = 3  # a shared run, the rest of the prompt, a stem
 SCRATCH_OWNER = -2  # pad rows read (and write) only the scratch block
 UNOWNED = -1
 _I64 = np.int64
@@ -219,7 +220,5 @@ class DecodeLayout:
             (self.pos[changed][:, None] * bs + within).reshape(-1),
         ]
         if self.paged:  # the paged kernel's tables
-            from nudgeability.engine.invariant.cuda.paged_tables import decode_parts  # a cycle
-
             parts += decode_parts(paged_rows, rows, self.paged)
         return np.concatenate(parts), [len(p) for p in parts], listed

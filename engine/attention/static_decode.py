@@ -32,7 +32,6 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from nudgeability.engine.attention.decode_layout import (
-    MAX_SEGMENTS,
     SCRATCH_OWNER,
     UNOWNED,
     DecodeLayout,
@@ -40,6 +39,7 @@ from nudgeability.engine.attention.decode_layout import (
 from nudgeability.engine.invariant.cuda.paged_tables import decode_buffers
 from nudgeability.engine.kv.kv_pool import SCRATCH_BLOCK
 from nudgeability.engine.scheduling.step_plan import StepPlan
+from nudgeability.engine.sequence import MAX_SEGMENTS
 from nudgeability.util import fallbacks
 
 # Query slots per tile of the block mask, and the main kernel's BLOCK_M: a power of two

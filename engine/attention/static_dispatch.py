@@ -31,7 +31,6 @@ from nudgeability.engine.attention.graphed_decode import (
     written_kv,
 )
 from nudgeability.engine.attention.static_decode import (
-    MAX_SEGMENTS,
     StaticDecode,
     StaticDecodeUnavailable,
     head_dims,
@@ -41,6 +40,7 @@ from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.invariant.cuda.mode import paged_tokens
 from nudgeability.engine.sampling.choose import HostTokens
 from nudgeability.engine.scheduling.step_plan import StepPlan
+from nudgeability.engine.sequence import MAX_SEGMENTS
 from nudgeability.engine.step_run import StepRun, merged
 from nudgeability.models.quant import self_check
 from nudgeability.util import fallbacks

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nudgeability.engine.attention.decode_layout import MAX_SEGMENTS
+from nudgeability.engine.sequence import MAX_SEGMENTS
 
 NO_TABLE = -1  # a source read as contiguous pool slots (paged_attention.paged_attention)
 _FIELDS = (
