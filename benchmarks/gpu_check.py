@@ -6,7 +6,8 @@
     python benchmarks/gpu_check.py --dry-run       # the whole script on CPU, with stand-ins
 
 The runner and its sections are benchkit.gpu (check.py says how the budget is shared and
-where the table goes; nudge_run.py, quant.py, engine.py, plan.py, fused.py and invariant.py are the sections);
+where the table goes; nudge_run.py, quant.py, engine.py, plan.py, fused.py, invariant.py, paged.py and
+stream_units.py are the sections);
 this script only makes the package importable and calls it.
 
 `--dry-run` runs every section on CPU with stand-ins: tiny random models (models/testing) of

@@ -163,6 +163,11 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
         "fused: decode step, 3 rows",
         "invariant: bf16 o_proj [128, 256]: rows differing",
         "invariant: w4a16 o_proj [128, 256], 3 rows",
+        "paged: alone, max error vs fp32 softmax",
+        "paged: among 5 others, last",
+        "paged: in a prefill chunk of 17",
+        "paged: permuted physical blocks",
+        "paged: decode attention, arms 2 x 60, 3 rows",
         "fallbacks: ",
         "plan: profile of one graphed step, 12 rows",
         "plan: profile: ",
@@ -200,6 +205,8 @@ def test_dry_run_runs_every_section_from_a_bare_checkout(dry_run):
             assert "simd" in r, r
         if s == "invariant" and "rows differing" in c:  # the construction's promise
             assert r.startswith("invariant 0 (bitwise)"), (c, r)
+        if s == "paged" and not c.startswith(("alone", "decode attention")):
+            assert r == "same", (c, r)  # the paged kernel's bits depend on no batch
         if s == "fused" and "error / bound" in r:  # the kernels within their rounding bounds
             assert r.endswith("(within)"), (c, r)
 

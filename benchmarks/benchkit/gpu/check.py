@@ -3,7 +3,7 @@
 The runner, which benchmarks/gpu_check.py calls once it has made the package importable.
 
 Each section is a module of this folder (nudge_run.py first: `nudge run` itself; quant.py,
-engine.py, plan.py, fused.py, invariant.py) and exposes
+engine.py, plan.py, fused.py, invariant.py, paged.py) and exposes
 `section(deadline, dry_run=False, progress=None) -> list[Row]`, the rows it measured (`progress`,
 if a section calls it, gets its rows so far after each part); `deadline` is a
 `time.monotonic()` value (the one clock of every section), after which a section stops and says,
@@ -36,6 +36,7 @@ SECTIONS = {
     "plan": "benchkit.gpu.plan",
     "fused": "benchkit.gpu.fused",
     "invariant": "benchkit.gpu.invariant",
+    "paged": "benchkit.gpu.paged",
 }
 Row = tuple[str, str]  # (check, result); a result that begins "skipped" or "failed" says so
 

@@ -1,41 +1,39 @@
-"""The paged kernel for row tokens (engine/invariant/cuda/paged_attention.py) on a GPU: its bits
-alone and among others, and its time against the fixed-shape decode's FlexAttention call.
+"""GPU section: the paged kernel for row tokens (engine/invariant/cuda/paged_attention.py), its
+bits alone and among others, and its time against the fixed-shape decode's FlexAttention call.
 
-1. **Bitwise** (bf16, 32 query heads over 8 KV heads of 128, blocks of 16, a 1,000-token prefix):
-   a decode token alone against the same token among M others of its group (M over the issue's
+    python benchmarks/gpu_check.py --only paged
+
+1. *Bitwise* (bf16, 32 query heads over 8 KV heads of 128, blocks of 16, a 1,000-token prefix):
+   a decode token alone against the same token among M others of its group (M over issue 61's
    sweep, 1 to 511, at the first and last place), under permuted physical blocks, and inside a
    prefill chunk of several widths; each `same` or the count of elements that differ, and the
    largest difference from an fp32 softmax.
-2. **Time** of one layer's decode attention at 16, 64 and 256 rows on the workloads of
+2. *Time* of one layer's decode attention at 16, 64 and 256 rows on two workloads of
    benchmarks/decode_tables.py (the base phase; arms sharing a long prefix), on the same
    `StaticDecode` tables (engine/attention/static_decode.py): the compiled FlexAttention call
    (`flex_decode_attention`, not batch-invariant) against the paged kernel on the bucket's
    buffers (`static_decode_attention`), median of CUDA-event timings, and their ratio.
 
-`python benchmarks/paged_attention.py` on a CUDA machine, alone (timings beside other work mean
-little); `--dry-run` runs a few small cases on CPU in Triton's interpreter (TRITON_INTERPRET=1 is
-set) to check the script itself. Prints markdown tables.
+With `dry_run`, a few small cases on CPU in Triton's interpreter (fp16: the interpreter's bf16 is
+wrong), timed by the wall clock (no figure is a GPU's).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
+import time
 from functools import partial
 
-DRY = "--dry-run" in sys.argv
-if DRY:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+import torch
 
-import torch  # noqa: E402
+from nudgeability.engine.attention import static_decode
+from nudgeability.engine.attention.decode_buckets import BUCKETS, bucket_for
+from nudgeability.engine.invariant.cuda import paged_attention as paged
+from nudgeability.engine.invariant.cuda.paged_tables import TableBuilder
+from nudgeability.engine.kv.kv_cache import LayerKV
 
-from nudgeability.engine.attention import static_decode  # noqa: E402
-from nudgeability.engine.attention.decode_buckets import BUCKETS, bucket_for  # noqa: E402
-from nudgeability.engine.invariant.cuda import paged_attention as paged  # noqa: E402
-from nudgeability.engine.invariant.cuda.paged_tables import TableBuilder  # noqa: E402
-from nudgeability.engine.kv.kv_cache import LayerKV  # noqa: E402
+Row = tuple[str, str]
 
 SWEEP = (1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511)
 BS = 16
@@ -94,27 +92,26 @@ def differ(a, b) -> str:
     return "same" if n == 0 else f"{n} differ"
 
 
-def bitwise(device, dtype, sweep, shapes) -> list[str]:
+def bitwise(device, dtype, sweep, shapes) -> list[Row]:
     pool = Pool(device, dtype, *shapes, rows=max(sweep) + 2)
     target = (0, pool.own - 3)
     alone = pool.step([target])[target]
     error = (alone.float() - pool.reference(*target)).abs().max().item()
-    lines = [f"| alone | 1 | - | max error vs fp32 {error:.2e} |"]
+    lines = [("alone, max error vs fp32 softmax", f"{error:.2e}")]
     for m in sweep:
         others = [(r, 1 + r % (pool.own - 1)) for r in range(1, m + 1)]
         for name, step in (("first", [target] + others), ("last", others + [target])):
-            lines.append(
-                f"| among others | {m} | {name} | {differ(pool.step(step)[target], alone)} |"
-            )
+            got = pool.step(step)[target]
+            lines.append((f"among {m} others, {name}", differ(got, alone)))
     for width in (w for w in (2, 17, 64) if w <= target[1] + 1):
         chunk = [(0, s) for s in range(target[1] - width + 2, target[1] + 2)]
         got = pool.step([(1, 5)] + chunk)[target]
-        lines.append(f"| in a prefill chunk | {width} | - | {differ(got, alone)} |")
+        lines.append((f"in a prefill chunk of {width}", differ(got, alone)))
     for old, new in zip(pool.blocks[0], pool.spare[::-1]):
         pool.k[:, new : new + BS] = pool.k[:, old : old + BS]
         pool.v[:, new : new + BS] = pool.v[:, old : old + BS]
     pool.blocks[0] = pool.spare[::-1]
-    lines.append(f"| permuted blocks | 1 | - | {differ(pool.step([target])[target], alone)} |")
+    lines.append(("permuted physical blocks", differ(pool.step([target])[target], alone)))
     return lines
 
 
@@ -132,15 +129,13 @@ def timed(fn, iterations: int) -> float:
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
         else:
-            import time
-
             t0 = time.perf_counter()
             fn()
             times.append(1e3 * (time.perf_counter() - t0))
     return statistics.median(times)
 
 
-def timing(device, dtype, rows_list, workloads, kv, g, d, iterations) -> list[str]:
+def timing(device, dtype, rows_list, workloads, kv, g, d, iterations) -> list[Row]:
     from decode_tables import Workload
 
     lines = []
@@ -165,9 +160,11 @@ def timing(device, dtype, rows_list, workloads, kv, g, d, iterations) -> list[st
                 results[kind] = timed(partial(attend, q, handle, d**-0.5, None), iterations)
             ratio = results["paged"] / results["flex"]
             lines.append(
-                f"| {name} | {rows} | {results['flex']:.3f} | {results['paged']:.3f} | {ratio:.2f} |"
+                (
+                    f"decode attention, {name}, {rows} rows: flex / paged ms",
+                    f"{results['flex']:.3f} / {results['paged']:.3f} (paged/flex {ratio:.2f})",
+                )
             )
-            print(lines[-1], flush=True)
     return lines
 
 
@@ -177,29 +174,21 @@ WORKLOADS = [
 ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="small cases on CPU (interpreter)")
-    parser.add_argument("--rows", type=int, nargs="+", default=[16, 64, 256])
-    parser.add_argument("--iterations", type=int, default=50)
-    args = parser.parse_args()
-    if args.dry_run:
+def section(deadline: float, dry_run: bool = False, progress=None) -> list[Row]:
+    """The rows of this section (module docstring)."""
+    if dry_run and os.environ.get("TRITON_INTERPRET") != "1":
+        return [("paged attention", "skipped: the dry run needs TRITON_INTERPRET=1")]
+    if dry_run:
         device, dtype = torch.device("cpu"), torch.float16
         sweep, shapes = (1, 5), (2, 2, 16, 40, 40)
-        rows, workloads, iterations = [3], [("arms 2 x 60", 2, 60, (5, 20))], 1
-        dims = (2, 2, 16)
+        rows, workloads, iterations, dims = [3], [("arms 2 x 60", 2, 60, (5, 20))], 1, (2, 2, 16)
     else:
         device, dtype = torch.device("cuda"), torch.bfloat16
         sweep, shapes = SWEEP, (8, 4, 128, 1000, 600)
-        rows, workloads, iterations = args.rows, WORKLOADS, args.iterations
-        dims = (8, 4, 128)
-        print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}\n")
-    print("| check | M | place | result |\n|---|---|---|---|")
-    for line in bitwise(device, dtype, sweep, shapes):
-        print(line, flush=True)
-    print("\n| workload | rows | flex ms | paged ms | paged / flex |\n|---|---|---|---|---|")
-    timing(device, dtype, rows, workloads, *dims, iterations)
-
-
-if __name__ == "__main__":
-    main()
+        rows, workloads, iterations, dims = [16, 64, 256], WORKLOADS, 50, (8, 4, 128)
+    got = bitwise(device, dtype, sweep, shapes)
+    if progress:
+        progress(got)
+    if time.monotonic() > deadline:
+        return got + [("decode attention timing", "skipped: out of the section's time")]
+    return got + timing(device, dtype, rows, workloads, *dims, iterations)
