@@ -25,6 +25,7 @@ from nudgeability.engine import requests as req
 from nudgeability.engine.attention.static_dispatch import StaticDecodeDispatch
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
+from nudgeability.engine.kernel_checks import check_before_run
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.kv.reservation import memory_pool, request_blocks, sizes_pool_from_memory
@@ -132,7 +133,7 @@ class Engine:
             self._pool_blocks = 4
         self._new_pool(self._pool_blocks)
         self.pool.allocate(layers)
-        self._captured = self.static_dispatch.graphs is None  # else at the first step, or `capture`
+        self._captured = False  # the kernel checks and the graphs: at the first step, or `capture`
 
     def limit_rows(self, max_rows: int | None) -> None:
         """Cap the rows that decode together from now on (`max_rows` of the constructor)."""
@@ -141,11 +142,12 @@ class Engine:
         self.max_rows = self.scheduler.max_rows = self.scheduler.lookahead = cap
 
     def capture(self) -> None:
-        """Capture the buckets' graphs up to the row cap now (`static_dispatch.capture_all`); call
-        it after `limit_rows`, else the first step does: no bucket above the cap is compiled."""
+        """Check the kernels and capture the buckets' graphs up to the row cap now, each graph
+        checked (kernel_checks.py: on probe work, before the run); call it after `limit_rows`,
+        else the first step does: no bucket above the cap is compiled."""
         self._captured = True
         with self.runner.on_device():
-            self.static_dispatch.capture_all(self.pool, self.cache, self.pad_id)
+            check_before_run(self)
 
     @property
     def static_decode(self) -> bool:
