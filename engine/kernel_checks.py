@@ -44,8 +44,8 @@ from nudgeability.engine.sequence import ForkRequest
 from nudgeability.models.quant import self_check
 from nudgeability.util import fallbacks
 
-PREFIX = 24  # probe prefix tokens: more than a block of 16, positions 0..23
-ARM = 8  # the kernel probe's one arm: its tokens after the prefix
+PREFIX = 12  # probe prefix tokens: positions 0..11, rows that differ and rotate
+ARM = 4  # the kernel probe's one arm: its tokens after the prefix
 SEED = 61  # the probe's token ids: a fixed stream, so that every engine probes the same work
 
 
@@ -83,11 +83,12 @@ def _quantised_checks(model) -> bool:
 
 
 def _row_counts(engine) -> list[int]:
-    """Row counts whose kernels get verdicts: powers of two up to the most rows one forward of
-    the engine can run (a step's prefill budget beside its most decode rows), that count, and
-    every bucket (a row cap raised later captures more)."""
+    """Row counts whose kernels get verdicts: powers of two up to the most rows the engine's
+    memory reserve counts for one step (its prefill budget or its decode rows:
+    `reservation.check_margin_bytes`), that count, and every bucket (a row cap raised later
+    captures more). A kernel met only past them is checked at its first call."""
     decode = engine.max_rows or engine.static_dispatch.buckets[-1]
-    most = engine.runner.padded(engine.prefill_tokens + decode)
+    most = engine.runner.padded(max(engine.prefill_tokens, decode))
     counts, rows = {most, *BUCKETS, *engine.static_dispatch.buckets}, 1
     while rows < most:
         counts.add(rows)
