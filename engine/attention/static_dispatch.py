@@ -134,7 +134,7 @@ class StaticDecodeDispatch:
             return ran
         chosen = {id(row) for row in decode.sampling()}
         first = [id(row) in chosen for row in plan.sampling()]
-        return merged(first, ran, StepRun.of(*eager(rest)))
+        return merged(first, ran, StepRun.of(*eager(rest)), self.runner.logits)
 
     def split(self, plan: StepPlan) -> tuple[StepPlan, StepPlan | None] | None:
         """(the step's one-token chunks of rows with blocks of their own, the rest of the step or
@@ -176,10 +176,10 @@ class StaticDecodeDispatch:
         try:
             with torch.inference_mode():
                 if self.graphs is not None:
-                    hidden, ids = self.graphs.run(cache, static)
+                    hidden, product, ids = self.graphs.run(cache, static)
                 else:
                     step = with_greedy_head(forward, self.runner.logits)
-                    hidden, ids = step(cache, static.input_ids, static.positions)
+                    hidden, product, ids = step(cache, static.input_ids, static.positions)
         except StaticDecodeUnavailable:  # recorded where it happened; eager from now on
             self.drop()
             return StepRun.of(*eager(plan))
@@ -190,7 +190,12 @@ class StaticDecodeDispatch:
             cache.layout = static
         with torch.inference_mode():  # the ids start for the host now (choose.HostTokens)
             chosen = HostTokens(ids.index_select(0, static.sample_index))
-        return StepRun.of(static, hidden, greedy_ids=chosen, static=True)
+        index = static.sample_index
+
+        def logits() -> torch.Tensor:  # the sampling rows' logits, read in this step only
+            return product.index_select(0, index)
+
+        return StepRun.of(static, hidden, greedy_ids=chosen, static=True, logits=logits)
 
     def _self_check(self, plan: StepPlan, static: StaticDecode, hidden, eager: Eager):
         """A bucket's first captured step against the eager cascade on the same step (run after
