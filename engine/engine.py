@@ -68,12 +68,12 @@ class Engine:
     cap; with no `max_rows` the rows are capped at 512), one FlexAttention call per layer
     (`attention/static_decode.py`), the rest of a step that also prefills eagerly beside them;
     `cuda_graphs` (default: with it on CUDA) captures the buckets at the first step (`capture`),
-    LM head and greedy argmax included, and replays them, each bucket's first replayed step
-    checked once against the eager cascade (`attention/static_dispatch.py`). By default every
+    LM head and greedy argmax included, and replays them, each bucket's captured step checked
+    once against the eager cascade before the run (`kernel_checks.py`). By default every
     step runs the eager cascade (`attention/shared_prefix_attention.py`; on CPU through
     engine/invariant/cpu/attention.py). `fused_layers` (CUDA, where Triton imports) runs a
     layer's norms, rotary and activation as Triton kernels (`fused/`), checked against the
-    library's on the first real step (`fused/first_step.py`).
+    library's before the run (`fused/first_step.py`, `kernel_checks.py`).
     """
 
     def __init__(

@@ -8,9 +8,10 @@ fixed-shape decode computed at the bucket's shape (`StepRun.logits`; the greedy 
 argmax), else one computed here (`ModelRunner.logits`); sampling, `return_logits` and the token
 statistics all read it. Every reduction over a row's logits is the row's own, whatever the rows
 beside it: the argmax has no rounding (and takes the first maximum); on CUDA torch's softmax over
-the last dimension reduces each row in one block (or one warp) sized by the vocabulary alone and
-its cumulative sum scans each row on its own (aten/src/ATen/native/cuda/SoftMax.cu,
-ScanUtils.cuh), and the token statistics run one Triton program per row (row_stats.py).
+the last dimension reduces each row in one block (or one warp) sized by the vocabulary alone, and
+its cumulative sum over the last dimension scans each row on its own, in both cases whatever the
+number of rows (torch's CUDA softmax and inner-dimension scan kernels); the token statistics run
+one Triton program per row (row_stats.py).
 """
 
 from __future__ import annotations
