@@ -21,7 +21,8 @@ state restored), through the engine's own step, with the engine's rows and stati
    compares both kinds. A bucket whose probe the free blocks cannot hold (a CUDA pool is sized
    from memory and holds them; a fixed one too small for the probe cannot hold the rows that
    would decode on the bucket either) is compared at its first step on the run, as is one
-   captured again later (a pool replaced by a larger one, which a CUDA pool never is).
+   captured later (a row cap raised after `Engine.capture`, or a pool replaced by a larger one,
+   which a CUDA pool never is).
 
 An engine with none of these paths (every CPU engine) probes nothing. A pool that grows with the
 work submitted grows for a probe; one of fixed size whose free blocks cannot hold the kernels'
@@ -52,15 +53,15 @@ SEED = 61  # the probe's token ids: a fixed stream, so that every engine probes 
 def check_before_run(engine) -> None:
     """The three checks (module docstring), then the run's graphs captured; `Engine.capture`."""
     runner, dispatch = engine.runner, engine.static_dispatch
-    if (runner.unchecked or _quantised_checks(engine.model)) and not _room(engine, 1):
-        if runner.unchecked:  # never unchecked: the library's layers, which need no check
+    if runner.unchecked or _quantised_checks(engine.model):
+        if _room(engine, 1):
+            with engine.pool.scratch(), _aside(engine), runner.checking():
+                with self_check.probing(_row_counts(engine)):
+                    _probe(engine, [ARM], chunk=PREFIX + ARM)  # no one-token chunk: all eager
+        if runner.unchecked:  # never run unchecked: the library's layers need no check
             why = f"the pool's {engine.pool.free_blocks} free blocks cannot hold the check's probe"
             fallbacks.record("fused layer kernels (engine/fused/)", LIBRARY_LAYERS, why)
             runner.fused = False
-    elif runner.unchecked or _quantised_checks(engine.model):
-        with engine.pool.scratch(), _aside(engine), runner.checking():
-            with self_check.probing(_row_counts(engine)):
-                _probe(engine, [ARM], chunk=PREFIX + ARM)  # no one-token chunk: all eager
     dispatch.capture_all(engine.pool, engine.cache, engine.pad_id)
     below = 0
     for bucket in sorted(dispatch.buckets):

@@ -13,7 +13,8 @@ eager cascade on the same step drops the fixed-shape decode for the rest of the 
 The kernels the graphs hold were chosen before the capture, and each bucket's first captured step
 is checked on probe rows before the run (engine/kernel_checks.py), so every step of the run
 computes with the one path the checks chose; `_self_check` compares on the run only a bucket
-captured after that (a pool replaced by a larger one, which a CUDA pool never is).
+captured after that (a row cap raised after `Engine.capture`, or a pool replaced by a larger
+one, which a CUDA pool never is).
 """
 
 from __future__ import annotations
