@@ -26,6 +26,7 @@ from nudgeability.engine.attention.static_dispatch import StaticDecodeDispatch
 from nudgeability.engine.engine_stats import EngineStats, account
 from nudgeability.engine.errors import EngineInputError
 from nudgeability.engine.invariant.cuda.mode import paged_tokens
+from nudgeability.engine.kernel_checks import check_before_run
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.engine.kv.kv_pool import KVPool
 from nudgeability.engine.kv.reservation import memory_pool, request_blocks, sizes_pool_from_memory
@@ -71,12 +72,12 @@ class Engine:
     cap; with no `max_rows` the rows are capped at 512), one FlexAttention call per layer
     (`attention/static_decode.py`), the rest of a step that also prefills eagerly beside them;
     `cuda_graphs` (default: with it on CUDA) captures the buckets at the first step (`capture`),
-    LM head and greedy argmax included, and replays them, each bucket's first replayed step
-    checked once against the eager cascade (`attention/static_dispatch.py`). By default every
+    LM head and greedy argmax included, and replays them, each bucket's captured step checked
+    once against the eager cascade before the run (`kernel_checks.py`). By default every
     step runs the eager cascade (`attention/shared_prefix_attention.py`; on CPU through
     engine/invariant/cpu/attention.py). `fused_layers` (CUDA, where Triton imports) runs a
     layer's norms, rotary and activation as Triton kernels (`fused/`), checked against the
-    library's on the first real step (`fused/first_step.py`).
+    library's before the run (`fused/first_step.py`, `kernel_checks.py`).
     """
 
     def __init__(
@@ -137,7 +138,7 @@ class Engine:
             self._pool_blocks = 4
         self._new_pool(self._pool_blocks)
         self.pool.allocate(layers)
-        self._captured = self.static_dispatch.graphs is None  # else at the first step, or `capture`
+        self._captured = False  # the kernel checks and the graphs: at the first step, or `capture`
 
     def limit_rows(self, max_rows: int | None) -> None:
         """Cap the rows that decode together from now on (`max_rows` of the constructor)."""
@@ -146,11 +147,12 @@ class Engine:
         self.max_rows = self.scheduler.max_rows = self.scheduler.lookahead = cap
 
     def capture(self) -> None:
-        """Capture the buckets' graphs up to the row cap now (`static_dispatch.capture_all`); call
-        it after `limit_rows`, else the first step does: no bucket above the cap is compiled."""
+        """Check the kernels and capture the buckets' graphs up to the row cap now, each graph
+        checked (kernel_checks.py: on probe work, before the run); call it after `limit_rows`,
+        else the first step does: no bucket above the cap is compiled."""
         self._captured = True
         with self.runner.on_device():
-            self.static_dispatch.capture_all(self.pool, self.cache, self.pad_id)
+            check_before_run(self)
 
     @property
     def static_decode(self) -> bool:

@@ -95,7 +95,7 @@ class ModelRunner:
         # (engine/fused/); never on CPU, whose records are the invariant construction's
         self.fused = fused and device_type == "cuda" and fused_layers.adopt(model)
         self._fused_checked = False
-        self._warming = 0  # open `warming` contexts: forwards of pad rows, checked by nothing
+        self._checking = False  # inside `checking`: the probe's forwards (engine/kernel_checks.py)
         self.min_rows = MIN_ROWS if batch_invariant else 1
         self.row_multiple = ROW_MULTIPLE if batch_invariant else 1
         self.decoder = model.get_decoder()
@@ -153,14 +153,25 @@ class ModelRunner:
     @contextmanager
     def warming(self):
         """Forwards of pad tokens at position 0 for the duration (the fixed-shape decode's capture
-        warm-up): the fused layers' check and the quantised kernels' verdicts wait for a real
-        step (engine/fused/first_step.py, models/quant/self_check.py)."""
-        self._warming += 1
+        warm-up): no quantised kernel gets its verdict from them (models/quant/self_check.py)."""
+        with self_check.deferred():
+            yield
+
+    @contextmanager
+    def checking(self):
+        """The probe's forwards before the run (engine/kernel_checks.py) for the duration: the
+        first conclusive one checks the fused layer kernels (`_checked_fused_forward`); no other
+        forward does."""
+        self._checking = True
         try:
-            with self_check.deferred():
-                yield
+            yield
         finally:
-            self._warming -= 1
+            self._checking = False
+
+    @property
+    def unchecked(self) -> bool:
+        """Whether the fused layer kernels still wait for their check (`checking`)."""
+        return self.fused and not self._fused_checked
 
     @contextmanager
     def own_attention(self):
@@ -177,7 +188,7 @@ class ModelRunner:
         self, cache: PoolCache, input_ids: torch.Tensor, position_ids: torch.Tensor
     ) -> torch.Tensor:
         """Hidden states [B, L, hidden] of `input_ids` at `position_ids`, reading and writing `cache`."""
-        if self.fused and not self._fused_checked and not self._warming and self._may_check():
+        if self._checking and self.unchecked and self._may_check():
             return self._checked_fused_forward(cache, input_ids, position_ids)
         with self._products():
             out = self.decoder(
@@ -201,11 +212,12 @@ class ModelRunner:
         return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
     def _checked_fused_forward(self, cache, input_ids, position_ids) -> torch.Tensor:
-        """A real forward with the fused layer kernels, checked against the library's own forward
-        of the same tokens (engine/fused/first_step.py: hidden states, greedy ids and margins),
-        until one such step was conclusive (real tokens past position 0). The library's runs
-        second, so the KV the cache keeps is its; on a disagreement the runner computes without
-        the fused kernels from then on, recorded (util.fallbacks)."""
+        """A probe's forward with the fused layer kernels, checked against the library's own
+        forward of the same tokens (engine/fused/first_step.py: hidden states, greedy ids and
+        margins), until one such forward was conclusive (real tokens past position 0). The
+        library's runs second, so the KV the probe's scratch blocks keep is its; on a
+        disagreement the runner computes without the fused kernels from then on, recorded
+        (util.fallbacks)."""
         args = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": True}
         with self._triton():  # both forwards on the run's products (its K/V: the second's)
             with fused_layers.fused_forward():

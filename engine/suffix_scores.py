@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import torch
 
+from nudgeability.engine.sampling.row_stats import row_stats
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import Row
+from nudgeability.models.quant.triton_kernels import available
 
 # Rows whose logits are computed at once (a multiple of the model runner's 16-row tile, so that
 # the blocks change no bit: engine/model_runner.py).
@@ -91,9 +93,17 @@ def score_suffixes(plan: StepPlan, hidden: torch.Tensor, logits_of) -> None:
     # In blocks of rows: a step that prefills many arms' splices would otherwise build a
     # `[rows, vocab]` logits tensor beyond the activations the KV pool was sized around.
     for b0 in range(0, states.shape[0], SCORE_ROWS):
-        logp = torch.log_softmax(logits_of(states[b0 : b0 + SCORE_ROWS]), dim=-1)
-        picked.append(logp.gather(1, wanted[b0 : b0 + SCORE_ROWS, None]).squeeze(1))
+        logits, targets = logits_of(states[b0 : b0 + SCORE_ROWS]), wanted[b0 : b0 + SCORE_ROWS]
+        picked.append(_log_probs(logits, targets))
     # a second host read, only in steps where some arm scores its suffix
     values = torch.cat(picked).tolist()
     for (row, j), value in zip(into + first_into, values):
         row.suffix_scores[j] = value
+
+
+def _log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) of each row of fp32 `logits`: on CUDA reduced row by row whatever the rows
+    beside it (sampling/row_stats.py), on CPU by torch's log-softmax as the records were made."""
+    if logits.device.type == "cuda" and available():
+        return row_stats(logits, targets)[0]
+    return torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).squeeze(1)

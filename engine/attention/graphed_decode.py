@@ -2,16 +2,17 @@
 captured step agrees with the eager cascade before it is trusted.
 
 `GraphedDecode` warms each bucket's step up on a side stream (which compiles its FlexAttention
-calls) and captures it, the LM head and the greedy argmax included (`with_greedy_head`), all
-buckets up to the row cap before the engine's first step (`Engine.capture`), largest first, into
-one graph memory pool; each step replays its
-bucket's graph. Everything the captured region reads is a persistent buffer (`StaticDecode.buffers()`, the pool, the weights),
-so a replay computes the step `load()` wrote. The first time a bucket's captured step runs, the
-engine compares it once with the eager cascade on the same step (`agrees`: every real row's final
-hidden states and the K/V of `written_kv`'s layers, sampling rows or not); on a disagreement
-beyond the dtype's bound it warns, records the fallback and runs eagerly from then on. A capture
-the device or the compiler cannot make (`capture_errors`) is recorded the same way and raises
-`StaticDecodeUnavailable`, on which the engine runs the eager cascade instead of failing.
+calls) and captures it, the LM head and the greedy argmax included (`with_greedy_head`: its logits
+are a graph output too, the step's one LM-head product), all buckets up to the row cap before the
+engine's first step (`Engine.capture`), largest first, into one graph memory pool; each step
+replays its bucket's graph. Everything the captured region reads is a persistent buffer
+(`StaticDecode.buffers()`, the pool, the weights), so a replay computes the step `load()` wrote.
+Before the run, each bucket's captured step is compared once with the eager cascade on the same
+probe step (engine/kernel_checks.py; `agrees`: every real row's final hidden states and the K/V of
+`written_kv`'s layers, sampling rows or not); on a disagreement beyond the dtype's bound it warns,
+records the fallback and runs eagerly from then on. A capture the device or the compiler cannot
+make (`capture_errors`) is recorded the same way and raises `StaticDecodeUnavailable`, on which
+the engine runs the eager cascade instead of failing.
 """
 
 from __future__ import annotations
@@ -104,13 +105,14 @@ def with_greedy_head(forward, logits):
     """The fixed-shape decode step as a graph captures it: `forward(cache, input_ids, positions)`
     (`ModelRunner.forward`), then the LM head on every bucket row (`logits`, `ModelRunner.logits`)
     and the greedy choice (`sampler.greedy`), so that a greedy step's tokens come out of the
-    replay itself. Returns (hidden states [1, rows, hidden], argmax ids [rows]); rows that
-    sample, or that asked for their logits, still go through the LM head after it
-    (engine/sampling/choose.py)."""
+    replay itself. Returns (hidden states [1, rows, hidden], fp32 logits [rows, vocab], argmax
+    ids [rows]): the step's one LM-head product, at the bucket's shape, which every consumer of
+    the step reads (sampled rows, `return_logits`, token statistics: engine/sampling/choose.py)."""
 
     def step(cache, input_ids: torch.Tensor, positions: torch.Tensor):
         hidden = forward(cache, input_ids, positions)
-        return hidden, greedy(logits(hidden[0]))
+        product = logits(hidden[0])
+        return hidden, product, greedy(product)
 
     return step
 
@@ -122,7 +124,7 @@ class GraphedDecode:
 
     def __init__(self, step):
         self.step = step
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]] = {}
         self.checked: set[int] = set()  # buckets whose captured step agreed with the eager one
         # host seconds each bucket's warm-up (the flex kernels' compile) and capture took
         self.seconds: dict[int, float] = {}
@@ -167,9 +169,9 @@ class GraphedDecode:
             outputs = self.step(cache, static.input_ids, static.positions)
         self.graphs[static.rows] = (graph, outputs)
 
-    def run(self, cache, static) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replay the bucket's graph on what `load()` wrote: (hidden states, greedy ids), the
-        graph's own output tensors, to read before the next replay."""
+    def run(self, cache, static) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Replay the bucket's graph on what `load()` wrote: (hidden states, logits, greedy ids),
+        the graph's own output tensors, to read before the next replay."""
         if static.rows not in self.graphs:
             self.capture(cache, static)
         graph, outputs = self.graphs[static.rows]

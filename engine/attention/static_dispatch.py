@@ -10,10 +10,11 @@ split step, `step_run.merged`). A step with no such chunk runs eagerly. The comp
 refusing a step (`StaticDecodeUnavailable`) or a bucket's first captured step disagreeing with the
 eager cascade on the same step drops the fixed-shape decode for the rest of the engine's life.
 `Engine._run` (engine/engine.py) asks `run` first and runs the step eagerly where it says None.
-The capture's warm-up steps are pad rows at position 0, which no kernel check can learn from
-(`ModelRunner.warming`); a bucket's first real step runs once uncaptured, so that the fused
-layers' and the quantised kernels' checks see it, and the graphs are captured again where one
-refused a kernel they hold (`_first_real_step`).
+The kernels the graphs hold were chosen before the capture, and each bucket's first captured step
+is checked on probe rows before the run (engine/kernel_checks.py), so every step of the run
+computes with the one path the checks chose; `_self_check` compares on the run only a bucket
+captured after that (a row cap raised after `Engine.capture`, or a pool replaced by a larger
+one, which a CUDA pool never is).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from nudgeability.engine.sampling.choose import HostTokens
 from nudgeability.engine.scheduling.step_plan import StepPlan
 from nudgeability.engine.sequence import MAX_SEGMENTS
 from nudgeability.engine.step_run import StepRun, merged
-from nudgeability.models.quant import self_check
 from nudgeability.util import fallbacks
 
 # `Engine._run_eager`: a step on the eager cascade -> (its layout, the final hidden states)
@@ -74,7 +74,6 @@ class StaticDecodeDispatch:
             GraphedDecode(with_greedy_head(runner.forward, runner.logits)) if use_graphs else None
         )
         self.statics: dict[int, StaticDecode] = {}
-        self._kernels = self._kernels_now()  # what the graphs were captured with
         self.device, self.block_size = runner.device, block_size
         self.buckets = bucket_sizes(None)  # `row_cap` sets the engine's
 
@@ -99,14 +98,17 @@ class StaticDecodeDispatch:
         return max_rows
 
     def capture_all(self, pool, cache, pad_id: int) -> None:
-        """Capture every bucket's graph now, largest first (`decode_buckets.capture_order`), each
-        on a step of pad rows only: a step then only replays. Nothing when graphs are off."""
+        """Capture every bucket's graph not captured yet, largest first
+        (`decode_buckets.capture_order`), each on a step of pad rows only: a step then only
+        replays. Nothing when graphs are off."""
         if self.graphs is None:
             return
         self.runner.engage()
         try:
             for bucket in capture_order(self.buckets):
-                static = self._static(bucket, pool)
+                static = self._static(bucket, pool)  # a graph on other buffers dropped
+                if bucket in self.graphs.graphs:
+                    continue
                 static.load(StepPlan(), pad_id)
                 cache.layout = static
                 # pad rows at position 0: no kernel check can see a wrong kernel in them
@@ -134,7 +136,7 @@ class StaticDecodeDispatch:
             return ran
         chosen = {id(row) for row in decode.sampling()}
         first = [id(row) in chosen for row in plan.sampling()]
-        return merged(first, ran, StepRun.of(*eager(rest)))
+        return merged(first, ran, StepRun.of(*eager(rest)), self.runner.logits)
 
     def split(self, plan: StepPlan) -> tuple[StepPlan, StepPlan | None] | None:
         """(the step's one-token chunks of rows with blocks of their own, the rest of the step or
@@ -176,12 +178,10 @@ class StaticDecodeDispatch:
         try:
             with torch.inference_mode():
                 if self.graphs is not None:
-                    if static.rows not in self.graphs.checked:
-                        self._first_real_step(cache, static)
-                    hidden, ids = self.graphs.run(cache, static)
+                    hidden, product, ids = self.graphs.run(cache, static)
                 else:
                     step = with_greedy_head(forward, self.runner.logits)
-                    hidden, ids = step(cache, static.input_ids, static.positions)
+                    hidden, product, ids = step(cache, static.input_ids, static.positions)
         except StaticDecodeUnavailable:  # recorded where it happened; eager from now on
             self.drop()
             return StepRun.of(*eager(plan))
@@ -192,12 +192,18 @@ class StaticDecodeDispatch:
             cache.layout = static
         with torch.inference_mode():  # the ids start for the host now (choose.HostTokens)
             chosen = HostTokens(ids.index_select(0, static.sample_index))
-        return StepRun.of(static, hidden, greedy_ids=chosen, static=True)
+        index = static.sample_index
+
+        def logits() -> torch.Tensor:  # the sampling rows' logits, read in this step only
+            return product.index_select(0, index)
+
+        return StepRun.of(static, hidden, greedy_ids=chosen, static=True, logits=logits)
 
     def _self_check(self, plan: StepPlan, static: StaticDecode, hidden, eager: Eager):
         """A bucket's first captured step against the eager cascade on the same step (run after
         it, so the pool keeps the eager K/V): None where they agree; on disagreement, the eager
-        step's `StepRun`, and eager for good (graphed_decode).
+        step's `StepRun`, and eager for good (graphed_decode). The engine makes it on probe rows
+        before the run (engine/kernel_checks.py).
 
         It compares everything the step leaves behind for every real row, sampling or not (a
         one-token prefill chunk short of its context's end chooses nothing, yet later tokens
@@ -218,24 +224,6 @@ class StaticDecodeDispatch:
             return None
         self.drop()
         return StepRun.of(layout, reference)
-
-    def _first_real_step(self, cache, static: StaticDecode) -> None:
-        """A bucket's first real step, run once uncaptured: the fused layers' and the quantised
-        kernels' checks see real rows of its row class (the capture's warm-up was pad rows, left
-        unchecked: `ModelRunner.warming`); where a check refused a kernel the graphs captured,
-        they are captured again on use, without it."""
-        with_greedy_head(self.runner.forward, self.runner.logits)(
-            cache, static.input_ids, static.positions
-        )
-        now = self._kernels_now()
-        if now != self._kernels:
-            for bucket in list(self.graphs.graphs):
-                self.graphs.drop(bucket)
-            self._kernels = now
-
-    def _kernels_now(self) -> tuple[int, bool]:
-        """(quantised kernels refused so far, the fused layers on): a change drops the graphs."""
-        return self_check.refusals(), bool(getattr(self.runner, "fused", False))
 
     def drop(self) -> None:
         """The fixed-shape decode off for good: every later step runs the eager cascade."""

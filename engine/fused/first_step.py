@@ -1,11 +1,12 @@
-"""The fused layer kernels' check on the first real step (engine/model_runner.py runs it).
+"""The fused layer kernels' check, made once before the run (engine/kernel_checks.py).
 
 The model runner compares its fused forward with the library's forward of the same tokens once,
-on a step that can show a wrong kernel: real tokens at positions past 0, more than one token
-(`conclusive`). The capture warm-up of the fixed-shape decode's buckets is no such step: pad
-tokens at position 0, where rotary is the identity and every row is the same, so that a cos/sin
-index or a row stride could be wrong and agree; the runner does not check there
-(`ModelRunner.warming`), and checks each real forward until one is conclusive.
+on a probe forward that can show a wrong kernel: random token ids at positions past 0, more than
+one token (`conclusive`), on scratch blocks of the pool (`KVPool.scratch`), so that which path
+computes the run, and the run's K/V, never depend on which of its steps came first. The capture
+warm-up of the fixed-shape decode's buckets is no such forward: pad tokens at position 0, where
+rotary is the identity and every row is the same, so that a cos/sin index or a row stride could
+be wrong and agree.
 
 Three comparisons, each of which refuses the kernels (`disagreement`):
 

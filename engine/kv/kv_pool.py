@@ -34,7 +34,8 @@ On CUDA, with no explicit budget, the engine sizes the pool from the device's fr
 from __future__ import annotations
 
 import mmap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -109,6 +110,7 @@ class KVPool:
         self.peak_in_use = 0
         self._touched = bytearray(num_blocks)  # 1 = handed out at least once: its pages are mapped
         self._warm = bytearray(num_blocks)  # 1 = free and touched: taken before an untouched block
+        self._taken: set[int] | None = None  # blocks handed out inside `scratch`
 
     # --- allocation -----------------------------------------------------------------------------
     @property
@@ -147,7 +149,46 @@ class KVPool:
     def give_blocks(self, starts: list[int]) -> None:
         self._unmark([s // self.block_size for s in starts])
 
+    @contextmanager
+    def scratch(self) -> Iterator[None]:
+        """Blocks handed out for the duration are scratch (engine/kernel_checks.py): on exit
+        every one of them holds zeros again, the scratch block what it held before, and the
+        allocation state (free, touched and warm blocks, counts) is as it was, so the blocks
+        handed out next and what they hold are what they would have been. The pool must not
+        grow meanwhile; the blocks were never written (a pool before its first step) or hold
+        what no row reads."""
+        state = (bytes(self._free), bytes(self._touched), bytes(self._warm))
+        counts = (self.in_use, self.peak_in_use)
+        taken: set[int] = set()
+        self._taken, before = taken, dict(self._slots(SCRATCH_BLOCK, clone=True))
+        try:
+            yield
+        finally:
+            self._taken = None
+            with torch.inference_mode():
+                for block in taken:
+                    for _, t in self._slots(block):
+                        t.zero_()
+                for at, t in self._slots(SCRATCH_BLOCK):  # a layer made since held zeros
+                    t.copy_(before[at]) if at in before else t.zero_()
+            self._free, self._touched, self._warm = map(bytearray, state)
+            self.in_use, self.peak_in_use = counts
+
+    def _slots(self, block: int, clone: bool = False) -> list[tuple[tuple[int, int], torch.Tensor]]:
+        """((0 for K or 1 for V, layer), the view of `block`'s slots) for every layer that
+        holds KV; copies with `clone`."""
+        span = slice(block * self.block_size, (block + 1) * self.block_size)
+        out = [
+            ((i, layer), t[:, span])
+            for i, store in enumerate((self.k, self.v))
+            for layer, t in enumerate(store)
+            if t is not None
+        ]
+        return [(at, t.clone()) for at, t in out] if clone else out
+
     def _mark(self, blocks) -> None:
+        if self._taken is not None:
+            self._taken.update(blocks)
         for b in blocks:
             self._free[b] = self._warm[b] = 0
             self._touched[b] = 1

@@ -92,7 +92,7 @@ def memory_pool(
 
 def check_margin_bytes(decoder, rows: int, element_size: int) -> int:
     """A bound on the quantised self-check's temporaries (models/quant/self_check.py
-    `disagreement`, run once per kernel and row class on CUDA) for the quantised linear of
+    `disagreement`, run once per kernel before the run on CUDA) for the quantised linear of
     `decoder` on a fused path that needs the most: its exact weight [N, K] in the model dtype and
     twice in float64 (W and its magnitudes), the input [rows, K] twice in float64, and seven
     [rows, N] float64 tensors (the reference, the magnitudes' product, the bound, the error and

@@ -2,8 +2,16 @@
 
 Where the fixed-shape decode computed the greedy ids with the forward
 (`graphed_decode.with_greedy_head`) and no row of the step needs its logits (every row greedy, no
-`return_logits`, no `token_stats`), those ids are the tokens and no LM head runs here. Otherwise
-the rows' logits are computed (`ModelRunner.logits`) and the rows choose as `sampler.py` says.
+`return_logits`, no `token_stats`), those ids are the tokens and nothing more is computed.
+Otherwise the rows choose as `sampler.py` says from the step's one LM-head product: the one its
+fixed-shape decode computed at the bucket's shape (`StepRun.logits`; the greedy ids are its
+argmax), else one computed here (`ModelRunner.logits`); sampling, `return_logits` and the token
+statistics all read it. Every reduction over a row's logits is the row's own, whatever the rows
+beside it: the argmax has no rounding (and takes the first maximum); on CUDA torch's softmax over
+the last dimension reduces each row in one block (or one warp) sized by the vocabulary alone, and
+its cumulative sum over the last dimension scans each row on its own, in both cases whatever the
+number of rows (torch's CUDA softmax and inner-dimension scan kernels); the token statistics run
+one Triton program per row (row_stats.py).
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ def choose_tokens(rows: list[Row], run: StepRun, runner) -> tuple[list[int], tor
     if run.greedy_ids is not None and not needs_logits(rows):
         run.fused = True
         return run.greedy_ids.tolist(), None
-    logits = runner.logits(run.last)
+    logits = run.logits() if run.logits is not None else runner.logits(run.last)
     inputs = sampling_inputs(rows, logits.device)
     chosen = greedy(logits) if inputs is None else sample(logits, *inputs)
     # The step's one host read. Anything else computed per token on the device must join this

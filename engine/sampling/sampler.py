@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from nudgeability.engine.sampling.row_stats import row_stats
 from nudgeability.engine.sampling.sampling_params import SamplingParams
+from nudgeability.models.quant.triton_kernels import available
 
 
 def uniform_stream(params: SamplingParams, length: int) -> torch.Tensor:
@@ -78,9 +80,12 @@ def token_uncertainty(
     """(log-probability of each row's chosen token, entropy of the row's distribution), in nats,
     under softmax(logits) at temperature 1 over the whole vocabulary; float32 [n] each.
 
-    One log-softmax per row and step: the cost of a campaign's uncertainty signal, instead of
-    keeping `[tokens, vocab]` logits.
-    """
+    One pass over each row per step: the cost of a campaign's uncertainty signal, instead of
+    keeping `[tokens, vocab]` logits. On CUDA each row is reduced by a program of its own
+    (row_stats.py), so its bits do not depend on the rows beside it; on CPU by torch's
+    log-softmax and sum, as the records were made."""
+    if logits.device.type == "cuda" and available():
+        return row_stats(logits, tokens)
     logp = torch.log_softmax(logits.float(), dim=-1)
     chosen = logp.gather(1, tokens[:, None]).squeeze(1)
     entropy = -(logp.exp() * logp).sum(dim=-1)

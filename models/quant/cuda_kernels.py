@@ -2,10 +2,10 @@
 which kernels it may run, `compute.kernels_run(model)` which ones did).
 
 Every path here offers its kernels in order of preference for each input (`FusedPath.choose`);
-`compute.configure` wraps it in the self-check (`self_check.py`): the first run of a kernel at a
-new (layer signature, kernel and tile, dtype, row bucket) is compared once with the exact path,
-and a kernel that disagrees or raises is replaced for good by the next one, recorded through
-`util.fallbacks.record`. The last resort is always the exact path.
+`compute.configure` wraps it in the self-check (`self_check.py`): each (layer signature, kernel
+and tile, dtype, device) is compared once with the exact path, before the run where an engine
+runs it, and a kernel that disagrees or raises is replaced for good by the next one, recorded
+through `util.fallbacks.record`. The last resort is always the exact path.
 
 - **W4A16** (`w4a16_path`): for a bf16 model, torch's tinygemm `_weight_int4pack_mm` (SM80+;
   N % 8 == 0, K a multiple of 16 * innerKTiles, groups 32..256). At load the 4-bit fields are

@@ -1,15 +1,21 @@
-"""The first run of a fused CUDA kernel at a new shape is compared once with the exact path.
+"""Each fused CUDA kernel is compared once with the exact path, before the run uses it.
 
 A CUDA path (`cuda_kernels.py`) offers, for each input, its kernels in order of preference
-(`FusedPath.choose`: `_scaled_mm`, tinygemm, bitsandbytes, a Triton kernel at its tile). The
-first time a kernel runs for a key (the layer's signature: format, [N, K], blocks or group; the
-kernel and its tile; the activations' dtype; the rows rounded up to a power of two; the device),
-its output is compared with y = x @ W.T computed in float64 from the exact path's weight (the
-layer's own dequantisation) on the same input. Within the bound below it is trusted for that key
-from then on, in every layer of the same signature; beyond it, or if it raises, the key falls
-back for good to the next kernel (checked in turn) and finally to the exact path, and the
-fallback is recorded (`util.fallbacks.record`: one warning, listed for the manifest) with the
-size of the difference. A check costs one float64 matmul per key, not per call.
+(`FusedPath.choose`: `_scaled_mm`, tinygemm, bitsandbytes, a Triton kernel at its tile). Each
+kernel gets one verdict per key (the layer's signature: format, [N, K], blocks or group; the
+kernel and its tile; the activations' dtype; the device): its output is compared with
+y = x @ W.T computed in float64 from the exact path's weight (the layer's own dequantisation) on
+the same input. Within the bound below it is trusted for that key, in every layer of the same
+signature, at every row count; beyond it, or if it raises, the key falls back for good to the
+next kernel (checked in turn) and finally to the exact path, and the fallback is recorded
+(`util.fallbacks.record`: one warning, listed for the manifest) with the size of the difference.
+
+The verdicts are made before the run (`probing`, engine/kernel_checks.py): on the first call of
+each layer signature inside it, on real activations of a probe forward, every kernel that
+`choose` offers at any of the row counts the engine can run (`probing`'s `rows`) is checked, at
+the largest of those counts (up to `CHECK_ROWS`) that chooses it. So which kernel computes a
+layer depends on the row count through `choose` alone, never on which rows a kernel met first.
+A key met later with no verdict (a row count the probe did not list) is checked at that call.
 
 The bound, per output: |y - ref| <= e * S + u * |ref| (+ a floor term), S = |x| @ A.T, with u the
 unit roundoff of y's dtype (2^-8 bf16, 2^-11 fp16, 2^-24 fp32), e = the kernel's input error
@@ -21,12 +27,8 @@ layout or scale (a transposed block scale) is off by the scale ratio, far outsid
 
 Inside a CUDA-graph capture or a torch.compile trace nothing can be compared, and inside
 `deferred()` nothing is (a kernel that raises there is still refused): the engine's capture
-warm-up runs pad tokens at position 0, every row the same, which would give each row class its
-verdict from rows that cannot show a wrong kernel.
-An unchecked key runs its first kernel there unchecked and is checked at its next eager call on
-real rows: the engine runs each bucket's first real step once uncaptured before it replays the
-bucket's graph, and captures the bucket again where that step refused a kernel (`refusals`,
-engine/attention/static_dispatch.py).
+warm-up runs pad tokens at position 0, every row the same, which cannot show a wrong kernel. An
+unchecked key runs its first kernel there unchecked and is checked at its next eager call.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Kernel:
 _lock = threading.Lock()
 _verdicts: dict[tuple, bool] = {}
 _deferring = 0  # open `deferred` contexts
+_probe_rows: tuple[int, ...] = ()  # inside `probing`: the row counts whose kernels get verdicts
+CHECK_ROWS = 256  # the most rows a kernel is checked at (module docstring)
 
 
 @contextmanager
@@ -70,6 +74,18 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _deferring -= 1
+
+
+@contextmanager
+def probing(rows: Sequence[int]) -> Iterator[None]:
+    """Every unchecked kernel a layer's `choose` offers at any of `rows` row counts gets its
+    verdict at the layer's first call for the duration (module docstring)."""
+    global _probe_rows
+    before, _probe_rows = _probe_rows, tuple(sorted(set(rows)))
+    try:
+        yield
+    finally:
+        _probe_rows = before
 
 
 def refusals() -> int:
@@ -116,12 +132,15 @@ class SelfCheckedRun:
     ):
         self.choose, self.weight, self.exact, self.signature = choose, weight, exact, signature
         self.ran: dict[str, set[int]] = {}
+        self.probed = False  # its kernels got their verdicts inside `probing`
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if _probe_rows and not self.probed and not _deferring and not _untraceable():
+            self._probe(x)
         kernels = list(self.choose(x))
         bucket = rows_class(x.shape[0])
         for i, kernel in enumerate(kernels):
-            key = (self.signature, kernel.name, x.dtype, bucket, str(x.device))
+            key = self._key(kernel, x)
             verdict = _verdicts.get(key)
             if verdict is False:
                 continue
@@ -131,12 +150,7 @@ class SelfCheckedRun:
                 if why is None and _deferring:
                     self.ran.setdefault(kernel.name, set()).add(bucket)
                     return y
-                with _lock:
-                    _verdicts[key] = why is None
-                if why is not None:
-                    used = kernels[i + 1].name if i + 1 < len(kernels) else "exact"
-                    where = f"{kernel.name} {self.signature} ({str(x.dtype)[6:]}, {bucket} rows)"
-                    fallbacks.record(where, used, why)
+                if not self._judge(key, why, kernels[i + 1 :], x):
                     continue
             else:
                 y = kernel.run(x)
@@ -144,6 +158,45 @@ class SelfCheckedRun:
             return y
         self.ran.setdefault("exact", set()).add(bucket)
         return self.exact(x)
+
+    def _key(self, kernel: Kernel, x: torch.Tensor) -> tuple:
+        """One verdict per kernel (its tile in its name), layer signature, dtype and device."""
+        return (self.signature, kernel.name, x.dtype, str(x.device))
+
+    def _probe(self, x: torch.Tensor) -> None:
+        """Verdicts for every unchecked kernel `choose` offers at the probed row counts, each
+        checked once on `x`'s rows (repeated where more are needed) at the largest count up to
+        `CHECK_ROWS` that offers it, else at the smallest."""
+        self.probed = x.shape[0] > 0
+        if not self.probed:
+            return
+        counts: dict[tuple, tuple[int, Kernel, list[Kernel]]] = {}
+        for rows in _probe_rows:
+            kernels = list(self.choose(x.new_empty(rows, x.shape[1])))
+            for i, kernel in enumerate(kernels):
+                key = self._key(kernel, x)
+                if key in _verdicts:
+                    continue
+                held = counts.get(key)
+                if held is None or rows <= CHECK_ROWS:
+                    counts[key] = (rows, kernel, kernels[i + 1 :])
+        for key, (rows, kernel, rest) in counts.items():
+            if key in _verdicts:  # judged with an earlier kernel of the same name
+                continue
+            xr = x.repeat(-(-rows // x.shape[0]), 1)[:rows]
+            kernel = next(k for k in self.choose(xr) if self._key(k, xr) == key)
+            why, _ = self._check(kernel, xr)
+            self._judge(key, why, rest, xr)
+
+    def _judge(self, key: tuple, why: str | None, rest: Sequence[Kernel], x: torch.Tensor):
+        """Keep `key`'s verdict (True: trusted); a refusal is recorded with what runs instead."""
+        with _lock:
+            _verdicts[key] = why is None
+        if why is not None:
+            used = rest[0].name if rest else "exact"
+            where = f"{key[1]} {self.signature} ({str(x.dtype)[6:]})"
+            fallbacks.record(where, used, f"{why}, at {x.shape[0]} rows")
+        return why is None
 
     def _check(
         self, kernel: Kernel, x: torch.Tensor, compare: bool = True

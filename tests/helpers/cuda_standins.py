@@ -37,14 +37,17 @@ class CapturedDecode:
     def drop(self, bucket):
         self.checked.discard(bucket)
 
+    def capture(self, cache, static):
+        """Nothing to capture: the "replay" runs the step itself."""
+
     def run(self, cache, static):
         self.runs += 1
         runner = self.engine.runner
-        hidden, ids = with_greedy_head(runner.forward, runner.logits)(
+        hidden, logits, ids = with_greedy_head(runner.forward, runner.logits)(
             cache, static.input_ids, static.positions
         )
         if not self.corrupt:
-            return hidden, ids
+            return hidden, logits, ids
         rows = torch.ones(static.row_end, dtype=torch.bool)
         if self.only_silent:
             rows[static.sample_index] = False
@@ -52,7 +55,7 @@ class CapturedDecode:
         self.corrupted.append(len(rows))
         if self.where == "kv":
             static.pool.k[0][:, static.slots[rows]] += self.corrupt
-            return hidden, ids
+            return hidden, logits, ids
         hidden = hidden.clone()
         hidden[0, rows] += self.corrupt
-        return hidden, ids
+        return hidden, logits, ids

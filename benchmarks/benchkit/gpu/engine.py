@@ -231,12 +231,12 @@ def graph_replay(model, sizes) -> list[Row]:
     original = graphed_decode.GraphedDecode.run
 
     def replay_then_direct(self, cache, static):
-        hidden, ids = original(self, cache, static)
+        hidden, logits, ids = original(self, cache, static)
         replayed = hidden.clone()
-        direct, _ = self.step(cache, static.input_ids, static.positions)
+        direct = self.step(cache, static.input_ids, static.positions)[0]
         gap = (replayed.float() - direct.float()).abs().max().item()
         steps.append((static.rows, torch.equal(replayed, direct), gap))
-        return hidden, ids
+        return hidden, logits, ids
 
     prefix, suffixes = _fork_inputs(model, sizes)
     engine = make_engine(model)  # the run's: static decode, graphs on CUDA

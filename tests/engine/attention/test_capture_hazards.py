@@ -16,7 +16,8 @@ from nudgeability.models.testing.tiny import tiny_model
 def _graphed_engine(monkeypatch, arch="llama"):
     monkeypatch.setattr(static_decode, "flex_attention", block_sparse_flex)
     model = tiny_model(arch, num_layers=2, seed=4)
-    engine = Engine(model, static_decode=True)
+    # one bucket (16): the engine captures its buckets before its first step
+    engine = Engine(model, static_decode=True, max_rows=16)
     engine.static_dispatch.graphs = HazardCheckedGraphs(engine)  # GraphedDecode's CPU stand-in
     return model, engine
 
@@ -51,8 +52,8 @@ def test_the_write_index_is_rewritten_in_place_by_each_load(monkeypatch):
                 slots = static.pool.num_blocks * static.block_size
                 expected = (torch.arange(kv)[None, :] * slots + static.slots[:, None]).reshape(-1)
                 assert torch.equal(rows, expected)
-                seen.append((kv, rows.data_ptr()))
-    assert seen and len(set(seen)) == 1
+                seen.append((static.rows, kv, rows.data_ptr()))
+    assert seen and len(set(seen)) == len({(b, kv) for b, kv, _ in seen})  # one address each
 
 
 def test_every_bucket_is_captured_at_start_largest_first_and_only_replayed_after(monkeypatch):

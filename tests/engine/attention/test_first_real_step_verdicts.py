@@ -1,8 +1,8 @@
 """The quantised kernels' self-check (models/quant/self_check.py) on an engine whose fixed-shape
-decode captured its bucket at start (GraphedDecode's CPU stand-in, tests/helpers/capture_hazards.py):
-the capture warm-up's pad rows give no verdict, each row class gets its verdict from its first real
-rows (the prefill's class from the prefill, the bucket's from the bucket's first real step, run
-once uncaptured), and the graph captured with the refused kernel is captured again without it.
+decode graphs its bucket (GraphedDecode's CPU stand-in, tests/helpers/capture_hazards.py): before
+the run, on the real rows of a probe prefill (engine/kernel_checks.py), every kernel the engine's
+row counts can choose (one per tile) gets its one verdict, whatever rows the run meets later; the
+graph is captured once, after, without the refused kernels, and the run gives no verdict.
 
 The kernel is the FP8 Triton path of models/quant/cuda_kernels.py (run under TRITON_INTERPRET=1 on
 CPU tensors, as tests/models/quant/test_self_check.py runs it) with one block scale read wrong.
@@ -44,7 +44,7 @@ def _with_a_wrong_fp8_kernel(model) -> None:
     model.set_submodule(name, layer)
 
 
-def test_each_row_class_gets_its_verdict_from_real_rows_and_the_graph_is_captured_again(
+def test_every_tile_gets_its_verdict_before_the_run_and_the_graph_is_captured_after(
     monkeypatch,
 ):
     self_check.reset()
@@ -56,16 +56,16 @@ def test_each_row_class_gets_its_verdict_from_real_rows_and_the_graph_is_capture
     dispatch = engine.static_dispatch
     dispatch.buckets = (16,)  # one bucket: the interpreter runs each kernel program in Python
     dispatch.graphs = graphs = HazardCheckedGraphs(engine)
-    dispatch.capture_all(engine.pool, engine.cache, engine.pad_id)
-    assert graphs.order == [16] and self_check.refusals() == 0 and not fallbacks.taken()
-    prompt = random_ids(40, seed=3)  # a prefill of 40 rows: row class 64, not the bucket's
     with pytest.warns(fallbacks.FallbackWarning):
-        (done,) = engine.generate([prompt], SamplingParams(max_new_tokens=4), return_logits=True)
-    # 64: the prefill; 16: the bucket's first real step; 1: the eager cascade the graph's first
-    # replayed step is compared with (static_dispatch.py `_self_check`), on its one real row
-    classes = sorted(f.path.rsplit("(float32, ", 1)[1] for f in fallbacks.taken())
-    assert classes == ["1 rows)", "16 rows)", "64 rows)"], fallbacks.taken()
-    assert graphs.order == [16, 16]  # captured again, on the exact path
+        engine.capture()
+    # triton_kernels.tile_for: BLOCK_M 16 up to 16 rows, 32 up to 32, then 64; each refused once
+    refused = sorted(f.path.split("[")[1].split("x")[0] for f in fallbacks.taken())
+    assert refused == ["16", "32", "64"], fallbacks.taken()
+    assert all(f.used == "exact" for f in fallbacks.taken())
+    assert self_check.refusals() == 3 and graphs.order == [16] and graphs.checked == {16}
+    prompt = random_ids(40, seed=3)  # a prefill of 40 rows, then the bucket's steps
+    (done,) = engine.generate([prompt], SamplingParams(max_new_tokens=4), return_logits=True)
+    assert len(fallbacks.taken()) == 3 and graphs.order == [16]  # no verdict on the run
     assert engine.static_decode and engine.stats.decode_tokens > 0
     assert_matches_reference(model, done, prompt, 4, engine.eos_ids)
     self_check.reset()

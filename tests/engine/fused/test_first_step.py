@@ -1,5 +1,5 @@
-"""The fused layers' check on the first real step (engine/fused/first_step.py) catches a kernel bug
-that the capture warm-up's pad step cannot show.
+"""The fused layers' check before the run (engine/fused/first_step.py, on a probe prefill) catches a
+kernel bug that the capture warm-up's pad step cannot show.
 
 A bug is injected into the launch of the fused q/k norm + rotary kernel (engine/fused/
 triton_ops.py `norm_rope`, run under TRITON_INTERPRET=1 on CPU tensors): every token reading
@@ -7,7 +7,7 @@ token 0's cos/sin (a wrong cos/sin index), or token 0's row of q/k (a row-stride
 warm-up's step, pad tokens at position 0 of identical rows, the buggy kernel computes exactly
 what the right one does, so the check the runner used to make there (the hidden states within
 0.1 of their largest |value|, engine/attention/graphed_decode.py `agrees`) passed it; on a real
-step the check refuses it, the fallback is recorded and the engine's tokens are HF's.
+step (the probe's) the check refuses it, the fallback is recorded and the engine's tokens are HF's.
 """
 
 from __future__ import annotations
@@ -92,11 +92,11 @@ def test_the_pad_step_hides_the_bug_and_a_real_step_shows_it(buggy_kernel):
 
 
 @pytest.mark.parametrize("buggy_kernel", ["cos/sin of token 0 for every token"], indirect=True)
-def test_the_engine_refuses_the_buggy_kernel_at_its_first_real_step(buggy_kernel, monkeypatch):
-    """An engine whose fixed-shape decode captured its bucket first (GraphedDecode's CPU stand-in,
-    tests/helpers/capture_hazards.py): the warm-up's pad step is not checked, the prefill is, the
-    fallback is recorded, the graph captured with the buggy kernel is captured again without it,
-    and every token and logit is HF's."""
+def test_the_engine_refuses_the_buggy_kernel_before_its_first_step(buggy_kernel, monkeypatch):
+    """An engine whose fixed-shape decode graphs its bucket (GraphedDecode's CPU stand-in,
+    tests/helpers/capture_hazards.py): its check before the run (engine/kernel_checks.py, on a
+    probe prefill) refuses the kernel, the fallback is recorded, the graph is captured once,
+    after the check, without it, and every token and logit of the run is HF's."""
     monkeypatch.setattr(static_decode, "flex_attention", block_sparse_flex)
     model = tiny_model("qwen3", num_layers=2)
     layers.fuse(model)
@@ -105,15 +105,15 @@ def test_the_engine_refuses_the_buggy_kernel_at_its_first_real_step(buggy_kernel
     dispatch = engine.static_dispatch
     dispatch.buckets = (16,)  # one bucket: the interpreter runs each kernel program in Python
     dispatch.graphs = graphs = HazardCheckedGraphs(engine)
-    dispatch._kernels = dispatch._kernels_now()
-    dispatch.capture_all(engine.pool, engine.cache, engine.pad_id)
-    assert graphs.order == [16] and engine.runner.fused and not fallbacks.taken()
-    prompt = random_ids(9, seed=3)
     with pytest.warns(fallbacks.FallbackWarning, match="fused layer kernels"):
-        (done,) = engine.generate([prompt], SamplingParams(max_new_tokens=4), return_logits=True)
+        engine.capture()
     assert engine.runner.fused is False
     assert [f.path for f in fallbacks.taken()] == [PATH]
-    assert graphs.order == [16, 16]  # captured again, without the refused kernels
+    assert graphs.order == [16] and graphs.checked == {16}  # captured after the check, checked
+    assert engine.pool.in_use == 0 and engine.stats.steps == 0  # the probes left nothing
+    prompt = random_ids(9, seed=3)
+    (done,) = engine.generate([prompt], SamplingParams(max_new_tokens=4), return_logits=True)
+    assert graphs.order == [16] and graphs.replays > 0 and not graphs.hazards
     assert engine.stats.decode_tokens > 0 and engine.static_decode
     assert_matches_reference(model, done, prompt, 4, engine.eos_ids)
 

@@ -65,16 +65,43 @@ def test_a_kernel_with_a_corrupted_scale_falls_back_to_exact_for_good_and_is_rec
     exact = layer.exact_no_bias(x)
     assert torch.equal(run(x), exact)
     (taken,) = fallbacks.taken()
-    assert taken.path == "triton_fp8[16x64x64] fp8 [96, 160] block (32, 32) (float32, 8 rows)"
+    assert taken.path == "triton_fp8[16x64x64] fp8 [96, 160] block (32, 32) (float32)"
     assert taken.used == "exact" and "max |fused - exact|" in taken.reason
-    assert torch.equal(run(x[:6]), layer.exact_no_bias(x[:6]))  # the same bucket (8 rows)
+    assert taken.reason.endswith("at 5 rows")
     before = len(calls)
     assert torch.equal(run(x), exact)
     assert len(calls) == before + 1  # the exact path's own dequantisation: no second check
-    assert run.ran == {"exact": {8}} and len(fallbacks.taken()) == 1
-    # another row bucket is checked on its own (and fails too: the scale is wrong for all rows)
-    run(x[:1])
-    assert [f.path.endswith("(float32, 1 rows)") for f in fallbacks.taken()] == [False, True]
+    # one verdict per kernel (its tile), whatever the rows: 1 row takes the same tile
+    assert torch.equal(run(x[:1]), layer.exact_no_bias(x[:1]))
+    assert run.ran == {"exact": {1, 8}} and len(fallbacks.taken()) == 1
+    # another tile (BLOCK_M 64 past 32 rows: triton_kernels.tile_for) is its own kernel
+    wide = torch.randn(40, 160, generator=torch.Generator().manual_seed(4))
+    run(wide)
+    assert [f.path.split()[0] for f in fallbacks.taken()][1:] == ["triton_fp8[64x64x64]"]
+
+
+def test_probing_gives_every_tile_its_verdict_at_the_first_call():
+    """Inside `probing(rows)` (the engine's check before its run, engine/kernel_checks.py) the
+    first call, on 5 rows, judges every tile `choose` offers at those row counts, each once:
+    a later call at other rows computes with what was judged, and checks nothing."""
+    layer, path = _fp8()
+    (scale,) = path.tensors
+    scale[1, 2] *= 2
+    calls = _counting(layer)
+    run = self_checked(path, layer).run
+    x = torch.randn(5, 160, generator=torch.Generator().manual_seed(1))
+    with self_check.probing([1, 16, 17, 64, 300]):
+        assert torch.equal(run(x), layer.exact_no_bias(x))
+    tiles = sorted(f.path.split()[0] for f in fallbacks.taken())
+    assert tiles == ["triton_fp8[16x64x64]", "triton_fp8[32x64x64]", "triton_fp8[64x64x64]"]
+    # each at the largest probed row count that chooses it, up to CHECK_ROWS (256)
+    rows = sorted(int(f.reason.rsplit(" ", 2)[1]) for f in fallbacks.taken())
+    assert rows == [16, 17, 64] and self_check.refusals() == 3 and run.probed
+    wide = torch.randn(40, 160, generator=torch.Generator().manual_seed(4))
+    exact = layer.exact_no_bias(wide)
+    before = len(calls)
+    assert torch.equal(run(wide), exact)
+    assert len(calls) == before + 1 and len(fallbacks.taken()) == 3  # no check, no verdict
 
 
 def test_a_wrong_kernel_run_while_deferred_gets_its_verdict_at_the_next_real_call():
