@@ -219,8 +219,9 @@ class StaticDecode:
         self.paged.prefix_sources.view(-1).copy_(sources)
         self.paged.own_tokens.view(-1).copy_(own_tokens)
         self.paged.own_sources.view(-1).copy_(own)
-        width = tables.numel() // real
-        self.paged.tables[:real, :width].copy_(tables.view(real, width))
+        if real:  # a capture's warm-up step has pad rows only
+            width = tables.numel() // real
+            self.paged.tables[:real, :width].copy_(tables.view(real, width))
 
     def _send(self, packed) -> torch.Tensor:
         """`packed` (int64 numpy) on the device: on CUDA through one pinned buffer, reused once

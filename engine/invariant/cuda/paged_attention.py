@@ -20,10 +20,10 @@ of its bits. What a query's bits then depend on: its own query, its sources' key
 lengths up to its position, `split`, `block_n`, the head size and dtype, and the tile shape
 (`BLOCK_Q` query rows: fixed by the GQA ratio alone), never which other tokens share its tile,
 how many programs run, the SM count or the compute capability: the launch reads none of them.
-It assumes what every batch-invariant GPU kernel assumes (kernels-and-batching.md): a row of a
+It assumes what every batch-invariant GPU kernel assumes (engine/README.md): a row of a
 fixed-shape `tl.dot` does not depend on the other rows of the tile. Triton's interpreter checks
-the order (tests/engine/invariant/cuda/conftest.py), not a GPU's MMA bits: benchmarks/paged_attention.py does
-that on a device.
+the order (tests/engine/invariant/cuda/conftest.py), not a GPU's MMA bits: `benchmarks/gpu_check.py
+--only paged` does that on a device (benchmarks/benchkit/gpu/paged.py).
 
 **Tiles.** A program is one tile of `BLOCK_Q` query rows (`tokens` tokens x the GQA ratio `g`)
 and one KV head. A prefix tile holds row tokens of one group, so a shared prefix is read once per
