@@ -57,7 +57,7 @@ def _hf_logprobs(model, context: list[int], scored: list[int], start=None) -> li
     assert context[: len(head)] == head
     ids = torch.tensor([context[len(head) :] + scored])
     with torch.no_grad():
-        logits = model(ids, past_key_values=copy.deepcopy(cache)).logits[0]
+        logits = model(ids, cache=copy.deepcopy(cache)).logits[0]
     if last is not None:  # the prediction of the first token after the head
         logits = torch.cat([last, logits])
     logp = torch.log_softmax(logits.float(), dim=-1)
@@ -69,7 +69,7 @@ def _hf_start(model, head: list[int]):
     """HF's forward over `head`: (head, its last logits, its KV cache), for `_hf_logprobs`."""
     with torch.no_grad():
         out = model(torch.tensor([head]), use_cache=True)
-    return head, out.logits[0, -1:], out.past_key_values
+    return head, out.logits[0, -1:], out.cache
 
 
 def test_without_the_flag_the_records_are_those_bytes_less_the_likelihoods(runs):
