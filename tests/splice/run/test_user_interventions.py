@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.engine_reference import hf_greedy
+from helpers.engine_reference import family_greedy
 from helpers.tiny_runs import nudge_run_args, read_records, run_nudge, run_verify
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -118,14 +118,7 @@ def _check_arms(
             keep = _last_sentence_start(family, reasoning)
             edits.append((keep, len(reasoning)))
         assert (arm["prefix_tokens"], arm["sentence_id"]) == (keep, None)
-        want = hf_greedy(
-            model,
-            prompt + reasoning[:keep] + splice,
-            budget,
-            family.stop_token_ids,
-            stop_strings=family.stop_strings or None,
-            tokenizer=tokenizer,
-        ).tokens
+        want = family_greedy(model, tokenizer, family, prompt + reasoning[:keep] + splice, budget)
         assert arm["generated_ids"] == want, arm["condition"]
     return edits
 
