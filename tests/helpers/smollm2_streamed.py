@@ -2,8 +2,8 @@
 SmolLM2 (tests/splice/conftest.py `smollm2_streamed_run` builds it once a session).
 
 Two StrategyQA problems in two chunks, greedy: both bases call a tool within 70 tokens, and so do
-the second one's conf and doubt arms; two consistency samples a problem, so the run stores every
-uncertainty signal. tests/splice/run/test_stream.py checks that the units schedule writes the
+the second one's conf and doubt arms; both oracle bases ask the expert; two consistency samples a
+problem, so the run stores every uncertainty signal. tests/splice/run/test_stream.py checks that the units schedule writes the
 same files, test_resolve_smollm2.py that each resolution is HF `generate` on its full prompt, and
 test_signals_e2e.py the grounded-nudge table's counts.
 """
@@ -19,7 +19,7 @@ SMOLLM2_STREAMED = dict(
     task="strategyqa",
     n=2,
     chunk_size=1,
-    conditions=("conf", "doubt"),
+    conditions=("conf", "doubt", "oracle"),
     max_new_tokens=80,
     max_new_tokens_arm=48,
     resolve=True,

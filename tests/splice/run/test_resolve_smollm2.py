@@ -35,6 +35,7 @@ if not hasattr(Family, "continuation_ids"):  # the families' tool-result turns (
 
 N, ARM_BUDGET = SMOLLM2_STREAMED["n"], SMOLLM2_STREAMED["max_new_tokens_arm"]
 SENTENCES = {"conf": "first.confidence", "doubt": "first.doubt"}
+SENTENCES |= {"oracle_" + k: v for k, v in SENTENCES.items()}
 CLOSE = "</tool_call>"
 
 
@@ -75,7 +76,8 @@ def test_smollm2_resolutions(smollm2_streamed_run):
             continue
         problem = problems[resolution["problem_id"]]
         code = resolution["condition"]
-        base, source = by_key[(problem.id, "B")], by_key[(problem.id, code)]
+        base_code = "oracle_B" if code.startswith("oracle") else "B"
+        base, source = by_key[(problem.id, base_code)], by_key[(problem.id, code)]
         arguments = source["action"]["arguments"]
         if resolution["tool_name"] == "search":
             result = index.search(arguments["query"])
@@ -84,12 +86,14 @@ def test_smollm2_resolutions(smollm2_streamed_run):
         assert resolution["result_sha256"] == hashlib.sha256(result.encode()).hexdigest()
         # the with-tool prompt with the ChatML family's demonstrations, as the run renders it;
         # the base record's hash says it is the prompt the run used
-        prompt = render(family, *task.with_tool(problem))
+        prompt = render(
+            family, *(task.oracle(problem) if base_code == "oracle_B" else task.with_tool(problem))
+        )
         assert (
             hashlib.sha256(np.asarray(prompt, "<i4").tobytes()).hexdigest()
             == (base["prompt_sha256"])
         )
-        if code == "B":
+        if code == base_code:
             after = base["generated_ids"][base["boundary"] :]
         else:
             splice = family.splice_ids(sentences.text(SENTENCES[code]), sealed=False)
