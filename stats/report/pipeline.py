@@ -152,20 +152,13 @@ class StatsOptions:
 
 
 @dataclass(frozen=True)
-class StatsResult:
-    """What `nudge stats` computed and the files it wrote, in order."""
+class Written(Summaries):
+    """What `nudge stats` or `nudge report` computed or read, and the files it wrote, in order."""
 
-    summaries: list[ExperimentSummary]
-    values: list[DelegationValueSummary]
-    grounding: list[GroundingSummary]
-    warnings: list[str]
-    written: list[Path]
-    positions: list[PositionSummary] = field(default_factory=list)
-    openers: list[ExperimentOpeners] = field(default_factory=list)
-    samples: list[ExperimentSamples] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
 
 
-def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
+def run_stats(options: StatsOptions, warn: Warn | None = None) -> Written:
     """Summarise the run directories and write every output file (module docstring)."""
     found = summarize_runs(
         options.run_dirs,
@@ -185,17 +178,7 @@ def run_stats(options: StatsOptions, warn: Warn | None = None) -> StatsResult:
         found.openers,
         found.samples,
     )
-    written = write_files(options.out, files)
-    return StatsResult(
-        found.summaries,
-        found.values,
-        found.grounding,
-        found.warnings,
-        written,
-        found.positions,
-        found.openers,
-        found.samples,
-    )
+    return Written(**vars(found), written=write_files(options.out, files))
 
 
 @dataclass(frozen=True)
@@ -210,21 +193,7 @@ class ReportOptions:
     profile_rule: ProfileRule = field(default_factory=ProfileRule)
 
 
-@dataclass(frozen=True)
-class ReportResult:
-    """What `nudge report` drew, and the figure files it wrote, in order."""
-
-    summaries: list[ExperimentSummary]
-    values: list[DelegationValueSummary]
-    grounding: list[GroundingSummary]
-    warnings: list[str]
-    written: list[Path]
-    positions: list[PositionSummary] = field(default_factory=list)
-    openers: list[ExperimentOpeners] = field(default_factory=list)
-    samples: list[ExperimentSamples] = field(default_factory=list)
-
-
-def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult:
+def run_report(options: ReportOptions, warn: Warn | None = None) -> Written:
     """Read or compute the summaries of every source, then draw every figure into `out`."""
     summaries: list[ExperimentSummary] = []
     values: list[DelegationValueSummary] = []
@@ -279,9 +248,7 @@ def run_report(options: ReportOptions, warn: Warn | None = None) -> ReportResult
         openers,
         samples,
     )
-    return ReportResult(
-        summaries, values, grounding, warnings, written, positions, openers, samples
-    )
+    return Written(summaries, values, grounding, warnings, positions, openers, samples, written)
 
 
 def report_dir(run_dir: str | Path) -> Path:

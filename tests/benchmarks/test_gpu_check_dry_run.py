@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from benchkit.gpu.engine import DRY_SIZES
+from helpers.session_once import built_once
 
 from nudgeability.models.testing.reference import RTOL
 
@@ -88,24 +89,34 @@ def test_the_engine_sections_deadline_is_a_monotonic_time(monkeypatch):
     ] * 3
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    site = tmp_path_factory.mktemp("site")
+def _dry_run(out: Path) -> None:
+    """gpu_check.py --dry-run from a bare checkout, its table and Engine log into `out`."""
+    site, cwd = out / "site", out / "cwd"
+    for directory in (site, cwd):
+        directory.mkdir()
     (site / "sitecustomize.py").write_text(BLOCKER + RECORDER)
-    out = tmp_path_factory.mktemp("out")
-    log = out / "engines.jsonl"
-    env = dict(os.environ, PYTHONPATH=str(site), OUT=str(out), ENGINE_LOG=str(log))
+    env = dict(
+        os.environ, PYTHONPATH=str(site), OUT=str(out), ENGINE_LOG=str(out / "engines.jsonl")
+    )
     done = subprocess.run(
         # a budget no loaded machine runs out of: the test checks what runs, not how fast
         [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--dry-run", "--budget", "1e5"],
-        cwd=tmp_path_factory.mktemp("cwd"),  # not the repository: nothing found beside it
+        cwd=cwd,  # not the repository: nothing found beside it
         env=env,
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    engines = [json.loads(line) for line in log.read_text().splitlines()]
-    return done.stdout, (out / "gpu_check.md").read_text(), engines
+    (out / "stdout.txt").write_text(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """(stdout, $OUT/gpu_check.md, the Engines built) of one dry run a session
+    (tests/helpers/session_once.py: however pytest-xdist splits this module)."""
+    out = built_once(tmp_path_factory, "gpu-check-dry-run", _dry_run)
+    engines = [json.loads(line) for line in (out / "engines.jsonl").read_text().splitlines()]
+    return (out / "stdout.txt").read_text(), (out / "gpu_check.md").read_text(), engines
 
 
 def _rows(text: str) -> list[tuple[str, str, str]]:

@@ -16,6 +16,19 @@ def random_ids(length: int, seed: int, low: int = 3, high: int = 300) -> list[in
     return torch.randint(low, high, (length,), generator=gen).tolist()
 
 
+def family_greedy(model, tokenizer, family, ids: list[int], max_new_tokens: int) -> list[int]:
+    """HF greedy tokens after `ids`, stopping where a run of `family` stops: at its stop tokens
+    or, decoded by `tokenizer`, at its stop strings (a call's close)."""
+    return hf_greedy(
+        model,
+        ids,
+        max_new_tokens,
+        family.stop_token_ids,
+        stop_strings=family.stop_strings or None,
+        tokenizer=tokenizer,
+    ).tokens
+
+
 def assert_matches_reference(
     model, completion, full_ids: list[int], max_new_tokens: int, eos_ids, rtol=1e-4, ties=False
 ):

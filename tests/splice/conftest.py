@@ -84,3 +84,17 @@ def tiny_checkpoint(tmp_path_factory):
         return saved[key]
 
     return make
+
+
+# ---- the real SmolLM2 streamed through `nudge run --resolve`, once per session ---------------------
+@pytest.fixture(scope="session")
+def smollm2_streamed_run(tmp_path_factory):
+    """The run directory of `nudge run` on SmolLM2 as helpers/smollm2_streamed.py says, on the
+    stream schedule (the one `nudge run` takes on CPU), built once for the whole session
+    (helpers/session_once.py); the tests read it and never change it."""
+    from helpers.session_once import built_once
+    from helpers.smollm2_streamed import run_streamed
+
+    out = built_once(tmp_path_factory, "smollm2-streamed", run_streamed)
+    assert json.loads((out / "manifest.json").read_text())["schedule"]["name"] == "stream"
+    return out

@@ -39,7 +39,7 @@ def _needle_runs(engine, needle, make_other, batches, seed=0):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_a_prompts_logits_are_bitwise_the_same_alone_and_in_any_batch(arch, dtype):
     """fp32 holds by construction on this CPU; in bf16 this checks the attention and elementwise
     paths (the tiny models' random weights happen not to expose bf16 matrix products, whose

@@ -13,6 +13,7 @@ import copy
 import pytest
 import torch
 from helpers.engine_reference import assert_matches_reference
+from helpers.session_once import built_once
 
 from nudgeability.engine import Engine, SamplingParams
 from nudgeability.models.quant import compute_paths, write_bnb4, write_fp8, write_w4a16
@@ -33,12 +34,15 @@ TEXT = (
 
 @pytest.fixture(scope="module")
 def smol_checkpoints(smollm2, tmp_path_factory):
-    out = {}
-    for name, (write, kwargs) in WRITERS.items():
-        directory = tmp_path_factory.mktemp(f"smollm2-{name}")
-        write(smollm2.model, directory, tokenizer=smollm2.tokenizer, **kwargs)
-        out[name] = directory
-    return out
+    """SmolLM2 written in each format, once a session however pytest-xdist splits this module
+    (tests/helpers/session_once.py); the tests only read them."""
+
+    def write_all(root):
+        for name, (write, kwargs) in WRITERS.items():
+            write(smollm2.model, root / name, tokenizer=smollm2.tokenizer, **kwargs)
+
+    root = built_once(tmp_path_factory, "smollm2-quantised", write_all)
+    return {name: root / name for name in WRITERS}
 
 
 def _reference(model, weights):

@@ -122,25 +122,31 @@ def test_two_runs_may_give_one_code_two_meanings_in_one_process(tmp_path):
     assert from_definitions(mine, "a/manifest.json") == a  # read again: the same value
 
 
+def _listing(*entries: str) -> str:
+    """A file whose INTERVENTIONS lists `entries`, one a line from the list's second line."""
+    return "INTERVENTIONS = [\n" + "".join(f"    {entry},\n" for entry in entries) + "]\n"
+
+
 @pytest.mark.parametrize(
     "body, line, field",
     [
         ("INTERVENTIONS = [\n    Intervention('a', 'b', text='x'\n", 2, "syntax"),
-        ("INTERVENTIONS = [\n    Intervention('a', 'b', base='C', text='x'),\n]\n", 2, "base"),
-        ("INTERVENTIONS = [\n    Intervention('a', 'no text given'),\n]\n", 2, "text"),
+        (_listing("Intervention('a', 'b', base='C', text='x')"), 2, "base"),
+        (_listing("Intervention('a', 'no text given')"), 2, "text"),
         (
-            "INTERVENTIONS = [\n    Intervention('a', 'b', text='x'),\n"
-            "    Intervention('w', 'b', text='y', pair='p', side='+'),\n]\n",
+            _listing(
+                "Intervention('a', 'b', text='x')",
+                "Intervention('w', 'b', text='y', pair='p', side='+')",
+            ),
             3,
             "pair",
         ),
-        ("INTERVENTIONS = [\n    Intervention('conf', 'b', text='x'),\n]\n", 2, "code"),
-        ("INTERVENTIONS = [\n    Intervention('a', 'b', txt='x'),\n]\n", 2, "TypeError"),
-        ("INTERVENTIONS = [\n    Intervention('a', 'b', edit='swap', text='x'),\n]\n", 2, "edit"),
-        ("INTERVENTIONS = [\n    Intervention('a', 'b', sentence='neutral'),\n]\n", 2, "sentence"),
+        (_listing("Intervention('conf', 'b', text='x')"), 2, "code"),
+        (_listing("Intervention('a', 'b', txt='x')"), 2, "TypeError"),
+        (_listing("Intervention('a', 'b', edit='swap', text='x')"), 2, "edit"),
+        (_listing("Intervention('a', 'b', sentence='neutral')"), 2, "sentence"),
         (
-            "INTERVENTIONS = [\n    Intervention('a', 'b', text='x'),\n"
-            "    Intervention('A', 'b', text='y'),\n]\n",
+            _listing("Intervention('a', 'b', text='x')", "Intervention('A', 'b', text='y')"),
             3,
             "code",
         ),

@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from helpers.engine_reference import hf_greedy
+from helpers.engine_reference import family_greedy
 from helpers.tiny_runs import PAIRS, nudge_run_args, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -88,12 +88,5 @@ def test_every_family_forks_arms_that_equal_hf_generate(tiny_checkpoint, tmp_pat
         sentence = sentences.text(arm["sentence_id"]) if arm["sentence_id"] else ""
         splice = family.splice_ids(sentence, sealed=condition.seal)
         ids = prompt + base["generated_ids"][: closed[(arm["problem_id"], condition.base)]]
-        generated = hf_greedy(
-            model,
-            ids + splice,
-            ARM_BUDGET,
-            family.stop_token_ids,
-            stop_strings=family.stop_strings or None,
-            tokenizer=tokenizer,
-        ).tokens
+        generated = family_greedy(model, tokenizer, family, ids + splice, ARM_BUDGET)
         assert arm["generated_ids"] == generated, arm["condition"]

@@ -9,6 +9,7 @@ the Qwen3 format (`\\n\\n<tool_call>`, `\\n\\nAnswer:`).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -46,12 +47,29 @@ def runs(request, tiny_checkpoint, tmp_path_factory):
     return model_dir, root / "on", root / "off"
 
 
-def _hf_logprobs(model, context: list[int], scored: list[int]) -> list[float]:
-    """log p(scored[j] | context + scored[:j]) from one HF forward."""
-    ids = torch.tensor([context + scored])
+def _hf_logprobs(model, context: list[int], scored: list[int], start=None) -> list[float]:
+    """log p(scored[j] | context + scored[:j]) from HF's forward. `start` (`_hf_start`): HF's
+    forward over a leading part of `context`, which this one continues from a copy of its KV
+    cache: a base's prompt and reasoning are computed once for all its arms."""
+    if not scored:
+        return []
+    head, last, cache = start if start is not None else ([], None, None)
+    assert context[: len(head)] == head
+    ids = torch.tensor([context[len(head) :] + scored])
     with torch.no_grad():
-        logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
-    return [logp[len(context) + j - 1, t].item() for j, t in enumerate(scored)]
+        logits = model(ids, cache=copy.deepcopy(cache)).logits[0]
+    if last is not None:  # the prediction of the first token after the head
+        logits = torch.cat([last, logits])
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    offset = len(context) - len(head) - (last is None)
+    return [logp[offset + j, t].item() for j, t in enumerate(scored)]
+
+
+def _hf_start(model, head: list[int]):
+    """HF's forward over `head`: (head, its last logits, its KV cache), for `_hf_logprobs`."""
+    with torch.no_grad():
+        out = model(torch.tensor([head]), use_cache=True)
+    return head, out.logits[0, -1:], out.cache
 
 
 def test_without_the_flag_the_records_are_those_bytes_less_the_likelihoods(runs):
@@ -81,6 +99,7 @@ def _check_against_hf(model, family, records, n, gap, scored_open) -> tuple[int,
     task, sentences = get_task("strategyqa"), load_sentences(None)
     problems = {p.id: p for p in sample_problems(task.load(), n, 0)}
     bases = {r["problem_id"]: r for r in records if r["condition"] == "B"}
+    starts = {}  # problem -> HF's forward over its prompt and B's reasoning
     tool_opener = family.encode(gap + "<tool_call>")
     answer_opener = family.encode(gap + "Answer:")
     arms = openers = 0
@@ -95,7 +114,10 @@ def _check_against_hf(model, family, records, n, gap, scored_open) -> tuple[int,
         sentence = sentences.text(r["sentence_id"]) if r["sentence_id"] else ""
         splice = family.splice_ids(sentence, condition.seal)
         got = r["likelihoods"]
-        want = _hf_logprobs(model, context, splice)
+        if r["problem_id"] not in starts:
+            starts[r["problem_id"]] = _hf_start(model, context)
+        start = starts[r["problem_id"]]
+        want = _hf_logprobs(model, context, splice, start)
         assert got["splice_logprobs"] == pytest.approx(want, abs=1e-4)
         assert got["splice_logprob"] == pytest.approx(sum(want), abs=1e-3)
         arms += 1
@@ -103,8 +125,8 @@ def _check_against_hf(model, family, records, n, gap, scored_open) -> tuple[int,
             assert got["tool_opener_logprob"] is None and got["answer_opener_logprob"] is None
             continue
         closed = context + splice + ([] if condition.seal else family.think_close_ids)
-        tool = sum(_hf_logprobs(model, closed, tool_opener))
-        answer = sum(_hf_logprobs(model, closed, answer_opener))
+        tool = sum(_hf_logprobs(model, closed, tool_opener, start))
+        answer = sum(_hf_logprobs(model, closed, answer_opener, start))
         assert got["tool_opener_logprob"] == pytest.approx(tool, abs=1e-4)
         assert got["answer_opener_logprob"] == pytest.approx(answer, abs=1e-4)
         assert math.exp(got["tool_opener_logprob"]) + math.exp(got["answer_opener_logprob"]) <= 1

@@ -1,5 +1,6 @@
-"""`nudge run --resolve` on the real SmolLM2-135M-Instruct: it calls its tools on StrategyQA, each
-TOOL record gets one resolution, and a resolution equals HF `generate` on its full prompt alone.
+"""`nudge run --resolve` on the real SmolLM2-135M-Instruct (the session's streamed run,
+helpers/smollm2_streamed.py): it calls its tools on StrategyQA, each TOOL record gets one
+resolution, and a resolution equals HF `generate` on its full prompt alone.
 
 The full prompt is rebuilt here from the stored records: the rendered prompt (checked against the
 base record's hash), the base's reasoning,
@@ -17,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 from helpers.engine_reference import hf_greedy
-from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
+from helpers.smollm2_streamed import SMOLLM2_STREAMED
+from helpers.tiny_runs import read_records
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nudgeability.models.families import Family, get_family
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.slow
 if not hasattr(Family, "continuation_ids"):  # the families' tool-result turns (issue 14, item 3)
     pytest.skip("needs Family.continuation_ids (the tool-result turns)", allow_module_level=True)
 
-N, BASE_BUDGET, ARM_BUDGET = 2, 96, 48
+N, ARM_BUDGET = SMOLLM2_STREAMED["n"], SMOLLM2_STREAMED["max_new_tokens_arm"]
 SENTENCES = {"conf": "first.confidence", "doubt": "first.doubt"}
 SENTENCES |= {"oracle_" + k: v for k, v in SENTENCES.items()}
 CLOSE = "</tool_call>"
@@ -49,12 +51,8 @@ def _cut_after_call(tokenizer, ids: list[int]) -> tuple[list[int], str]:
     raise AssertionError("no complete call")
 
 
-def test_smollm2_resolutions(tmp_path):
-    out = tmp_path / "smollm2"
-    budgets = f"{BASE_BUDGET},{ARM_BUDGET}"
-    argv = nudge_run_args(out=out, n=N, conditions="conf,doubt,oracle", max_new_tokens=budgets)
-    status, err = run_nudge([*argv, "--resolve"])
-    assert status == 0, err
+def test_smollm2_resolutions(smollm2_streamed_run):
+    out = smollm2_streamed_run
     records = read_records(out)
     tool_keys = [
         (r["problem_id"], r["condition"]) for r in records if r["action"]["kind"] == "TOOL"

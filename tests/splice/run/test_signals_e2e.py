@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.grounding_counts import check_grounding_counts
+from helpers.smollm2_streamed import SMOLLM2_STREAMED
 from helpers.tiny_runs import nudge_run_args, read_records, run_nudge
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -154,27 +155,22 @@ def test_report_draws_the_grounding_figures_from_the_stats_directory(signal_run,
 
 
 @pytest.mark.slow
-def test_smollm2_strategyqa_with_consistency_samples_gives_the_grounding_table(tmp_path):
-    """The demo's command with consistency samples on the embedded SmolLM2, then `nudge stats`;
-    every count checked. Four problems, `--conditions primary` (NT, B, empty, conf, doubt,
-    neutral) and two samples keep the suite time down: the grounded arms need only conf and
-    doubt, the counts are the same sums at any K (K = 4 runs on the tiny model above) and read
-    no bootstrap draw, and SmolLM2 answers in NT on three of the four and closes B's thinking on
-    all four (rows the table retains). Its greedy NT and B end within 80 tokens here, so the
-    budgets of 96 and 64 bound only the sampled answers and the longer arms: the steps a run takes
-    follow its longest generation, not its number of problems."""
-    out, stats = tmp_path / "run", tmp_path / "stats"
-    argv = nudge_run_args(
-        out=out, n=4, consistency_samples=2, conditions="primary", max_new_tokens="96,64"
-    )
-    status, err = run_nudge(argv)
-    assert status == 0, err
+def test_smollm2_strategyqa_with_consistency_samples_gives_the_grounding_table(
+    smollm2_streamed_run, tmp_path
+):
+    """The embedded SmolLM2 with consistency samples (the session's streamed run,
+    helpers/smollm2_streamed.py), then `nudge stats`; every count checked. The grounded arms need
+    only conf and doubt, the counts are the same sums at any K (K = 4 runs on the tiny model above)
+    and read no bootstrap draw, and SmolLM2 answers in NT and closes B's thinking on both problems
+    (rows the table retains)."""
+    out, stats = smollm2_streamed_run, tmp_path / "stats"
+    n, k = SMOLLM2_STREAMED["n"], SMOLLM2_STREAMED["consistency_samples"]
     status, err = run_nudge(["stats", out, "--out", stats, "--n-boot", 200])
     assert status == 0, err
     records = read_records(out)
-    problems = [p.id for p in sample_problems(get_task("strategyqa").load(), 4, 0)]
-    assert sum(r["condition"] == "consistency" for r in records) == 4 * 2
-    summary, retained, _ = check_grounding_counts(records, stats, problems, 2)
+    problems = [p.id for p in sample_problems(get_task("strategyqa").load(), n, 0)]
+    assert sum(r["condition"] == "consistency" for r in records) == n * k
+    summary, retained, _ = check_grounding_counts(records, stats, problems, k)
     assert set(summary["signals"]) == {
         "entropy_mean",
         "entropy_max",

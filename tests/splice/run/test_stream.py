@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.smollm2_streamed import SMOLLM2_STREAMED
 
 import nudgeability.splice.run.parts as parts_module
 import nudgeability.splice.run.schedule as schedule_module
@@ -184,24 +185,12 @@ def test_where_the_needle_differs_the_run_takes_the_units_schedule(tiny_checkpoi
 
 
 @pytest.mark.slow
-def test_smollm2_resolutions_and_signals_stream_to_the_same_bytes(tmp_path):
+def test_smollm2_resolutions_and_signals_stream_to_the_same_bytes(smollm2_streamed_run, tmp_path):
     """SmolLM2 delegates on most StrategyQA problems: its resolutions start as soon as a problem's
-    base and arms are final, forked from B's cache, and every file equals the units schedule's.
-    Two problems in two chunks: both bases call a tool (within 70 tokens), and so do the second
-    one's conf and doubt arms."""
-    config = dict(
-        task="strategyqa",
-        n=2,
-        chunk_size=1,
-        conditions=("conf", "doubt"),
-        max_new_tokens=80,
-        max_new_tokens_arm=48,
-        resolve=True,
-        consistency_samples=2,
-        device="cpu",
-    )
-    units = _run("smollm2", tmp_path / "units", "units", **config)
-    streamed = _run("smollm2", tmp_path / "stream", "stream", **config)
-    assert streamed == units
-    resolutions = (tmp_path / "stream" / "resolutions.jsonl").read_text().splitlines()
+    base and arms are final, forked from B's cache, and every file of `nudge run`'s streamed run
+    (tests/splice/conftest.py, SMOLLM2_STREAMED: two problems in two chunks, consistency samples
+    on) equals the units schedule's."""
+    units = _run("smollm2", tmp_path / "units", "units", **SMOLLM2_STREAMED)
+    assert _files(smollm2_streamed_run) == units
+    resolutions = (smollm2_streamed_run / "resolutions.jsonl").read_text().splitlines()
     assert sum('"unresolved":null' in line for line in resolutions) >= 2

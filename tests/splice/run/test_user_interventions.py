@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.engine_reference import hf_greedy
+from helpers.engine_reference import family_greedy
 from helpers.tiny_runs import nudge_run_args, read_records, run_nudge, run_verify
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -72,27 +72,36 @@ def _last_sentence_start(family, reasoning: list[int]) -> int:
     )
 
 
-def _run(root: Path, model, n: int, budgets: str, conditions: str):
-    """`nudge run` of the README's example file on `model` (None: SmolLM2); (out, file, argv)."""
+def _run(root: Path, model, n: int, budgets: str, conditions: str, data: Path | None = None):
+    """`nudge run` of the README's example file on `model` (None: SmolLM2), on the problems of
+    `data` (None: the shipped file); (out, file, argv)."""
     path = root / "wait.py"
     path.write_text(readme_example() + MARKER, encoding="utf-8")
     out = root / "out"
     argv = nudge_run_args(
-        model, out, n=n, max_new_tokens=budgets, conditions=conditions, interventions=path
+        model,
+        out,
+        n=n,
+        max_new_tokens=budgets,
+        conditions=conditions,
+        interventions=path,
+        data=data,
     )
     status, err = run_nudge(argv)
     assert status == 0, err
     return out, path, argv
 
 
-def _check_arms(model_dir, out: Path, n: int, budget: int) -> list[tuple[int, int]]:
+def _check_arms(
+    model_dir, out: Path, n: int, budget: int, data: Path | None = None
+) -> list[tuple[int, int]]:
     """Every arm of the example equals HF greedy on its full prompt, built here; the replace
     arms' (kept, whole) reasoning lengths."""
     records = read_records(out)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     family = get_family(json.loads((out / "manifest.json").read_text())["family"], tokenizer)
     task = get_task("strategyqa")
-    problems = {p.id: p for p in sample_problems(task.load(), n, 0)}
+    problems = {p.id: p for p in sample_problems(task.load(data), n, 0)}
     by_key = {(r["problem_id"], r["condition"]): r for r in records}
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     splice = family.splice_ids("Wait.", sealed=False)
@@ -109,14 +118,7 @@ def _check_arms(model_dir, out: Path, n: int, budget: int) -> list[tuple[int, in
             keep = _last_sentence_start(family, reasoning)
             edits.append((keep, len(reasoning)))
         assert (arm["prefix_tokens"], arm["sentence_id"]) == (keep, None)
-        want = hf_greedy(
-            model,
-            prompt + reasoning[:keep] + splice,
-            budget,
-            family.stop_token_ids,
-            stop_strings=family.stop_strings or None,
-            tokenizer=tokenizer,
-        ).tokens
+        want = family_greedy(model, tokenizer, family, prompt + reasoning[:keep] + splice, budget)
         assert arm["generated_ids"] == want, arm["condition"]
     return edits
 
@@ -212,15 +214,23 @@ def test_stats_reads_the_users_pair_and_the_report_shows_its_arms(tiny_run, tmp_
     assert "wait_replace" in (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
 
 
+# The first problem of the shipped StrategyQA draw (seed 0) whose SmolLM2 B reasoning has a
+# sentence before its last: the fifth (the first four write one sentence each, and their replace
+# arm keeps none of it).
+TWO_SENTENCES = "39764cc9679c2e0e6435"
+
+
 @pytest.mark.slow
 def test_on_smollm2_the_example_replaces_a_real_sentence_and_stats_reads_it(tmp_path):
-    """Five problems: the fifth drawn is the first whose B reasoning has a sentence before its
-    last (the first four write one sentence, and the replace keeps none of them)."""
+    """The example on SmolLM2, on that one problem alone (a data file of its record: a
+    problem's records do not depend on the others in the run, test_shared_start_runs.py)."""
     from nudgeability.models.smollm2 import converted_dir
 
-    n = 5
-    out, _, _ = _run(tmp_path, None, n, "256,64", "conf,doubt")
-    edits = _check_arms(converted_dir(), out, n, 64)
+    shipped = json.loads(get_task("strategyqa").default_data_path().read_text(encoding="utf-8"))
+    data = tmp_path / "strategyqa.json"
+    data.write_text(json.dumps([r for r in shipped if r["qid"] == TWO_SENTENCES]), encoding="utf-8")
+    out, _, _ = _run(tmp_path, None, 1, "256,64", "conf,doubt", data)
+    edits = _check_arms(converted_dir(), out, 1, 64, data)
     assert any(0 < keep < whole for keep, whole in edits), edits
     pair = _stats_pair(out, tmp_path / "stats")
     s, n_s = _brute_force_s(read_records(out))
