@@ -70,6 +70,27 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def count_calls(monkeypatch):
+    """`count_calls(module, names)`: each named function of `module` replaced, for the test, by
+    one that counts its calls and calls it; returns the counts, every name at 0 first, in order
+    (a test sees which kernels a path reached)."""
+
+    def counting(module, names) -> dict[str, int]:
+        counts = dict.fromkeys(names, 0)
+        for name in names:
+            real = getattr(module, name)
+
+            def counted(*args, _name=name, _real=real, **kwargs):
+                counts[_name] += 1
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(module, name, counted)
+        return counts
+
+    return counting
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The embedded SmolLM2-135M-Instruct, fp32 on CPU (converted from GGUF once, then cached)."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import json
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,22 +36,21 @@ import torch
 
 from nudgeability.engine.invariant.needle import (
     CACHE_FORMAT,
+    OTHER_TOKENS,
+    STEPS,
     InvarianceCheck,
+    Needle,
     code_hash,
     kept,
     model_key,
     settings,
 )
-from nudgeability.engine.sampling.sampling_params import SamplingParams
 
 # decode steps of these many rows: either side of the buckets 16, 32 and 64
 # (engine/attention/decode_buckets.py), where a kernel that read M would change plan
 CROSSINGS = (16, 17, 32, 33, 64, 65)
 SPLIT = "split"  # the needle beside a prompt whose prefill takes more than one step
 BATCHES = (*CROSSINGS, SPLIT)
-NEEDLE_TOKENS = 37
-OTHER_TOKENS = 12
-STEPS = 3
 # The needle's KV budget (token slots): 65 short prompts, or the needle and one prompt of a
 # step's prefill budget and a little more (2,048 by default), each with its new tokens.
 NEEDLE_SLOTS = 4096
@@ -66,27 +64,11 @@ _LIBRARIES = ("libcublas", "libcudnn", "libcudart", "libnvrtc", "libnvJitLink", 
 def check_engine(engine, *, seed: int = 0) -> InvarianceCheck:
     """Run the needle (module docstring) on `engine`, a fresh engine of the run's options."""
     start = time.monotonic()
-    vocab = engine.vocab_size
-    rng = random.Random(seed)
-
-    def prompt(length: int) -> list[int]:
-        return [rng.randrange(vocab) for _ in range(length)]
-
-    params = SamplingParams(max_new_tokens=STEPS, ignore_eos=True)
-    needle = prompt(NEEDLE_TOKENS)
-    alone = engine.generate([needle], params, return_logits=True)[0].logits
-    differing: list[int | str] = []
-    for n in CROSSINGS:
-        others = [prompt(rng.randint(3, OTHER_TOKENS)) for _ in range(n - 1)]
-        at = rng.randrange(n)
-        outs = engine.generate(others[:at] + [needle] + others[at:], params, return_logits=True)
-        if not torch.equal(outs[at].logits, alone):
-            differing.append(n)
+    needle = Needle(engine, seed)
+    differing: list[int | str] = [n for n in CROSSINGS if needle.differs_among(n)]
     # the needle first: its prefill and the long prompt's first part share a step, its decode
     # steps the rest of that prefill
-    long = prompt(split_length(engine))
-    outs = engine.generate([needle, long], params, return_logits=True)
-    if not torch.equal(outs[0].logits, alone):
+    if needle.differs_beside([needle.random_prompt(split_length(engine))]):
         differing.append(SPLIT)
     device = engine.runner.device
     return InvarianceCheck(

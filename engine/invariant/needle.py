@@ -112,24 +112,38 @@ def check_invariance(
 
 def _differing(model, batches, seed: int, batch_invariant: bool) -> list[int]:
     """The batch sizes whose needle logits differ from the needle's alone."""
-    engine = Engine(model, batch_invariant=batch_invariant)
-    vocab = engine.vocab_size
-    rng = random.Random(seed)
+    needle = Needle(Engine(model, batch_invariant=batch_invariant), seed)
+    return [n for n in batches if needle.differs_among(n)]
 
-    def prompt(length: int) -> list[int]:
-        return [rng.randrange(vocab) for _ in range(length)]
 
-    params = SamplingParams(max_new_tokens=STEPS, ignore_eos=True)
-    needle = prompt(NEEDLE_TOKENS)
-    alone = engine.generate([needle], params, return_logits=True)[0].logits
-    differing = []
-    for n in batches:
-        others = [prompt(rng.randint(3, OTHER_TOKENS)) for _ in range(n - 1)]
-        at = rng.randrange(n)
-        outs = engine.generate(others[:at] + [needle] + others[at:], params, return_logits=True)
-        if not torch.equal(outs[at].logits, alone):
-            differing.append(n)
-    return differing
+class Needle:
+    """One random prompt's logits over `STEPS` greedy steps on `engine`, alone (`alone`), and
+    whether they stay the same bits beside others; the one construction of the CPU needle and
+    the CUDA one (cuda_needle.py). Every prompt comes from one seeded stream."""
+
+    def __init__(self, engine, seed: int):
+        self.engine, self.rng = engine, random.Random(seed)
+        self.params = SamplingParams(max_new_tokens=STEPS, ignore_eos=True)
+        self.prompt = self.random_prompt(NEEDLE_TOKENS)
+        self.alone = self._logits([self.prompt], 0)
+
+    def random_prompt(self, length: int) -> list[int]:
+        return [self.rng.randrange(self.engine.vocab_size) for _ in range(length)]
+
+    def differs_among(self, n: int) -> bool:
+        """The needle at a random place among n - 1 short prompts."""
+        others = [self.random_prompt(self.rng.randint(3, OTHER_TOKENS)) for _ in range(n - 1)]
+        at = self.rng.randrange(n)
+        return not torch.equal(
+            self._logits(others[:at] + [self.prompt] + others[at:], at), self.alone
+        )
+
+    def differs_beside(self, others: list[list[int]]) -> bool:
+        """The needle first, then `others`."""
+        return not torch.equal(self._logits([self.prompt, *others], 0), self.alone)
+
+    def _logits(self, prompts, at: int) -> torch.Tensor:
+        return self.engine.generate(prompts, self.params, return_logits=True)[at].logits
 
 
 CACHE_FORMAT = 1

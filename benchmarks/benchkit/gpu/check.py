@@ -41,6 +41,20 @@ SECTIONS = {
 Row = tuple[str, str]  # (check, result); a result that begins "skipped" or "failed" says so
 
 
+def triton_refusal(what: str, dry_run: bool, available: bool) -> list[Row] | None:
+    """The one row of a Triton section that cannot run here (no CUDA device off a dry run,
+    Triton missing, a dry run outside Triton's interpreter), or None where it can."""
+    import torch
+
+    if not dry_run and not torch.cuda.is_available():
+        return [(f"{what} on CUDA", "skipped: no CUDA device (use --dry-run on CPU)")]
+    if not available:
+        return [(what, "skipped: Triton does not import")]
+    if dry_run and os.environ.get("TRITON_INTERPRET") != "1":
+        return [(what, "skipped: the dry run needs TRITON_INTERPRET=1")]
+    return None
+
+
 def _device_line(dry_run: bool) -> str:
     import torch
 

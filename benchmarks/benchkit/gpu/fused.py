@@ -22,7 +22,6 @@ wrong), on small shapes and a tiny Qwen3, timed by the wall clock.
 from __future__ import annotations
 
 import inspect
-import os
 import statistics
 import time
 from contextlib import nullcontext
@@ -31,7 +30,8 @@ import torch
 
 from nudgeability.models.testing.tiny import decoder_sizes
 
-Row = tuple[str, str]
+from .check import Row, triton_refusal
+
 ROWS = (1, 12, 64)
 LAYERS = 8  # enough layers that a step's launches, not the LM head, set its time
 PREFIX = 256
@@ -152,12 +152,9 @@ def section(deadline: float, *, dry_run: bool = False, progress=None) -> list[Ro
     """The rows of this section (see the module docstring)."""
     from nudgeability.engine.fused import layers, triton_ops
 
-    if not dry_run and not torch.cuda.is_available():
-        return [("fused kernels on CUDA", "skipped: no CUDA device (use --dry-run on CPU)")]
-    if not triton_ops.available():
-        return [("fused kernels", "skipped: Triton does not import")]
-    if dry_run and os.environ.get("TRITON_INTERPRET") != "1":
-        return [("fused kernels", "skipped: the dry run needs TRITON_INTERPRET=1")]
+    refused = triton_refusal("fused kernels", dry_run, triton_ops.available())
+    if refused:
+        return refused
     device = torch.device("cpu" if dry_run else "cuda")
     widths = DRY_WIDTHS if dry_run else WIDTHS
     rows: list[Row] = []

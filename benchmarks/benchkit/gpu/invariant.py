@@ -20,15 +20,14 @@ interpreter's bf16 is wrong), a shorter sweep, timed by the wall clock (no figur
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import torch
 
+from .check import Row, triton_refusal
 from .quant import missing_library, quantised_layer
 
-Row = tuple[str, str]
 SWEEP = (1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257)
 DRY_SWEEP = (1, 17, 65)
 TIMED = (16, 64, 256)
@@ -96,12 +95,9 @@ def section(deadline: float, *, dry_run: bool = False, progress=None) -> list[Ro
     """The rows of this section (see the module docstring)."""
     from nudgeability.models.quant import triton_kernels
 
-    if not dry_run and not torch.cuda.is_available():
-        return [("invariant GEMMs on CUDA", "skipped: no CUDA device (use --dry-run on CPU)")]
-    if not triton_kernels.available():
-        return [("invariant GEMMs", "skipped: Triton does not import")]
-    if dry_run and os.environ.get("TRITON_INTERPRET") != "1":
-        return [("invariant GEMMs", "skipped: the dry run needs TRITON_INTERPRET=1")]
+    refused = triton_refusal("invariant GEMMs", dry_run, triton_kernels.available())
+    if refused:
+        return refused
     device = torch.device("cpu" if dry_run else "cuda")
     dtype = torch.float16 if dry_run else torch.bfloat16
     shapes = DRY_SHAPES if dry_run else SHAPES

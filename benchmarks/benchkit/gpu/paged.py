@@ -20,7 +20,6 @@ wrong), timed by the wall clock (no figure is a GPU's).
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from functools import partial
@@ -33,7 +32,7 @@ from nudgeability.engine.invariant.cuda import paged_attention as paged
 from nudgeability.engine.invariant.cuda.paged_tables import TableBuilder
 from nudgeability.engine.kv.kv_cache import LayerKV
 
-Row = tuple[str, str]
+from .check import Row, triton_refusal
 
 SWEEP = (1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511)
 BS = 16
@@ -176,8 +175,9 @@ WORKLOADS = [
 
 def section(deadline: float, dry_run: bool = False, progress=None) -> list[Row]:
     """The rows of this section (module docstring)."""
-    if dry_run and os.environ.get("TRITON_INTERPRET") != "1":
-        return [("paged attention", "skipped: the dry run needs TRITON_INTERPRET=1")]
+    refused = triton_refusal("paged attention", dry_run, True)
+    if refused:
+        return refused
     if dry_run:
         device, dtype = torch.device("cpu"), torch.float16
         sweep, shapes = (1, 5), (2, 2, 16, 40, 40)

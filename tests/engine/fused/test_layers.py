@@ -57,18 +57,9 @@ LAUNCHES = {
 
 
 @pytest.fixture
-def launches(monkeypatch):
+def launches(count_calls):
     """Counts of each wrapper's calls, so that a test sees the fused path taken."""
-    counts = dict.fromkeys(("rms_norm", "norm_rope", "act_mul"), 0)
-    for name in counts:
-        original = getattr(ops, name)
-
-        def counted(*args, _name=name, _original=original, **kwargs):
-            counts[_name] += 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(ops, name, counted)
-    return counts
+    return count_calls(ops, ("rms_norm", "norm_rope", "act_mul"))
 
 
 def _pair(arch: str, dtype: torch.dtype = torch.float32):

@@ -9,8 +9,6 @@ beyond them is the attention's order."""
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 import torch
 from helpers.capture_hazards import HazardCheckedGraphs
@@ -39,18 +37,9 @@ def paged_on(monkeypatch):
 
 
 @pytest.fixture
-def launches(monkeypatch):
+def launches(count_calls):
     """How often each of the kernel's entry points ran (the engine must reach them)."""
-    seen = collections.Counter()
-    for name in ("row_attention", "chunk_attention", "static_decode_attention"):
-        real = getattr(paged, name)
-
-        def counted(*args, real=real, name=name, **kwargs):
-            seen[name] += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(paged, name, counted)
-    return seen
+    return count_calls(paged, ("row_attention", "chunk_attention", "static_decode_attention"))
 
 
 def paged_engine(model, **options) -> Engine:
