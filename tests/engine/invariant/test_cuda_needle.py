@@ -36,7 +36,17 @@ def precision():
     backends = (torch.backends, torch.backends.cuda.matmul, torch.backends.cudnn)
     kept = [getattr(b, "fp32_precision", None) for b in backends]
     legacy = torch.get_float32_matmul_precision()
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    # set and restored here, not with monkeypatch: cuBLASModule's flags live behind
+    # __getattr__/__setattr__, which monkeypatch's undo can take for a missing attribute
+    flags = {
+        n: getattr(matmul, n) for n in ("allow_tf32", "allow_bf16_reduced_precision_reduction")
+    }
+    cudnn_tf32 = cudnn.allow_tf32
     yield
+    for name, value in flags.items():
+        setattr(matmul, name, value)
+    cudnn.allow_tf32 = cudnn_tf32
     torch.set_float32_matmul_precision(legacy)
     for backend, value in zip(backends, kept):
         if value is not None:
@@ -123,9 +133,9 @@ def test_every_property_that_changes_bits_changes_the_key_and_nothing_else(gpu, 
         "cuBLAS": lambda: gpu.wheels.update({"nvidia-cublas-cu12": "12.8.3.14"}),
         "cuBLAS mapped": lambda: gpu.maps.write_text("7f00-7f10 r-xp 0 08:01 42 /opt/libcublasLt.so.12.9.1.4\n"),
         "Triton": lambda: gpu.wheels.update({"triton": "3.4.0"}),
-        "TF32 matmul": lambda: monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True),
-        "TF32 cuDNN": lambda: monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False),
-        "bf16 reduction": lambda: monkeypatch.setattr(
+        "TF32 matmul": lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+        "TF32 cuDNN": lambda: setattr(torch.backends.cudnn, "allow_tf32", False),
+        "bf16 reduction": lambda: setattr(
             torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", False
         ),
         "CUBLAS_WORKSPACE_CONFIG": lambda: monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8"),
