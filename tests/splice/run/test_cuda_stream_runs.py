@@ -13,25 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers.pool_sized_runs import free_for, settled, tiny_config
 
 from nudgeability.engine import engine as engine_module
 from nudgeability.splice.run import engine_build, runner, schedule
-from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE, RunConfig
-from nudgeability.splice.run.prepare import prepare
-from nudgeability.splice.run.shape import settle
-
-SLOT_BYTES = 4 * 2 * 2 * 16 * 4  # tiny qwen3 in fp32 (test_device_batching.py)
-MARGIN = 2 * (2048 * (6 * 64 + 4 * 128) * 4 + 512 * 320 * (4 + 8))
-
-
-def _free_for(blocks: int) -> int:
-    return math.ceil((MARGIN + (blocks + 0.5) * SLOT_BYTES * 16) / 0.9)
+from nudgeability.splice.run.config import DEFAULT_CHUNK_SIZE
 
 
 @pytest.fixture
@@ -53,7 +43,7 @@ def gpu(monkeypatch, tmp_path):
         return built
 
     monkeypatch.setattr(engine_build, "Engine", engine)
-    gpu.engines, gpu.free = [], _free_for(200)
+    gpu.engines, gpu.free = [], free_for(200)
     return gpu
 
 
@@ -66,23 +56,10 @@ def _entry(out) -> dict:
 
 
 def test_the_stream_on_cuda_is_by_unit_s_bytes_on_any_pool(gpu, tiny_checkpoint, tmp_path):
-    asked = RunConfig(
-        model=str(tiny_checkpoint("qwen3", close_boost=2.6)),
-        task="strategyqa",
-        n=2,
-        conditions=("primary",),
-        max_new_tokens=16,
-        max_new_tokens_arm=8,
-        device="cpu",
-        dtype="float32",
-        static_decode=False,
-    )
+    asked = tiny_config(tiny_checkpoint("qwen3", close_boost=2.6), n=2)
 
     def start(out, **changes):
-        requested = replace(asked, **changes)
-        built = runner.RunEngine(requested, "cpu")
-        shape = settle(requested, "cpu", out, pool_rows=built.pool_rows, schedule=built.schedule)
-        return built, shape, prepare(shape.config(requested), loaded=built.loaded)
+        return settled(asked, out, with_schedule=True, **changes)
 
     built, shape, prepared = start(tmp_path / "stream")
     # the needle's engine, then the run's: both with the invariant kernels, the needle's small
@@ -103,7 +80,7 @@ def test_the_stream_on_cuda_is_by_unit_s_bytes_on_any_pool(gpu, tiny_checkpoint,
     (stream / "records.jsonl").unlink()
     for part in sorted((stream / "parts").glob("arms-*.jsonl")):
         part.unlink()
-    gpu.free = _free_for(120)
+    gpu.free = free_for(120)
     built, shape, prepared = start(stream)
     assert shape.max_rows < first and shape.chunk_from == "resumed"
     result = runner.run(prepared, stream, progress=False, engine=built.engine, shape=shape)

@@ -7,12 +7,11 @@ much is free (as tests/engine/kv/test_pool_from_memory.py does), against hand co
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers.pool_sized_runs import MARGIN, SLOT_BYTES, free_for, settled, tiny_config
 from helpers.tiny_runs import read_records
 
 from nudgeability.engine import engine as engine_module
@@ -26,16 +25,9 @@ from nudgeability.splice.run.device_batching import (
     rows_for_pool,
 )
 from nudgeability.splice.run.prepare import prepare
-from nudgeability.splice.run.shape import settle
 from nudgeability.splice.rundir.store import ConfigChangedError
 
 MiB = 2**20
-# tiny qwen3 (models/testing/tiny.py: 4 layers, hidden 64, MLP 128, 2 KV heads of 16, vocab 320)
-# in fp32: K and V of every layer per slot, and the activation margin of the engine's largest step
-# (2,048 prefill tokens, 512 rows, the largest decode bucket: engine/kv/kv_pool.py
-# `step_margin_bytes`, written out)
-SLOT_BYTES = 4 * 2 * 2 * 16 * 4
-MARGIN = 2 * (2048 * (6 * 64 + 4 * 128) * 4 + 512 * 320 * (4 + 8))
 
 
 def test_rows_for_pool_by_hand():
@@ -114,11 +106,6 @@ def test_the_memory_share_reaches_the_engine(fake_cuda):
     assert default.max_rows == 2550 * 16 // 1408 == 28
 
 
-def _free_for(blocks: int) -> int:
-    """Free bytes for which the 0.9 share, less the margin, holds exactly `blocks` blocks."""
-    return math.ceil((MARGIN + (blocks + 0.5) * SLOT_BYTES * 16) / 0.9)
-
-
 def _chunk_size(out) -> int:
     return json.loads((out / "manifest.json").read_text())["config"]["chunk_size"]
 
@@ -146,31 +133,16 @@ def test_a_cuda_run_takes_its_chunk_size_from_the_pool_once(
         return engines[-1]
 
     monkeypatch.setattr(engine_build, "Engine", engine)
-    asked = RunConfig(
-        model=str(model_dir),
-        task="strategyqa",
-        n=3,
-        conditions=("primary",),
-        max_new_tokens=16,
-        max_new_tokens_arm=8,
-        device="cpu",
-        # what the pool holds is the subject here, not the device's defaults
-        # (tests/splice/run/test_device_defaults.py): the CPU's, asked for
-        dtype="float32",
-        static_decode=False,
-    )
+    asked = tiny_config(model_dir, n=3)
 
     def run(out, **changes):
-        requested = replace(asked, **changes)
-        built = runner.RunEngine(requested, "cpu")
-        shape = settle(requested, "cpu", out, pool_rows=built.pool_rows)
-        prepared = prepare(shape.config(requested), loaded=built.loaded)
+        built, _, prepared = settled(asked, out, **changes)
         built_before = len(engines)
         result = runner.run(prepared, out, progress=False, schedule="units", engine=built.engine)
         assert len(engines) == built_before and engines[-1] is built.engine  # no second engine
         return result
 
-    fake_cuda.free = _free_for(100)
+    fake_cuda.free = free_for(100)
     with pytest.raises(ConfigError, match="--chunk-size: a run on cpu takes it from its engine"):
         prepare(asked)  # the pool's rows are the shape's to settle
     result = run(tmp_path / "small")
@@ -181,7 +153,7 @@ def test_a_cuda_run_takes_its_chunk_size_from_the_pool_once(
         "NT-s0-c00000.jsonl", "NT-s0-c00001.jsonl", "NT-s0-c00002.jsonl"
     ]  # fmt: skip
 
-    fake_cuda.free = _free_for(150)  # a fresh run on a larger pool: chunks of two
+    fake_cuda.free = free_for(150)  # a fresh run on a larger pool: chunks of two
     run(tmp_path / "large")
     assert engines[-1].pool.num_blocks == 150 and engines[-1].max_rows == 2
     assert _chunk_size(tmp_path / "large") == 2
