@@ -23,6 +23,7 @@ from nudgeability.engine.errors import UnsupportedModelError
 from nudgeability.engine.fused import first_step
 from nudgeability.engine.fused import layers as fused_layers
 from nudgeability.engine.invariant.cpu.weights import TILE_ROWS, forget_reordered
+from nudgeability.engine.invariant.cuda.mode import TRITON
 from nudgeability.engine.invariant.linears import adopt, invariant_forward
 from nudgeability.engine.kv.kv_cache import PoolCache
 from nudgeability.models.quant import self_check
@@ -43,7 +44,6 @@ TRIM_TOKENS = 128
 LIBRARY_LAYERS = "the library's own layer modules"
 
 
-TRITON = "triton"
 INVARIANCES = (None, TRITON)
 
 

@@ -17,22 +17,19 @@ kernels (engine/invariant/cuda/), exactly where the run takes the stream on CUDA
 
 from __future__ import annotations
 
-import inspect
-
 from nudgeability.engine import Engine
 from nudgeability.engine import engine as engine_module
+from nudgeability.engine.invariant.cuda.mode import TRITON
 from nudgeability.engine.invariant.cuda_needle import NEEDLE_ROWS, NEEDLE_SLOTS
+from nudgeability.models.quant import triton_kernels
 from nudgeability.splice.run.config import RunConfig
 from nudgeability.splice.run.device_batching import pool_rows
 
-# The Engine keyword and value that switch its batch-invariant CUDA kernels on (the Triton
-# GEMMs of engine/invariant/cuda/)
-INVARIANCE, TRITON = "invariance", "triton"
-
 
 def cuda_invariance_available() -> bool:
-    """Whether this engine has batch-invariant CUDA kernels to switch on (`INVARIANCE`)."""
-    return INVARIANCE in inspect.signature(Engine).parameters
+    """Whether the batch-invariant CUDA kernels can run here: they are Triton kernels, and
+    Triton is the `gpu` extra's."""
+    return triton_kernels.available()
 
 
 def engine_options(config: RunConfig) -> dict:
@@ -54,7 +51,7 @@ def run_engine(
     model, tokenizer, config: RunConfig, *, invariant: bool = False, **derived
 ) -> Engine:
     """The engine `nudge run` computes `config` with on `model` (module docstring); `invariant`:
-    with its batch-invariant CUDA kernels (`INVARIANCE`).
+    with its batch-invariant CUDA kernels (`Engine(invariance=TRITON)`).
 
     `derived`: Engine options that replace the run's, for a measurement that needs another (the
     GPU check's eager twin, or a row cap every timed row fits under); a run passes none. A
@@ -62,7 +59,7 @@ def run_engine(
     cap is the rows the pool holds at the config's budgets."""
     options = {**engine_options(config), **derived}
     if invariant:
-        options[INVARIANCE] = TRITON
+        options["invariance"] = TRITON
     engine = Engine(model, tokenizer, **options)
     if "max_rows" not in derived and engine_module.sizes_pool_from_memory(engine.runner.device):
         engine.limit_rows(pool_rows_of(engine, config))

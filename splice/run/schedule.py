@@ -98,7 +98,9 @@ def decide(
 
 def _on_cuda(config: RunConfig, model, check: Callable[[], InvarianceCheck]) -> Schedule:
     if not engine_build.cuda_invariance_available():
-        return Schedule(UNITS, f"{config.device}: this engine has no batch-invariant CUDA kernels")
+        return Schedule(
+            UNITS, f"{config.device}: no batch-invariant CUDA kernels here (Triton does not import)"
+        )
     if config.dtype != CUDA_DTYPE:
         return Schedule(
             UNITS, f"{config.dtype}: the batch-invariant CUDA kernels compute in {CUDA_DTYPE}"

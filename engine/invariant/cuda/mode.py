@@ -9,7 +9,7 @@ the eager cascade keeps its library kernels (attention/shared_prefix_attention.p
 
 from __future__ import annotations
 
-TRITON = "triton"
+TRITON = "triton"  # `Engine(invariance=TRITON)`: the invariant Triton kernels (model_runner.py)
 
 
 def paged_on(runner) -> bool:

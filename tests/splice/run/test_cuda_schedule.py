@@ -1,7 +1,7 @@
 """The schedule's decision table (splice/run/schedule.py `decide`) over the device, the dtype, the
 model family, the checkpoint format and the needle's answer: the decision code runs as it is,
-with stand-ins only for what this machine lacks (the CUDA engine's invariant kernels where the
-engine has none, the needle's answer on a GPU); and on a pool-sized device (CUDA, faked) the
+with stand-ins only for what this machine lacks (whether Triton imports for the invariant CUDA
+kernels, the needle's answer on a GPU); and on a pool-sized device (CUDA, faked) the
 shape settles the schedule before the engine is built, the stream takes no chunk size from the
 pool, and the manifest says what each process took."""
 
@@ -26,7 +26,7 @@ FAILED = InvarianceCheck(False, 1, (16, 17, "split"), (17, "split"), 0.0, device
 
 @pytest.fixture
 def kernels(monkeypatch):
-    """The engine's batch-invariant CUDA kernels, present (True) or not; present by default."""
+    """Whether the batch-invariant CUDA kernels can run (Triton imports); they can by default."""
 
     def have(present: bool) -> None:
         monkeypatch.setattr(engine_build, "cuda_invariance_available", lambda: present)

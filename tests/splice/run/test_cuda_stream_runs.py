@@ -7,7 +7,7 @@ cap and gives the same bytes; the manifest says which chunk size and row cap eac
 The CPU engine is batch-invariant by construction in float32 (engine/invariant/cpu/), so it
 stands in for the CUDA kernels: the stand-ins are the device (its free memory, its properties,
 the kernels' dtype) and the engine keyword that switches the kernels on, which the CPU engine
-takes and records (engine_build.py `INVARIANCE`)."""
+takes and records (engine_build.py `run_engine`'s `invariant`)."""
 
 from __future__ import annotations
 
